@@ -1,0 +1,334 @@
+// Package core is the deterministic heart of cronoq's scheduler: a step
+// function that turns commands (submit, poll, heartbeat, complete, cancel,
+// timer ticks) into durable mutations plus actions.
+//
+// The core reads no clock (every call takes now), uses no global randomness
+// (jitter comes from a PRNG seeded through Config), never iterates a map in a
+// way that reaches its outputs, and starts no goroutines. One goroutine, the
+// driver in package engine, owns a Core and performs its outputs: it commits
+// the mutations as one log entry and releases the held actions, in order,
+// once that entry is durable.
+package core
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cronoq/cronoq/fsm"
+)
+
+// ReqID identifies one caller request inside the driver. The core echoes it
+// in the Reply that answers the request.
+type ReqID uint64
+
+// Spec is what a submitter asks for. Zero values take the defaults of Config.
+type Spec struct {
+	Pool        string
+	Kind        string
+	Key         string // idempotency key; "" = none
+	Priority    fsm.Priority
+	Payload     []byte
+	Labels      []fsm.KV
+	Tags        []fsm.KV
+	RunAt       time.Time     // zero = now (unless Delay)
+	Delay       time.Duration // relative to now; exclusive with RunAt
+	Deadline    time.Time     // zero = none
+	Timeout     time.Duration // per attempt; 0 = none
+	MaxAttempts uint32        // 0 = Config.MaxAttempts
+	Backoff     *fsm.Backoff  // nil = Config.Backoff
+}
+
+// SubmitMode selects one of the three submit forms.
+type SubmitMode uint8
+
+const (
+	SubmitOne   SubmitMode = iota // one spec
+	SubmitBatch                   // atomic: all admitted or none, one error for the whole
+	SubmitMany                    // enqueue-many: each item admitted or refused on its own
+)
+
+// Submitted is the answer for one admitted spec.
+type Submitted struct {
+	ID        string
+	Duplicate bool // the idempotency key already named this task
+}
+
+// Outcome is what a worker reports for an attempt.
+type Outcome struct {
+	Kind       OutcomeKind
+	Output     []byte        // with OutcomeSuccess
+	Message    string        // with failures
+	RetryAfter time.Duration // with OutcomeRetryable: overrides the backoff when > 0
+}
+
+// OutcomeKind classifies an attempt's end.
+type OutcomeKind uint8
+
+const (
+	OutcomeSuccess   OutcomeKind = iota
+	OutcomeRetryable             // retried with backoff while attempts remain
+	OutcomePermanent             // the task fails now
+	OutcomeCancelled             // the attempt was cancelled by the worker: the task ends cancelled
+)
+
+// TaskRef names a task by id or by idempotency key (exactly one is set).
+type TaskRef struct {
+	ID  string
+	Key string
+}
+
+func (r TaskRef) String() string {
+	if r.ID != "" {
+		return r.ID
+	}
+	return "key " + r.Key
+}
+
+// Offer is a worker's poll: it can run up to Slots more attempts of Pool on
+// capacity with Labels.
+type Offer struct {
+	Worker string
+	Pool   string
+	Labels []fsm.KV
+	Slots  int
+}
+
+// Grant is one dispatched attempt: the worker runs task ID under Lease.
+type Grant struct {
+	ID      string
+	Lease   uint64
+	Attempt uint32
+}
+
+// ScheduleSpec creates or replaces a recurring schedule.
+type ScheduleSpec struct {
+	Name         string
+	Cron         string
+	TZ           string
+	Task         Spec // the template: Pool, Kind, Payload, Priority, Labels, Tags, Timeout, MaxAttempts
+	Overlap      fsm.Overlap
+	CatchUp      fsm.CatchUp
+	CatchUpLimit uint32
+	Paused       bool
+}
+
+// ---------------------------------------------------------------------------
+// Outputs
+// ---------------------------------------------------------------------------
+
+// Output is what the core produced since the last call to Ready.
+type Output struct {
+	// Mutations to commit, in order, as part of the next batch.
+	Mutations []fsm.Mutation
+	// Held actions: released, in order, only once Mutations and everything
+	// produced before them are durable. If the commit fails they are failed
+	// instead (replies get the commit error; dispatches and events are
+	// dropped).
+	Held []Action
+	// Immediate actions take effect at once (aborts: a revoked or lost
+	// lease tells its worker to stop).
+	Immediate []Action
+}
+
+// Empty reports whether o carries nothing.
+func (o *Output) Empty() bool {
+	return len(o.Mutations) == 0 && len(o.Held) == 0 && len(o.Immediate) == 0
+}
+
+// ActionKind says what an Action does.
+type ActionKind uint8
+
+const (
+	ActReply    ActionKind = iota + 1 // answer request Req
+	ActDispatch                       // answer poll Req with Grants
+	ActAbort                          // tell Worker to stop the attempt under Lease
+	ActEvent                          // publish a status event
+)
+
+// Action is one effect for the driver to perform.
+type Action struct {
+	Kind ActionKind
+	Req  ReqID
+
+	// ActReply
+	Err       error       // the request failed (typed errors below)
+	Submitted []Submitted // submit forms: one per spec, in order (SubmitMany: with Errs)
+	Errs      []error     // SubmitMany: per-item error, nil where admitted
+	TaskID    string      // attach/cancel: the task concerned
+	Cancelled bool        // cancel: this call cancelled it
+	Removed   bool        // schedule removal: it existed
+	Paused    bool        // schedule pause/resume: the new state
+	NextFire  time.Time   // schedule add: the next fire instant
+
+	// ActDispatch
+	Grants []Grant
+
+	// ActAbort
+	Worker string
+	Lease  uint64
+	Reason string
+
+	// ActEvent
+	Event Event
+}
+
+// Event is a durable status transition of a task.
+type Event struct {
+	TaskID  string
+	Pool    string
+	Kind    string
+	Status  fsm.Status
+	Attempt uint32
+	Message string
+	At      time.Time
+}
+
+// ---------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------
+
+var (
+	// ErrOverloaded: the submit does not fit the bounds and the overflow
+	// policy is reject (or it could never fit, even into empty queues).
+	ErrOverloaded = errors.New("overloaded: pending bound reached")
+	// ErrNotFound: no task (or schedule) with that id, key or name.
+	ErrNotFound = errors.New("not found")
+	// ErrStaleLease: the lease is not the task's current lease.
+	ErrStaleLease = errors.New("stale lease: not the task's current lease")
+	// ErrShuttingDown: the engine stops admitting work.
+	ErrShuttingDown = errors.New("shutting down")
+)
+
+// InvalidError is a request refused for a bad field. It names the field.
+type InvalidError struct {
+	Field  string
+	Reason string
+}
+
+func (e *InvalidError) Error() string { return fmt.Sprintf("invalid %s: %s", e.Field, e.Reason) }
+
+// Invalid returns an *InvalidError.
+func Invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// ---------------------------------------------------------------------------
+// Configuration
+// ---------------------------------------------------------------------------
+
+// OverflowPolicy decides what a submit that does not fit the bounds does.
+type OverflowPolicy uint8
+
+const (
+	OverflowReject OverflowPolicy = iota // answer ErrOverloaded at once
+	OverflowWait                         // park the submitter FIFO per (pool, class) until space frees
+)
+
+// Bounds limit pending tasks (scheduled, queued or retrying). Zero = no limit.
+type Bounds struct {
+	MaxPending         int
+	MaxPendingPerClass [fsm.NumPriorities]int
+}
+
+// PoolConfig is the configuration of one pool.
+type PoolConfig struct {
+	Bounds     Bounds
+	MaxRunning int // hard cap on running attempts across all workers; 0 = none
+}
+
+// Config is the engine's configuration. Zero fields take the defaults of
+// DefaultConfig through WithDefaults.
+type Config struct {
+	HeartbeatWindow time.Duration // lease lost after this without a heartbeat (10s)
+	LeaseGrace      time.Duration // window given to running attempts at recovery (= HeartbeatWindow)
+	MaxAttempts     uint32        // default per task (5)
+	Backoff         fsm.Backoff   // default per task (1s doubling, cap 5m, ±20%)
+	Retention       time.Duration // how long terminal tasks are kept (24h)
+	MaxPayload      int           // bytes (1 MiB)
+	MaxOutput       int           // bytes (1 MiB)
+	MaxKindLen      int           // bytes (256)
+
+	Global      Bounds      // across all pools (none)
+	DefaultPool PoolConfig  // pools not listed in Pools (1,000,000 pending)
+	Pools       map[string]PoolConfig
+	FixedPools  bool // refuse pools not listed in Pools
+	Overflow    OverflowPolicy
+
+	// Seed seeds the PRNG used for backoff jitter. The driver passes a fresh
+	// random value; tests pass a fixed one.
+	Seed uint64
+}
+
+// DefaultConfig returns the defaults of SEMANTICS.md.
+func DefaultConfig() Config {
+	return Config{
+		HeartbeatWindow: 10 * time.Second,
+		LeaseGrace:      10 * time.Second,
+		MaxAttempts:     5,
+		Backoff: fsm.Backoff{
+			Initial: int64(time.Second),
+			Max:     int64(5 * time.Minute),
+			Jitter:  0.2,
+		},
+		Retention:   24 * time.Hour,
+		MaxPayload:  1 << 20,
+		MaxOutput:   1 << 20,
+		MaxKindLen:  256,
+		DefaultPool: PoolConfig{Bounds: Bounds{MaxPending: 1_000_000}},
+	}
+}
+
+// WithDefaults returns a copy of c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	d := DefaultConfig()
+	if c.HeartbeatWindow <= 0 {
+		c.HeartbeatWindow = d.HeartbeatWindow
+	}
+	if c.LeaseGrace <= 0 {
+		c.LeaseGrace = c.HeartbeatWindow
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = d.MaxAttempts
+	}
+	if c.Backoff.Initial <= 0 {
+		c.Backoff.Initial = d.Backoff.Initial
+	}
+	if c.Backoff.Max <= 0 {
+		c.Backoff.Max = d.Backoff.Max
+	}
+	if c.Backoff.Jitter == 0 {
+		c.Backoff.Jitter = d.Backoff.Jitter
+	}
+	if c.Retention <= 0 {
+		c.Retention = d.Retention
+	}
+	if c.MaxPayload <= 0 {
+		c.MaxPayload = d.MaxPayload
+	}
+	if c.MaxOutput <= 0 {
+		c.MaxOutput = d.MaxOutput
+	}
+	if c.MaxKindLen <= 0 {
+		c.MaxKindLen = d.MaxKindLen
+	}
+	if c.DefaultPool == (PoolConfig{}) {
+		c.DefaultPool = d.DefaultPool
+	}
+	return c
+}
+
+// Validate checks the configuration and names the offending field.
+func (c Config) Validate() error {
+	switch {
+	case c.HeartbeatWindow <= 0:
+		return Invalid("HeartbeatWindow", "must be positive")
+	case c.Backoff.Max < c.Backoff.Initial:
+		return Invalid("Backoff.Max", "must be at least Backoff.Initial")
+	case c.Backoff.Jitter < 0 || c.Backoff.Jitter >= 1:
+		return Invalid("Backoff.Jitter", "must be in [0, 1)")
+	case c.FixedPools && len(c.Pools) == 0:
+		return Invalid("Pools", "a fixed pool list must name at least one pool")
+	}
+	return nil
+}
