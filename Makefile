@@ -8,7 +8,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 CRONOQ_PROPERTY_SEEDS ?= 200
 export CRONOQ_PROPERTY_SEEDS
 
-.PHONY: all build test test-short lint fmt vet staticcheck fuzz clean
+.PHONY: all build test test-short lint fmt fmt-check vet staticcheck fuzz clean generate
 
 all: build
 
@@ -46,3 +46,14 @@ fuzz:
 
 clean:
 	rm -rf bin
+
+## generate: regenerate the API code from transport/proto (needs protoc:
+## apt-get install -y protobuf-compiler). The generated code is committed.
+TOOLS := $(CURDIR)/bin/tools
+generate:
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	GOBIN=$(TOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
+	PATH=$(TOOLS):$$PATH protoc -I transport/proto \
+		--go_out=transport/gen --go_opt=module=github.com/cronoq/cronoq/transport/gen \
+		--connect-go_out=transport/gen --connect-go_opt=module=github.com/cronoq/cronoq/transport/gen \
+		transport/proto/cronoq/v1/cronoq.proto
