@@ -249,8 +249,8 @@ type Config struct {
 	MaxOutput       int           // bytes (1 MiB)
 	MaxKindLen      int           // bytes (256)
 
-	Global      Bounds      // across all pools (none)
-	DefaultPool PoolConfig  // pools not listed in Pools (1,000,000 pending)
+	Global      Bounds     // across all pools (none)
+	DefaultPool PoolConfig // pools not listed in Pools (1,000,000 pending)
 	Pools       map[string]PoolConfig
 	FixedPools  bool // refuse pools not listed in Pools
 	Overflow    OverflowPolicy
@@ -291,14 +291,16 @@ func (c Config) WithDefaults() Config {
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = d.MaxAttempts
 	}
+	// A zero Backoff takes the default as a whole; a partly set one keeps
+	// its Jitter (0 = no jitter) and gets the default Initial and Max.
+	if c.Backoff == (fsm.Backoff{}) {
+		c.Backoff = d.Backoff
+	}
 	if c.Backoff.Initial <= 0 {
 		c.Backoff.Initial = d.Backoff.Initial
 	}
 	if c.Backoff.Max <= 0 {
-		c.Backoff.Max = d.Backoff.Max
-	}
-	if c.Backoff.Jitter == 0 {
-		c.Backoff.Jitter = d.Backoff.Jitter
+		c.Backoff.Max = max(d.Backoff.Max, c.Backoff.Initial)
 	}
 	if c.Retention <= 0 {
 		c.Retention = d.Retention

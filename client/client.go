@@ -1,0 +1,417 @@
+// Package client is the Go SDK of cronoq: submit, inspect, wait for and
+// cancel tasks, manage recurring schedules, follow status events, operate the
+// cluster, and run workers.
+//
+// A Client talks ConnectRPC over unencrypted HTTP/2 (h2c) to any node of the
+// cluster. It keeps the list of addresses it was given and the leader hint
+// nodes answer with: a call that needs the leader goes there, a node that does
+// not answer is skipped for the next one, with jittered backoff between
+// rounds. Calls that are safe to repeat (reads, submits, which always carry an
+// idempotency key, cancels and schedule changes) are retried until their ctx
+// ends; others only when the node refused them before doing anything.
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/cronoq/cronoq/transport/apierr"
+	"github.com/cronoq/cronoq/transport/gen/cronoqv1/cronoqv1connect"
+)
+
+// Defaults.
+const (
+	// DefaultTimeout bounds one attempt of a unary call.
+	DefaultTimeout = 10 * time.Second
+	// DefaultWaitPoll is how long one Wait RPC asks the node to hold before
+	// answering with the task as it is; Wait then asks again.
+	DefaultWaitPoll   = 30 * time.Second
+	defaultBackoffMin = 50 * time.Millisecond
+	defaultBackoffMax = 2 * time.Second
+)
+
+// Client is a connection to a cronoq cluster. It is safe for concurrent use.
+type Client struct {
+	opts    options
+	httpc   *http.Client
+	ownedTr *http.Transport
+	log     hclog.Logger
+
+	mu        sync.Mutex
+	addrs     []string
+	next      int    // index into addrs of the next address to try
+	preferred string // leader hint or last address that answered
+	endpoints map[string]*endpoint
+	closed    bool
+
+	// base is cancelled by Close; background goroutines (Events) derive from
+	// it and are joined by Close through wg.
+	base       context.Context
+	cancelBase context.CancelFunc
+	wg         sync.WaitGroup
+}
+
+// endpoint holds the generated clients for one node address.
+type endpoint struct {
+	addr      string
+	tasks     cronoqv1connect.TaskServiceClient
+	schedules cronoqv1connect.ScheduleServiceClient
+	workers   cronoqv1connect.WorkerServiceClient
+	operator  cronoqv1connect.OperatorServiceClient
+}
+
+type options struct {
+	localAddr  string
+	logger     hclog.Logger
+	httpClient *http.Client
+	timeout    time.Duration
+	waitPoll   time.Duration
+	backoffMin time.Duration
+	backoffMax time.Duration
+}
+
+// Option configures New.
+type Option func(*options)
+
+// WithLocalAddr makes every connection dial from the source address ip (for
+// instance "127.0.0.7"). It cannot be combined with WithHTTPClient.
+func WithLocalAddr(ip string) Option { return func(o *options) { o.localAddr = ip } }
+
+// WithLogger sets the logger (default: none).
+func WithLogger(l hclog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithHTTPClient replaces the HTTP client. It must speak HTTP/2 to http://
+// URLs (h2c), or the worker stream cannot work.
+func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.httpClient = c } }
+
+// WithTimeout bounds each attempt of a unary call (default DefaultTimeout);
+// the call as a whole, retries included, is bounded by its ctx. A submit
+// parked by a "wait" overflow policy longer than this is re-sent (safely,
+// with the same key).
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithWaitPoll sets how long one Wait RPC may be held by a node (default
+// DefaultWaitPoll).
+func WithWaitPoll(d time.Duration) Option { return func(o *options) { o.waitPoll = d } }
+
+// WithBackoff sets the jittered exponential backoff between retry rounds
+// (default 50ms doubling up to 2s).
+func WithBackoff(min, max time.Duration) Option {
+	return func(o *options) { o.backoffMin, o.backoffMax = min, max }
+}
+
+// New returns a Client for the nodes at addrs ("host:port" of the HTTP API;
+// any subset of the cluster will do). It does not connect yet.
+func New(addrs []string, opts ...Option) (*Client, error) {
+	o := options{
+		timeout:    DefaultTimeout,
+		waitPoll:   DefaultWaitPoll,
+		backoffMin: defaultBackoffMin,
+		backoffMax: defaultBackoffMax,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var clean []string
+	for _, a := range addrs {
+		a = normalizeAddr(a)
+		if a == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("creating client: address %q: %w", a, err)
+		}
+		if !slices.Contains(clean, a) {
+			clean = append(clean, a)
+		}
+	}
+	switch {
+	case len(clean) == 0:
+		return nil, errors.New("creating client: no addresses")
+	case o.timeout <= 0:
+		return nil, errors.New("creating client: timeout must be positive")
+	case o.waitPoll <= 0:
+		return nil, errors.New("creating client: wait poll must be positive")
+	case o.backoffMin <= 0 || o.backoffMax < o.backoffMin:
+		return nil, errors.New("creating client: backoff needs 0 < min <= max")
+	case o.localAddr != "" && o.httpClient != nil:
+		return nil, errors.New("creating client: WithLocalAddr and WithHTTPClient exclude each other")
+	}
+	c := &Client{
+		opts:      o,
+		addrs:     clean,
+		endpoints: make(map[string]*endpoint),
+		log:       o.logger,
+	}
+	if c.log == nil {
+		c.log = hclog.NewNullLogger()
+	}
+	if o.httpClient != nil {
+		c.httpc = o.httpClient
+	} else {
+		tr, err := newTransport(o.localAddr)
+		if err != nil {
+			return nil, fmt.Errorf("creating client: %w", err)
+		}
+		c.ownedTr = tr
+		c.httpc = &http.Client{Transport: tr}
+	}
+	c.base, c.cancelBase = context.WithCancel(context.Background())
+	return c, nil
+}
+
+// newTransport builds an h2c-only transport, dialing from localIP when set.
+// HTTP/2 pings detect dead connections so long waits and worker streams do
+// not hang on a silent peer.
+func newTransport(localIP string) (*http.Transport, error) {
+	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}
+	if localIP != "" {
+		ip := net.ParseIP(localIP)
+		if ip == nil {
+			return nil, fmt.Errorf("local address %q is not an IP", localIP)
+		}
+		d.LocalAddr = &net.TCPAddr{IP: ip}
+	}
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Transport{
+		DialContext:         d.DialContext,
+		Protocols:           &p,
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     90 * time.Second,
+		HTTP2: &http.HTTP2Config{
+			SendPingTimeout: 10 * time.Second,
+			PingTimeout:     5 * time.Second,
+		},
+	}, nil
+}
+
+func normalizeAddr(a string) string {
+	a = strings.TrimSpace(a)
+	a = strings.TrimPrefix(a, "http://")
+	return strings.TrimSuffix(a, "/")
+}
+
+// Close stops the Client's background subscriptions (Events), waits for
+// them, and closes idle connections. Stop Workers (cancel their Run ctx)
+// before closing their Client. Close is idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	already := c.closed
+	c.closed = true
+	c.mu.Unlock()
+	if already {
+		return nil
+	}
+	c.cancelBase()
+	c.wg.Wait()
+	if c.ownedTr != nil {
+		c.ownedTr.CloseIdleConnections()
+	}
+	return nil
+}
+
+// endpointFor returns (creating once) the generated clients for addr.
+func (c *Client) endpointFor(addr string) *endpoint {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ep, ok := c.endpoints[addr]; ok {
+		return ep
+	}
+	base := "http://" + addr
+	ep := &endpoint{
+		addr:      addr,
+		tasks:     cronoqv1connect.NewTaskServiceClient(c.httpc, base),
+		schedules: cronoqv1connect.NewScheduleServiceClient(c.httpc, base),
+		workers:   cronoqv1connect.NewWorkerServiceClient(c.httpc, base),
+		operator:  cronoqv1connect.NewOperatorServiceClient(c.httpc, base),
+	}
+	c.endpoints[addr] = ep
+	return ep
+}
+
+// pick returns the address the next attempt should go to: the leader hint
+// (or the last address that answered), else the next one of the list.
+func (c *Client) pick() (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return "", ErrClosed
+	}
+	if c.preferred != "" {
+		return c.preferred, nil
+	}
+	return c.addrs[c.next%len(c.addrs)], nil
+}
+
+// succeeded records that addr answered.
+func (c *Client) succeeded(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.preferred = addr
+}
+
+// failed records that addr did not serve the call; hint is the leader
+// address it named, if any. It moves on to the hint, or to the address after
+// addr in the list.
+func (c *Client) failed(addr, hint string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	hint = normalizeAddr(hint)
+	if hint != "" && hint != addr {
+		c.preferred = hint
+		return
+	}
+	if c.preferred == addr {
+		c.preferred = ""
+	}
+	if i := slices.Index(c.addrs, addr); i >= 0 {
+		c.next = (i + 1) % len(c.addrs)
+	} else {
+		c.next = (c.next + 1) % len(c.addrs)
+	}
+}
+
+// backoff returns the jittered delay before retry round n (n >= 1):
+// exponential from the minimum, capped, uniformly in [d/2, d].
+func (c *Client) backoff(n int) time.Duration {
+	d := c.opts.backoffMin
+	for i := 1; i < n && d < c.opts.backoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, c.opts.backoffMax)
+	half := d / 2
+	return half + mrand.N(half+1)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// retryPolicy says which failed attempts a call may repeat.
+type retryPolicy int
+
+const (
+	// idempotent calls are repeated after any transient failure.
+	idempotent retryPolicy = iota
+	// once calls are repeated only when the node refused them unexecuted.
+	once
+)
+
+// attemptFunc runs one attempt against ep within ctx.
+type attemptFunc func(ctx context.Context, ep *endpoint) error
+
+// do runs fn against the cluster with routing and retries, and returns the
+// decoded error of the last attempt (wrapped with what) when it gives up. An
+// attempt gets its own timeout unless noTimeout.
+func (c *Client) do(ctx context.Context, what string, policy retryPolicy, timeout time.Duration, fn attemptFunc) error {
+	var (
+		lastErr  error
+		unsure   bool // some attempt may have taken effect
+		lastHint string
+	)
+	for n := 0; ; n++ {
+		addr, err := c.pick()
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if timeout > 0 {
+			actx, cancel = context.WithTimeout(ctx, timeout)
+		}
+		err = decodeError(fn(actx, c.endpointFor(addr)))
+		cancel()
+		if err == nil {
+			c.succeeded(addr)
+			return nil
+		}
+		lastErr = err
+		v := classify(ctx, err)
+		if v == final || (v == uncertain && policy == once) {
+			if ctx.Err() != nil {
+				return c.gaveUp(ctx, what, lastErr, unsure)
+			}
+			if v == uncertain {
+				return fmt.Errorf("%s: %w: %w", what, ErrOutcomeUnknown, err)
+			}
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if v == uncertain {
+			unsure = true
+		}
+		hint := ""
+		var ae *APIError
+		if errors.As(err, &ae) && ae.Kind == apierr.KindNotLeader {
+			hint = normalizeAddr(ae.LeaderAddr)
+		}
+		c.failed(addr, hint)
+		c.log.Debug("call failed, retrying", "call", what, "addr", addr, "error", err, "leader_hint", hint)
+		// A fresh leader hint is followed at once; anything else waits.
+		var wait time.Duration
+		if hint == "" || hint == lastHint {
+			wait = c.backoff(n + 1)
+		}
+		lastHint = hint
+		if err := sleep(ctx, wait); err != nil {
+			return c.gaveUp(ctx, what, lastErr, unsure)
+		}
+	}
+}
+
+// gaveUp is the error of a call whose ctx ended while retrying: the ctx
+// error, ErrOutcomeUnknown when an attempt may have taken effect, and the
+// last attempt's error as text.
+func (c *Client) gaveUp(ctx context.Context, what string, last error, unsure bool) error {
+	if unsure {
+		return fmt.Errorf("%s: %w: %w (last error: %v)", what, ctx.Err(), ErrOutcomeUnknown, last)
+	}
+	return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), last)
+}
+
+// unary runs a unary RPC with routing and retries. call picks the method of
+// the endpoint; req is re-sent as is by every attempt.
+func unary[Req, Res any](ctx context.Context, c *Client, what string, policy retryPolicy, req *Req,
+	call func(ep *endpoint) func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
+) (*Res, error) {
+	var out *Res
+	err := c.do(ctx, what, policy, c.opts.timeout, func(actx context.Context, ep *endpoint) error {
+		resp, err := call(ep)(actx, connect.NewRequest(req))
+		if err != nil {
+			return err
+		}
+		out = resp.Msg
+		return nil
+	})
+	return out, err
+}
+
+// newKey returns a random 128-bit idempotency key in hex.
+func newKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,507 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
+	"github.com/cronoq/cronoq/transport/gen/cronoqv1/cronoqv1connect"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// newTestClient returns a Client with short timeouts and backoff, closed at
+// the end of the test.
+func newTestClient(t *testing.T, addrs []string, opts ...Option) *Client {
+	t.Helper()
+	opts = append([]Option{WithBackoff(time.Millisecond, 20*time.Millisecond), WithTimeout(5 * time.Second)}, opts...)
+	c, err := New(addrs, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	return c
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		addrs []string
+		opts  []Option
+	}{
+		{"no addresses", nil, nil},
+		{"blank addresses", []string{" ", ""}, nil},
+		{"no port", []string{"localhost"}, nil},
+		{"bad local ip", []string{"127.0.0.1:1"}, []Option{WithLocalAddr("not-an-ip")}},
+		{"local addr with http client", []string{"127.0.0.1:1"}, []Option{WithLocalAddr("127.0.0.2"), WithHTTPClient(&http.Client{})}},
+		{"bad timeout", []string{"127.0.0.1:1"}, []Option{WithTimeout(0)}},
+		{"bad backoff", []string{"127.0.0.1:1"}, []Option{WithBackoff(time.Second, time.Millisecond)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New(tc.addrs, tc.opts...)
+			require.Error(t, err)
+		})
+	}
+	c, err := New([]string{"http://127.0.0.1:8650/", "127.0.0.1:8650", "127.0.0.2:8650"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"127.0.0.1:8650", "127.0.0.2:8650"}, c.addrs)
+	require.NoError(t, c.Close())
+	require.NoError(t, c.Close())
+	_, err = c.Get(context.Background(), "x")
+	require.ErrorIs(t, err, ErrClosed)
+}
+
+func TestSubmitFollowsLeaderHint(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 2, 1)
+	// The client knows only the follower; the leader is reached via the hint.
+	c := newTestClient(t, fc.addrs(0))
+	ctx := testCtx(t)
+
+	sub, err := c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k", Payload: []byte("x")})
+	require.NoError(t, err)
+	require.NotEmpty(t, sub.ID)
+	require.False(t, sub.Duplicate)
+	require.Len(t, sub.Key, 32, "a generated 128-bit hex key")
+	require.Equal(t, 1, fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure))
+	require.Equal(t, 1, fc.nodes[1].count(cronoqv1connect.TaskServiceSubmitProcedure))
+
+	// The leader is remembered: the next call goes straight there.
+	task, err := c.Get(ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, sub.Key, task.Key)
+	require.Equal(t, StatusQueued, task.Status)
+	require.Equal(t, 0, fc.nodes[0].count(cronoqv1connect.TaskServiceGetProcedure))
+	require.Equal(t, 1, fc.nodes[1].count(cronoqv1connect.TaskServiceGetProcedure))
+}
+
+func TestSubmitRetriesOutcomeUnknownWithSameKey(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 2, 0)
+	c := newTestClient(t, fc.addrs(1, 0))
+	ctx := testCtx(t)
+
+	fc.mu.Lock()
+	fc.submitUnknown = 1
+	fc.mu.Unlock()
+	sub, err := c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k"})
+	require.NoError(t, err)
+
+	fc.mu.Lock()
+	keys := append([]string(nil), fc.submitKeys...)
+	ntasks := len(fc.tasks)
+	stored := fc.byKey[sub.Key]
+	fc.mu.Unlock()
+	require.Len(t, keys, 2, "one outcome-unknown answer, one retry")
+	require.Equal(t, keys[0], keys[1], "the retry carries the same key")
+	require.Equal(t, sub.Key, keys[0])
+	require.Equal(t, 1, ntasks, "one task for two submits")
+	require.Equal(t, stored, sub.ID)
+	require.False(t, sub.Duplicate, "the duplicate was this call's own first attempt")
+
+	// With a caller's key, a duplicate answer is reported as such.
+	sub2, err := c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k", Key: sub.Key})
+	require.NoError(t, err)
+	require.Equal(t, sub.ID, sub2.ID)
+	require.True(t, sub2.Duplicate)
+}
+
+func TestSubmitGivesUpWithOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, fc.addrs(0))
+	fc.mu.Lock()
+	fc.submitUnknown = 1 << 30
+	fc.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k"})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	require.Greater(t, len(fc.submitKeys), 1)
+	for _, k := range fc.submitKeys {
+		require.Equal(t, fc.submitKeys[0], k)
+	}
+}
+
+func TestSubmitDoesNotRetryRefusals(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, fc.addrs(0))
+	ctx := testCtx(t)
+
+	_, err := c.Submit(ctx, TaskSpec{Pool: "p"})
+	require.ErrorIs(t, err, ErrInvalid)
+	var inv *InvalidError
+	require.ErrorAs(t, err, &inv)
+	require.Equal(t, "kind", inv.Field)
+	require.Equal(t, "must not be empty", inv.Reason)
+	var ae *APIError
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, "invalid", ae.Kind)
+	require.Equal(t, 1, fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure), "invalid is not retried")
+
+	_, err = c.Submit(ctx, TaskSpec{Pool: "full", Kind: "k"})
+	require.ErrorIs(t, err, ErrOverloaded)
+	require.Equal(t, 2, fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure), "overloaded is not retried")
+
+	// Refused by the SDK itself, nothing sent.
+	_, err = c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k", Priority: "urgent"})
+	require.ErrorAs(t, err, &inv)
+	require.Equal(t, "priority", inv.Field)
+	_, err = c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k", Delay: -time.Second})
+	require.ErrorAs(t, err, &inv)
+	require.Equal(t, "delay", inv.Field)
+	require.Equal(t, 2, fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure))
+
+	_, err = c.Get(ctx, "T9999")
+	require.ErrorIs(t, err, ErrNotFound)
+	require.Equal(t, 1, fc.nodes[0].count(cronoqv1connect.TaskServiceGetProcedure))
+}
+
+func TestSubmitRotatesPastDeadNode(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	// A closed port first: connection refused, then the live node.
+	dead := deadAddr(t)
+	c := newTestClient(t, []string{dead, fc.nodes[0].addr})
+	sub, err := c.Submit(testCtx(t), TaskSpec{Pool: "p", Kind: "k"})
+	require.NoError(t, err)
+	require.NotEmpty(t, sub.ID)
+}
+
+func TestSubmitBatchAndEnqueueMany(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 2, 1)
+	c := newTestClient(t, fc.addrs(0))
+	ctx := testCtx(t)
+
+	subs, err := c.SubmitBatch(ctx, []TaskSpec{{Pool: "p", Kind: "a"}, {Pool: "p", Kind: "b", Key: "mine"}})
+	require.NoError(t, err)
+	require.Len(t, subs, 2)
+	require.Equal(t, "mine", subs[1].Key)
+	require.NotEqual(t, subs[0].ID, subs[1].ID)
+
+	_, err = c.SubmitBatch(ctx, []TaskSpec{{Pool: "p", Kind: "a"}, {Pool: "p"}})
+	require.ErrorIs(t, err, ErrInvalid)
+
+	subs, errs, err := c.EnqueueMany(ctx, []TaskSpec{{Pool: "p", Kind: "a"}, {Pool: "p"}, {Pool: "full", Kind: "a"}, {Pool: "p", Kind: "b", Key: "mine"}})
+	require.NoError(t, err)
+	require.Len(t, subs, 4)
+	require.Len(t, errs, 4)
+	require.NoError(t, errs[0])
+	require.NotEmpty(t, subs[0].ID)
+	var inv *InvalidError
+	require.ErrorAs(t, errs[1], &inv)
+	require.Equal(t, "kind", inv.Field)
+	require.ErrorIs(t, errs[2], ErrOverloaded)
+	require.NoError(t, errs[3])
+	require.True(t, subs[3].Duplicate)
+}
+
+func TestWaitReissuedAfterDroppedConnection(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, fc.addrs(0))
+	id := fc.addTask("p", "k", "", nil)
+
+	type result struct {
+		task *Task
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		task, err := c.Wait(testCtx(t), id)
+		done <- result{task, err}
+	}()
+	fc.waitUntil("the first Wait is held", func() bool { return fc.waitCalls == 1 })
+	fc.nodes[0].dropConns()
+	fc.waitUntil("Wait is re-issued", func() bool { return fc.waitCalls >= 2 })
+	fc.finish(id, cronoqv1.Status_STATUS_SUCCEEDED, "out")
+	res := <-done
+	require.NoError(t, res.err)
+	require.Equal(t, StatusSucceeded, res.task.Status)
+	require.Equal(t, []byte("out"), res.task.Output)
+	require.True(t, res.task.Terminal())
+	require.False(t, res.task.FinishedAt.IsZero())
+}
+
+func TestWaitAsksAgainAfterNodeHold(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, fc.addrs(0), WithWaitPoll(20*time.Millisecond))
+	id := fc.addTask("p", "k", "wk", nil)
+
+	done := make(chan error, 1)
+	go func() {
+		task, err := c.WaitKey(testCtx(t), "wk")
+		if err == nil && task.Status != StatusCancelled {
+			err = errors.New("unexpected status " + task.Status)
+		}
+		done <- err
+	}()
+	fc.waitUntil("several holds expired", func() bool { return fc.waitCalls >= 3 })
+	cancelled, err := c.Cancel(testCtx(t), id)
+	require.NoError(t, err)
+	require.True(t, cancelled)
+	require.NoError(t, <-done)
+
+	cancelled, err = c.CancelKey(testCtx(t), "wk")
+	require.NoError(t, err)
+	require.False(t, cancelled, "already ended")
+}
+
+func TestWaitNotFound(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, fc.addrs(0))
+	_, err := c.Wait(testCtx(t), "nope")
+	require.ErrorIs(t, err, ErrNotFound)
+}
+
+func TestListPagination(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 2, 0)
+	c := newTestClient(t, fc.addrs(1, 0))
+	ctx := testCtx(t)
+	var want []string
+	for range 5 {
+		want = append(want, fc.addTask("p", "k", "", nil))
+	}
+	other := fc.addTask("q", "k", "", nil)
+	fc.finish(want[2], cronoqv1.Status_STATUS_SUCCEEDED, "")
+
+	var got []string
+	var pages int
+	opt := ListOptions{Pools: []string{"p"}, Limit: 2}
+	for {
+		tasks, next, err := c.List(ctx, opt)
+		require.NoError(t, err)
+		pages++
+		for _, task := range tasks {
+			require.Equal(t, "p", task.Pool)
+			got = append(got, task.ID)
+		}
+		if next == "" {
+			break
+		}
+		require.Equal(t, got[len(got)-1], next)
+		opt.After = next
+	}
+	require.Equal(t, want, got)
+	require.Equal(t, 3, pages)
+
+	tasks, next, err := c.List(ctx, ListOptions{Statuses: []string{StatusSucceeded}})
+	require.NoError(t, err)
+	require.Empty(t, next)
+	require.Len(t, tasks, 1)
+	require.Equal(t, want[2], tasks[0].ID)
+
+	tasks, _, err = c.List(ctx, ListOptions{Pools: []string{"q"}, Stale: true})
+	require.NoError(t, err)
+	require.Len(t, tasks, 1)
+	require.Equal(t, other, tasks[0].ID)
+
+	_, _, err = c.List(ctx, ListOptions{Statuses: []string{"bogus"}})
+	require.ErrorIs(t, err, ErrInvalid)
+
+	counts, err := c.Counts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]map[string]int64{
+		"p": {StatusQueued: 4, StatusSucceeded: 1},
+		"q": {StatusQueued: 1},
+	}, counts)
+}
+
+func TestGetStaleServedByAnyNode(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 2, 1)
+	c := newTestClient(t, fc.addrs(0))
+	id := fc.addTask("p", "k", "", []byte("pl"))
+	task, meta, err := c.GetStale(testCtx(t), id)
+	require.NoError(t, err)
+	require.Equal(t, []byte("pl"), task.Payload)
+	require.True(t, meta.Stale)
+	require.Equal(t, "node0", meta.Node)
+	require.Equal(t, 7*time.Millisecond, meta.LastContact)
+	require.EqualValues(t, 42, meta.AppliedIndex)
+	require.Equal(t, 0, fc.nodes[1].count(cronoqv1connect.TaskServiceGetProcedure))
+}
+
+func TestEventsLaggedAndResubscribe(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 2, 1)
+	c := newTestClient(t, fc.addrs(0))
+	at := time.Date(2025, 1, 2, 3, 4, 5, 6, time.UTC)
+	fc.mu.Lock()
+	fc.eventScript = func(n int, send func(*cronoqv1.Event) error) error {
+		if n == 1 {
+			for _, ev := range []*cronoqv1.Event{
+				{TaskId: "T1", Pool: "p", Kind: "k", Status: cronoqv1.Status_STATUS_QUEUED, At: at.UnixNano()},
+				{Lagged: true},
+				{TaskId: "T2", Pool: "p", Kind: "k", Status: cronoqv1.Status_STATUS_FAILED, Attempt: 3, Message: "boom"},
+			} {
+				if err := send(ev); err != nil {
+					return err
+				}
+			}
+			// The node loses the subscription.
+			return errors.New("subscription lost")
+		}
+		return send(&cronoqv1.Event{TaskId: "T3", Status: cronoqv1.Status_STATUS_SUCCEEDED})
+	}
+	fc.mu.Unlock()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := c.Events(ctx, "p")
+	require.NoError(t, err)
+	var got []Event
+	for len(got) < 5 {
+		got = append(got, <-ch)
+	}
+	require.Equal(t, Event{TaskID: "T1", Pool: "p", Kind: "k", Status: StatusQueued, At: at}, got[0])
+	require.Equal(t, Event{Lagged: true}, got[1])
+	require.Equal(t, Event{TaskID: "T2", Pool: "p", Kind: "k", Status: StatusFailed, Attempt: 3, Message: "boom"}, got[2])
+	require.Equal(t, Event{Lagged: true}, got[3], "the re-subscription gap is marked")
+	require.Equal(t, Event{TaskID: "T3", Status: StatusSucceeded}, got[4])
+	cancel()
+	for range ch {
+	}
+}
+
+func TestEventsEndWithClientClose(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c, err := New(fc.addrs(0))
+	require.NoError(t, err)
+	ch, err := c.Events(context.Background())
+	require.NoError(t, err)
+	fc.waitUntil("subscribed", func() bool { return fc.eventStreams == 1 })
+	require.NoError(t, c.Close())
+	_, open := <-ch
+	require.False(t, open)
+	_, err = c.Events(context.Background())
+	require.ErrorIs(t, err, ErrClosed)
+}
+
+func TestSchedules(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 2, 1)
+	c := newTestClient(t, fc.addrs(0))
+	ctx := testCtx(t)
+
+	next, err := c.AddSchedule(ctx, Schedule{Name: "nightly", Cron: "0 3 * * *", TZ: "Europe/Paris",
+		Task: TaskSpec{Pool: "p", Kind: "report", Labels: map[string]string{"b": "2", "a": "1"}}, CatchUp: CatchUpAll, CatchUpLimit: 3})
+	require.NoError(t, err)
+	require.Equal(t, time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), next)
+
+	_, err = c.AddSchedule(ctx, Schedule{Name: "bad", Cron: "* *"})
+	var inv *InvalidError
+	require.ErrorAs(t, err, &inv)
+	require.Equal(t, "cron", inv.Field)
+
+	paused, err := c.PauseSchedule(ctx, "nightly", true)
+	require.NoError(t, err)
+	require.True(t, paused)
+	_, err = c.PauseSchedule(ctx, "missing", true)
+	require.ErrorIs(t, err, ErrNotFound)
+
+	list, err := c.ListSchedules(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	s := list[0]
+	require.Equal(t, "nightly", s.Name)
+	require.Equal(t, "Europe/Paris", s.TZ)
+	require.Equal(t, CatchUpAll, s.CatchUp)
+	require.Equal(t, OverlapSkip, s.Overlap)
+	require.Equal(t, 3, s.CatchUpLimit)
+	require.True(t, s.Paused)
+	require.Equal(t, map[string]string{"a": "1", "b": "2"}, s.Task.Labels)
+	require.Equal(t, next, s.NextFire)
+
+	removed, err := c.RemoveSchedule(ctx, "nightly")
+	require.NoError(t, err)
+	require.True(t, removed)
+	removed, err = c.RemoveSchedule(ctx, "nightly")
+	require.NoError(t, err)
+	require.False(t, removed)
+}
+
+func TestOperator(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 2, 1)
+	c := newTestClient(t, fc.addrs(0))
+	ctx := testCtx(t)
+
+	members, err := c.Members(ctx)
+	require.NoError(t, err)
+	require.Len(t, members, 2)
+	require.Equal(t, "alive", members[0].Status)
+
+	peers, err := c.Peers(ctx)
+	require.NoError(t, err)
+	require.True(t, peers[1].Leader)
+
+	require.NoError(t, c.RemovePeer(ctx, "node9"))
+	leader, err := c.TransferLeadership(ctx, "node0")
+	require.NoError(t, err)
+	require.Equal(t, "node0", leader)
+	_, err = c.TransferLeadership(ctx, "node7")
+	require.ErrorIs(t, err, ErrNotFound)
+
+	h, err := c.Health(ctx)
+	require.NoError(t, err)
+	require.Equal(t, Health{Node: "node0", Leader: "node0", Epoch: 3, Status: "ok"}, h)
+}
+
+func TestHealthTriesNodesInOrder(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, []string{deadAddr(t), fc.nodes[0].addr})
+	h, err := c.Health(testCtx(t))
+	require.NoError(t, err)
+	require.Equal(t, "node0", h.Node)
+
+	c2 := newTestClient(t, []string{deadAddr(t)})
+	_, err = c2.Health(testCtx(t))
+	require.Error(t, err)
+}
+
+func TestWithLocalAddrBindsSource(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	for _, ip := range []string{"127.0.0.2", "127.0.0.3"} {
+		c := newTestClient(t, fc.addrs(0), WithLocalAddr(ip))
+		_, err := c.Health(testCtx(t))
+		require.NoError(t, err)
+		hosts := fc.nodes[0].remoteHosts()
+		require.Equal(t, ip, hosts[len(hosts)-1])
+	}
+}
+
+// deadAddr returns a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}

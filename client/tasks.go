@@ -1,0 +1,355 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/cronoq/cronoq/transport/apierr"
+	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
+)
+
+// withKeys gives every spec without a key a random one and converts them.
+// generated[i] reports whether spec i got its key here.
+func withKeys(specs []TaskSpec) ([]*cronoqv1.TaskSpec, []string, []bool, error) {
+	out := make([]*cronoqv1.TaskSpec, len(specs))
+	keys := make([]string, len(specs))
+	generated := make([]bool, len(specs))
+	for i, s := range specs {
+		if s.Key == "" {
+			s.Key = newKey()
+			generated[i] = true
+		}
+		p, err := specToProto(s)
+		if err != nil {
+			if len(specs) > 1 {
+				return nil, nil, nil, fmt.Errorf("spec %d: %w", i, err)
+			}
+			return nil, nil, nil, err
+		}
+		out[i], keys[i] = p, s.Key
+	}
+	return out, keys, generated, nil
+}
+
+// Submit submits one task. A spec without a key gets a random one, and the
+// submit is retried with that same key after an unknown outcome, a lost
+// connection, or a node that is not (or has no) leader, moving through the
+// addresses with backoff until ctx ends. Invalid, overloaded and not-found
+// answers are returned at once.
+func (c *Client) Submit(ctx context.Context, spec TaskSpec) (Submitted, error) {
+	const what = "submitting task"
+	specs, keys, gen, err := withKeys([]TaskSpec{spec})
+	if err != nil {
+		return Submitted{}, fmt.Errorf("%s: %w", what, err)
+	}
+	resp, err := unary(ctx, c, what, idempotent, &cronoqv1.SubmitRequest{Spec: specs[0]},
+		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.SubmitRequest]) (*connect.Response[cronoqv1.SubmitResponse], error) {
+			return ep.tasks.Submit
+		})
+	if err != nil {
+		return Submitted{}, err
+	}
+	if resp.GetResult().GetId() == "" {
+		return Submitted{}, fmt.Errorf("%s: node answered without a task id", what)
+	}
+	return submittedFromProto(resp.GetResult(), keys[0], gen[0]), nil
+}
+
+// SubmitBatch submits specs atomically: all are admitted or none, with one
+// error for the whole. Keys and retries are as for Submit.
+func (c *Client) SubmitBatch(ctx context.Context, specs []TaskSpec) ([]Submitted, error) {
+	const what = "submitting batch"
+	if len(specs) == 0 {
+		return nil, nil
+	}
+	ps, keys, gen, err := withKeys(specs)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	resp, err := unary(ctx, c, what, idempotent, &cronoqv1.SubmitBatchRequest{Specs: ps},
+		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.SubmitBatchRequest]) (*connect.Response[cronoqv1.SubmitBatchResponse], error) {
+			return ep.tasks.SubmitBatch
+		})
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.GetResults()) != len(specs) {
+		return nil, fmt.Errorf("%s: node answered %d results for %d specs", what, len(resp.GetResults()), len(specs))
+	}
+	out := make([]Submitted, len(specs))
+	for i, r := range resp.GetResults() {
+		out[i] = submittedFromProto(r, keys[i], gen[i])
+	}
+	return out, nil
+}
+
+// EnqueueMany submits specs each on its own: results and per-item errors come
+// back in order (errs[i] is nil when spec i was admitted). The returned error
+// is for the call as a whole. Keys and retries are as for Submit.
+func (c *Client) EnqueueMany(ctx context.Context, specs []TaskSpec) ([]Submitted, []error, error) {
+	const what = "enqueueing tasks"
+	if len(specs) == 0 {
+		return nil, nil, nil
+	}
+	ps, keys, gen, err := withKeys(specs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	resp, err := unary(ctx, c, what, idempotent, &cronoqv1.EnqueueManyRequest{Specs: ps},
+		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.EnqueueManyRequest]) (*connect.Response[cronoqv1.EnqueueManyResponse], error) {
+			return ep.tasks.EnqueueMany
+		})
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(resp.GetResults()) != len(specs) {
+		return nil, nil, fmt.Errorf("%s: node answered %d results for %d specs", what, len(resp.GetResults()), len(specs))
+	}
+	subs := make([]Submitted, len(specs))
+	errs := make([]error, len(specs))
+	for i, r := range resp.GetResults() {
+		if e := itemError(r.GetCode(), r.GetError()); e != nil {
+			subs[i] = Submitted{Key: keys[i]}
+			errs[i] = fmt.Errorf("spec %d: %w", i, e)
+			continue
+		}
+		subs[i] = submittedFromProto(r.GetSubmitted(), keys[i], gen[i])
+	}
+	return subs, errs, nil
+}
+
+func (c *Client) get(ctx context.Context, what string, ref *cronoqv1.TaskRef, stale bool) (*Task, ReadMeta, error) {
+	resp, err := unary(ctx, c, what, idempotent, &cronoqv1.GetRequest{Ref: ref, Stale: stale},
+		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.GetRequest]) (*connect.Response[cronoqv1.GetResponse], error) {
+			return ep.tasks.Get
+		})
+	if err != nil {
+		return nil, ReadMeta{}, err
+	}
+	if resp.GetTask() == nil {
+		return nil, ReadMeta{}, fmt.Errorf("%s: %w", what, ErrNotFound)
+	}
+	return taskFromProto(resp.GetTask()), readMetaFromProto(resp.GetMeta()), nil
+}
+
+// Get reads a task by id, linearizably (through the leader).
+func (c *Client) Get(ctx context.Context, id string) (*Task, error) {
+	t, _, err := c.get(ctx, "getting task "+id, &cronoqv1.TaskRef{Id: id}, false)
+	return t, err
+}
+
+// GetByKey reads a task by idempotency key, linearizably.
+func (c *Client) GetByKey(ctx context.Context, key string) (*Task, error) {
+	t, _, err := c.get(ctx, "getting task by key "+key, &cronoqv1.TaskRef{Key: key}, false)
+	return t, err
+}
+
+// GetStale reads a task by id from whichever node answers, without asking
+// the leader; meta tells how fresh that node's replica is.
+func (c *Client) GetStale(ctx context.Context, id string) (*Task, ReadMeta, error) {
+	return c.get(ctx, "getting task "+id, &cronoqv1.TaskRef{Id: id}, true)
+}
+
+// Wait blocks until the task ends and returns it. It holds a Wait RPC open
+// on a node and re-issues it after lost connections, leader changes and
+// node-side timeouts, until ctx ends.
+func (c *Client) Wait(ctx context.Context, id string) (*Task, error) {
+	return c.wait(ctx, "waiting for task "+id, &cronoqv1.TaskRef{Id: id})
+}
+
+// WaitKey is Wait by idempotency key.
+func (c *Client) WaitKey(ctx context.Context, key string) (*Task, error) {
+	return c.wait(ctx, "waiting for task by key "+key, &cronoqv1.TaskRef{Key: key})
+}
+
+func (c *Client) wait(ctx context.Context, what string, ref *cronoqv1.TaskRef) (*Task, error) {
+	for {
+		poll := c.opts.waitPoll
+		if dl, ok := ctx.Deadline(); ok {
+			poll = max(min(poll, time.Until(dl)), time.Millisecond)
+		}
+		req := &cronoqv1.WaitRequest{Ref: ref, TimeoutMs: poll.Milliseconds()}
+		var got *cronoqv1.Task
+		start := time.Now()
+		err := c.do(ctx, what, idempotent, poll+c.opts.timeout, func(actx context.Context, ep *endpoint) error {
+			resp, err := ep.tasks.Wait(actx, connect.NewRequest(req))
+			if err != nil {
+				return err
+			}
+			got = resp.Msg.GetTask()
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if t := taskFromProto(got); t != nil && t.Terminal() {
+			return t, nil
+		}
+		// The node's hold ended before the task did: ask again. A node that
+		// answers early is not asked in a tight loop.
+		if time.Since(start) < poll/2 {
+			if err := sleep(ctx, c.opts.backoffMin); err != nil {
+				return nil, fmt.Errorf("%s: %w", what, err)
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+	}
+}
+
+func (c *Client) cancel(ctx context.Context, what string, ref *cronoqv1.TaskRef) (bool, error) {
+	resp, err := unary(ctx, c, what, idempotent, &cronoqv1.CancelRequest{Ref: ref},
+		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.CancelRequest]) (*connect.Response[cronoqv1.CancelResponse], error) {
+			return ep.tasks.Cancel
+		})
+	if err != nil {
+		return false, err
+	}
+	return resp.GetCancelled(), nil
+}
+
+// Cancel cancels a task by id. cancelled is true when this call cancelled it,
+// false when it had already ended. Cancel is idempotent and retried like a
+// submit; after a retry, cancelled may be false although an earlier attempt
+// of this same call did the cancelling.
+func (c *Client) Cancel(ctx context.Context, id string) (cancelled bool, err error) {
+	return c.cancel(ctx, "cancelling task "+id, &cronoqv1.TaskRef{Id: id})
+}
+
+// CancelKey cancels a task by idempotency key.
+func (c *Client) CancelKey(ctx context.Context, key string) (cancelled bool, err error) {
+	return c.cancel(ctx, "cancelling task by key "+key, &cronoqv1.TaskRef{Key: key})
+}
+
+// List lists tasks filtered by opt, ordered by id. next is the cursor of the
+// following page (pass it as ListOptions.After), "" after the last page.
+func (c *Client) List(ctx context.Context, opt ListOptions) ([]*Task, string, error) {
+	const what = "listing tasks"
+	req, err := listToProto(opt)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", what, err)
+	}
+	resp, err := unary(ctx, c, what, idempotent, req,
+		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.ListRequest]) (*connect.Response[cronoqv1.ListResponse], error) {
+			return ep.tasks.List
+		})
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]*Task, 0, len(resp.GetTasks()))
+	for _, t := range resp.GetTasks() {
+		out = append(out, taskFromProto(t))
+	}
+	return out, resp.GetNext(), nil
+}
+
+// Counts returns the number of tasks per pool and status.
+func (c *Client) Counts(ctx context.Context) (map[string]map[string]int64, error) {
+	resp, err := unary(ctx, c, "counting tasks", idempotent, &cronoqv1.CountsRequest{},
+		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.CountsRequest]) (*connect.Response[cronoqv1.CountsResponse], error) {
+			return ep.tasks.Counts
+		})
+	if err != nil {
+		return nil, err
+	}
+	return countsFromProto(resp.GetPools()), nil
+}
+
+// eventsBuffer is the channel capacity of Events.
+const eventsBuffer = 64
+
+// Events subscribes to status events of the given pools (all pools when
+// none). The channel closes when ctx ends or the Client is closed. A lost
+// stream is re-established through the addresses with backoff; an event with
+// Lagged set marks each gap (the node dropped events for a slow subscriber,
+// or the stream was re-established). If the subscription fails in a way
+// retrying cannot fix, a last event carries Err before the channel closes.
+func (c *Client) Events(ctx context.Context, pools ...string) (<-chan Event, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("subscribing to events: %w", ErrClosed)
+	}
+	c.wg.Add(1)
+	c.mu.Unlock()
+
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(c.base, cancel)
+	ch := make(chan Event, eventsBuffer)
+	go func() {
+		defer c.wg.Done()
+		defer close(ch)
+		defer cancel()
+		defer stop()
+		c.runEvents(ctx, append([]string(nil), pools...), ch)
+	}()
+	return ch, nil
+}
+
+// runEvents feeds ch until ctx ends or a final error.
+func (c *Client) runEvents(ctx context.Context, pools []string, ch chan<- Event) {
+	emit := func(ev Event) bool {
+		select {
+		case ch <- ev:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	gapMarked := false
+	for n := 0; ; {
+		addr, err := c.pick()
+		if err != nil {
+			return
+		}
+		received := false
+		stream, err := c.endpointFor(addr).tasks.Events(ctx, connect.NewRequest(&cronoqv1.EventsRequest{Pools: pools}))
+		if err == nil {
+			for stream.Receive() {
+				n, gapMarked, received = 0, false, true
+				c.succeeded(addr)
+				if !emit(eventFromProto(stream.Msg())) {
+					_ = stream.Close()
+					return
+				}
+			}
+			err = stream.Err()
+			_ = stream.Close()
+			if err == nil {
+				err = connect.NewError(connect.CodeUnavailable, errors.New("event stream ended"))
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		err = decodeError(err)
+		if !resubscribable(err) {
+			emit(Event{Err: fmt.Errorf("subscribing to events: %w", err)})
+			return
+		}
+		// A node that refused the subscription had not started it; any other
+		// end may have lost events.
+		if !gapMarked && (received || classify(ctx, err) != notExecuted) {
+			if !emit(Event{Lagged: true}) {
+				return
+			}
+			gapMarked = true
+		}
+		hint := ""
+		var ae *APIError
+		if errors.As(err, &ae) && ae.Kind == apierr.KindNotLeader {
+			hint = ae.LeaderAddr
+		}
+		c.failed(addr, hint)
+		c.log.Debug("event stream lost, resubscribing", "addr", addr, "error", err)
+		n++
+		if sleep(ctx, c.backoff(n)) != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,428 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cronoq/cronoq/transport/apierr"
+	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
+	"github.com/cronoq/cronoq/transport/gen/cronoqv1/cronoqv1connect"
+)
+
+// runWorker runs w until the returned stop is called; stop cancels Run's ctx
+// and returns Run's error once it has returned.
+func runWorker(t *testing.T, w *Worker) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("worker did not stop")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func TestWorkerConfigValidation(t *testing.T) {
+	t.Parallel()
+	c := newTestClient(t, []string{"127.0.0.1:1"})
+	h := HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, nil })
+	for _, tc := range []struct {
+		name string
+		cfg  WorkerConfig
+		want string
+	}{
+		{"no pool", WorkerConfig{Handlers: map[string]Handler{"k": h}}, "Pool"},
+		{"no handlers", WorkerConfig{Pool: "p"}, "Handlers"},
+		{"nil handler", WorkerConfig{Pool: "p", Handlers: map[string]Handler{"k": nil}}, `Handlers["k"]`},
+		{"negative concurrency", WorkerConfig{Pool: "p", Handlers: map[string]Handler{"k": h}, Concurrency: -1}, "Concurrency"},
+		{"negative heartbeat", WorkerConfig{Pool: "p", Handlers: map[string]Handler{"k": h}, HeartbeatEvery: -1}, "HeartbeatEvery"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.NewWorker(tc.cfg)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	w, err := c.NewWorker(WorkerConfig{Pool: "p", Handlers: map[string]Handler{"k": h}})
+	require.NoError(t, err)
+	require.Equal(t, DefaultConcurrency, w.cfg.Concurrency)
+	require.NotEmpty(t, w.ID())
+}
+
+type args struct {
+	N int `json:"n"`
+}
+
+func TestWorkerOutcomes(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 2, 1)
+	// Only the follower is known: the worker must follow the not_leader hint.
+	c := newTestClient(t, fc.addrs(0))
+	handlers := map[string]Handler{
+		"ok": HandlerFunc(func(_ context.Context, job *Job) ([]byte, error) {
+			if job.Lease == 0 || job.Lease != job.Task.Lease || job.Attempt != 1 {
+				return nil, Permanent(errors.New("bad job"))
+			}
+			return append([]byte("done:"), job.Task.Payload...), nil
+		}),
+		"retry": HandlerFunc(func(context.Context, *Job) ([]byte, error) {
+			return nil, Retryable(errors.New("later"), 1500*time.Millisecond)
+		}),
+		"plain": HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, errors.New("plain failure") }),
+		"perm": HandlerFunc(func(context.Context, *Job) ([]byte, error) {
+			return nil, Permanent(errors.New("bad input"))
+		}),
+		"panic": HandlerFunc(func(context.Context, *Job) ([]byte, error) { panic("boom") }),
+		"typed": Typed(func(_ context.Context, _ *Job, a args) ([]byte, error) {
+			return []byte{byte(a.N)}, nil
+		}),
+	}
+	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 3, Handlers: handlers, Labels: map[string]string{"zone": "a"}})
+	require.NoError(t, err)
+	stop := runWorker(t, w)
+
+	ids := map[string]string{}
+	for _, k := range []string{"ok", "retry", "plain", "perm", "panic", "typed", "badtyped", "unknown"} {
+		payload := []byte("x")
+		switch k {
+		case "typed":
+			payload = []byte(`{"n": 7}`)
+		case "badtyped":
+			payload = []byte(`{"n": "seven"}`)
+		}
+		kind := k
+		if k == "badtyped" {
+			kind = "typed"
+		}
+		ids[k] = fc.addTask("p", kind, "", payload)
+		fc.enqueue(ids[k])
+	}
+	fc.waitUntil("every task completed", func() bool {
+		for _, id := range ids {
+			if fc.acceptedFor(id) == nil {
+				return false
+			}
+		}
+		return true
+	})
+
+	fc.mu.Lock()
+	got := map[string]*cronoqv1.Completion{}
+	for k, id := range ids {
+		got[k] = fc.acceptedFor(id)
+	}
+	hello := fc.wk.hellos[0]
+	violations := fc.wk.violations
+	fc.mu.Unlock()
+
+	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_SUCCESS, got["ok"].GetOutcome())
+	require.Equal(t, []byte("done:x"), got["ok"].GetOutput())
+	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_RETRYABLE, got["retry"].GetOutcome())
+	require.EqualValues(t, 1500, got["retry"].GetRetryAfterMs())
+	require.Equal(t, "later", got["retry"].GetMessage())
+	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_RETRYABLE, got["plain"].GetOutcome())
+	require.Zero(t, got["plain"].GetRetryAfterMs())
+	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_PERMANENT, got["perm"].GetOutcome())
+	require.Equal(t, "bad input", got["perm"].GetMessage())
+	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_RETRYABLE, got["panic"].GetOutcome())
+	require.Equal(t, "panic: boom", got["panic"].GetMessage())
+	require.Equal(t, []byte{7}, got["typed"].GetOutput())
+	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_PERMANENT, got["badtyped"].GetOutcome())
+	require.Contains(t, got["badtyped"].GetMessage(), "decoding payload")
+	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_RETRYABLE, got["unknown"].GetOutcome())
+	require.Contains(t, got["unknown"].GetMessage(), `no handler for kind "unknown"`)
+
+	require.Equal(t, w.ID(), hello.GetWorker())
+	require.Equal(t, "p", hello.GetPool())
+	require.Equal(t, []*cronoqv1.KV{{Key: "zone", Value: "a"}}, hello.GetLabels())
+	require.Empty(t, violations)
+	require.GreaterOrEqual(t, fc.nodes[0].count(cronoqv1connect.WorkerServiceConnectProcedure), 1, "asked the follower first")
+	require.NoError(t, stop())
+}
+
+func TestWorkerAbortCancelsAttempt(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, fc.addrs(0))
+	causes := make(chan error, 1)
+	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 1, Handlers: map[string]Handler{
+		"wait": HandlerFunc(func(ctx context.Context, _ *Job) ([]byte, error) {
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return []byte("late"), ctx.Err()
+		}),
+	}})
+	require.NoError(t, err)
+	stop := runWorker(t, w)
+
+	id := fc.addTask("p", "wait", "", nil)
+	fc.enqueue(id)
+	fc.waitUntil("granted", func() bool { _, ok := fc.wk.byTask[id]; return ok })
+	fc.abort(id, "cancelled by user")
+	cause := <-causes
+	require.ErrorIs(t, cause, errAborted)
+	require.ErrorContains(t, cause, "cancelled by user")
+	// The slot is offered again once the attempt returned.
+	fc.waitUntil("slot offered again", func() bool { return len(fc.wk.polls) == 2 })
+	require.NoError(t, stop())
+
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	require.Equal(t, []int32{1, 1}, fc.wk.polls)
+	require.Empty(t, fc.wk.received, "an aborted attempt's result is dropped")
+}
+
+func TestWorkerHeartbeatRefusalCancelsAttempt(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, fc.addrs(0))
+	causes := make(chan error, 1)
+	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 1, HeartbeatEvery: 5 * time.Millisecond, Handlers: map[string]Handler{
+		"wait": HandlerFunc(func(ctx context.Context, _ *Job) ([]byte, error) {
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return nil, ctx.Err()
+		}),
+	}})
+	require.NoError(t, err)
+	stop := runWorker(t, w)
+
+	id := fc.addTask("p", "wait", "", nil)
+	fc.mu.Lock()
+	fc.wk.refuseHeartbeat[id] = apierr.KindStaleLease
+	fc.mu.Unlock()
+	fc.enqueue(id)
+	require.ErrorIs(t, <-causes, ErrStaleLease)
+	require.NoError(t, stop())
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	require.Empty(t, fc.wk.received)
+}
+
+func TestWorkerGracefulStopLetsRunningFinish(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, fc.addrs(0))
+	runCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	started := make(chan struct{})
+	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 2, Handlers: map[string]Handler{
+		"slow": HandlerFunc(func(ctx context.Context, _ *Job) ([]byte, error) {
+			close(started)
+			<-runCtx.Done() // finishes only after the worker was told to stop
+			if ctx.Err() != nil {
+				return nil, errors.New("attempt ctx was cancelled by the stop")
+			}
+			return []byte("finished"), nil
+		}),
+	}})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+
+	id := fc.addTask("p", "slow", "", nil)
+	fc.enqueue(id)
+	<-started
+	cancel()
+	require.NoError(t, <-done)
+
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	comp := fc.acceptedFor(id)
+	require.NotNil(t, comp, "the completion was delivered before Run returned")
+	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_SUCCESS, comp.GetOutcome())
+	require.Equal(t, []byte("finished"), comp.GetOutput())
+}
+
+func TestWorkerReconnectKeepsLeasesAndResendsCompletions(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, fc.addrs(0))
+	release := make(chan struct{})
+	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 2, HeartbeatEvery: 5 * time.Millisecond, Handlers: map[string]Handler{
+		"block": HandlerFunc(func(ctx context.Context, job *Job) ([]byte, error) {
+			select {
+			case <-release:
+				return []byte("block done"), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}),
+		"quick": HandlerFunc(func(context.Context, *Job) ([]byte, error) { return []byte("quick done"), nil }),
+	}})
+	require.NoError(t, err)
+	stop := runWorker(t, w)
+
+	blockID := fc.addTask("p", "block", "", nil)
+	quickID := fc.addTask("p", "quick", "", nil)
+	fc.mu.Lock()
+	fc.wk.dropOnCompletion[quickID] = true // lost with its stream, never acknowledged
+	fc.mu.Unlock()
+	fc.enqueue(blockID, quickID)
+
+	// The stream drops when quick's completion arrives; on the new stream the
+	// completion is sent again and accepted.
+	fc.waitUntil("quick accepted on the second stream", func() bool { return fc.acceptedFor(quickID) != nil })
+	fc.waitUntil("block heartbeated on the second stream", func() bool { return heartbeated(fc, 2, fc.wk.byTask[blockID]) })
+
+	// Now the TCP connection dies; the worker reconnects again and keeps
+	// heartbeating the running attempt under its lease.
+	fc.nodes[0].dropConns()
+	fc.waitUntil("block heartbeated on the third stream", func() bool { return heartbeated(fc, 3, fc.wk.byTask[blockID]) })
+	close(release)
+	fc.waitUntil("block accepted", func() bool { return fc.acceptedFor(blockID) != nil })
+	require.NoError(t, stop())
+
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	require.Len(t, fc.wk.hellos, 3, "Hello re-sent on every stream")
+	require.EqualValues(t, 2, fc.wk.nextLease, "no attempt was granted twice")
+	var quickSends []int
+	for _, r := range fc.wk.received {
+		if r.c.GetLease() == fc.wk.byTask[quickID] {
+			quickSends = append(quickSends, r.stream)
+		}
+	}
+	// Sent on the first stream (lost with it), accepted on the second. The
+	// third stream may see it once more if the drop beat the ack there: the
+	// fake answers stale_lease and the worker drops it.
+	require.GreaterOrEqual(t, len(quickSends), 2)
+	require.Equal(t, []int{1, 2}, quickSends[:2])
+	require.LessOrEqual(t, len(quickSends), 3)
+	require.Equal(t, []byte("quick done"), fc.acceptedFor(quickID).GetOutput())
+	require.Equal(t, []byte("block done"), fc.acceptedFor(blockID).GetOutput())
+	require.Empty(t, fc.wk.violations)
+}
+
+// heartbeated reports (c.mu held) whether lease was heartbeated on stream.
+func heartbeated(fc *fakeCluster, stream int, lease uint64) bool {
+	for _, hb := range fc.wk.heartbeats {
+		if hb.stream == stream {
+			for _, l := range hb.leases {
+				if l == lease {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func TestWorkerHeartbeatsCoalesced(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	fc.mu.Lock()
+	fc.wk.ackDelay = 25 * time.Millisecond // many ticks pass while an ack is pending
+	fc.mu.Unlock()
+	c := newTestClient(t, fc.addrs(0))
+	release := make(chan struct{})
+	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 3, HeartbeatEvery: 2 * time.Millisecond, Handlers: map[string]Handler{
+		"block": HandlerFunc(func(context.Context, *Job) ([]byte, error) {
+			<-release
+			return nil, nil
+		}),
+	}})
+	require.NoError(t, err)
+	stop := runWorker(t, w)
+	var ids []string
+	for range 3 {
+		ids = append(ids, fc.addTask("p", "block", "", nil))
+	}
+	fc.enqueue(ids...)
+	fc.waitUntil("several heartbeats per lease", func() bool {
+		n := 0
+		for _, hb := range fc.wk.heartbeats {
+			if len(hb.leases) == 3 {
+				n++
+			}
+		}
+		return n >= 4
+	})
+	close(release)
+	fc.waitUntil("all accepted", func() bool { return len(fc.wk.accepted) == 3 })
+	require.NoError(t, stop())
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	require.Empty(t, fc.wk.violations)
+}
+
+func TestWorkerCompletionsBatched(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, fc.addrs(0))
+	release := make(chan struct{})
+	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 4, CompletionDelay: time.Hour, CompletionBatch: 4,
+		Handlers: map[string]Handler{
+			"k": HandlerFunc(func(context.Context, *Job) ([]byte, error) {
+				<-release
+				return []byte("ok"), nil
+			}),
+		}})
+	require.NoError(t, err)
+	stop := runWorker(t, w)
+	var ids []string
+	for range 4 {
+		ids = append(ids, fc.addTask("p", "k", "", nil))
+	}
+	fc.enqueue(ids...)
+	fc.waitUntil("all granted", func() bool { return fc.wk.nextLease == 4 })
+	close(release)
+	// With an hour of delay, only a full batch of 4 can be sent.
+	fc.waitUntil("all accepted", func() bool { return len(fc.wk.accepted) == 4 })
+	require.NoError(t, stop())
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	require.Len(t, fc.wk.received, 4)
+	for _, r := range fc.wk.received {
+		require.Equal(t, 1, r.stream)
+	}
+}
+
+func TestWorkerSendsLargeOutputWhole(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, fc.addrs(0))
+	big := bytes.Repeat([]byte("0123456789abcdef"), 3<<16) // 3 MiB
+	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 2, Handlers: map[string]Handler{
+		"big": HandlerFunc(func(context.Context, *Job) ([]byte, error) { return big, nil }),
+	}})
+	require.NoError(t, err)
+	stop := runWorker(t, w)
+	a, b := fc.addTask("p", "big", "", nil), fc.addTask("p", "big", "", nil)
+	fc.enqueue(a, b)
+	fc.waitUntil("both accepted", func() bool { return fc.acceptedFor(a) != nil && fc.acceptedFor(b) != nil })
+	require.NoError(t, stop())
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	require.Equal(t, big, fc.acceptedFor(a).GetOutput())
+	require.Equal(t, big, fc.acceptedFor(b).GetOutput())
+}
+
+func TestWorkerStopsWithoutCluster(t *testing.T) {
+	t.Parallel()
+	// No node answers: Run keeps retrying until its ctx ends, then returns.
+	c := newTestClient(t, []string{deadAddr(t)})
+	w, err := c.NewWorker(WorkerConfig{Pool: "p", Handlers: map[string]Handler{
+		"k": HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, nil }),
+	}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	require.NoError(t, w.Run(ctx))
+}

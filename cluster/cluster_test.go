@@ -1,0 +1,519 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cronoq/cronoq/engine"
+	"github.com/cronoq/cronoq/engine/core"
+	"github.com/cronoq/cronoq/fsm"
+)
+
+func TestFormElectAndServe(t *testing.T) {
+	c := newTestCluster(t)
+	nodes := c.formCluster("n1", "n2", "n3")
+	leader := c.leader()
+
+	for _, n := range nodes {
+		require.Equal(t, map[string]bool{"n1": true, "n2": true, "n3": true}, peerMap(t, n))
+	}
+	// Every node knows every other through gossip, with its addresses.
+	require.Eventually(t, func() bool {
+		for _, n := range nodes {
+			ms := n.Members()
+			if len(ms) != 3 {
+				return false
+			}
+			for _, m := range ms {
+				if m.Status != StatusAlive || m.RaftAddr != c.node(m.Name).RaftAddr() || m.HTTPAddr != c.node(m.Name).HTTPAddr() {
+					return false
+				}
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond)
+
+	// Followers point at the leader.
+	for _, n := range nodes {
+		if n == leader {
+			continue
+		}
+		_, err := n.Engine()
+		var nle *NotLeaderError
+		require.ErrorAs(t, err, &nle)
+		require.Equal(t, leader.ID(), nle.LeaderID)
+		require.Equal(t, leader.HTTPAddr(), nle.LeaderHTTPAddr)
+		_, err = n.ConsistentState(context.Background())
+		require.ErrorAs(t, err, &nle)
+		_, st := n.StaleState()
+		require.False(t, st.IsLeader)
+		require.True(t, st.KnownLeader)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id, err := c.submitKey(ctx, "k1")
+	require.NoError(t, err)
+	state, err := leader.ConsistentState(ctx)
+	require.NoError(t, err)
+	task, ok := state.Get(id)
+	require.True(t, ok)
+	require.Equal(t, "k1", task.Key)
+	require.Equal(t, leader.Epoch(), state.Epoch())
+	c.converged()
+
+	for _, n := range nodes {
+		h := n.Health()
+		require.Equal(t, leader.ID(), h.Leader)
+		require.Equal(t, state.Epoch(), h.Epoch)
+		require.Equal(t, HealthOK, h.Status, "%v", h.Reasons)
+	}
+}
+
+// TestFailoverSubmitsAndRestart submits 1,000 keyed tasks while the leader is
+// shut down mid-stream, retrying unknown outcomes on the new leader with the
+// same key; then every acknowledged task is on every node exactly once,
+// completes exactly once, and the old leader restarted on its data dir
+// catches up.
+func TestFailoverSubmitsAndRestart(t *testing.T) {
+	t.Run("leader shut down", func(t *testing.T) { testFailover(t, false) })
+	t.Run("leader isolated then shut down", func(t *testing.T) { testFailover(t, true) })
+}
+
+func testFailover(t *testing.T, isolate bool) {
+	c := newTestCluster(t)
+	c.formCluster("n1", "n2", "n3")
+	first := c.leader()
+
+	const total = 1000
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	var (
+		mu    sync.Mutex
+		acked = make(map[string]string, total) // key -> task id
+		count atomic.Int64
+	)
+	keys := make(chan string)
+	killed := make(chan struct{})
+	var wg sync.WaitGroup
+	errCh := make(chan error, 16)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for key := range keys {
+				id, err := c.submitKey(ctx, key)
+				if err != nil {
+					errCh <- err
+					return
+				}
+				mu.Lock()
+				acked[key] = id
+				mu.Unlock()
+				count.Add(1)
+			}
+		}()
+	}
+	go func() {
+		defer close(keys)
+		for i := range total {
+			if i == total/3 {
+				// Kill the leader while submits are in flight.
+				require.Eventually(t, func() bool { return count.Load() >= int64(total/4) }, 30*time.Second, time.Millisecond)
+				go func() {
+					defer close(killed)
+					if isolate {
+						// Cut every raft link first: entries in flight
+						// end with an unknown outcome.
+						first.stream.block(true)
+						require.Eventually(t, func() bool { return !first.IsLeader() }, 10*time.Second, time.Millisecond)
+					}
+					c.stop(first.ID())
+				}()
+			}
+			select {
+			case keys <- fmt.Sprintf("key-%04d", i):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	<-killed
+	close(errCh)
+	for err := range errCh {
+		require.NoError(t, err)
+	}
+	require.Len(t, acked, total)
+	t.Logf("retried submits: %d %v", c.retries.Load(), c.retryKinds)
+
+	second := c.leader()
+	require.NotEqual(t, first.ID(), second.ID())
+	require.Greater(t, second.Epoch(), uint64(1))
+	c.converged()
+
+	// Every acknowledged task is on every live node, once.
+	for _, n := range c.live() {
+		state, _ := n.StaleState()
+		var sum int64
+		for _, pc := range state.Counts() {
+			for _, v := range pc.ByStatus {
+				sum += v
+			}
+		}
+		require.EqualValues(t, total, sum, "node %s holds a duplicate or lost task", n.ID())
+		for key, id := range acked {
+			task, ok := state.GetByKey(key)
+			require.True(t, ok, "node %s lost %s", n.ID(), key)
+			require.Equal(t, id, task.ID)
+		}
+	}
+
+	// Poll and complete everything through the new leader's engine.
+	completions := make(map[string]int)
+	_, eng := c.engine()
+	for done := 0; done < total; {
+		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+		grants, err := eng.Poll(pctx, core.Offer{Worker: "w1", Pool: "p", Slots: 200})
+		pcancel()
+		require.NoError(t, err)
+		for _, g := range grants {
+			require.NoError(t, eng.Complete(ctx, g.Lease, core.Outcome{Kind: core.OutcomeSuccess, Output: []byte("ok")}))
+			completions[g.ID]++
+			done++
+		}
+	}
+	for _, id := range acked {
+		require.Equal(t, 1, completions[id], "task %s", id)
+	}
+
+	// The old leader comes back on its data dir and catches up.
+	back := c.restart(first.ID())
+	c.converged()
+	state, _ := back.StaleState()
+	for key, id := range acked {
+		task, ok := state.GetByKey(key)
+		require.True(t, ok)
+		require.Equal(t, id, task.ID)
+		require.Equal(t, fsm.StatusSucceeded, task.Status, "task %s on %s", id, back.ID())
+	}
+	require.Equal(t, map[string]bool{"n1": true, "n2": true, "n3": true}, peerMap(t, back))
+}
+
+// TestSnapshotInstall: a follower that missed more entries than the leader
+// keeps installs a snapshot and ends with the same FSM hash.
+func TestSnapshotInstall(t *testing.T) {
+	c := newTestCluster(t)
+	var cfgs []Config
+	var join []string
+	for _, name := range []string{"n1", "n2", "n3"} {
+		cfg := c.config(name)
+		cfg.BootstrapExpect = 3
+		cfg.SnapshotThreshold = 32
+		cfg.TrailingLogs = 8
+		cfg.SnapshotInterval = 50 * time.Millisecond
+		cfgs = append(cfgs, cfg)
+		join = append(join, cfg.GossipAddr)
+	}
+	for _, cfg := range cfgs {
+		cfg.Join = join
+		c.start(cfg)
+	}
+	leader := c.leader()
+	var follower string
+	for _, n := range c.live() {
+		if n != leader {
+			follower = n.ID()
+			break
+		}
+	}
+	lagging := c.node(follower)
+	c.stop(follower)
+	lastSeen := lagging.raft.LastIndex()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := range 200 {
+		_, err := c.submitKey(ctx, fmt.Sprintf("s-%d", i))
+		require.NoError(t, err)
+	}
+	// The leader compacted its log past what the follower has.
+	require.NoError(t, leader.raft.Snapshot().Error())
+	require.Eventually(t, func() bool {
+		first, err := leader.store.FirstIndex()
+		return err == nil && first > lastSeen+1
+	}, 10*time.Second, 10*time.Millisecond)
+
+	back := c.restart(follower)
+	h := c.converged()
+	require.Equal(t, h, back.state.Hash())
+	task, ok := back.state.GetByKey("s-199")
+	require.True(t, ok)
+	require.Equal(t, fsm.StatusQueued, task.Status)
+	require.Equal(t, leader.state.Epoch(), back.state.Epoch())
+}
+
+// TestStaleEpochFenced: after leadership moves away and back, a batch cut by
+// the engine of the first term (its epoch) is rejected by every FSM.
+func TestStaleEpochFenced(t *testing.T) {
+	c := newTestCluster(t)
+	c.formCluster("n1", "n2", "n3")
+	first := c.leader()
+	oldEpoch := first.Epoch()
+	require.NotZero(t, oldEpoch)
+
+	// A batch the old engine would hold uncommitted: a real submit of a core
+	// at the old epoch.
+	now := time.Now()
+	cc, err := core.New(core.Config{Seed: 7}.WithDefaults(), oldEpoch, now)
+	require.NoError(t, err)
+	cc.Submit(now, 1, core.SubmitOne, []core.Spec{{Pool: "p", Kind: "k", Key: "fenced"}})
+	out := cc.Ready()
+	require.NotEmpty(t, out.Mutations)
+	stale, err := fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: oldEpoch, Time: fsm.Nanos(now), Mutations: out.Mutations})
+	require.NoError(t, err)
+
+	// Lose leadership and regain it: two new epochs.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	other, err := first.TransferLeadership(ctx, "")
+	require.NoError(t, err)
+	require.NotEqual(t, first.ID(), other)
+	second := c.leader()
+	require.Equal(t, other, second.ID())
+	back, err := second.TransferLeadership(ctx, first.ID())
+	require.NoError(t, err)
+	require.Equal(t, first.ID(), back)
+	require.Equal(t, first, c.leader())
+	require.Greater(t, first.Epoch(), oldEpoch+1)
+
+	// The old batch reaches the log now: every FSM refuses it.
+	f := first.raft.Apply(stale, 0)
+	require.NoError(t, f.Error())
+	rerr, _ := f.Response().(error)
+	require.ErrorIs(t, rerr, fsm.ErrStaleEpoch)
+	c.converged()
+	for _, n := range c.live() {
+		_, ok := n.state.GetByKey("fenced")
+		require.False(t, ok, "node %s applied a fenced batch", n.ID())
+	}
+
+	// Control: the same mutations under the current epoch are accepted, so
+	// the refusal above was the epoch's doing.
+	current, err := fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: first.state.Epoch(), Time: fsm.Nanos(now), Mutations: out.Mutations})
+	require.NoError(t, err)
+	f = first.raft.Apply(current, 0)
+	require.NoError(t, f.Error())
+	require.Nil(t, f.Response())
+	c.converged()
+	for _, n := range c.live() {
+		_, ok := n.state.GetByKey("fenced")
+		require.True(t, ok)
+	}
+}
+
+func TestDataDirOfAnotherNodeRefused(t *testing.T) {
+	c := newTestCluster(t)
+	cfg := c.config("n1")
+	cfg.Dev = true
+	n := c.start(cfg)
+	c.stop(n.ID())
+
+	cfg.NodeID = "n2"
+	_, err := New(cfg)
+	var mismatch *IdentityMismatchError
+	require.ErrorAs(t, err, &mismatch)
+	require.Equal(t, "n1", mismatch.Stored)
+	require.Equal(t, "n2", mismatch.Requested)
+
+	// The original id still starts, with its data.
+	cfg.NodeID = "n1"
+	n = c.start(cfg)
+	require.Equal(t, "n1", n.ID())
+}
+
+func TestDevMode(t *testing.T) {
+	c := newTestCluster(t)
+	cfg := c.config("d1")
+	cfg.DataDir = ""
+	cfg.Dev = true
+	start := time.Now()
+	n := c.start(cfg)
+	eng, err := func() (*engine.Engine, error) {
+		var eng *engine.Engine
+		var err error
+		require.Eventually(t, func() bool { eng, err = n.Engine(); return err == nil }, 5*time.Second, 5*time.Millisecond)
+		return eng, err
+	}()
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), 2*time.Second, "dev mode must be ready in under 2 seconds")
+	dir := n.DataDir()
+	require.DirExists(t, dir)
+
+	subs, errs, err := eng.Submit(context.Background(), core.SubmitOne, []core.Spec{{Pool: "p", Kind: "k"}})
+	require.NoError(t, err)
+	require.Empty(t, errs)
+	state, err := n.ConsistentState(context.Background())
+	require.NoError(t, err)
+	_, ok := state.Get(subs[0].ID)
+	require.True(t, ok)
+	require.Equal(t, HealthOK, n.Health().Status, "%v", n.Health().Reasons)
+
+	c.stop(n.ID())
+	require.NoDirExists(t, dir)
+	require.NoError(t, n.Shutdown(context.Background()), "shutdown is idempotent")
+	_, err = n.Engine()
+	require.Error(t, err)
+	require.True(t, errors.As(err, new(*NotLeaderError)))
+}
+
+// reconcilePasses waits until the leader has run at least k more
+// reconciliation passes.
+func reconcilePasses(t *testing.T, leader *Node, k uint64) {
+	t.Helper()
+	start := leader.reconcileRuns.Load()
+	require.Eventually(t, func() bool { return leader.reconcileRuns.Load() >= start+k }, 10*time.Second, 5*time.Millisecond)
+}
+
+func TestMembership(t *testing.T) {
+	c := newTestCluster(t)
+	var cfgs []Config
+	var join []string
+	for _, name := range []string{"n1", "n2", "n3"} {
+		cfg := c.config(name)
+		cfg.BootstrapExpect = 3
+		cfg.DeadServerTimeout = 2 * time.Second
+		cfgs = append(cfgs, cfg)
+		join = append(join, cfg.GossipAddr)
+	}
+	for _, cfg := range cfgs {
+		cfg.Join = join
+		c.start(cfg)
+	}
+	leader := c.leader()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := c.submitKey(ctx, "before-n4")
+	require.NoError(t, err)
+
+	// A fourth node without bootstrap-expect joins through one address: it
+	// is added as a non-voter, then promoted once stable and caught up.
+	cfg4 := c.config("n4")
+	cfg4.DeadServerTimeout = 2 * time.Second
+	cfg4.Join = []string{cfgs[1].GossipAddr}
+	n4 := c.start(cfg4)
+	require.Eventually(t, func() bool {
+		v, ok := peerMap(t, leader)["n4"]
+		return ok && !v
+	}, 10*time.Second, 2*time.Millisecond, "n4 never seen as a non-voter")
+	require.Eventually(t, func() bool { return peerMap(t, leader)["n4"] }, 10*time.Second, 10*time.Millisecond, "n4 not promoted")
+	c.converged()
+	_, ok := n4.state.GetByKey("before-n4")
+	require.True(t, ok, "n4 caught up")
+
+	// remove-peer: refused for an unknown id; shrinks the configuration;
+	// the node, still gossiping, is not added back.
+	err = leader.RemovePeer(ctx, "nope")
+	require.ErrorIs(t, err, ErrUnknownPeer)
+	var nle *NotLeaderError
+	require.ErrorAs(t, c.node("n2").RemovePeer(ctx, "n4"), &nle)
+	if leader.ID() != "n2" {
+		require.Equal(t, leader.ID(), nle.LeaderID)
+	}
+	require.NoError(t, leader.RemovePeer(ctx, "n4"))
+	require.Equal(t, map[string]bool{"n1": true, "n2": true, "n3": true}, peerMap(t, leader))
+	reconcilePasses(t, leader, 3)
+	require.Equal(t, map[string]bool{"n1": true, "n2": true, "n3": true}, peerMap(t, leader))
+	m, ok := leader.members.get("n4")
+	require.True(t, ok)
+	require.Equal(t, StatusAlive, m.Status, "n4 still gossips")
+	c.converged()
+	for _, n := range c.live() {
+		require.True(t, n.state.Tombstoned("n4"), "tombstone on %s", n.ID())
+	}
+
+	// Readmitted, it comes back as a voter.
+	require.NoError(t, leader.Readmit(ctx, "n4"))
+	require.Eventually(t, func() bool { return peerMap(t, leader)["n4"] }, 10*time.Second, 10*time.Millisecond, "n4 not readmitted")
+
+	// transfer-leadership: to any voter, then to a named one.
+	newID, err := leader.TransferLeadership(ctx, "")
+	require.NoError(t, err)
+	require.NotEqual(t, leader.ID(), newID)
+	leader = c.leader()
+	require.Equal(t, newID, leader.ID())
+	target := "n1"
+	if leader.ID() == "n1" {
+		target = "n2"
+	}
+	_, err = leader.TransferLeadership(ctx, "ghost")
+	require.ErrorIs(t, err, ErrUnknownPeer)
+	got, err := leader.TransferLeadership(ctx, target)
+	require.NoError(t, err)
+	require.Equal(t, target, got)
+	leader = c.leader()
+	require.Equal(t, target, leader.ID())
+	self, err := leader.TransferLeadership(ctx, leader.ID())
+	require.NoError(t, err)
+	require.Equal(t, leader.ID(), self, "transfer to the leader itself is a no-op")
+
+	// A fifth node with leave-on-terminate joins, then leaves: it is
+	// removed from the configuration and shows as left.
+	cfg5 := c.config("n5")
+	cfg5.Join = []string{cfgs[0].GossipAddr}
+	cfg5.LeaveOnTerminate = true
+	c.start(cfg5)
+	require.Eventually(t, func() bool { return peerMap(t, leader)["n5"] }, 10*time.Second, 10*time.Millisecond, "n5 not promoted")
+	c.stop("n5")
+	require.Eventually(t, func() bool {
+		_, in := peerMap(t, leader)["n5"]
+		m, _ := leader.members.get("n5")
+		return !in && m.Status == StatusLeft
+	}, 10*time.Second, 10*time.Millisecond, "n5 did not leave")
+
+	// Four voters: a killed follower shows failed within seconds and is
+	// removed after DeadServerTimeout (three voters remain).
+	victim := "n4"
+	c.stop(victim)
+	killedAt := time.Now()
+	require.Eventually(t, func() bool {
+		m, _ := leader.members.get(victim)
+		return m.Status == StatusFailed
+	}, 10*time.Second, 10*time.Millisecond, "%s not failed", victim)
+	t.Logf("failure detected after %s", time.Since(killedAt))
+	h := leader.Health()
+	require.Equal(t, HealthDegraded, h.Status)
+	require.Contains(t, fmt.Sprint(h.Reasons), "voter n4 is failed")
+	require.Eventually(t, func() bool {
+		_, in := peerMap(t, leader)[victim]
+		return !in
+	}, 15*time.Second, 10*time.Millisecond, "%s not removed", victim)
+	require.GreaterOrEqual(t, time.Since(killedAt), 2*time.Second, "removed before DeadServerTimeout")
+	require.Eventually(t, func() bool { return leader.Health().Status == HealthOK }, 5*time.Second, 10*time.Millisecond)
+
+	// Three voters: a killed follower stays a voter (MinVoters 3).
+	var follower string
+	for _, n := range c.live() {
+		if n != leader {
+			follower = n.ID()
+			break
+		}
+	}
+	c.stop(follower)
+	require.Eventually(t, func() bool {
+		m, _ := leader.members.get(follower)
+		return m.Status == StatusFailed && time.Since(m.Since) > 2*time.Second
+	}, 15*time.Second, 10*time.Millisecond)
+	reconcilePasses(t, leader, 3)
+	require.True(t, peerMap(t, leader)[follower], "%s removed below MinVoters", follower)
+	_, err = c.submitKey(ctx, "after")
+	require.NoError(t, err, "two of three voters still commit")
+}

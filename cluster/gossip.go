@@ -1,0 +1,231 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
+)
+
+// publishMeta encodes m and makes it the metadata memberlist serves.
+func (n *Node) publishMeta(m nodeMeta) error {
+	b, err := encodeMeta(m)
+	if err != nil {
+		return err
+	}
+	n.gossip.meta.Store(&b)
+	return nil
+}
+
+// metaLoop keeps this node's gossip metadata current: whether it has raft
+// state, and its applied index while it is not a voter.
+func (n *Node) metaLoop() {
+	defer n.loopsWG.Done()
+	t := time.NewTicker(n.cfg.MetaRefreshInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.shutdownCh:
+			return
+		case <-t.C:
+		}
+		if err := n.refreshMeta(); err != nil {
+			n.loops.meta.fail(err)
+			n.logger.Debug("refreshing gossip metadata", "error", err)
+			continue
+		}
+		n.loops.meta.ok()
+	}
+}
+
+func (n *Node) refreshMeta() error {
+	hasState := n.raft.LastIndex() > 0
+	voter := false
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			if string(s.ID) == n.id && s.Suffrage == raft.Voter {
+				voter = true
+			}
+		}
+	}
+	var applied uint64
+	if !voter {
+		applied = n.raft.AppliedIndex()
+	}
+
+	n.metaMu.Lock()
+	m := n.meta
+	m.HasState = m.HasState || hasState
+	m.Applied = applied
+	changed := m != n.meta
+	if changed {
+		if err := n.publishMeta(m); err != nil {
+			n.metaMu.Unlock()
+			return err
+		}
+		n.meta = m
+	}
+	n.metaMu.Unlock()
+	if !changed {
+		return nil
+	}
+	if err := n.ml.UpdateNode(n.cfg.MetaRefreshInterval * 5); err != nil {
+		// The update goes out with the next gossip round anyway.
+		n.logger.Debug("gossip metadata update not confirmed", "error", err)
+	}
+	return nil
+}
+
+// bootstrapLoop bootstraps raft once bootstrap-expect is satisfied (see
+// decideBootstrap), re-deciding on every membership event and periodically.
+func (n *Node) bootstrapLoop() {
+	defer n.loopsWG.Done()
+	t := time.NewTicker(n.cfg.MetaRefreshInterval)
+	defer t.Stop()
+	for {
+		hasState := n.raft.LastIndex() > 0
+		d := decideBootstrap(n.id, n.cfg.BootstrapExpect, hasState, n.Members())
+		if d.Final {
+			n.logger.Debug("not bootstrapping", "reason", d.Reason)
+			n.loops.bootstrap.ok()
+			return
+		}
+		if len(d.Servers) > 0 {
+			n.logger.Info("bootstrapping raft", "servers", fmt.Sprint(d.Servers))
+			err := n.await(context.Background(), n.raft.BootstrapCluster(raft.Configuration{Servers: d.Servers}))
+			if err == nil || errors.Is(err, raft.ErrCantBootstrap) {
+				n.loops.bootstrap.ok()
+				if err := n.refreshMeta(); err != nil {
+					n.logger.Warn("refreshing gossip metadata after bootstrap", "error", err)
+				}
+				return
+			}
+			n.loops.bootstrap.fail(err)
+			n.logger.Error("bootstrapping raft failed", "error", err)
+		} else {
+			n.logger.Debug("waiting to bootstrap", "reason", d.Reason)
+		}
+		select {
+		case <-n.shutdownCh:
+			return
+		case <-n.bootstrapCh:
+		case <-t.C:
+		}
+	}
+}
+
+// joinLoop joins the gossip pool through addrs, retrying with backoff until
+// some node other than this one answered.
+func (n *Node) joinLoop(addrs []string) {
+	defer n.loopsWG.Done()
+	backoff := n.cfg.JoinRetryMin
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		targets := n.joinTargets(ctx, addrs)
+		cancel()
+		if len(targets) == 0 {
+			n.logger.Debug("join list names only this node")
+			n.loops.join.ok()
+			return
+		}
+		joined, err := n.ml.Join(targets)
+		if joined > 0 {
+			n.logger.Info("joined the gossip pool", "contacted", joined)
+			n.loops.join.ok()
+			return
+		}
+		if err == nil {
+			err = errors.New("no node answered")
+		}
+		n.loops.join.fail(err)
+		n.logger.Warn("join failed, retrying", "addrs", fmt.Sprint(targets), "in", backoff, "error", err)
+		if !n.sleepOrShutdown(backoff) {
+			return
+		}
+		backoff = min(2*backoff, n.cfg.JoinRetryMax)
+	}
+}
+
+// Join adds this node to the gossip pool through addrs (as the agent's
+// -join does, once). It returns how many nodes answered.
+func (n *Node) Join(addrs []string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	targets := n.joinTargets(ctx, addrs)
+	if len(targets) == 0 {
+		return 0, nil
+	}
+	joined, err := n.ml.Join(targets)
+	if joined > 0 {
+		return joined, nil
+	}
+	return 0, fmt.Errorf("joining %v: %w", targets, err)
+}
+
+// joinTargets normalises addrs (default port) and drops this node's own
+// gossip address, so that one join list can be given to every node.
+func (n *Node) joinTargets(ctx context.Context, addrs []string) []string {
+	self, err := netip.ParseAddrPort(n.gossipAddr)
+	if err != nil {
+		return addrs
+	}
+	var out []string
+	for _, a := range addrs {
+		a = parseJoinAddr(a)
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			out = append(out, a)
+			continue
+		}
+		if port != fmt.Sprint(self.Port()) {
+			out = append(out, a)
+			continue
+		}
+		ips := []netip.Addr{}
+		if ip, err := netip.ParseAddr(host); err == nil {
+			ips = append(ips, ip)
+		} else if resolved, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host); err == nil {
+			ips = resolved
+		}
+		isSelf := false
+		for _, ip := range ips {
+			if ip.Unmap() == self.Addr().Unmap() {
+				isSelf = true
+			}
+		}
+		if !isSelf {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// sleepOrShutdown waits d; it reports false if the node shut down first.
+func (n *Node) sleepOrShutdown(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-n.shutdownCh:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Members returns every gossip member this node knows of, itself included,
+// sorted by name; failed and left members stay listed (with the time they
+// entered that status) until reaped after MemberReapTime.
+func (n *Node) Members() []Member {
+	suspects := make(map[string]bool)
+	for _, m := range n.ml.Members() {
+		if m.State == memberlist.StateSuspect {
+			suspects[m.Name] = true
+		}
+	}
+	return n.members.list(suspects)
+}

@@ -1,0 +1,365 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/cronoq/cronoq/engine"
+	"github.com/cronoq/cronoq/engine/core"
+	"github.com/cronoq/cronoq/fsm"
+)
+
+// transferRequest asks the leader loop to hand leadership to ID (any voter
+// when empty).
+type transferRequest struct {
+	id   raft.ServerID
+	addr raft.ServerAddress
+	resp chan error
+}
+
+// monitorLeadership is the only reader of raft's LeaderCh. Each term of
+// leadership runs leaderLoop under its own context; on loss the context is
+// cancelled and the loop is waited for before anything else happens. A true
+// after a true means leadership was lost and regained in between: the old
+// term is torn down and a new one started.
+func (n *Node) monitorLeadership() {
+	defer n.leaderWG.Done()
+	leaderCh := n.raft.LeaderCh()
+	var (
+		cancel context.CancelFunc
+		done   chan struct{}
+	)
+	stop := func() {
+		if cancel != nil {
+			cancel()
+			<-done
+			cancel = nil
+		}
+	}
+	start := func() {
+		var ctx context.Context
+		ctx, cancel = context.WithCancel(context.Background())
+		done = make(chan struct{})
+		go func(done chan struct{}) {
+			defer close(done)
+			n.leaderLoop(ctx)
+		}(done)
+	}
+	for {
+		select {
+		case isLeader := <-leaderCh:
+			switch {
+			case isLeader && cancel != nil:
+				n.logger.Warn("leadership lost and regained: re-establishing")
+				stop()
+				start()
+			case isLeader:
+				n.logger.Info("gained leadership")
+				start()
+			case cancel != nil:
+				n.logger.Info("lost leadership")
+				stop()
+			}
+		case <-n.shutdownCh:
+			stop()
+			return
+		}
+	}
+}
+
+// leaderLoop runs one term of leadership: establish (barrier, epoch bump,
+// engine start), then reconcile membership periodically and on events, and
+// re-establish when the engine stops by itself (a failed commit). The
+// engine is stopped when the loop returns.
+func (n *Node) leaderLoop(ctx context.Context) {
+	defer n.revoke()
+	rs := newReconcileState()
+	ticker := time.NewTicker(n.cfg.ReconcileInterval)
+	defer ticker.Stop()
+	var (
+		eng     *engine.Engine
+		engDone <-chan struct{}
+	)
+	for {
+		if engDone == nil {
+			var err error
+			eng, err = n.establish(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				n.loops.leadership.fail(err)
+				n.logger.Error("failed to establish leadership", "error", err)
+				n.revoke()
+				wait := n.cfg.EstablishRetryInterval
+				if n.transfer(ctx, "", "") == nil {
+					// Someone else takes over; the term ends shortly.
+					wait = 2 * n.cfg.ElectionTimeout
+				}
+				if !sleepCtx(ctx, wait) {
+					return
+				}
+				continue
+			}
+			n.loops.leadership.ok()
+			engDone = eng.Done()
+		}
+
+		if err := n.reconcile(ctx, rs); err != nil && ctx.Err() == nil {
+			n.loops.reconcile.fail(err)
+			n.logger.Warn("reconcile failed", "error", err)
+		} else if err == nil {
+			n.loops.reconcile.ok()
+		}
+
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-n.reconcileCh:
+		case <-engDone:
+			err := eng.Err()
+			n.logger.Error("engine stopped while leading: re-establishing", "error", err)
+			n.loops.leadership.fail(fmt.Errorf("engine stopped: %w", err))
+			n.revoke()
+			engDone = nil
+		case req := <-n.transferCh:
+			n.revoke()
+			engDone = nil
+			err := n.transfer(ctx, req.id, req.addr)
+			req.resp <- err
+			if err == nil && !sleepCtx(ctx, 2*n.cfg.ElectionTimeout) {
+				return
+			}
+		}
+	}
+}
+
+// sleepCtx waits d or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// transfer hands leadership to id (any voter when empty), trying three
+// times. A successful transfer ends the term, so the futures are awaited
+// under their own deadline rather than the term's context (raft answers a
+// transfer within an election timeout).
+func (n *Node) transfer(ctx context.Context, id raft.ServerID, addr raft.ServerAddress) error {
+	if !n.hasOtherVoters() {
+		return errors.New("no other voter to transfer leadership to")
+	}
+	var err error
+	for range 3 {
+		var f raft.Future
+		if id == "" {
+			f = n.raft.LeadershipTransfer()
+		} else {
+			f = n.raft.LeadershipTransferToServer(id, addr)
+		}
+		fctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.ElectionTimeout+n.cfg.RaftIOTimeout)
+		err = n.await(fctx, f)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		n.logger.Warn("leadership transfer failed", "to", id, "error", err)
+		if ctx.Err() != nil || errors.Is(err, ErrShutdown) {
+			break
+		}
+	}
+	return fmt.Errorf("transferring leadership: %w", err)
+}
+
+// establish makes this node a serving leader: it waits until everything
+// committed before its term is applied (barrier), commits a new epoch,
+// rebuilds an engine from the FSM and starts it.
+func (n *Node) establish(ctx context.Context) (*engine.Engine, error) {
+	if err := n.await(ctx, n.raft.Barrier(n.cfg.BarrierTimeout)); err != nil {
+		return nil, fmt.Errorf("barrier: %w", err)
+	}
+	next := n.state.Epoch() + 1
+	data, err := fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: next, Leader: n.id, Time: fsm.Nanos(n.now())})
+	if err != nil {
+		return nil, fmt.Errorf("encoding epoch bump: %w", err)
+	}
+	resp, err := n.applyAwait(ctx, data)
+	if err != nil {
+		return nil, fmt.Errorf("committing epoch bump: %w", err)
+	}
+	var epoch uint64
+	switch r := resp.(type) {
+	case uint64:
+		epoch = r
+	case error:
+		return nil, fmt.Errorf("epoch bump refused: %w", r)
+	default:
+		return nil, fmt.Errorf("epoch bump: unexpected response %T", resp)
+	}
+
+	ccfg := n.cfg.Engine.Core
+	if ccfg.Seed == 0 {
+		ccfg.Seed = randomSeed()
+	}
+	c, err := core.Recover(ccfg, n.state.View(), epoch, n.now())
+	if err != nil {
+		return nil, fmt.Errorf("recovering engine at epoch %d: %w", epoch, err)
+	}
+	ecfg := n.cfg.Engine
+	ecfg.Core = ccfg
+	if ecfg.Logger == nil {
+		ecfg.Logger = n.logger.Named("engine")
+	}
+	eng := engine.New(ecfg, c, raftLog{n: n})
+	if err := eng.Start(ctx); err != nil {
+		return nil, fmt.Errorf("starting engine at epoch %d: %w", epoch, err)
+	}
+	n.mu.Lock()
+	n.eng, n.epoch, n.ready = eng, epoch, true
+	n.mu.Unlock()
+	n.logger.Info("leadership established", "epoch", epoch)
+	return eng, nil
+}
+
+// revoke stops serving: it clears readiness, then stops the engine and waits
+// for it.
+func (n *Node) revoke() {
+	n.mu.Lock()
+	eng := n.eng
+	n.eng, n.ready = nil, false
+	n.mu.Unlock()
+	if eng != nil {
+		eng.Stop()
+	}
+}
+
+func randomSeed() uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		// crypto/rand never fails on supported platforms; fall back to the
+		// clock rather than a constant.
+		return uint64(time.Now().UnixNano())
+	}
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// Engine returns the engine of this node while it is the leader and ready
+// to serve, or a *NotLeaderError naming the leader.
+func (n *Node) Engine() (*engine.Engine, error) {
+	n.mu.Lock()
+	eng, ready := n.eng, n.ready
+	n.mu.Unlock()
+	if eng != nil && ready && n.raft.State() == raft.Leader {
+		return eng, nil
+	}
+	return nil, n.notLeader(nil)
+}
+
+// Epoch returns the epoch of this node's engine while it leads and is ready
+// (0 otherwise).
+func (n *Node) Epoch() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.ready {
+		return 0
+	}
+	return n.epoch
+}
+
+// notLeader builds the *NotLeaderError for this node's current view; cause
+// overrides the reason when not nil.
+func (n *Node) notLeader(cause error) *NotLeaderError {
+	id, addr := n.Leader()
+	e := &NotLeaderError{LeaderID: id, LeaderHTTPAddr: addr, Err: cause}
+	if e.Err == nil {
+		switch {
+		case id == "":
+			e.Err = ErrNoLeader
+		case id == n.id:
+			e.Err = ErrNotReady
+		default:
+			e.Err = raft.ErrNotLeader
+		}
+	}
+	return e
+}
+
+// requireReady returns nil when this node leads and its engine is serving.
+func (n *Node) requireReady() error {
+	_, err := n.Engine()
+	return err
+}
+
+// raftLog is the engine's view of the raft log.
+type raftLog struct{ n *Node }
+
+var _ engine.Log = raftLog{}
+
+// Append implements engine.Log: it hands data to raft without waiting for
+// the commit. Entries appended from one goroutine reach raft in call order.
+func (l raftLog) Append(data []byte) (engine.Pending, error) {
+	n := l.n
+	if n.raft.State() != raft.Leader {
+		return nil, n.notLeader(raft.ErrNotLeader)
+	}
+	if !n.futures.add() {
+		return nil, ErrShutdown
+	}
+	f := n.raft.Apply(data, 0)
+	p := &pending{done: make(chan struct{})}
+	go func() {
+		defer n.futures.done()
+		p.err = n.applyError(f)
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// applyError turns the result of an apply future into the engine's terms.
+func (n *Node) applyError(f raft.ApplyFuture) error {
+	err := f.Error()
+	if err == nil {
+		if rerr, ok := f.Response().(error); ok && rerr != nil {
+			return rerr
+		}
+		return nil
+	}
+	switch {
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown):
+		// The entry may still commit in a later term.
+		return fmt.Errorf("%w: %w", engine.ErrOutcomeUnknown, err)
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return n.notLeader(err)
+	default:
+		// ErrEnqueueTimeout, ErrAbortedByRestore: not appended.
+		return fmt.Errorf("appending to the raft log: %w", err)
+	}
+}
+
+// pending is one appended entry.
+type pending struct {
+	done chan struct{}
+	err  error
+}
+
+// Wait implements engine.Pending.
+func (p *pending) Wait(ctx context.Context) error {
+	select {
+	case <-p.done:
+		return p.err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", engine.ErrOutcomeUnknown, ctx.Err())
+	}
+}

@@ -1,0 +1,63 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// metaVersion is the first byte of the gossip metadata of a cronoq node. A
+// node whose metadata starts with anything else is not one of ours.
+const metaVersion byte = 1
+
+// errNotCronoq marks gossip metadata that is not a cronoq node's.
+var errNotCronoq = errors.New("not a cronoq node")
+
+// nodeMeta is what a node tells every other node through gossip.
+type nodeMeta struct {
+	ID       string `msgpack:"id"`
+	RaftAddr string `msgpack:"ra"`
+	HTTPAddr string `msgpack:"ha,omitempty"`
+	Version  string `msgpack:"v,omitempty"`
+	// Expect is the node's -bootstrap-expect (0 = none).
+	Expect int `msgpack:"be,omitempty"`
+	// HasState reports that the node has raft state (it bootstrapped,
+	// joined a cluster, or restarted from a data dir that had).
+	HasState bool `msgpack:"hs,omitempty"`
+	// Applied is the node's raft applied index. It is published while the
+	// node is not a voter, so that the leader can tell when it caught up.
+	Applied uint64 `msgpack:"ai,omitempty"`
+}
+
+// encodeMeta encodes m and checks that it fits memberlist's limit.
+func encodeMeta(m nodeMeta) ([]byte, error) {
+	b, err := msgpack.Marshal(&m)
+	if err != nil {
+		return nil, fmt.Errorf("encoding node meta: %w", err)
+	}
+	out := make([]byte, 0, len(b)+1)
+	out = append(out, metaVersion)
+	out = append(out, b...)
+	if len(out) > memberlist.MetaMaxSize {
+		return nil, fmt.Errorf("encoding node meta: %d bytes exceeds the gossip limit of %d (shorten the node id or addresses)",
+			len(out), memberlist.MetaMaxSize)
+	}
+	return out, nil
+}
+
+// decodeMeta decodes gossip metadata written by encodeMeta.
+func decodeMeta(b []byte) (nodeMeta, error) {
+	var m nodeMeta
+	if len(b) == 0 || b[0] != metaVersion {
+		return m, errNotCronoq
+	}
+	if err := msgpack.Unmarshal(b[1:], &m); err != nil {
+		return m, fmt.Errorf("decoding node meta: %w", err)
+	}
+	if m.ID == "" || m.RaftAddr == "" {
+		return m, fmt.Errorf("decoding node meta: %w: missing id or raft address", errNotCronoq)
+	}
+	return m, nil
+}

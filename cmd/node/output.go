@@ -1,0 +1,362 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cronoq/cronoq/client"
+)
+
+// writeJSON writes v as one indented JSON value.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("writing output: %w", err)
+	}
+	return nil
+}
+
+// jsonTime is an instant in RFC 3339 (UTC), or null when unset.
+func jsonTime(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	s := t.UTC().Format(time.RFC3339Nano)
+	return &s
+}
+
+// taskJSON is the task object of the CLI's JSON output. Every field is
+// always present except that bytes which are not valid UTF-8 appear as
+// payload_base64 / output_base64 instead of payload / output. Unset instants
+// are null.
+type taskJSON struct {
+	ID            string            `json:"id"`
+	Pool          string            `json:"pool"`
+	Kind          string            `json:"kind"`
+	Key           string            `json:"key"`
+	Status        string            `json:"status"`
+	Attempt       int               `json:"attempt"`
+	MaxAttempts   int               `json:"max_attempts"`
+	Priority      string            `json:"priority"`
+	Labels        map[string]string `json:"labels"`
+	Tags          map[string]string `json:"tags"`
+	Payload       *string           `json:"payload,omitempty"`
+	PayloadBase64 *string           `json:"payload_base64,omitempty"`
+	Output        *string           `json:"output,omitempty"`
+	OutputBase64  *string           `json:"output_base64,omitempty"`
+	Error         string            `json:"error"`
+	SubmittedAt   *string           `json:"submitted_at"`
+	RunAt         *string           `json:"run_at"`
+	StartedAt     *string           `json:"started_at"`
+	FinishedAt    *string           `json:"finished_at"`
+	UpdatedAt     *string           `json:"updated_at"`
+	Deadline      *string           `json:"deadline"`
+	TimeoutMs     int64             `json:"timeout_ms"`
+	Lease         uint64            `json:"lease"`
+	Schedule      string            `json:"schedule"`
+	Slot          *string           `json:"slot"`
+}
+
+func newTaskJSON(t *client.Task) taskJSON {
+	j := taskJSON{
+		ID:          t.ID,
+		Pool:        t.Pool,
+		Kind:        t.Kind,
+		Key:         t.Key,
+		Status:      t.Status,
+		Attempt:     t.Attempt,
+		MaxAttempts: t.MaxAttempts,
+		Priority:    t.Priority,
+		Labels:      nonNil(t.Labels),
+		Tags:        nonNil(t.Tags),
+		Error:       t.Error,
+		SubmittedAt: jsonTime(t.SubmittedAt),
+		RunAt:       jsonTime(t.RunAt),
+		StartedAt:   jsonTime(t.StartedAt),
+		FinishedAt:  jsonTime(t.FinishedAt),
+		UpdatedAt:   jsonTime(t.UpdatedAt),
+		Deadline:    jsonTime(t.Deadline),
+		TimeoutMs:   t.Timeout.Milliseconds(),
+		Lease:       t.Lease,
+		Schedule:    t.Schedule,
+		Slot:        jsonTime(t.Slot),
+	}
+	if j.Priority == "" {
+		j.Priority = client.PriorityNormal
+	}
+	j.Payload, j.PayloadBase64 = textOrBase64(t.Payload)
+	j.Output, j.OutputBase64 = textOrBase64(t.Output)
+	return j
+}
+
+// textOrBase64 returns b as text when it is valid UTF-8, else as base64.
+func textOrBase64(b []byte) (text, b64 *string) {
+	if utf8.Valid(b) {
+		s := string(b)
+		return &s, nil
+	}
+	s := base64.StdEncoding.EncodeToString(b)
+	return nil, &s
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// listJSON is the output of `list -o json`.
+type listJSON struct {
+	Tasks []taskJSON `json:"tasks"`
+	Next  string     `json:"next"`
+}
+
+func newListJSON(tasks []*client.Task, next string) listJSON {
+	out := listJSON{Tasks: make([]taskJSON, 0, len(tasks)), Next: next}
+	for _, t := range tasks {
+		if t != nil {
+			out.Tasks = append(out.Tasks, newTaskJSON(t))
+		}
+	}
+	return out
+}
+
+// scheduleJSON is one schedule of `recurring list -o json`.
+type scheduleJSON struct {
+	Name         string  `json:"name"`
+	Cron         string  `json:"cron"`
+	TZ           string  `json:"tz"`
+	Pool         string  `json:"pool"`
+	Kind         string  `json:"kind"`
+	NextFire     *string `json:"next_fire"`
+	LastFire     *string `json:"last_fire"`
+	Paused       bool    `json:"paused"`
+	Overlap      string  `json:"overlap"`
+	CatchUp      string  `json:"catch_up"`
+	CatchUpLimit int     `json:"catch_up_limit"`
+	Fires        uint64  `json:"fires"`
+	Skipped      uint64  `json:"skipped"`
+	LastTask     string  `json:"last_task"`
+}
+
+func newScheduleJSON(s client.Schedule) scheduleJSON {
+	return scheduleJSON{
+		Name:         s.Name,
+		Cron:         s.Cron,
+		TZ:           zoneName(s.TZ),
+		Pool:         s.Task.Pool,
+		Kind:         s.Task.Kind,
+		NextFire:     jsonTime(s.NextFire),
+		LastFire:     jsonTime(s.LastFire),
+		Paused:       s.Paused,
+		Overlap:      orDefault(s.Overlap, client.OverlapSkip),
+		CatchUp:      orDefault(s.CatchUp, client.CatchUpOnce),
+		CatchUpLimit: s.CatchUpLimit,
+		Fires:        s.Fires,
+		Skipped:      s.Skipped,
+		LastTask:     s.LastTask,
+	}
+}
+
+// zoneName is the name of a schedule's zone; "" means UTC.
+func zoneName(tz string) string {
+	if tz == "" {
+		return "UTC"
+	}
+	return tz
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// memberJSON is one node of `members -o json`.
+type memberJSON struct {
+	Name     string `json:"name"`
+	Addr     string `json:"addr"`
+	Status   string `json:"status"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+	Version  string `json:"version"`
+}
+
+// peerJSON is one server of `operator raft list-peers -o json`.
+type peerJSON struct {
+	ID      string `json:"id"`
+	Address string `json:"address"`
+	Voter   bool   `json:"voter"`
+	Leader  bool   `json:"leader"`
+}
+
+// healthJSON is the output of `health -o json`.
+type healthJSON struct {
+	Node    string   `json:"node"`
+	Leader  string   `json:"leader"`
+	Epoch   uint64   `json:"epoch"`
+	Status  string   `json:"status"`
+	Reasons []string `json:"reasons"`
+}
+
+// textTime formats an instant for people: RFC 3339 in UTC, whole seconds.
+func textTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// textKVs formats a label map as "a=1, b=2" in key order.
+func textKVs(m map[string]string) string {
+	if len(m) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		keys[i] = k + "=" + m[k]
+	}
+	return strings.Join(keys, ", ")
+}
+
+// writeTaskText writes a task as "field: value" lines; unset fields are
+// left out, and a multi-line payload or output follows, indented, on the
+// lines after its field name.
+func writeTaskText(w io.Writer, t *client.Task) error {
+	type field struct{ name, value string }
+	attempt := strconv.Itoa(t.Attempt)
+	if t.MaxAttempts > 0 {
+		attempt += " of " + strconv.Itoa(t.MaxAttempts)
+	}
+	fields := []field{
+		{"id", t.ID},
+		{"status", t.Status},
+		{"pool", t.Pool},
+		{"kind", t.Kind},
+		{"key", t.Key},
+		{"priority", orDefault(t.Priority, client.PriorityNormal)},
+		{"attempt", attempt},
+		{"labels", textKVs(t.Labels)},
+		{"tags", textKVs(t.Tags)},
+		{"submitted at", timeOrEmpty(t.SubmittedAt)},
+		{"run at", timeOrEmpty(t.RunAt)},
+		{"started at", timeOrEmpty(t.StartedAt)},
+		{"finished at", timeOrEmpty(t.FinishedAt)},
+		{"deadline", timeOrEmpty(t.Deadline)},
+		{"timeout", durationOrEmpty(t.Timeout)},
+		{"lease", uintOrEmpty(t.Lease)},
+		{"schedule", t.Schedule},
+		{"slot", timeOrEmpty(t.Slot)},
+		{"error", t.Error},
+	}
+	var blocks []field
+	for _, b := range []struct {
+		name string
+		data []byte
+	}{{"payload", t.Payload}, {"output", t.Output}} {
+		switch {
+		case len(b.data) == 0:
+		case !utf8.Valid(b.data):
+			fields = append(fields, field{b.name, fmt.Sprintf("(%d bytes, not UTF-8: see -o json)", len(b.data))})
+		case strings.ContainsAny(strings.TrimRight(string(b.data), "\n"), "\n\r"):
+			blocks = append(blocks, field{b.name, string(b.data)})
+		default:
+			fields = append(fields, field{b.name, strings.TrimRight(string(b.data), "\n")})
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+	for _, f := range fields {
+		if f.value != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", f.name, oneLine(f.value))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("writing output: %w", err)
+	}
+	for _, b := range blocks {
+		fmt.Fprintf(w, "%s:\n", b.name)
+		for _, line := range strings.Split(strings.TrimRight(b.value, "\n"), "\n") {
+			fmt.Fprintf(w, "  %s\n", line)
+		}
+	}
+	return nil
+}
+
+func timeOrEmpty(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return textTime(t)
+}
+
+func durationOrEmpty(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
+}
+
+func uintOrEmpty(n uint64) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.FormatUint(n, 10)
+}
+
+// table writes aligned columns with a header row.
+type table struct {
+	tw *tabwriter.Writer
+}
+
+func newTable(w io.Writer, header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
+	t.row(header...)
+	return t
+}
+
+func (t *table) row(cells ...string) {
+	for i, c := range cells {
+		cells[i] = dash(oneLine(c))
+	}
+	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
+}
+
+func (t *table) flush() error {
+	if err := t.tw.Flush(); err != nil {
+		return fmt.Errorf("writing output: %w", err)
+	}
+	return nil
+}
+
+// truncate shortens s to at most n runes for a table cell.
+func truncate(s string, n int) string {
+	s = oneLine(s)
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}

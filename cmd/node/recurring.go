@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/cronoq/cronoq/client"
+	"github.com/cronoq/cronoq/engine/core/cron"
+)
+
+// recurringCommands are the subcommands of `cronoq recurring`.
+var recurringCommands = map[string]command{
+	"add":    {Summary: "Create or replace a recurring schedule", Run: runRecurringAdd},
+	"list":   {Summary: "List the recurring schedules", Run: runRecurringList},
+	"rm":     {Summary: "Remove a recurring schedule", Run: runRecurringRm},
+	"pause":  {Summary: "Pause a recurring schedule (it fires no more until resumed)", Run: runRecurringPause},
+	"resume": {Summary: "Resume a paused recurring schedule", Run: runRecurringResume},
+}
+
+func runRecurring(ctx context.Context, s stdio, args []string) error {
+	return dispatch(ctx, s, "cronoq recurring", recurringCommands, args)
+}
+
+func runRecurringAdd(ctx context.Context, s stdio, args []string) error {
+	c := newCmd("recurring add", "cronoq recurring add NAME -cron EXPR [-tz ZONE] -pool P -kind K [flags]", `
+Create the recurring schedule NAME, or replace the one of that name. At each
+fire it submits a task built from the task flags (-pool, -kind, -payload, ...).
+
+EXPR is five cron fields (minute hour day-of-month month day-of-week), six with
+a leading seconds field, or a descriptor: @yearly, @monthly, @weekly, @daily,
+@hourly, @every DUR (aligned to multiples of DUR since the Unix epoch). Fire
+times are read in the IANA zone -tz (default UTC).
+
+-overlap: skip a fire while the previous task is still live (skip, the
+default), or fire anyway (allow). -catch-up: what to do about fires missed
+while the cluster had no leader: fire once (once, the default), skip them
+(skip), or fire them all up to -catch-up-limit (all).
+
+JSON output: {"name": "...", "next_fire": RFC3339}`)
+	cf := c.clientFlags()
+	tf := c.taskFlags()
+	var sched client.Schedule
+	sched.Overlap, sched.CatchUp = client.OverlapSkip, client.CatchUpOnce
+	c.fs.StringVar(&sched.Cron, "cron", "", "cron `EXPR` (required)")
+	c.fs.StringVar(&sched.TZ, "tz", "", "IANA time `zone` of the expression, such as Europe/Paris (default UTC)")
+	c.fs.Var(enumValue{&sched.Overlap, []string{client.OverlapSkip, client.OverlapAllow}}, "overlap",
+		"`policy` while the previous task is live: skip or allow")
+	c.fs.Var(enumValue{&sched.CatchUp, []string{client.CatchUpOnce, client.CatchUpSkip, client.CatchUpAll}}, "catch-up",
+		"`policy` for fires missed without a leader: once, skip or all")
+	c.fs.Var(intValue{&sched.CatchUpLimit, 1}, "catch-up-limit", "with -catch-up all, at most `N` missed fires (default: the cluster's)")
+	c.fs.BoolVar(&sched.Paused, "paused", false, "create the schedule paused")
+	if err := c.parse(s, args, 1); err != nil {
+		return err
+	}
+	sched.Name = c.args[0]
+	if sched.Name == "" {
+		return c.usageErr("empty schedule NAME")
+	}
+	if sched.Cron == "" {
+		return c.usageErr("-cron is required")
+	}
+	if _, err := cron.Parse(sched.Cron, sched.TZ); err != nil {
+		if errors.Is(err, cron.ErrUnknownZone) {
+			return c.usageErr("invalid -tz: %v", err)
+		}
+		return c.usageErr("invalid -cron: %v", err)
+	}
+	if c.set("catch-up-limit") && sched.CatchUp != client.CatchUpAll {
+		return c.usageErr("-catch-up-limit needs -catch-up all")
+	}
+	spec, err := tf.spec(c, s)
+	if err != nil {
+		return err
+	}
+	sched.Task = spec
+
+	cl, err := cf.connect(nil)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	cctx, cancel := cf.callCtx(ctx)
+	defer cancel()
+	next, err := cl.AddSchedule(cctx, sched)
+	if err != nil {
+		return cf.callError(ctx, err)
+	}
+	if cf.out.json() {
+		return writeJSON(s.Stdout, struct {
+			Name     string  `json:"name"`
+			NextFire *string `json:"next_fire"`
+		}{sched.Name, jsonTime(next)})
+	}
+	if next.IsZero() {
+		_, err = fmt.Fprintf(s.Stdout, "schedule %s saved; no next fire\n", sched.Name)
+	} else {
+		_, err = fmt.Fprintf(s.Stdout, "schedule %s saved; next fire at %s\n", sched.Name, textTime(next))
+	}
+	return err
+}
+
+func runRecurringList(ctx context.Context, s stdio, args []string) error {
+	c := newCmd("recurring list", "cronoq recurring list", `
+List the recurring schedules.
+
+JSON output: [{"name", "cron", "tz", "pool", "kind", "next_fire", "last_fire",
+"paused", "overlap", "catch_up", "catch_up_limit", "fires", "skipped",
+"last_task"}...]`)
+	cf := c.clientFlags()
+	if err := c.parse(s, args, 0); err != nil {
+		return err
+	}
+	cl, err := cf.connect(nil)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	cctx, cancel := cf.callCtx(ctx)
+	defer cancel()
+	scheds, err := cl.ListSchedules(cctx)
+	if err != nil {
+		return cf.callError(ctx, err)
+	}
+	if cf.out.json() {
+		out := make([]scheduleJSON, 0, len(scheds))
+		for _, sc := range scheds {
+			out = append(out, newScheduleJSON(sc))
+		}
+		return writeJSON(s.Stdout, out)
+	}
+	if len(scheds) == 0 {
+		_, err := fmt.Fprintln(s.Stdout, "no schedules")
+		return err
+	}
+	tb := newTable(s.Stdout, "NAME", "CRON", "TZ", "POOL", "KIND", "NEXT FIRE", "LAST FIRE", "FIRES", "PAUSED")
+	for _, sc := range scheds {
+		paused := "no"
+		if sc.Paused {
+			paused = "yes"
+		}
+		tb.row(sc.Name, sc.Cron, zoneName(sc.TZ), sc.Task.Pool, sc.Task.Kind, textTime(sc.NextFire),
+			textTime(sc.LastFire), strconv.FormatUint(sc.Fires, 10), paused)
+	}
+	return tb.flush()
+}
+
+func runRecurringRm(ctx context.Context, s stdio, args []string) error {
+	c := newCmd("recurring rm", "cronoq recurring rm NAME", `
+Remove a recurring schedule. Tasks it already submitted are not affected.
+"removed" is false when there was no schedule of that name.
+
+JSON output: {"name": "...", "removed": true|false}`)
+	cf := c.clientFlags()
+	if err := c.parse(s, args, 1); err != nil {
+		return err
+	}
+	name := c.args[0]
+	if name == "" {
+		return c.usageErr("empty schedule NAME")
+	}
+	cl, err := cf.connect(nil)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	cctx, cancel := cf.callCtx(ctx)
+	defer cancel()
+	removed, err := cl.RemoveSchedule(cctx, name)
+	if err != nil {
+		return cf.callError(ctx, err)
+	}
+	if cf.out.json() {
+		return writeJSON(s.Stdout, struct {
+			Name    string `json:"name"`
+			Removed bool   `json:"removed"`
+		}{name, removed})
+	}
+	if removed {
+		_, err = fmt.Fprintf(s.Stdout, "schedule %s removed\n", name)
+	} else {
+		_, err = fmt.Fprintf(s.Stdout, "no schedule %s; nothing removed\n", name)
+	}
+	return err
+}
+
+func runRecurringPause(ctx context.Context, s stdio, args []string) error {
+	return pauseSchedule(ctx, s, args, true)
+}
+
+func runRecurringResume(ctx context.Context, s stdio, args []string) error {
+	return pauseSchedule(ctx, s, args, false)
+}
+
+func pauseSchedule(ctx context.Context, s stdio, args []string, pause bool) error {
+	name, about := "resume", `
+Resume a paused recurring schedule: it fires again from its next fire time.
+
+JSON output: {"name": "...", "paused": false}`
+	if pause {
+		name, about = "pause", `
+Pause a recurring schedule: it does not fire until resumed.
+
+JSON output: {"name": "...", "paused": true}`
+	}
+	c := newCmd("recurring "+name, "cronoq recurring "+name+" NAME", about)
+	cf := c.clientFlags()
+	if err := c.parse(s, args, 1); err != nil {
+		return err
+	}
+	sname := c.args[0]
+	if sname == "" {
+		return c.usageErr("empty schedule NAME")
+	}
+	cl, err := cf.connect(nil)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	cctx, cancel := cf.callCtx(ctx)
+	defer cancel()
+	paused, err := cl.PauseSchedule(cctx, sname, pause)
+	if err != nil {
+		if errors.Is(err, client.ErrNotFound) {
+			return fmt.Errorf("no schedule %s", sname)
+		}
+		return cf.callError(ctx, err)
+	}
+	if cf.out.json() {
+		return writeJSON(s.Stdout, struct {
+			Name   string `json:"name"`
+			Paused bool   `json:"paused"`
+		}{sname, paused})
+	}
+	state := "active"
+	if paused {
+		state = "paused"
+	}
+	_, err = fmt.Fprintf(s.Stdout, "schedule %s %s\n", sname, state)
+	return err
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/cronoq/cronoq/client"
+	"github.com/cronoq/cronoq/execworker"
+)
+
+func runWorker(ctx context.Context, s stdio, args []string) error {
+	c := newCmd("worker", "cronoq worker -pool P -handler KIND=COMMAND... [flags]", `
+Take tasks of pool P from the cluster and run each with the shell command of
+its kind's -handler (as /bin/sh -c COMMAND), until SIGINT or SIGTERM; then take
+no more tasks, let the running ones finish and exit 0.
+
+Each command gets the task's payload on stdin and CRONOQ_TASK_ID,
+CRONOQ_ATTEMPT, CRONOQ_LEASE (the attempt's fencing token), CRONOQ_POOL and
+CRONOQ_KIND in its environment, and runs in a fresh directory ROOT/<task id>
+(removed afterwards) in a process group of its own. Its stdout (at most
+-max-output bytes, else the attempt fails) is the task's output. Exit status 0
+succeeds; 75 fails retryably; anything else, or a fatal signal, fails the task
+with the tail of stderr as its error. When the attempt is cancelled or times
+out, the process group gets SIGTERM, then SIGKILL after -kill-grace.
+
+The worker heartbeats its leases while commands run and reconnects to another
+node of -addr when it loses its node. It logs on stderr (JSON with -o json).`)
+	cf := c.addrFlags()
+	var (
+		pool, workdir, id string
+		logLevel          = "info"
+		concurrency       = client.DefaultConcurrency
+		maxOutput         = execworker.DefaultMaxOutput
+		killGrace         = execworker.DefaultKillGrace
+		labels            = map[string]string{}
+		handlers          = map[string]string{}
+	)
+	c.fs.StringVar(&pool, "pool", "", "`pool` to take tasks from (required)")
+	c.fs.Var(intValue{&concurrency, 1}, "concurrency", "run at most `N` tasks at once")
+	c.fs.Var(kvValue{labels}, "label", "capacity label `k=v` this worker offers (repeatable)")
+	c.fs.Var(handlerValue{handlers}, "handler", "run tasks of kind KIND with COMMAND (`KIND=COMMAND`, repeatable; at least one)")
+	c.fs.StringVar(&workdir, "workdir", "", "`ROOT` of the per-task working directories (default: a temporary directory, removed on exit)")
+	c.fs.Var(intValue{&maxOutput, 1}, "max-output", "most `bytes` a command may write to stdout")
+	c.fs.Var(durationValue{&killGrace, true}, "kill-grace", "time between SIGTERM and SIGKILL when stopping a command (`DUR`)")
+	c.fs.StringVar(&id, "id", "", "worker `name` shown to the cluster (default HOST-PID-RANDOM)")
+	c.fs.Var(enumValue{&logLevel, []string{"trace", "debug", "info", "warn", "error"}}, "log-level",
+		"`level` of the log: trace, debug, info, warn or error")
+	if err := c.parse(s, args, 0); err != nil {
+		return err
+	}
+	switch {
+	case pool == "":
+		return c.usageErr("-pool is required")
+	case len(handlers) == 0:
+		return c.usageErr("at least one -handler KIND=COMMAND is required")
+	}
+	logger := hclog.New(&hclog.LoggerOptions{
+		Name:       "cronoq",
+		Output:     s.Stderr,
+		Level:      hclog.LevelFromString(logLevel),
+		JSONFormat: cf.out.json(),
+	})
+
+	cl, err := cf.connect(logger)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+
+	root := workdir
+	if root == "" {
+		if root, err = os.MkdirTemp("", "cronoq-worker-"); err != nil {
+			return fmt.Errorf("creating work directory root: %w", err)
+		}
+		defer func() {
+			if err := os.RemoveAll(root); err != nil {
+				logger.Warn("removing work directory root", "dir", root, "error", err)
+			}
+		}()
+	} else if err := os.MkdirAll(root, 0o700); err != nil {
+		return fmt.Errorf("creating -workdir: %w", err)
+	}
+
+	hs := make(map[string]client.Handler, len(handlers))
+	kinds := make([]string, 0, len(handlers))
+	for kind, command := range handlers {
+		h, err := execworker.New(execworker.Config{
+			Command:   command,
+			Root:      root,
+			MaxOutput: maxOutput,
+			KillGrace: killGrace,
+			Logger:    logger.Named("exec"),
+		})
+		if err != nil {
+			return fmt.Errorf("handler for kind %q: %w", kind, err)
+		}
+		hs[kind] = h
+		kinds = append(kinds, kind)
+	}
+	sort.Strings(kinds)
+	w, err := cl.NewWorker(client.WorkerConfig{
+		Pool:        pool,
+		Labels:      labels,
+		Concurrency: concurrency,
+		Handlers:    hs,
+		ID:          id,
+		Logger:      logger,
+	})
+	if err != nil {
+		return err
+	}
+	logger.Info("worker started", "worker", w.ID(), "pool", pool, "kinds", kinds, "concurrency", concurrency,
+		"workdir", root, "addr", cf.addr)
+	started := time.Now()
+	if err := w.Run(ctx); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	logger.Info("worker stopped", "worker", w.ID(), "uptime", time.Since(started).Round(time.Second))
+	return nil
+}

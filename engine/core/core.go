@@ -1,0 +1,407 @@
+package core
+
+import (
+	"container/list"
+	"fmt"
+	"time"
+
+	"github.com/google/btree"
+
+	"github.com/cronoq/cronoq/fsm"
+)
+
+// maxPurgePerTick bounds the retention purges of one call, so that a large
+// backlog (after a long leader gap) is spread over several batches.
+const maxPurgePerTick = 1000
+
+// Core is the deterministic scheduler. It is not safe for concurrent use: one
+// goroutine owns it, calls its methods with the current time and collects
+// what they produced with Ready.
+//
+// The core's state is the durable state after every mutation it has emitted
+// (committed or not) plus the in-memory parts that are never logged: lease
+// deadlines, open polls, parked submitters, result waiters and timers.
+type Core struct {
+	cfg   Config
+	epoch uint64
+	now   int64 // latest instant seen (Unix ns); time never goes back inside the core
+
+	rng      splitmix64
+	ids      idGen
+	leaseCtr uint64 // per-epoch lease counter (low 32 bits of a token)
+
+	tasks  map[string]*task // live and retained terminal tasks
+	keys   map[string]*task // idempotency key -> task
+	leases map[uint64]*task // current lease -> running task
+
+	pools     map[string]*pool
+	dirty     []*pool // pools whose polls may now be served
+	global    counts
+	timers    timerHeap
+	purges    *btree.BTreeG[purgeItem]
+	schedules map[string]*schedule
+	schedGen  uint64 // last generation handed to a schedule timer
+
+	polls map[ReqID]*poll
+
+	parked      *list.List // of *unit, FIFO
+	parkedByReq map[ReqID][]*list.Element
+	parkedPairs map[pairKey]int // (pool, class) -> parked units competing for it
+	spaceFreed  bool
+
+	waiting map[ReqID]*task // result waiters
+
+	shutdown bool
+	out      Output
+}
+
+// counts are pending tasks by class.
+type counts struct {
+	total   int
+	byClass [fsm.NumPriorities]int
+}
+
+func (c *counts) add(p fsm.Priority, n int) {
+	c.total += n
+	c.byClass[p] += n
+}
+
+type pairKey struct {
+	pool  string
+	class fsm.Priority
+}
+
+type purgeItem struct {
+	at int64
+	id string
+}
+
+func purgeLess(a, b purgeItem) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.id < b.id
+}
+
+// task is the core's view of one task: what scheduling needs, without
+// payload or output.
+type task struct {
+	id       string
+	pool     *pool
+	kind     string
+	key      string
+	schedule string
+	prio     fsm.Priority
+	labels   []fsm.KV
+	sig      string
+
+	runAt       int64
+	deadline    int64
+	timeout     int64
+	maxAttempts uint32
+	backoff     fsm.Backoff
+
+	status     fsm.Status
+	attempt    uint32
+	lease      uint64
+	lastLease  uint64
+	worker     string
+	startedAt  int64
+	hbDeadline int64
+	finishedAt int64
+	gen        uint64 // bumped at every status change (validates ready timers)
+
+	waiters []ReqID
+}
+
+func (t *task) readyItem() readyItem {
+	return readyItem{prio: t.prio, runAt: t.runAt, id: t.id, t: t}
+}
+
+// Stats is a snapshot of the core's sizes.
+type Stats struct {
+	Pending   int // scheduled, queued or retrying
+	Queued    int // ready to dispatch
+	Running   int
+	Parked    int // submit requests (or enqueue-many items) waiting for space
+	Polls     int // open long polls
+	Leases    int // attempts holding a lease
+	Waiters   int // result waiters
+	Tasks     int // tasks known to the core, terminal ones included
+	Schedules int
+	// InertSchedules are recovered schedules whose expression no longer
+	// parses: they are kept but never fire.
+	InertSchedules int
+	Timers         int // timer entries, stale ones included
+	ShuttingDown   bool
+}
+
+func newCore(cfg Config, epoch uint64) (*Core, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("configuring core: %w", err)
+	}
+	if epoch == 0 || epoch > 1<<32-1 {
+		return nil, fmt.Errorf("configuring core: epoch %d out of range [1, 2^32)", epoch)
+	}
+	return &Core{
+		cfg:         cfg,
+		epoch:       epoch,
+		rng:         splitmix64{s: cfg.Seed},
+		ids:         idGen{epoch: uint32(epoch)},
+		tasks:       make(map[string]*task),
+		keys:        make(map[string]*task),
+		leases:      make(map[uint64]*task),
+		pools:       make(map[string]*pool),
+		purges:      btree.NewG(32, purgeLess),
+		schedules:   make(map[string]*schedule),
+		polls:       make(map[ReqID]*poll),
+		parked:      list.New(),
+		parkedByReq: make(map[ReqID][]*list.Element),
+		parkedPairs: make(map[pairKey]int),
+		waiting:     make(map[ReqID]*task),
+	}, nil
+}
+
+// New returns an empty core for epoch (1 <= epoch < 2^32).
+func New(cfg Config, epoch uint64, now time.Time) (*Core, error) {
+	c, err := newCore(cfg, epoch)
+	if err != nil {
+		return nil, err
+	}
+	c.now = fsm.Nanos(now)
+	return c, nil
+}
+
+// Epoch returns the epoch the core stamps into ids and lease tokens.
+func (c *Core) Epoch() uint64 { return c.epoch }
+
+// Ready takes everything produced since the last call. The driver must
+// commit the mutations of one Output in one log entry (outputs may be merged,
+// never split: a recurring fire and the task it inserts must be durable
+// together), in order after those of earlier outputs, and release Held only
+// once that entry is applied. Immediate actions take effect at once.
+func (c *Core) Ready() Output {
+	o := c.out
+	c.out = Output{}
+	return o
+}
+
+// Stats returns the current sizes.
+func (c *Core) Stats() Stats {
+	s := Stats{
+		Pending:      c.global.total,
+		Parked:       c.parked.Len(),
+		Polls:        len(c.polls),
+		Leases:       len(c.leases),
+		Waiters:      len(c.waiting),
+		Tasks:        len(c.tasks),
+		Schedules:    len(c.schedules),
+		Timers:       len(c.timers) + c.purges.Len(),
+		ShuttingDown: c.shutdown,
+	}
+	for _, p := range c.pools {
+		s.Running += p.running
+		s.Queued += p.queued
+	}
+	for _, sc := range c.schedules {
+		if sc.expr == nil {
+			s.InertSchedules++
+		}
+	}
+	return s
+}
+
+// ---------------------------------------------------------------------------
+// Output helpers
+// ---------------------------------------------------------------------------
+
+func (c *Core) mutate(m fsm.Mutation) { c.out.Mutations = append(c.out.Mutations, m) }
+func (c *Core) hold(a Action)         { c.out.Held = append(c.out.Held, a) }
+func (c *Core) abort(t *task, reason string) {
+	c.out.Immediate = append(c.out.Immediate, Action{
+		Kind: ActAbort, Worker: t.worker, Lease: t.lease, Reason: reason,
+	})
+}
+
+func (c *Core) reply(req ReqID, a Action) {
+	a.Kind = ActReply
+	a.Req = req
+	c.hold(a)
+}
+
+func (c *Core) event(t *task, msg string) {
+	c.hold(Action{Kind: ActEvent, Event: Event{
+		TaskID:  t.id,
+		Pool:    t.pool.name,
+		Kind:    t.kind,
+		Status:  t.status,
+		Attempt: t.attempt,
+		Message: msg,
+		At:      fsm.Time(c.now),
+	}})
+}
+
+// ---------------------------------------------------------------------------
+// Time
+// ---------------------------------------------------------------------------
+
+// begin moves the core's clock to now (never backwards) and runs every timer
+// due by then, so that no command acts on a lease, deadline or run time that
+// has already passed.
+func (c *Core) begin(now time.Time) {
+	if ns := fsm.Nanos(now); ns > c.now {
+		c.now = ns
+	}
+	c.runTimers()
+}
+
+// Tick runs every timer due at or before now (at most maxPurgePerTick
+// retention purges per call; NextWake then reports the rest as due).
+func (c *Core) Tick(now time.Time) {
+	c.begin(now)
+	c.flush()
+}
+
+// NextWake returns the earliest pending timer, if any. It may be at or
+// before the last now (more work due: call Tick again).
+func (c *Core) NextWake() (time.Time, bool) {
+	c.settleTop()
+	var when int64
+	ok := false
+	if len(c.timers) > 0 {
+		when, ok = c.timers.top().when, true
+	}
+	if p, found := c.purges.Min(); found && (!ok || p.at < when) {
+		when, ok = p.at, true
+	}
+	if !ok {
+		return time.Time{}, false
+	}
+	return fsm.Time(when), true
+}
+
+// settleTop drops obsolete timers from the top of the heap and moves lease
+// timers whose deadline was extended by heartbeats, so that the top is a
+// timer that will do something when it comes due.
+func (c *Core) settleTop() {
+	for len(c.timers) > 0 {
+		tm := c.timers.top()
+		if !c.timerValid(tm) {
+			c.timers.pop()
+			continue
+		}
+		if tm.kind == tmLease {
+			t := c.tasks[tm.id]
+			if t.hbDeadline > tm.when {
+				c.timers.pop()
+				c.timers.push(timer{when: t.hbDeadline, kind: tmLease, id: tm.id, gen: tm.gen})
+				continue
+			}
+		}
+		return
+	}
+}
+
+func (c *Core) timerValid(tm timer) bool {
+	if tm.kind == tmFire {
+		s, ok := c.schedules[tm.id]
+		return ok && s.gen == tm.gen && !s.rec.Paused && s.expr != nil
+	}
+	t, ok := c.tasks[tm.id]
+	if !ok {
+		return false
+	}
+	switch tm.kind {
+	case tmDeadline:
+		return !t.status.Terminal()
+	case tmTimeout, tmLease:
+		return t.status == fsm.StatusRunning && t.lease == tm.gen
+	case tmReady:
+		return (t.status == fsm.StatusScheduled || t.status == fsm.StatusRetrying) && t.gen == tm.gen
+	}
+	return false
+}
+
+func (c *Core) runTimers() {
+	for {
+		c.settleTop()
+		if len(c.timers) == 0 || c.timers.top().when > c.now {
+			break
+		}
+		tm := c.timers.pop()
+		t := c.tasks[tm.id]
+		switch tm.kind {
+		case tmDeadline:
+			c.expire(t)
+		case tmTimeout:
+			msg := fmt.Sprintf("attempt timed out after %s", time.Duration(t.timeout))
+			c.abort(t, msg)
+			c.failAttempt(t, msg, 0)
+		case tmLease:
+			msg := fmt.Sprintf("lease lost: no heartbeat within %s", c.cfg.HeartbeatWindow)
+			c.abort(t, msg)
+			c.failAttempt(t, msg, 0)
+		case tmReady:
+			c.mutate(fsm.Mutation{Ready: &fsm.Ready{ID: t.id, At: c.now}})
+			c.setStatus(t, fsm.StatusQueued)
+			c.enqueue(t)
+		case tmFire:
+			if !c.shutdown {
+				c.fireSchedule(c.schedules[tm.id])
+			}
+		}
+	}
+	for n := 0; n < maxPurgePerTick; n++ {
+		p, ok := c.purges.Min()
+		if !ok || p.at > c.now {
+			break
+		}
+		c.purges.DeleteMin()
+		c.purge(c.tasks[p.id])
+	}
+}
+
+// flush serves waiting polls and parked submitters until neither can make
+// progress. Every command ends with it.
+func (c *Core) flush() {
+	for len(c.dirty) > 0 || c.spaceFreed {
+		c.dispatchDirty()
+		if c.spaceFreed {
+			c.spaceFreed = false
+			c.retryParked()
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Shutdown
+// ---------------------------------------------------------------------------
+
+// Shutdown stops admitting work: later submits, polls and schedule changes
+// are refused with ErrShuttingDown, parked submitters and open polls are
+// answered ErrShuttingDown now, and recurring schedules stop firing. Running
+// attempts may still heartbeat and complete, and timers keep running.
+func (c *Core) Shutdown(now time.Time) {
+	c.begin(now)
+	if c.shutdown {
+		return
+	}
+	c.shutdown = true
+	for e := c.parked.Front(); e != nil; e = e.Next() {
+		u := e.Value.(*unit)
+		c.resolve(u, nil, ErrShuttingDown)
+	}
+	c.parked.Init()
+	clear(c.parkedByReq)
+	clear(c.parkedPairs)
+	for _, p := range c.sortedPools() {
+		for e := p.polls.Front(); e != nil; e = e.Next() {
+			pl := e.Value.(*poll)
+			c.hold(Action{Kind: ActDispatch, Req: pl.req, Err: ErrShuttingDown})
+			delete(c.polls, pl.req)
+		}
+		p.polls.Init()
+	}
+	c.dirty = c.dirty[:0]
+}

@@ -1,0 +1,246 @@
+package core
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/cronoq/cronoq/fsm"
+)
+
+// Messages recorded with task ends the core decides on its own.
+const (
+	msgCancelled      = "cancelled by request"
+	msgWorkerCancel   = "attempt cancelled by the worker"
+	msgDeadline       = "deadline exceeded"
+	msgRetryable      = "retryable failure"
+	msgPermanent      = "permanent failure"
+	reasonCancelAbort = "task cancelled"
+)
+
+// addSat adds a duration to an instant without overflowing.
+func addSat(ns, d int64) int64 {
+	if d > 0 && ns > math.MaxInt64-d {
+		return math.MaxInt64
+	}
+	return ns + d
+}
+
+// setStatus moves t to s and keeps the counters, the lease index and the
+// parked-submitter trigger in step.
+func (c *Core) setStatus(t *task, s fsm.Status) {
+	old := t.status
+	if old.Pending() && !s.Pending() {
+		c.global.add(t.prio, -1)
+		t.pool.pending.add(t.prio, -1)
+		if c.parked.Len() > 0 {
+			c.spaceFreed = true
+		}
+	} else if !old.Pending() && s.Pending() {
+		c.global.add(t.prio, 1)
+		t.pool.pending.add(t.prio, 1)
+	}
+	if old == fsm.StatusRunning && s != fsm.StatusRunning {
+		t.pool.running--
+		delete(c.leases, t.lease)
+		t.lease = 0
+		if t.pool.cfg.MaxRunning > 0 {
+			c.markDirty(t.pool)
+		}
+	} else if old != fsm.StatusRunning && s == fsm.StatusRunning {
+		t.pool.running++
+	}
+	t.status = s
+	t.gen++
+}
+
+// finish ends t with a terminal status, revoking its lease if it runs, and
+// answers its waiters.
+func (c *Core) finish(t *task, status fsm.Status, output []byte, msg string) {
+	if t.status == fsm.StatusQueued {
+		c.dequeue(t)
+	}
+	c.mutate(fsm.Mutation{Finish: &fsm.Finish{
+		ID: t.id, Lease: t.lease, Status: status, Output: output, Error: msg, At: c.now,
+	}})
+	c.setStatus(t, status)
+	t.finishedAt = c.now
+	c.purges.ReplaceOrInsert(purgeItem{at: addSat(c.now, int64(c.cfg.Retention)), id: t.id})
+	c.event(t, msg)
+	for _, w := range t.waiters {
+		c.reply(w, Action{TaskID: t.id})
+		delete(c.waiting, w)
+	}
+	t.waiters = nil
+}
+
+// failAttempt ends the running attempt of t with a retryable failure: the
+// task is retried after retryAfter (when > 0) or its backoff, or fails if
+// its attempts are used up.
+func (c *Core) failAttempt(t *task, msg string, retryAfter time.Duration) {
+	if t.attempt >= t.maxAttempts {
+		c.finish(t, fsm.StatusFailed, nil, msg)
+		return
+	}
+	delay := int64(retryAfter)
+	if delay <= 0 {
+		delay = backoffDelay(t.backoff, t.attempt, &c.rng)
+	}
+	retryAt := addSat(c.now, delay)
+	c.mutate(fsm.Mutation{Retry: &fsm.Retry{ID: t.id, Lease: t.lease, Error: msg, RetryAt: retryAt, At: c.now}})
+	t.runAt = retryAt
+	if retryAt <= c.now {
+		c.setStatus(t, fsm.StatusQueued)
+		c.enqueue(t)
+	} else {
+		c.setStatus(t, fsm.StatusRetrying)
+		c.timers.push(timer{when: retryAt, kind: tmReady, id: t.id, gen: t.gen})
+	}
+	c.event(t, msg)
+}
+
+// expire ends t because its deadline passed.
+func (c *Core) expire(t *task) {
+	if t.status == fsm.StatusRunning {
+		c.abort(t, msgDeadline)
+	}
+	c.finish(t, fsm.StatusExpired, nil, msgDeadline)
+}
+
+// purge forgets a terminal task whose retention ended and frees its key.
+func (c *Core) purge(t *task) {
+	c.mutate(fsm.Mutation{Purge: &fsm.Purge{ID: t.id}})
+	delete(c.tasks, t.id)
+	if t.key != "" && c.keys[t.key] == t {
+		delete(c.keys, t.key)
+	}
+}
+
+// resolveRef finds a task by id or key.
+func (c *Core) resolveRef(ref TaskRef) (*task, error) {
+	var t *task
+	switch {
+	case ref.ID != "" && ref.Key != "":
+		return nil, Invalid("ref", "give an id or a key, not both")
+	case ref.ID != "":
+		t = c.tasks[ref.ID]
+	case ref.Key != "":
+		t = c.keys[ref.Key]
+	default:
+		return nil, Invalid("ref", "an id or a key is required")
+	}
+	if t == nil {
+		return nil, fmt.Errorf("task %s: %w", ref, ErrNotFound)
+	}
+	return t, nil
+}
+
+// Complete reports the end of the attempt under lease. The reply (held) has
+// Err nil when the report was taken, ErrStaleLease when lease is not the
+// task's current lease (nothing changes then).
+//
+// Success ends the task succeeded with the output, or failed when the output
+// exceeds MaxOutput (it is never truncated). A retryable failure retries
+// after RetryAfter or the backoff while attempts remain, else fails the
+// task. A permanent failure fails it; a cancelled attempt cancels it.
+func (c *Core) Complete(now time.Time, req ReqID, lease uint64, out Outcome) {
+	c.begin(now)
+	defer c.flush()
+	t, ok := c.leases[lease]
+	if !ok {
+		c.reply(req, Action{Err: ErrStaleLease})
+		return
+	}
+	switch out.Kind {
+	case OutcomeSuccess:
+		if len(out.Output) > c.cfg.MaxOutput {
+			c.finish(t, fsm.StatusFailed, nil,
+				fmt.Sprintf("output of %d bytes exceeds the limit of %d", len(out.Output), c.cfg.MaxOutput))
+		} else {
+			c.finish(t, fsm.StatusSucceeded, slices.Clone(out.Output), "")
+		}
+	case OutcomeRetryable:
+		c.failAttempt(t, orDefault(out.Message, msgRetryable), out.RetryAfter)
+	case OutcomePermanent:
+		c.finish(t, fsm.StatusFailed, nil, orDefault(out.Message, msgPermanent))
+	case OutcomeCancelled:
+		c.finish(t, fsm.StatusCancelled, nil, orDefault(out.Message, msgWorkerCancel))
+	default:
+		c.reply(req, Action{Err: Invalid("outcome", "unknown kind %d", out.Kind)})
+		return
+	}
+	c.reply(req, Action{TaskID: t.id})
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// Cancel ends a live task cancelled. A running attempt's lease is revoked
+// in the same commit and its worker is told to stop at once (ActAbort).
+// The reply (held) carries the task id and Cancelled: true when this call
+// cancelled it, false when it had already ended; ErrNotFound for an unknown
+// task.
+func (c *Core) Cancel(now time.Time, req ReqID, ref TaskRef) {
+	c.begin(now)
+	defer c.flush()
+	t, err := c.resolveRef(ref)
+	if err != nil {
+		c.reply(req, Action{Err: err})
+		return
+	}
+	if t.status.Terminal() {
+		c.reply(req, Action{TaskID: t.id})
+		return
+	}
+	if t.status == fsm.StatusRunning {
+		c.abort(t, reasonCancelAbort)
+	}
+	c.finish(t, fsm.StatusCancelled, nil, msgCancelled)
+	c.reply(req, Action{TaskID: t.id, Cancelled: true})
+}
+
+// Attach waits for a task to end. The reply (held, so it follows everything
+// already produced) carries the task id: at once for a terminal task, else
+// when the task ends. ErrNotFound for an unknown task.
+func (c *Core) Attach(now time.Time, req ReqID, ref TaskRef) {
+	c.begin(now)
+	defer c.flush()
+	t, err := c.resolveRef(ref)
+	if err != nil {
+		c.reply(req, Action{Err: err})
+		return
+	}
+	if t.status.Terminal() {
+		c.reply(req, Action{TaskID: t.id})
+		return
+	}
+	if old, ok := c.waiting[req]; ok {
+		old.waiters = slices.DeleteFunc(old.waiters, func(r ReqID) bool { return r == req })
+	}
+	t.waiters = append(t.waiters, req)
+	c.waiting[req] = t
+}
+
+// Detach drops the result waiter or parked submitter req (its caller went
+// away). It gets no answer. Items of an enqueue-many request that were
+// already admitted stay admitted.
+func (c *Core) Detach(req ReqID) {
+	if t, ok := c.waiting[req]; ok {
+		t.waiters = slices.DeleteFunc(t.waiters, func(r ReqID) bool { return r == req })
+		delete(c.waiting, req)
+	}
+	if els, ok := c.parkedByReq[req]; ok {
+		for _, e := range els {
+			c.unpark(e)
+		}
+		delete(c.parkedByReq, req)
+		// Whoever queued behind it may go now.
+		c.spaceFreed = true
+		c.flush()
+	}
+}

@@ -1,0 +1,70 @@
+package core
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/cronoq/cronoq/engine/core/cron"
+	"github.com/cronoq/cronoq/fsm"
+)
+
+// Source is the durable state a core is rebuilt from (implemented by
+// *fsm.View). Both iterations must be in a stable order (ids, names).
+type Source interface {
+	EachTask(fn func(*fsm.Task) bool)
+	EachSchedule(fn func(*fsm.Schedule) bool)
+}
+
+// Recover rebuilds a core for a new epoch from the durable state, as a new
+// leader does: queued tasks go back to the ready queues, scheduled and
+// retrying ones to their timers, running attempts keep their lease with a
+// fresh heartbeat window of cfg.LeaseGrace from now (their worker must
+// heartbeat to keep it), terminal tasks to the retention order, and
+// schedules resume from their committed cursors. New ids sort after every
+// existing id and new lease tokens carry the new epoch, so they exceed every
+// earlier token.
+//
+// Recover itself produces nothing; overdue work (lapsed run times, deadlines,
+// retention, schedule slots) is done by the first call that takes a time,
+// typically Tick. It fails if a lease in the state was granted by epoch or a
+// later one.
+func Recover(cfg Config, src Source, epoch uint64, now time.Time) (*Core, error) {
+	c, err := newCore(cfg, epoch)
+	if err != nil {
+		return nil, err
+	}
+	c.now = fsm.Nanos(now)
+	src.EachTask(func(rec *fsm.Task) bool {
+		if rec.LastLease>>32 >= epoch || rec.Lease>>32 >= epoch {
+			err = fmt.Errorf("recovering task %s: lease %#x was granted at or after epoch %d", rec.ID, rec.LastLease, epoch)
+			return false
+		}
+		if _, dup := c.tasks[rec.ID]; dup {
+			err = fmt.Errorf("recovering task %s: listed twice", rec.ID)
+			return false
+		}
+		c.ids.observe(rec.ID)
+		c.track(rec)
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	src.EachSchedule(func(rec *fsm.Schedule) bool {
+		s := &schedule{rec: rec.Clone()}
+		if expr, perr := cron.Parse(rec.Cron, rec.TZ); perr == nil {
+			s.expr = expr
+		}
+		c.schedules[rec.Name] = s
+		c.arm(s)
+		return true
+	})
+	// Nothing is emitted: the dirty marks of recovered queued tasks only
+	// matter once polls arrive.
+	for _, p := range c.dirty {
+		p.dirty = false
+	}
+	c.dirty = nil
+	c.spaceFreed = false
+	return c, nil
+}

@@ -1,0 +1,1010 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cronoq/cronoq/fsm"
+)
+
+// TestScenarios runs the data-driven scenarios of testdata/. Regenerate the
+// expected output with `go test ./engine/core -run TestScenarios -rewrite`
+// and review the diff: the files are the specification.
+func TestScenarios(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		h := newHarness(t)
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			return h.run(t, d)
+		})
+	})
+}
+
+// TestScenariosDeterministic replays every scenario twice and requires
+// byte-identical log entries and actions.
+func TestScenariosDeterministic(t *testing.T) {
+	files, err := filepath.Glob("testdata/*")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			require.NoError(t, err)
+			var traces [2]string
+			for i := range traces {
+				h := newHarness(t)
+				h.trace = &strings.Builder{}
+				datadriven.RunTestFromString(t, string(data), func(t *testing.T, d *datadriven.TestData) string {
+					h.run(t, d)
+					return d.Expected
+				})
+				traces[i] = h.trace.String()
+			}
+			require.NotEmpty(t, traces[0])
+			require.Equal(t, traces[0], traces[1])
+		})
+	}
+}
+
+var t0 = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type harness struct {
+	t          testing.TB
+	cfg        Config
+	now        time.Time
+	state      *fsm.State
+	core       *Core
+	epoch      uint64
+	index      uint64
+	autocommit bool
+	pending    []Output // produced, not committed yet
+
+	ids      map[string]string // real id -> t1
+	idsRev   map[string]string
+	reqs     map[string]ReqID
+	reqNames map[ReqID]string
+	nextReq  ReqID
+	grants   map[string]uint64 // task -> last granted lease
+
+	trace *strings.Builder // raw entries and actions, for the determinism test
+	quiet bool             // print counts instead of every mutation and action
+}
+
+// summarize prints how many mutations and actions of each kind o holds.
+func (h *harness) summarize(b *strings.Builder, o Output) {
+	counts := map[string]int{}
+	for _, m := range o.Mutations {
+		kind, _, _ := strings.Cut(h.fmtMutation(m), " ")
+		counts["mut "+kind]++
+	}
+	for _, a := range o.Held {
+		kind, _, _ := strings.Cut(h.fmtAction(a), " ")
+		counts["held "+kind]++
+	}
+	for _, a := range o.Immediate {
+		kind, _, _ := strings.Cut(h.fmtAction(a), " ")
+		counts["now "+kind]++
+	}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(b, "%s x%d\n", k, counts[k])
+	}
+}
+
+func newHarness(t testing.TB) *harness {
+	return &harness{t: t}
+}
+
+func (h *harness) reset(cfg Config, autocommit bool) {
+	h.cfg = cfg
+	h.now = t0
+	h.state = fsm.New()
+	h.epoch = 1
+	h.index = 0
+	h.autocommit = autocommit
+	h.pending = nil
+	h.ids = map[string]string{}
+	h.idsRev = map[string]string{}
+	h.reqs = map[string]ReqID{}
+	h.reqNames = map[ReqID]string{}
+	h.nextReq = 0
+	h.grants = map[string]uint64{}
+	h.applyEntry(mustEncode(fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: 1, Leader: "n1", Time: fsm.Nanos(t0)})))
+	c, err := New(cfg, 1, t0)
+	require.NoError(h.t, err)
+	h.core = c
+}
+
+func mustEncode(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func (h *harness) applyEntry(data []byte) any {
+	h.index++
+	if h.trace != nil {
+		fmt.Fprintf(h.trace, "entry %d %x\n", h.index, data)
+	}
+	return h.state.Apply(h.index, 1, data)
+}
+
+// ---------------------------------------------------------------------------
+// Names
+// ---------------------------------------------------------------------------
+
+func (h *harness) name(id string) string {
+	if id == "" {
+		return "-"
+	}
+	if n, ok := h.ids[id]; ok {
+		return n
+	}
+	n := fmt.Sprintf("t%d", len(h.ids)+1)
+	h.ids[id] = n
+	h.idsRev[n] = id
+	return n
+}
+
+func (h *harness) realID(n string) string {
+	if id, ok := h.idsRev[n]; ok {
+		return id
+	}
+	return n // unknown names are passed through (to test not-found)
+}
+
+func (h *harness) req(d *datadriven.TestData) ReqID {
+	var n string
+	if d.HasArg("req") {
+		d.ScanArgs(h.t, "req", &n)
+		if r, ok := h.reqs[n]; ok {
+			return r
+		}
+	}
+	h.nextReq++
+	if n == "" {
+		n = fmt.Sprintf("r%d", h.nextReq)
+	}
+	h.reqs[n] = h.nextReq
+	h.reqNames[h.nextReq] = n
+	return h.nextReq
+}
+
+func (h *harness) reqName(r ReqID) string {
+	if n, ok := h.reqNames[r]; ok {
+		return n
+	}
+	return fmt.Sprintf("req%d", r)
+}
+
+func fmtLease(l uint64) string {
+	if l == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d.%d", l>>32, l&(1<<32-1))
+}
+
+func (h *harness) parseLease(s string) uint64 {
+	if strings.HasPrefix(s, "t") {
+		l, ok := h.grants[h.realID(s)]
+		require.True(h.t, ok, "no grant for %s", s)
+		return l
+	}
+	e, c, ok := strings.Cut(s, ".")
+	require.True(h.t, ok, "lease %q: want EPOCH.N or a task name", s)
+	ep, err := strconv.ParseUint(e, 10, 32)
+	require.NoError(h.t, err)
+	n, err := strconv.ParseUint(c, 10, 32)
+	require.NoError(h.t, err)
+	return ep<<32 | n
+}
+
+func fmtAt(ns int64) string {
+	if ns == 0 {
+		return "-"
+	}
+	return fmtTime(fsm.Time(ns))
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := t.Sub(t0)
+	if d < 0 {
+		return d.String()
+	}
+	return "+" + d.String()
+}
+
+// parseTime reads "+5s" (relative to the current time), "@1m" (relative to
+// t0) or an RFC 3339 instant.
+func (h *harness) parseTime(s string) time.Time {
+	switch {
+	case strings.HasPrefix(s, "+"), strings.HasPrefix(s, "-"):
+		d, err := time.ParseDuration(s)
+		require.NoError(h.t, err)
+		return h.now.Add(d)
+	case strings.HasPrefix(s, "@"):
+		d, err := time.ParseDuration(s[1:])
+		require.NoError(h.t, err)
+		return t0.Add(d)
+	}
+	tm, err := time.Parse(time.RFC3339Nano, s)
+	require.NoError(h.t, err)
+	return tm
+}
+
+func parseKVs(vals []string) []fsm.KV {
+	var out []fsm.KV
+	for _, v := range vals {
+		if v == "" {
+			continue
+		}
+		k, val, _ := strings.Cut(v, "=")
+		out = append(out, fsm.KV{K: k, V: val})
+	}
+	return out
+}
+
+func fmtKVs(kvs []fsm.KV) string {
+	var parts []string
+	for _, kv := range kvs {
+		parts = append(parts, kv.K+"="+kv.V)
+	}
+	return "(" + strings.Join(parts, ",") + ")"
+}
+
+// ---------------------------------------------------------------------------
+// Formatting outputs
+// ---------------------------------------------------------------------------
+
+func (h *harness) fmtMutation(m fsm.Mutation) string {
+	switch {
+	case m.Insert != nil:
+		t := m.Insert
+		var b strings.Builder
+		fmt.Fprintf(&b, "insert %s %s/%s %s run-at=%s", h.name(t.ID), t.Pool, t.Kind, t.Status, fmtAt(t.RunAt))
+		if t.Key != "" {
+			fmt.Fprintf(&b, " key=%s", t.Key)
+		}
+		if t.Priority != fsm.PriorityNormal {
+			fmt.Fprintf(&b, " prio=%s", t.Priority)
+		}
+		if len(t.Labels) > 0 {
+			fmt.Fprintf(&b, " labels=%s", fmtKVs(t.Labels))
+		}
+		if len(t.Tags) > 0 {
+			fmt.Fprintf(&b, " tags=%s", fmtKVs(t.Tags))
+		}
+		if t.Deadline != 0 {
+			fmt.Fprintf(&b, " deadline=%s", fmtAt(t.Deadline))
+		}
+		if t.Timeout != 0 {
+			fmt.Fprintf(&b, " timeout=%s", time.Duration(t.Timeout))
+		}
+		fmt.Fprintf(&b, " attempts=%d", t.MaxAttempts)
+		if t.Backoff != h.core.cfg.Backoff {
+			fmt.Fprintf(&b, " backoff=%s/%s/%g", time.Duration(t.Backoff.Initial), time.Duration(t.Backoff.Max), t.Backoff.Jitter)
+		}
+		if len(t.Payload) > 0 {
+			fmt.Fprintf(&b, " payload=%s", fmtBytes(t.Payload))
+		}
+		if t.Schedule != "" {
+			fmt.Fprintf(&b, " schedule=%s slot=%s", t.Schedule, fmtAt(t.Slot))
+		}
+		return b.String()
+	case m.Ready != nil:
+		return fmt.Sprintf("ready %s", h.name(m.Ready.ID))
+	case m.Start != nil:
+		s := m.Start
+		return fmt.Sprintf("start %s attempt=%d lease=%s worker=%s", h.name(s.ID), s.Attempt, fmtLease(s.Lease), s.Worker)
+	case m.Retry != nil:
+		r := m.Retry
+		return fmt.Sprintf("retry %s lease=%s retry-at=%s err=%q", h.name(r.ID), fmtLease(r.Lease), fmtAt(r.RetryAt), r.Error)
+	case m.Finish != nil:
+		f := m.Finish
+		s := fmt.Sprintf("finish %s %s lease=%s", h.name(f.ID), f.Status, fmtLease(f.Lease))
+		if len(f.Output) > 0 {
+			s += " output=" + fmtBytes(f.Output)
+		}
+		if f.Error != "" {
+			s += fmt.Sprintf(" err=%q", f.Error)
+		}
+		return s
+	case m.Purge != nil:
+		return fmt.Sprintf("purge %s", h.name(m.Purge.ID))
+	case m.PutSchedule != nil:
+		s := m.PutSchedule
+		return fmt.Sprintf("put-schedule %s cron=%q tz=%q %s/%s overlap=%d catch-up=%d limit=%d paused=%t created=%s fires=%d skipped=%d last-task=%s",
+			s.Name, s.Cron, s.TZ, s.Pool, s.Kind, s.Overlap, s.CatchUp, s.CatchUpLimit, s.Paused, fmtAt(s.CreatedAt), s.Fires, s.Skipped, h.name(s.LastTask))
+	case m.DelSchedule != nil:
+		return fmt.Sprintf("del-schedule %s", m.DelSchedule.Name)
+	case m.PauseSchedule != nil:
+		return fmt.Sprintf("pause-schedule %s paused=%t", m.PauseSchedule.Name, m.PauseSchedule.Paused)
+	case m.Fire != nil:
+		f := m.Fire
+		return fmt.Sprintf("fire %s slot=%s skipped=%d task=%s", f.Name, fmtAt(f.Slot), f.Skipped, h.name(f.TaskID))
+	case m.Tombstone != nil:
+		return fmt.Sprintf("tombstone %s", m.Tombstone.NodeID)
+	}
+	return "empty mutation"
+}
+
+func fmtBytes(b []byte) string {
+	if len(b) > 32 {
+		return fmt.Sprintf("%dB", len(b))
+	}
+	return strconv.Quote(string(b))
+}
+
+func fmtErr(err error) string {
+	var ie *InvalidError
+	switch {
+	case errors.As(err, &ie):
+		return fmt.Sprintf("invalid(%s: %s)", ie.Field, ie.Reason)
+	case errors.Is(err, ErrOverloaded):
+		return "overloaded"
+	case errors.Is(err, ErrNotFound):
+		return "not-found"
+	case errors.Is(err, ErrStaleLease):
+		return "stale-lease"
+	case errors.Is(err, ErrShuttingDown):
+		return "shutting-down"
+	}
+	return "error(" + err.Error() + ")"
+}
+
+func (h *harness) fmtSub(s Submitted) string {
+	if s.ID == "" {
+		return "-"
+	}
+	if s.Duplicate {
+		return h.name(s.ID) + "(dup)"
+	}
+	return h.name(s.ID)
+}
+
+func (h *harness) fmtAction(a Action) string {
+	switch a.Kind {
+	case ActReply:
+		r := h.reqName(a.Req)
+		switch {
+		case a.Err != nil:
+			return fmt.Sprintf("reply %s %s", r, fmtErr(a.Err))
+		case a.Errs != nil:
+			var parts []string
+			for i, s := range a.Submitted {
+				if a.Errs[i] != nil {
+					parts = append(parts, fmtErr(a.Errs[i]))
+				} else {
+					parts = append(parts, h.fmtSub(s))
+				}
+			}
+			return fmt.Sprintf("reply %s [%s]", r, strings.Join(parts, " "))
+		case a.Submitted != nil:
+			var parts []string
+			for _, s := range a.Submitted {
+				parts = append(parts, h.fmtSub(s))
+			}
+			return fmt.Sprintf("reply %s [%s]", r, strings.Join(parts, " "))
+		}
+		s := fmt.Sprintf("reply %s", r)
+		if a.TaskID != "" {
+			s += " task=" + h.name(a.TaskID)
+		}
+		if a.Cancelled {
+			s += " cancelled"
+		}
+		if a.Removed {
+			s += " removed"
+		}
+		if a.Paused {
+			s += " paused"
+		}
+		if !a.NextFire.IsZero() {
+			s += " next-fire=" + fmtTime(a.NextFire)
+		}
+		if s == fmt.Sprintf("reply %s", r) {
+			s += " ok"
+		}
+		return s
+	case ActDispatch:
+		if a.Err != nil {
+			return fmt.Sprintf("dispatch %s %s", h.reqName(a.Req), fmtErr(a.Err))
+		}
+		var parts []string
+		for _, g := range a.Grants {
+			parts = append(parts, fmt.Sprintf("%s lease=%s attempt=%d", h.name(g.ID), fmtLease(g.Lease), g.Attempt))
+			h.grants[g.ID] = g.Lease
+		}
+		return fmt.Sprintf("dispatch %s [%s]", h.reqName(a.Req), strings.Join(parts, ", "))
+	case ActAbort:
+		return fmt.Sprintf("abort worker=%s lease=%s reason=%q", a.Worker, fmtLease(a.Lease), a.Reason)
+	case ActEvent:
+		e := a.Event
+		s := fmt.Sprintf("event %s %s", h.name(e.TaskID), e.Status)
+		if e.Attempt > 0 {
+			s += fmt.Sprintf(" attempt=%d", e.Attempt)
+		}
+		if e.Message != "" {
+			s += fmt.Sprintf(" %q", e.Message)
+		}
+		return s
+	}
+	return fmt.Sprintf("action kind %d", a.Kind)
+}
+
+// collect takes the core's output, prints it, and commits it when
+// autocommit is on.
+func (h *harness) collect(b *strings.Builder) {
+	o := h.core.Ready()
+	if h.quiet {
+		h.summarize(b, o)
+	}
+	for _, m := range o.Mutations {
+		if h.quiet {
+			break
+		}
+		fmt.Fprintf(b, "mut  %s\n", h.fmtMutation(m))
+	}
+	for _, a := range o.Held {
+		if line := h.fmtAction(a); !h.quiet {
+			fmt.Fprintf(b, "held %s\n", line)
+		}
+	}
+	for _, a := range o.Immediate {
+		if line := h.fmtAction(a); !h.quiet {
+			fmt.Fprintf(b, "now  %s\n", line)
+		}
+	}
+	if h.trace != nil {
+		data := mustEncode(fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: h.epoch, Mutations: o.Mutations}))
+		fmt.Fprintf(h.trace, "output %x\nheld %+v\nimmediate %+v\n", data, o.Held, o.Immediate)
+	}
+	if o.Empty() {
+		return
+	}
+	h.pending = append(h.pending, o)
+	if h.autocommit {
+		h.commit(b, false)
+	}
+}
+
+// commit applies every pending output as one batch and checks that the core
+// and the FSM agree.
+func (h *harness) commit(b *strings.Builder, verbose bool) {
+	var muts []fsm.Mutation
+	held := 0
+	for _, o := range h.pending {
+		muts = append(muts, o.Mutations...)
+		held += len(o.Held)
+	}
+	h.pending = nil
+	if len(muts) > 0 {
+		data := mustEncode(fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: h.epoch, Time: fsm.Nanos(h.now), Mutations: muts}))
+		if res := h.applyEntry(data); res != nil {
+			fmt.Fprintf(b, "COMMIT FAILED: %v\n", res)
+			return
+		}
+	}
+	if verbose {
+		fmt.Fprintf(b, "committed %d mutations, released %d actions\n", len(muts), held)
+	}
+	h.crossCheck(b)
+}
+
+// crossCheck compares the core's task table with the FSM's (only when
+// nothing is pending, i.e. they must agree).
+func (h *harness) crossCheck(b *strings.Builder) {
+	if len(h.pending) > 0 {
+		return
+	}
+	seen := 0
+	h.state.View().EachTask(func(rec *fsm.Task) bool {
+		seen++
+		t, ok := h.core.tasks[rec.ID]
+		switch {
+		case !ok:
+			fmt.Fprintf(b, "MISMATCH %s: in the FSM, not in the core\n", h.name(rec.ID))
+		case t.status != rec.Status || t.attempt != rec.Attempt || t.lease != rec.Lease || t.runAt != rec.RunAt:
+			fmt.Fprintf(b, "MISMATCH %s: core %s/%d/%s/%s, fsm %s/%d/%s/%s\n", h.name(rec.ID),
+				t.status, t.attempt, fmtLease(t.lease), fmtAt(t.runAt), rec.Status, rec.Attempt, fmtLease(rec.Lease), fmtAt(rec.RunAt))
+		}
+		return true
+	})
+	if seen != len(h.core.tasks) {
+		fmt.Fprintf(b, "MISMATCH: %d tasks in the FSM, %d in the core\n", seen, len(h.core.tasks))
+	}
+	for name, s := range h.core.schedules {
+		rec, ok := h.state.Schedule(name)
+		if !ok {
+			fmt.Fprintf(b, "MISMATCH schedule %s: not in the FSM\n", name)
+			continue
+		}
+		if rec.LastFire != s.rec.LastFire || rec.Fires != s.rec.Fires || rec.Skipped != s.rec.Skipped || rec.Paused != s.rec.Paused || rec.LastTask != s.rec.LastTask {
+			fmt.Fprintf(b, "MISMATCH schedule %s\n", name)
+		}
+	}
+	if n := len(h.state.Schedules()); n != len(h.core.schedules) {
+		fmt.Fprintf(b, "MISMATCH: %d schedules in the FSM, %d in the core\n", n, len(h.core.schedules))
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Commands
+// ---------------------------------------------------------------------------
+
+func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
+	h.t = t
+	if h.core == nil && d.Cmd != "config" {
+		h.reset(Config{Seed: 1}, true)
+	}
+	var b strings.Builder
+	h.quiet = d.HasArg("quiet")
+	switch d.Cmd {
+	case "config":
+		h.config(d)
+		return "ok"
+	case "submit":
+		spec := h.spec(d.CmdArgs)
+		h.core.Submit(h.now, h.req(d), SubmitOne, []Spec{spec})
+	case "batch", "many":
+		var specs []Spec
+		for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
+			if strings.TrimSpace(line) == "" {
+				continue
+			}
+			_, args, err := datadriven.ParseLine("spec " + line)
+			require.NoError(t, err)
+			specs = append(specs, h.spec(args))
+		}
+		mode := SubmitBatch
+		if d.Cmd == "many" {
+			mode = SubmitMany
+		}
+		h.core.Submit(h.now, h.req(d), mode, specs)
+	case "bulk":
+		var n int
+		d.ScanArgs(t, "n", &n)
+		spec := h.spec(d.CmdArgs)
+		specs := make([]Spec, n)
+		for i := range specs {
+			specs[i] = spec
+		}
+		h.core.Submit(h.now, h.req(d), SubmitMany, specs)
+	case "poll":
+		o := Offer{Pool: "p"}
+		d.ScanArgs(t, "worker", &o.Worker)
+		d.MaybeScanArgs(t, "pool", &o.Pool)
+		o.Slots = 1
+		d.MaybeScanArgs(t, "slots", &o.Slots)
+		if a, ok := d.Arg("labels"); ok {
+			o.Labels = parseKVs(a.Vals)
+		}
+		h.core.Poll(h.now, h.req(d), o)
+	case "cancel-poll":
+		h.core.CancelPoll(h.req(d))
+	case "heartbeat":
+		var s string
+		d.ScanArgs(t, "lease", &s)
+		if err := h.core.Heartbeat(h.now, h.parseLease(s)); err != nil {
+			fmt.Fprintf(&b, "heartbeat: %s\n", fmtErr(err))
+		}
+	case "complete":
+		var s string
+		d.ScanArgs(t, "lease", &s)
+		h.core.Complete(h.now, h.req(d), h.parseLease(s), h.outcome(d))
+	case "complete-all":
+		// Completes every attempt granted so far that still runs, in id order.
+		var ids []string
+		for id, l := range h.grants {
+			if t, ok := h.core.leases[l]; ok && t.id == id {
+				ids = append(ids, id)
+			}
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			h.core.Complete(h.now, h.req(d), h.grants[id], Outcome{Kind: OutcomeSuccess})
+		}
+	case "cancel":
+		h.core.Cancel(h.now, h.req(d), h.ref(d))
+	case "attach":
+		h.core.Attach(h.now, h.req(d), h.ref(d))
+	case "detach":
+		h.core.Detach(h.req(d))
+	case "tick":
+		if len(d.CmdArgs) > 0 && d.CmdArgs[0].Key != "quiet" {
+			arg := d.CmdArgs[0].Key
+			if arg == "wake" {
+				w, ok := h.core.NextWake()
+				require.True(t, ok, "no timer pending")
+				if w.After(h.now) {
+					h.now = w
+				}
+			} else {
+				h.now = h.parseTime(arg)
+			}
+		}
+		fmt.Fprintf(&b, "now %s\n", fmtTime(h.now))
+		h.core.Tick(h.now)
+	case "advance":
+		// Moves the clock without telling the core (no leader meanwhile).
+		h.now = h.parseTime(d.CmdArgs[0].Key)
+		return "now " + fmtTime(h.now)
+	case "wake":
+		if w, ok := h.core.NextWake(); ok {
+			return "next wake " + fmtTime(w)
+		}
+		return "no timer"
+	case "schedule-add":
+		h.core.AddSchedule(h.now, h.req(d), h.scheduleSpec(d))
+	case "schedule-rm":
+		var n string
+		d.ScanArgs(t, "name", &n)
+		h.core.RemoveSchedule(h.now, h.req(d), n)
+	case "schedule-pause", "schedule-resume":
+		var n string
+		d.ScanArgs(t, "name", &n)
+		h.core.PauseSchedule(h.now, h.req(d), n, d.Cmd == "schedule-pause")
+	case "shutdown":
+		h.core.Shutdown(h.now)
+	case "commit":
+		h.collect(&b)
+		h.commit(&b, true)
+		return b.String()
+	case "recover":
+		h.recover(&b)
+		return b.String()
+	case "state":
+		return h.dumpState()
+	case "task":
+		var n string
+		d.ScanArgs(t, "id", &n)
+		return h.dumpTask(n)
+	case "schedules":
+		return h.dumpSchedules()
+	case "stats":
+		s := h.core.Stats()
+		return fmt.Sprintf("pending=%d queued=%d running=%d parked=%d polls=%d leases=%d waiters=%d tasks=%d schedules=%d",
+			s.Pending, s.Queued, s.Running, s.Parked, s.Polls, s.Leases, s.Waiters, s.Tasks, s.Schedules)
+	default:
+		t.Fatalf("unknown command %q", d.Cmd)
+	}
+	h.collect(&b)
+	if b.Len() == 0 {
+		return "ok"
+	}
+	return b.String()
+}
+
+func (h *harness) config(d *datadriven.TestData) {
+	cfg := Config{Seed: 1}
+	autocommit := true
+	for _, a := range d.CmdArgs {
+		v := ""
+		if len(a.Vals) > 0 {
+			v = a.Vals[0]
+		}
+		dur := func() time.Duration {
+			x, err := time.ParseDuration(v)
+			require.NoError(h.t, err)
+			return x
+		}
+		num := func() int {
+			x, err := strconv.Atoi(v)
+			require.NoError(h.t, err)
+			return x
+		}
+		switch a.Key {
+		case "heartbeat":
+			cfg.HeartbeatWindow = dur()
+		case "grace":
+			cfg.LeaseGrace = dur()
+		case "max-attempts":
+			cfg.MaxAttempts = uint32(num())
+		case "backoff":
+			cfg.Backoff = h.backoff(a.Vals)
+		case "retention":
+			cfg.Retention = dur()
+		case "max-payload":
+			cfg.MaxPayload = num()
+		case "max-output":
+			cfg.MaxOutput = num()
+		case "max-kind":
+			cfg.MaxKindLen = num()
+		case "overflow":
+			cfg.Overflow = map[string]OverflowPolicy{"wait": OverflowWait, "reject": OverflowReject}[v]
+		case "fixed-pools":
+			cfg.FixedPools = true
+		case "seed":
+			cfg.Seed = uint64(num())
+		case "autocommit":
+			autocommit = v != "false"
+		default:
+			h.t.Fatalf("unknown config %q", a.Key)
+		}
+	}
+	for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		cmd, args, err := datadriven.ParseLine(line)
+		require.NoError(h.t, err)
+		var b Bounds
+		var running int
+		name := ""
+		for _, a := range args {
+			if len(a.Vals) == 0 {
+				name = a.Key
+				continue
+			}
+			n, err := strconv.Atoi(a.Vals[0])
+			require.NoError(h.t, err)
+			switch a.Key {
+			case "pending":
+				b.MaxPending = n
+			case "running":
+				running = n
+			default:
+				p, ok := fsm.ParsePriority(a.Key)
+				require.True(h.t, ok, "unknown bound %q", a.Key)
+				b.MaxPendingPerClass[p] = n
+			}
+		}
+		switch cmd {
+		case "global":
+			cfg.Global = b
+		case "default-pool":
+			cfg.DefaultPool = PoolConfig{Bounds: b, MaxRunning: running}
+		case "pool":
+			if cfg.Pools == nil {
+				cfg.Pools = map[string]PoolConfig{}
+			}
+			cfg.Pools[name] = PoolConfig{Bounds: b, MaxRunning: running}
+		default:
+			h.t.Fatalf("unknown config line %q", line)
+		}
+	}
+	h.reset(cfg, autocommit)
+}
+
+func (h *harness) backoff(vals []string) fsm.Backoff {
+	require.Len(h.t, vals, 3, "backoff=(initial,max,jitter)")
+	i, err := time.ParseDuration(vals[0])
+	require.NoError(h.t, err)
+	m, err := time.ParseDuration(vals[1])
+	require.NoError(h.t, err)
+	j, err := strconv.ParseFloat(vals[2], 64)
+	require.NoError(h.t, err)
+	return fsm.Backoff{Initial: int64(i), Max: int64(m), Jitter: j}
+}
+
+func (h *harness) spec(args []datadriven.CmdArg) Spec {
+	s := Spec{Pool: "p", Kind: "k", Priority: fsm.PriorityNormal}
+	for _, a := range args {
+		v := ""
+		if len(a.Vals) > 0 {
+			v = a.Vals[0]
+		}
+		dur := func() time.Duration {
+			x, err := time.ParseDuration(v)
+			require.NoError(h.t, err)
+			return x
+		}
+		switch a.Key {
+		case "req", "quiet", "n":
+		case "pool":
+			s.Pool = v
+		case "kind":
+			s.Kind = v
+		case "kind-len":
+			n, _ := strconv.Atoi(v)
+			s.Kind = strings.Repeat("k", n)
+		case "key":
+			s.Key = v
+		case "priority", "prio":
+			p, ok := fsm.ParsePriority(v)
+			if !ok {
+				n, _ := strconv.Atoi(v)
+				p = fsm.Priority(n)
+			}
+			s.Priority = p
+		case "payload":
+			s.Payload = []byte(v)
+		case "payload-size":
+			n, _ := strconv.Atoi(v)
+			s.Payload = make([]byte, n)
+		case "labels":
+			s.Labels = parseKVs(a.Vals)
+		case "tags":
+			s.Tags = parseKVs(a.Vals)
+		case "run-at":
+			s.RunAt = h.parseTime(v)
+		case "delay":
+			s.Delay = dur()
+		case "deadline":
+			s.Deadline = h.parseTime(v)
+		case "timeout":
+			s.Timeout = dur()
+		case "max-attempts":
+			n, _ := strconv.Atoi(v)
+			s.MaxAttempts = uint32(n)
+		case "backoff":
+			bo := h.backoff(a.Vals)
+			s.Backoff = &bo
+		default:
+			h.t.Fatalf("unknown spec field %q", a.Key)
+		}
+	}
+	return s
+}
+
+func (h *harness) scheduleSpec(d *datadriven.TestData) ScheduleSpec {
+	var sp ScheduleSpec
+	var rest []datadriven.CmdArg
+	for _, a := range d.CmdArgs {
+		v := ""
+		if len(a.Vals) > 0 {
+			v = strings.Join(a.Vals, ",")
+		}
+		switch a.Key {
+		case "name":
+			sp.Name = v
+		case "cron":
+			sp.Cron = v
+		case "tz":
+			sp.TZ = v
+		case "overlap":
+			sp.Overlap = map[string]fsm.Overlap{"skip": fsm.OverlapSkip, "allow": fsm.OverlapAllow, "bad": 9}[v]
+		case "catch-up":
+			sp.CatchUp = map[string]fsm.CatchUp{"once": fsm.CatchUpOnce, "skip": fsm.CatchUpSkip, "all": fsm.CatchUpAll}[v]
+		case "limit":
+			n, _ := strconv.Atoi(v)
+			sp.CatchUpLimit = uint32(n)
+		case "paused":
+			sp.Paused = true
+		default:
+			rest = append(rest, a)
+		}
+	}
+	sp.Task = h.spec(rest)
+	return sp
+}
+
+func (h *harness) outcome(d *datadriven.TestData) Outcome {
+	var o Outcome
+	kind := "success"
+	d.MaybeScanArgs(h.t, "outcome", &kind)
+	switch kind {
+	case "success":
+		o.Kind = OutcomeSuccess
+	case "retry":
+		o.Kind = OutcomeRetryable
+	case "fail":
+		o.Kind = OutcomePermanent
+	case "cancel":
+		o.Kind = OutcomeCancelled
+	default:
+		h.t.Fatalf("unknown outcome %q", kind)
+	}
+	var s string
+	if d.MaybeScanArgs(h.t, "output", &s) {
+		o.Output = []byte(s)
+	}
+	var n int
+	if d.MaybeScanArgs(h.t, "output-size", &n) {
+		o.Output = make([]byte, n)
+	}
+	if a, ok := d.Arg("message"); ok {
+		o.Message = strings.Join(a.Vals, ", ")
+	}
+	if d.MaybeScanArgs(h.t, "retry-after", &s) {
+		x, err := time.ParseDuration(s)
+		require.NoError(h.t, err)
+		o.RetryAfter = x
+	}
+	return o
+}
+
+func (h *harness) ref(d *datadriven.TestData) TaskRef {
+	var r TaskRef
+	var s string
+	if d.MaybeScanArgs(h.t, "id", &s) {
+		r.ID = h.realID(s)
+	}
+	d.MaybeScanArgs(h.t, "key", &r.Key)
+	return r
+}
+
+func (h *harness) recover(b *strings.Builder) {
+	dropped := 0
+	for _, o := range h.pending {
+		dropped += len(o.Mutations)
+	}
+	if dropped > 0 {
+		fmt.Fprintf(b, "dropped %d uncommitted mutations\n", dropped)
+	}
+	h.pending = nil
+	_ = h.core.Ready()
+	h.epoch++
+	res := h.applyEntry(mustEncode(fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: h.epoch, Leader: "n" + strconv.FormatUint(h.epoch, 10), Time: fsm.Nanos(h.now)})))
+	require.Equal(h.t, h.epoch, res)
+	c, err := Recover(h.cfg, h.state.View(), h.epoch, h.now)
+	require.NoError(h.t, err)
+	h.core = c
+	out := c.Ready()
+	require.True(h.t, out.Empty(), "recover produced output")
+	s := c.Stats()
+	fmt.Fprintf(b, "epoch %d: pending=%d queued=%d running=%d tasks=%d schedules=%d\n", h.epoch, s.Pending, s.Queued, s.Running, s.Tasks, s.Schedules)
+	h.crossCheck(b)
+}
+
+func (h *harness) dumpState() string {
+	var b strings.Builder
+	h.state.View().EachTask(func(t *fsm.Task) bool {
+		fmt.Fprintf(&b, "%s %s %s/%s attempt=%d", h.name(t.ID), t.Status, t.Pool, t.Kind, t.Attempt)
+		if t.Lease != 0 {
+			fmt.Fprintf(&b, " lease=%s worker=%s", fmtLease(t.Lease), t.Worker)
+		}
+		if t.Key != "" {
+			fmt.Fprintf(&b, " key=%s", t.Key)
+		}
+		if len(t.Output) > 0 {
+			fmt.Fprintf(&b, " output=%s", fmtBytes(t.Output))
+		}
+		if t.Error != "" {
+			fmt.Fprintf(&b, " err=%q", t.Error)
+		}
+		b.WriteByte('\n')
+		return true
+	})
+	if b.Len() == 0 {
+		return "empty"
+	}
+	return b.String()
+}
+
+func (h *harness) dumpTask(n string) string {
+	t, ok := h.state.Get(h.realID(n))
+	if !ok {
+		return "not found"
+	}
+	return fmt.Sprintf("%s %s pool=%s kind=%s key=%q prio=%s payload=%s labels=%s tags=%s\n"+
+		"run-at=%s deadline=%s timeout=%s max-attempts=%d backoff=%s/%s/%g\n"+
+		"attempt=%d lease=%s last-lease=%s worker=%q error=%q output=%s\n"+
+		"submitted=%s started=%s updated=%s finished=%s schedule=%q slot=%s",
+		n, t.Status, t.Pool, t.Kind, t.Key, t.Priority, fmtBytes(t.Payload), fmtKVs(t.Labels), fmtKVs(t.Tags),
+		fmtAt(t.RunAt), fmtAt(t.Deadline), time.Duration(t.Timeout), t.MaxAttempts,
+		time.Duration(t.Backoff.Initial), time.Duration(t.Backoff.Max), t.Backoff.Jitter,
+		t.Attempt, fmtLease(t.Lease), fmtLease(t.LastLease), t.Worker, t.Error, fmtBytes(t.Output),
+		fmtAt(t.SubmittedAt), fmtAt(t.StartedAt), fmtAt(t.UpdatedAt), fmtAt(t.FinishedAt), t.Schedule, fmtAt(t.Slot))
+}
+
+func (h *harness) dumpSchedules() string {
+	var b strings.Builder
+	scheds := h.state.Schedules()
+	sort.Slice(scheds, func(i, j int) bool { return scheds[i].Name < scheds[j].Name })
+	for _, s := range scheds {
+		fmt.Fprintf(&b, "%s cron=%q tz=%q paused=%t created=%s last-fire=%s last-task=%s fires=%d skipped=%d\n",
+			s.Name, s.Cron, s.TZ, s.Paused, fmtAt(s.CreatedAt), fmtAt(s.LastFire), h.name(s.LastTask), s.Fires, s.Skipped)
+	}
+	if b.Len() == 0 {
+		return "none"
+	}
+	return b.String()
+}

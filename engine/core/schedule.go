@@ -1,0 +1,259 @@
+package core
+
+import (
+	"errors"
+	"time"
+
+	"github.com/cronoq/cronoq/engine/core/cron"
+	"github.com/cronoq/cronoq/fsm"
+)
+
+// schedule is the core's copy of a recurring schedule.
+type schedule struct {
+	rec  *fsm.Schedule // the durable record as of the mutations emitted so far
+	expr *cron.Expr    // nil: the expression no longer parses (inert)
+	gen  uint64        // validates the schedule's fire timer
+}
+
+func (s *schedule) cursor() time.Time {
+	if s.rec.LastFire != 0 {
+		return fsm.Time(s.rec.LastFire)
+	}
+	return fsm.Time(s.rec.CreatedAt)
+}
+
+// arm (re)starts the fire timer of s at its next slot after the cursor.
+func (c *Core) arm(s *schedule) {
+	c.schedGen++
+	s.gen = c.schedGen
+	if s.rec.Paused || s.expr == nil {
+		return
+	}
+	next := s.expr.Next(s.cursor())
+	if next.IsZero() {
+		return
+	}
+	c.timers.push(timer{when: fsm.Nanos(next), kind: tmFire, id: s.rec.Name, gen: s.gen})
+}
+
+// fireSchedule handles the due slots of s: each one either fires a task
+// (Insert and Fire in the same output, so they commit together) or is
+// recorded as skipped (overlap policy, catch-up policy, full bounds).
+func (c *Core) fireSchedule(s *schedule) {
+	now := fsm.Time(c.now)
+	decs := cron.Plan(s.expr, s.cursor(), now, s.rec.CatchUp, s.rec.CatchUpLimit)
+	for _, d := range decs {
+		id := ""
+		if d.Fire && (s.rec.Overlap == fsm.OverlapAllow || c.lastTaskEnded(s)) {
+			id = c.fireTask(s, d.Slot)
+		}
+		c.recordFire(s, d.Slot, d.Skipped, id)
+	}
+	if len(decs) == 0 && !s.cursor().After(now) {
+		// Nothing was due after all (the timer came early): wait for the next
+		// slot after now, which Plan will then report.
+		c.schedGen++
+		s.gen = c.schedGen
+		if next := s.expr.Next(now); !next.IsZero() {
+			c.timers.push(timer{when: fsm.Nanos(next), kind: tmFire, id: s.rec.Name, gen: s.gen})
+		}
+		return
+	}
+	c.arm(s)
+}
+
+func (c *Core) recordFire(s *schedule, slot time.Time, skipped uint32, id string) {
+	c.mutate(fsm.Mutation{Fire: &fsm.Fire{Name: s.rec.Name, Slot: fsm.Nanos(slot), Skipped: skipped, TaskID: id}})
+	rec := s.rec.Clone()
+	rec.LastFire = fsm.Nanos(slot)
+	rec.Skipped += uint64(skipped)
+	if id != "" {
+		rec.LastTask = id
+		rec.Fires++
+	} else {
+		rec.Skipped++
+	}
+	s.rec = rec
+}
+
+// lastTaskEnded reports whether the task of the schedule's last fire is
+// terminal or gone.
+func (c *Core) lastTaskEnded(s *schedule) bool {
+	if s.rec.LastTask == "" {
+		return true
+	}
+	t, ok := c.tasks[s.rec.LastTask]
+	return !ok || t.status.Terminal()
+}
+
+// slotKey is the idempotency key of the task a schedule fires for slot.
+func slotKey(name string, slot time.Time) string {
+	return name + "@" + slot.UTC().Format(time.RFC3339)
+}
+
+// fireTask inserts the task of one fire and returns its id, or "" when the
+// slot cannot fire (its key exists already, or the pending bounds are full).
+func (c *Core) fireTask(s *schedule, slot time.Time) string {
+	key := slotKey(s.rec.Name, slot)
+	if _, ok := c.keys[key]; ok {
+		return ""
+	}
+	if !c.fits(delta{{s.rec.Pool, s.rec.Priority}: 1}, false) {
+		return ""
+	}
+	ma := s.rec.MaxAttempts
+	if ma == 0 {
+		ma = c.cfg.MaxAttempts
+	}
+	rec := &fsm.Task{
+		Pool:        s.rec.Pool,
+		Kind:        s.rec.Kind,
+		Key:         key,
+		Priority:    s.rec.Priority,
+		Payload:     s.rec.Payload,
+		Labels:      s.rec.Labels,
+		Tags:        s.rec.Tags,
+		RunAt:       fsm.Nanos(slot),
+		Timeout:     s.rec.Timeout,
+		MaxAttempts: ma,
+		Backoff:     c.cfg.Backoff,
+		Schedule:    s.rec.Name,
+		Slot:        fsm.Nanos(slot),
+	}
+	return c.insert(rec).id
+}
+
+// AddSchedule creates or replaces the recurring schedule spec.Name. The task
+// template takes Pool, Kind, Payload, Priority, Labels, Tags, Timeout and
+// MaxAttempts; Key, RunAt, Delay, Deadline and Backoff are refused. Slots
+// fire strictly after now. Replacing a schedule keeps its counters and last
+// task (for the overlap policy) but starts its cursor afresh at now. The
+// reply (held) carries NextFire (zero while paused); errors are
+// *InvalidError naming the field, or ErrShuttingDown.
+func (c *Core) AddSchedule(now time.Time, req ReqID, spec ScheduleSpec) {
+	c.begin(now)
+	defer c.flush()
+	if c.shutdown {
+		c.reply(req, Action{Err: ErrShuttingDown})
+		return
+	}
+	rec, expr, err := c.checkSchedule(&spec)
+	if err != nil {
+		c.reply(req, Action{Err: err})
+		return
+	}
+	rec.CreatedAt = c.now
+	if old, ok := c.schedules[spec.Name]; ok {
+		rec.LastTask, rec.Fires, rec.Skipped = old.rec.LastTask, old.rec.Fires, old.rec.Skipped
+	}
+	c.mutate(fsm.Mutation{PutSchedule: rec.Clone()})
+	s := &schedule{rec: rec, expr: expr}
+	c.schedules[spec.Name] = s
+	c.arm(s)
+	var next time.Time
+	if !rec.Paused {
+		next = expr.Next(s.cursor())
+	}
+	c.reply(req, Action{NextFire: next})
+}
+
+func (c *Core) checkSchedule(spec *ScheduleSpec) (*fsm.Schedule, *cron.Expr, error) {
+	if spec.Name == "" {
+		return nil, nil, Invalid("name", "must not be empty")
+	}
+	expr, err := cron.Parse(spec.Cron, spec.TZ)
+	if err != nil {
+		if errors.Is(err, cron.ErrUnknownZone) {
+			return nil, nil, Invalid("tz", "%v", err)
+		}
+		return nil, nil, Invalid("cron", "%v", err)
+	}
+	tpl := &spec.Task
+	switch {
+	case tpl.Key != "":
+		return nil, nil, Invalid("task.key", "not allowed in a schedule template (each fire gets its own)")
+	case !tpl.RunAt.IsZero() || tpl.Delay != 0:
+		return nil, nil, Invalid("task.run_at", "not allowed in a schedule template (a fire runs at its slot)")
+	case !tpl.Deadline.IsZero():
+		return nil, nil, Invalid("task.deadline", "not allowed in a schedule template")
+	case tpl.Backoff != nil:
+		return nil, nil, Invalid("task.backoff", "not allowed in a schedule template")
+	case spec.Overlap > fsm.OverlapAllow:
+		return nil, nil, Invalid("overlap", "unknown policy %d", spec.Overlap)
+	case spec.CatchUp > fsm.CatchUpAll:
+		return nil, nil, Invalid("catch_up", "unknown policy %d", spec.CatchUp)
+	}
+	var t fsm.Task
+	if err := c.checkTemplate(tpl, &t); err != nil {
+		return nil, nil, err
+	}
+	return &fsm.Schedule{
+		Name:         spec.Name,
+		Cron:         spec.Cron,
+		TZ:           spec.TZ,
+		Pool:         t.Pool,
+		Kind:         t.Kind,
+		Payload:      t.Payload,
+		Priority:     t.Priority,
+		Labels:       t.Labels,
+		Tags:         t.Tags,
+		Timeout:      t.Timeout,
+		MaxAttempts:  spec.Task.MaxAttempts, // 0 = the default at each fire
+		Overlap:      spec.Overlap,
+		CatchUp:      spec.CatchUp,
+		CatchUpLimit: spec.CatchUpLimit,
+		Paused:       spec.Paused,
+	}, expr, nil
+}
+
+// RemoveSchedule deletes a recurring schedule. The reply (held) has Removed
+// false when there was none (nothing changes then).
+func (c *Core) RemoveSchedule(now time.Time, req ReqID, name string) {
+	c.begin(now)
+	defer c.flush()
+	if _, ok := c.schedules[name]; !ok {
+		c.reply(req, Action{})
+		return
+	}
+	c.mutate(fsm.Mutation{DelSchedule: &fsm.DelSchedule{Name: name}})
+	delete(c.schedules, name)
+	c.reply(req, Action{Removed: true})
+}
+
+// PauseSchedule pauses or resumes a recurring schedule; the reply (held)
+// carries the new state, or ErrNotFound. Asking for the current state
+// changes nothing.
+//
+// A resume does not rewind: the slots that came due while the schedule was
+// paused are not fired. They are recorded as skipped by a Fire with no task
+// (committed with the resume) that moves the cursor to the latest of them,
+// so the schedule's history has no silent gap; the next fire is the first
+// slot after that.
+func (c *Core) PauseSchedule(now time.Time, req ReqID, name string, paused bool) {
+	c.begin(now)
+	defer c.flush()
+	s, ok := c.schedules[name]
+	if !ok {
+		c.reply(req, Action{Err: ErrNotFound})
+		return
+	}
+	if s.rec.Paused != paused {
+		c.mutate(fsm.Mutation{PauseSchedule: &fsm.PauseSchedule{Name: name, Paused: paused, At: c.now}})
+		rec := s.rec.Clone()
+		rec.Paused = paused
+		s.rec = rec
+		if !paused && s.expr != nil {
+			decs := cron.Plan(s.expr, s.cursor(), fsm.Time(c.now), fsm.CatchUpOnce, 0)
+			if n := len(decs); n > 0 {
+				var skipped uint64
+				for _, d := range decs[:n-1] {
+					skipped += uint64(d.Skipped) + 1
+				}
+				skipped += uint64(decs[n-1].Skipped)
+				c.recordFire(s, decs[n-1].Slot, uint32(min(skipped, 1<<32-1)), "")
+			}
+		}
+		c.arm(s)
+	}
+	c.reply(req, Action{Paused: paused})
+}

@@ -1,0 +1,82 @@
+package engine
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/cronoq/cronoq/engine/core"
+)
+
+// Stats are the engine's counters (totals since Start) and gauges.
+type Stats struct {
+	Submitted  uint64 // tasks admitted, acknowledged to their submitter
+	Duplicates uint64 // submits answered with an existing task (idempotency key)
+	Dispatched uint64 // attempts granted and released to a worker
+	Completed  uint64 // completions accepted and durable
+
+	Batches       uint64        // entries appended
+	Committed     uint64        // entries applied
+	Mutations     uint64        // mutations appended
+	BatchBytes    uint64        // encoded bytes appended
+	CommitLatency time.Duration // total Append-to-applied time of the committed entries
+
+	InFlight int // entries appended and not resolved
+	Queued   int // groups waiting for an entry
+	Requests int // calls taken by the core and not answered yet (parked, polling, held)
+
+	DroppedDispatches uint64 // grants whose poller had gone away (their leases expire)
+	DroppedEvents     uint64 // events a lagging subscriber missed
+}
+
+type counters struct {
+	submitted, duplicates, dispatched, completed atomic.Uint64
+	batches, committed, mutations, batchBytes    atomic.Uint64
+	commitNanos                                  atomic.Int64
+	inFlight, queued, requests                   atomic.Int64
+	droppedDispatches                            atomic.Uint64
+}
+
+// count records a released answer.
+func (c *counters) count(op opKind, a *core.Action) {
+	if a.Err != nil {
+		return
+	}
+	switch op {
+	case opSubmit:
+		for _, s := range a.Submitted {
+			switch {
+			case s.ID == "":
+			case s.Duplicate:
+				c.duplicates.Add(1)
+			default:
+				c.submitted.Add(1)
+			}
+		}
+	case opPoll:
+		c.dispatched.Add(uint64(len(a.Grants)))
+	case opComplete:
+		c.completed.Add(1)
+	}
+}
+
+// Stats returns the engine's counters. It may be called at any time, also
+// after the engine stopped.
+func (e *Engine) Stats() Stats {
+	c := &e.stats
+	return Stats{
+		Submitted:         c.submitted.Load(),
+		Duplicates:        c.duplicates.Load(),
+		Dispatched:        c.dispatched.Load(),
+		Completed:         c.completed.Load(),
+		Batches:           c.batches.Load(),
+		Committed:         c.committed.Load(),
+		Mutations:         c.mutations.Load(),
+		BatchBytes:        c.batchBytes.Load(),
+		CommitLatency:     time.Duration(c.commitNanos.Load()),
+		InFlight:          int(c.inFlight.Load()),
+		Queued:            int(c.queued.Load()),
+		Requests:          int(c.requests.Load()),
+		DroppedDispatches: c.droppedDispatches.Load(),
+		DroppedEvents:     e.hub.dropped.Load(),
+	}
+}

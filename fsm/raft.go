@@ -1,0 +1,80 @@
+package fsm
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/hashicorp/raft"
+)
+
+// RaftFSM adapts a State to hashicorp/raft: it implements raft.FSM and
+// raft.BatchingFSM. The response of every command entry is the value
+// State.Apply returns.
+type RaftFSM struct {
+	s *State
+}
+
+var (
+	_ raft.FSM         = (*RaftFSM)(nil)
+	_ raft.BatchingFSM = (*RaftFSM)(nil)
+)
+
+// NewRaftFSM returns the raft adapter of s.
+func NewRaftFSM(s *State) *RaftFSM { return &RaftFSM{s: s} }
+
+// State returns the state the adapter applies to.
+func (f *RaftFSM) State() *State { return f.s }
+
+// Apply applies one committed log entry. Entries other than commands
+// (configuration changes) leave the state untouched and answer nil.
+func (f *RaftFSM) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	return f.s.Apply(l.Index, l.Term, l.Data)
+}
+
+// ApplyBatch applies committed log entries in order and returns one response
+// per entry.
+func (f *RaftFSM) ApplyBatch(logs []*raft.Log) []any {
+	out := make([]any, len(logs))
+	for i, l := range logs {
+		out[i] = f.Apply(l)
+	}
+	return out
+}
+
+// Snapshot captures an immutable view of the state in O(1); the encoding
+// happens in Persist, concurrently with later applies.
+func (f *RaftFSM) Snapshot() (raft.FSMSnapshot, error) {
+	return &fsmSnapshot{v: f.s.View()}, nil
+}
+
+// Restore replaces the state with the snapshot read from rc and closes rc.
+func (f *RaftFSM) Restore(rc io.ReadCloser) error {
+	err := f.s.Restore(rc)
+	if cerr := rc.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("closing snapshot: %w", cerr)
+	}
+	return err
+}
+
+// fsmSnapshot is a raft.FSMSnapshot of one View.
+type fsmSnapshot struct {
+	v *View
+}
+
+// Persist streams the view into sink, cancelling the sink on failure.
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := s.v.WriteTo(sink); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("persisting snapshot: %w", err)
+	}
+	if err := sink.Close(); err != nil {
+		return fmt.Errorf("closing snapshot sink: %w", err)
+	}
+	return nil
+}
+
+// Release does nothing: the view holds no resources beyond memory.
+func (s *fsmSnapshot) Release() {}

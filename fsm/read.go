@@ -1,0 +1,368 @@
+package fsm
+
+import (
+	"container/heap"
+	"slices"
+
+	"github.com/google/btree"
+)
+
+// ListQuery selects tasks for List.
+type ListQuery struct {
+	Pools    []string // empty = every pool
+	Statuses []Status // empty = every status
+	After    string   // return only ids after this one (exclusive cursor)
+	Limit    int      // at most this many tasks; <= 0 = no limit
+}
+
+// PoolCounts is the number of tasks of one pool in each status.
+type PoolCounts struct {
+	Pool     string
+	ByStatus [numStatuses]int64 // index = Status
+}
+
+// listChunk is how many index entries a List cursor reads at a time.
+const listChunk = 256
+
+// ---------------------------------------------------------------------------
+// Reads on tables (the caller holds the lock, or owns an immutable clone).
+// ---------------------------------------------------------------------------
+
+func (t *tables) get(id string) (*Task, bool) {
+	it, ok := t.tasks.Get(taskItem{id: id})
+	return it.t, ok
+}
+
+func (t *tables) getByKey(key string) (*Task, bool) {
+	k, ok := t.keys.Get(keyItem{key: key})
+	if !ok {
+		return nil, false
+	}
+	return t.get(k.id)
+}
+
+func (t *tables) schedule(name string) (*Schedule, bool) {
+	it, ok := t.scheds.Get(schedItem{name: name})
+	return it.s, ok
+}
+
+func (t *tables) schedules() []*Schedule {
+	out := make([]*Schedule, 0, t.scheds.Len())
+	t.scheds.Ascend(func(it schedItem) bool {
+		out = append(out, it.s)
+		return true
+	})
+	return out
+}
+
+func (t *tables) tombstoned(nodeID string) bool {
+	return t.tombs.Has(Tombstone{NodeID: nodeID})
+}
+
+func (t *tables) tombstones() []Tombstone {
+	out := make([]Tombstone, 0, t.tombs.Len())
+	t.tombs.Ascend(func(tb Tombstone) bool {
+		out = append(out, tb)
+		return true
+	})
+	return out
+}
+
+func (t *tables) countsList() []PoolCounts {
+	out := make([]PoolCounts, 0, t.counts.Len())
+	t.counts.Ascend(func(pc PoolCounts) bool {
+		out = append(out, pc)
+		return true
+	})
+	return out
+}
+
+func (t *tables) list(q ListQuery) ([]*Task, string) {
+	want := q.Limit + 1 // one more than returned, to know whether more remain
+	if q.Limit <= 0 {
+		want = -1
+	}
+	var out []*Task
+	if len(q.Pools) == 0 && len(q.Statuses) == 0 {
+		t.tasks.AscendGreaterOrEqual(taskItem{id: q.After}, func(it taskItem) bool {
+			if it.id == q.After {
+				return true
+			}
+			out = append(out, it.t)
+			return len(out) != want
+		})
+	} else {
+		out = t.listMerge(q, want)
+	}
+	if q.Limit > 0 && len(out) > q.Limit {
+		out = out[:q.Limit]
+		return out, out[len(out)-1].ID
+	}
+	return out, ""
+}
+
+// listMerge merges, in id order, the (pool, status) ranges of the pool index
+// that q selects, skipping ranges that hold no task.
+func (t *tables) listMerge(q ListQuery, want int) []*Task {
+	statuses := AllStatuses
+	if len(q.Statuses) > 0 {
+		statuses = nil
+		for _, st := range q.Statuses {
+			if st != StatusUnknown && st < numStatuses && !slices.Contains(statuses, st) {
+				statuses = append(statuses, st)
+			}
+		}
+	}
+	var counts []PoolCounts
+	if len(q.Pools) == 0 {
+		counts = t.countsList()
+	} else {
+		for _, p := range q.Pools {
+			if pc, ok := t.counts.Get(PoolCounts{Pool: p}); ok && !slices.ContainsFunc(counts, func(c PoolCounts) bool { return c.Pool == p }) {
+				counts = append(counts, pc)
+			}
+		}
+	}
+	chunk := listChunk
+	if want > 0 && want < chunk {
+		chunk = want
+	}
+	var h cursorHeap
+	for _, pc := range counts {
+		for _, st := range statuses {
+			if pc.ByStatus[st] == 0 {
+				continue
+			}
+			c := &cursor{pool: pc.Pool, status: st, after: q.After}
+			if c.fill(t.pools, chunk) {
+				h = append(h, c)
+			}
+		}
+	}
+	heap.Init(&h)
+	var out []*Task
+	for len(h) > 0 && len(out) != want {
+		c := h[0]
+		out = append(out, c.buf[c.pos])
+		if c.next(t.pools, chunk) {
+			heap.Fix(&h, 0)
+		} else {
+			heap.Pop(&h)
+		}
+	}
+	return out
+}
+
+// cursor walks one (pool, status) range of the pool index in id order,
+// reading it a chunk at a time.
+type cursor struct {
+	pool   string
+	status Status
+	after  string  // last id read from the index (exclusive bound of the next fill)
+	buf    []*Task // tasks read and not yet consumed start at buf[pos]
+	pos    int
+	ended  bool // the range has no entries after buf
+}
+
+// fill reads up to n more entries after c.after; it reports whether any
+// were found.
+func (c *cursor) fill(idx *btree.BTreeG[poolItem], n int) bool {
+	c.buf, c.pos = c.buf[:0], 0
+	if c.ended {
+		return false
+	}
+	idx.AscendGreaterOrEqual(poolItem{pool: c.pool, status: c.status, id: c.after}, func(it poolItem) bool {
+		if it.pool != c.pool || it.status != c.status {
+			c.ended = true
+			return false
+		}
+		if it.id == c.after {
+			return true
+		}
+		c.buf = append(c.buf, it.t)
+		return len(c.buf) < n
+	})
+	if len(c.buf) < n {
+		c.ended = true
+	}
+	if len(c.buf) > 0 {
+		c.after = c.buf[len(c.buf)-1].ID
+	}
+	return len(c.buf) > 0
+}
+
+// next consumes the head; it reports whether the cursor has another.
+func (c *cursor) next(idx *btree.BTreeG[poolItem], n int) bool {
+	c.pos++
+	if c.pos < len(c.buf) {
+		return true
+	}
+	return c.fill(idx, n)
+}
+
+// cursorHeap orders cursors by the id of their head.
+type cursorHeap []*cursor
+
+func (h cursorHeap) Len() int { return len(h) }
+func (h cursorHeap) Less(i, j int) bool {
+	return h[i].buf[h[i].pos].ID < h[j].buf[h[j].pos].ID
+}
+func (h cursorHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(*cursor)) }
+func (h *cursorHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return c
+}
+
+// ---------------------------------------------------------------------------
+// Reads on State
+// ---------------------------------------------------------------------------
+
+// Epoch returns the current engine epoch (0 before the first bump).
+func (s *State) Epoch() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.t.epoch
+}
+
+// EpochTerm returns the log term of the entry that set the current epoch.
+func (s *State) EpochTerm() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.t.epochTerm
+}
+
+// AppliedIndex returns the log index of the last entry that was applied
+// (entries rejected with an error do not count).
+func (s *State) AppliedIndex() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.t.applied
+}
+
+// Get returns the task with the given id.
+func (s *State) Get(id string) (*Task, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.t.get(id)
+}
+
+// GetByKey returns the task that holds the given idempotency key.
+func (s *State) GetByKey(key string) (*Task, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.t.getByKey(key)
+}
+
+// List returns, in id order, the tasks in any of q.Pools with any of
+// q.Statuses whose id is after q.After, at most q.Limit of them. next is the
+// cursor for the following page, or "" when no more tasks match.
+func (s *State) List(q ListQuery) (tasks []*Task, next string) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.t.list(q)
+}
+
+// Counts returns the number of tasks per pool and status, sorted by pool.
+// Pools without tasks are left out.
+func (s *State) Counts() []PoolCounts {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.t.countsList()
+}
+
+// Schedule returns the schedule with the given name.
+func (s *State) Schedule(name string) (*Schedule, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.t.schedule(name)
+}
+
+// Schedules returns every schedule in name order.
+func (s *State) Schedules() []*Schedule {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.t.schedules()
+}
+
+// Tombstoned reports whether nodeID was removed from the cluster on purpose.
+func (s *State) Tombstoned(nodeID string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.t.tombstoned(nodeID)
+}
+
+// Tombstones returns every tombstone in node id order.
+func (s *State) Tombstones() []Tombstone {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.t.tombstones()
+}
+
+// View returns an immutable view of the current state in O(1): entries
+// applied later do not show in it. Taking a view makes the next writes copy
+// the tree nodes they touch.
+func (s *State) View() *View {
+	s.mu.Lock() // cloning a B-tree writes to it
+	defer s.mu.Unlock()
+	return &View{t: s.t.clone()}
+}
+
+// ---------------------------------------------------------------------------
+// View
+// ---------------------------------------------------------------------------
+
+// View is an immutable copy of the state at one point of the log. It is safe
+// for concurrent use and stays valid while the State moves on.
+type View struct {
+	t *tables
+}
+
+// Epoch returns the engine epoch of the view.
+func (v *View) Epoch() uint64 { return v.t.epoch }
+
+// EpochTerm returns the log term of the entry that set the view's epoch.
+func (v *View) EpochTerm() uint64 { return v.t.epochTerm }
+
+// AppliedIndex returns the log index of the last entry applied in the view.
+func (v *View) AppliedIndex() uint64 { return v.t.applied }
+
+// Get returns the task with the given id.
+func (v *View) Get(id string) (*Task, bool) { return v.t.get(id) }
+
+// GetByKey returns the task that holds the given idempotency key.
+func (v *View) GetByKey(key string) (*Task, bool) { return v.t.getByKey(key) }
+
+// List is State.List on the view.
+func (v *View) List(q ListQuery) (tasks []*Task, next string) { return v.t.list(q) }
+
+// Counts returns the number of tasks per pool and status, sorted by pool.
+func (v *View) Counts() []PoolCounts { return v.t.countsList() }
+
+// Schedule returns the schedule with the given name.
+func (v *View) Schedule(name string) (*Schedule, bool) { return v.t.schedule(name) }
+
+// Schedules returns every schedule in name order.
+func (v *View) Schedules() []*Schedule { return v.t.schedules() }
+
+// Tombstoned reports whether nodeID was removed from the cluster on purpose.
+func (v *View) Tombstoned(nodeID string) bool { return v.t.tombstoned(nodeID) }
+
+// Tombstones returns every tombstone in node id order.
+func (v *View) Tombstones() []Tombstone { return v.t.tombstones() }
+
+// Len returns the number of tasks in the view.
+func (v *View) Len() int { return v.t.tasks.Len() }
+
+// EachTask calls fn for every task in id order until fn returns false.
+func (v *View) EachTask(fn func(*Task) bool) {
+	v.t.tasks.Ascend(func(it taskItem) bool { return fn(it.t) })
+}
+
+// EachSchedule calls fn for every schedule in name order until fn returns
+// false.
+func (v *View) EachSchedule(fn func(*Schedule) bool) {
+	v.t.scheds.Ascend(func(it schedItem) bool { return fn(it.s) })
+}

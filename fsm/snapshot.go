@@ -1,0 +1,282 @@
+package fsm
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Snapshot format, version 1 (all integers big-endian):
+//
+//	magic      "CRQS"
+//	version    uint16
+//	epoch      uint64
+//	epochTerm  uint64
+//	applied    uint64
+//	records    [type byte][uvarint length][msgpack body], in order:
+//	           tasks by id, then schedules by name, then tombstones by node id
+//	end        [0xff][uint64 tasks][uint64 schedules][uint64 tombstones]
+//
+// The encoding is a pure function of the state, so every node that applied
+// the same log writes the same bytes.
+
+const (
+	snapshotMagic   = "CRQS"
+	snapshotVersion = 1
+
+	recTask      byte = 1
+	recSchedule  byte = 2
+	recTombstone byte = 3
+	recEnd       byte = 0xff
+
+	// maxRecordSize bounds one record of a snapshot being restored.
+	maxRecordSize = 64 << 20
+)
+
+// ErrBadSnapshot is returned by Restore for a snapshot it cannot read: a
+// wrong magic or version, a corrupt or out-of-order record, or a truncated
+// stream.
+var ErrBadSnapshot = errors.New("fsm: bad snapshot")
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// WriteTo writes the view as a snapshot to w, streaming: memory use does not
+// grow with the size of the state. It returns the number of bytes written.
+func (v *View) WriteTo(w io.Writer) (int64, error) {
+	cw := &countingWriter{w: w}
+	bw := bufio.NewWriterSize(cw, 64<<10)
+	t := v.t
+
+	hdr := make([]byte, 0, 64)
+	hdr = append(hdr, snapshotMagic...)
+	hdr = binary.BigEndian.AppendUint16(hdr, snapshotVersion)
+	hdr = binary.BigEndian.AppendUint64(hdr, t.epoch)
+	hdr = binary.BigEndian.AppendUint64(hdr, t.epochTerm)
+	hdr = binary.BigEndian.AppendUint64(hdr, t.applied)
+	if _, err := bw.Write(hdr); err != nil {
+		return cw.n, fmt.Errorf("writing snapshot header: %w", err)
+	}
+
+	var body []byte
+	var err error
+	record := func(typ byte) {
+		var pre [1 + binary.MaxVarintLen64]byte
+		pre[0] = typ
+		n := binary.PutUvarint(pre[1:], uint64(len(body)))
+		if _, err = bw.Write(pre[:1+n]); err == nil {
+			_, err = bw.Write(body)
+		}
+	}
+	t.tasks.Ascend(func(it taskItem) bool {
+		body = appendTask(body[:0], it.t)
+		record(recTask)
+		return err == nil
+	})
+	if err == nil {
+		t.scheds.Ascend(func(it schedItem) bool {
+			body = appendSchedule(body[:0], it.s)
+			record(recSchedule)
+			return err == nil
+		})
+	}
+	if err == nil {
+		t.tombs.Ascend(func(tb Tombstone) bool {
+			body = appendTombstone(body[:0], &tb)
+			record(recTombstone)
+			return err == nil
+		})
+	}
+	if err != nil {
+		return cw.n, fmt.Errorf("writing snapshot records: %w", err)
+	}
+
+	end := append(hdr[:0], recEnd)
+	end = binary.BigEndian.AppendUint64(end, uint64(t.tasks.Len()))
+	end = binary.BigEndian.AppendUint64(end, uint64(t.scheds.Len()))
+	end = binary.BigEndian.AppendUint64(end, uint64(t.tombs.Len()))
+	if _, err := bw.Write(end); err != nil {
+		return cw.n, fmt.Errorf("writing snapshot end: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return cw.n, fmt.Errorf("writing snapshot: %w", err)
+	}
+	return cw.n, nil
+}
+
+// Hash returns the SHA-256 of the snapshot encoding of the current state.
+// Nodes that applied the same log have the same hash.
+func (s *State) Hash() [32]byte {
+	h := sha256.New()
+	if _, err := s.View().WriteTo(h); err != nil {
+		panic(fmt.Sprintf("fsm: hashing snapshot: %v", err)) // a hash never fails to write
+	}
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
+// Restore replaces the whole state with the snapshot read from r. The new
+// state is built completely before it is swapped in; if the snapshot cannot
+// be read the state is left as it was and the error wraps ErrBadSnapshot (or
+// is the reader's error). Views taken before keep showing the old state.
+func (s *State) Restore(r io.Reader) error {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	t, err := readSnapshot(r)
+	if err != nil {
+		return fmt.Errorf("restoring snapshot: %w", err)
+	}
+	s.mu.Lock()
+	s.t = t
+	s.mu.Unlock()
+	return nil
+}
+
+func badSnapshot(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrBadSnapshot, fmt.Sprintf(format, args...))
+}
+
+// eofError turns an unexpected end of the stream into a snapshot error and
+// passes other read errors through.
+func eofError(what string, err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return badSnapshot("truncated in %s", what)
+	}
+	return fmt.Errorf("reading %s: %w", what, err)
+}
+
+func readSnapshot(r io.Reader) (*tables, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var hdr [len(snapshotMagic) + 2 + 3*8]byte
+	if _, err := io.ReadFull(br, hdr[:]); err != nil {
+		return nil, eofError("header", err)
+	}
+	if string(hdr[:4]) != snapshotMagic {
+		return nil, badSnapshot("magic %q, want %q", hdr[:4], snapshotMagic)
+	}
+	if v := binary.BigEndian.Uint16(hdr[4:]); v != snapshotVersion {
+		return nil, badSnapshot("version %d, want %d", v, snapshotVersion)
+	}
+	t := newTables()
+	t.epoch = binary.BigEndian.Uint64(hdr[6:])
+	t.epochTerm = binary.BigEndian.Uint64(hdr[14:])
+	t.applied = binary.BigEndian.Uint64(hdr[22:])
+
+	var (
+		body []byte
+		last byte // type of the previous record
+		prev string
+	)
+	for n := 0; ; n++ {
+		typ, err := br.ReadByte()
+		if err != nil {
+			return nil, eofError("record type", err)
+		}
+		if typ == recEnd {
+			break
+		}
+		if typ < last || typ < recTask || typ > recTombstone {
+			return nil, badSnapshot("record %d: type %d after type %d", n, typ, last)
+		}
+		if typ != last {
+			last, prev = typ, ""
+		}
+		size, err := binary.ReadUvarint(br)
+		if err != nil {
+			return nil, eofError("record length", err)
+		}
+		if size > maxRecordSize {
+			return nil, badSnapshot("record %d: %d bytes", n, size)
+		}
+		if uint64(cap(body)) < size {
+			body = make([]byte, size)
+		}
+		body = body[:size]
+		if _, err := io.ReadFull(br, body); err != nil {
+			return nil, eofError("record", err)
+		}
+		if prev, err = t.restoreRecord(typ, body, prev); err != nil {
+			return nil, badSnapshot("record %d: %v", n, err)
+		}
+	}
+
+	var end [3 * 8]byte
+	if _, err := io.ReadFull(br, end[:]); err != nil {
+		return nil, eofError("end marker", err)
+	}
+	nt, ns, nb := binary.BigEndian.Uint64(end[:]), binary.BigEndian.Uint64(end[8:]), binary.BigEndian.Uint64(end[16:])
+	if nt != uint64(t.tasks.Len()) || ns != uint64(t.scheds.Len()) || nb != uint64(t.tombs.Len()) {
+		return nil, badSnapshot("end marker counts %d tasks, %d schedules, %d tombstones; read %d, %d, %d",
+			nt, ns, nb, t.tasks.Len(), t.scheds.Len(), t.tombs.Len())
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		if err != nil {
+			return nil, fmt.Errorf("reading past the end marker: %w", err)
+		}
+		return nil, badSnapshot("data after the end marker")
+	}
+	return t, nil
+}
+
+// restoreRecord decodes one record into t. prev is the key of the previous
+// record of the same type (keys must strictly increase); it returns the
+// record's key.
+func (t *tables) restoreRecord(typ byte, body []byte, prev string) (string, error) {
+	r := reader{b: body}
+	var (
+		key string
+		put func()
+	)
+	switch typ {
+	case recTask:
+		task := new(Task)
+		if err := r.task(task); err != nil {
+			return "", fmt.Errorf("task: %w", err)
+		}
+		if task.Status == StatusUnknown || task.Status >= numStatuses {
+			return "", fmt.Errorf("task %s: invalid status %d", task.ID, task.Status)
+		}
+		if task.Key != "" && t.keys.Has(keyItem{key: task.Key}) {
+			return "", fmt.Errorf("task %s: duplicate key %q", task.ID, task.Key)
+		}
+		key, put = task.ID, func() { t.putTask(nil, task) }
+	case recSchedule:
+		sc := new(Schedule)
+		if err := r.schedule(sc); err != nil {
+			return "", fmt.Errorf("schedule: %w", err)
+		}
+		key, put = sc.Name, func() { t.putSchedule(nil, sc) }
+	case recTombstone:
+		tb := new(Tombstone)
+		if err := r.tombstone(tb); err != nil {
+			return "", fmt.Errorf("tombstone: %w", err)
+		}
+		if tb.Remove {
+			return "", fmt.Errorf("tombstone %q: remove flag set", tb.NodeID)
+		}
+		key, put = tb.NodeID, func() { t.putTombstone(nil, tb) }
+	default:
+		return "", fmt.Errorf("unknown record type %d", typ)
+	}
+	if r.remaining() != 0 {
+		return "", fmt.Errorf("%d trailing bytes", r.remaining())
+	}
+	if key == "" || key <= prev {
+		return "", fmt.Errorf("key %q does not follow %q", key, prev)
+	}
+	put()
+	return key, nil
+}

@@ -1,0 +1,587 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/google/btree"
+)
+
+// btreeDegree is the degree of every B-tree of the state.
+const btreeDegree = 32
+
+// maxScratchMutations bounds the capacity of the decode buffer that Apply
+// keeps between entries, so one huge batch does not pin its memory forever.
+const maxScratchMutations = 4096
+
+// Items of the B-trees. They are small values so that lookups build their
+// probe on the stack; the records they point to are immutable.
+type (
+	taskItem struct {
+		id string
+		t  *Task
+	}
+	keyItem struct {
+		key, id string
+	}
+	poolItem struct {
+		pool   string
+		status Status
+		id     string
+		t      *Task
+	}
+	schedItem struct {
+		name string
+		s    *Schedule
+	}
+)
+
+func lessTask(a, b taskItem) bool   { return a.id < b.id }
+func lessKey(a, b keyItem) bool     { return a.key < b.key }
+func lessSched(a, b schedItem) bool { return a.name < b.name }
+func lessTomb(a, b Tombstone) bool  { return a.NodeID < b.NodeID }
+func lessCount(a, b PoolCounts) bool {
+	return a.Pool < b.Pool
+}
+func lessPool(a, b poolItem) bool {
+	if a.pool != b.pool {
+		return a.pool < b.pool
+	}
+	if a.status != b.status {
+		return a.status < b.status
+	}
+	return a.id < b.id
+}
+
+// tables is the whole replicated state: the primary records, their derived
+// indexes and counters, and the epoch. A View holds a copy-on-write clone.
+type tables struct {
+	epoch     uint64 // current engine epoch
+	epochTerm uint64 // log term of the entry that set epoch
+	applied   uint64 // log index of the last entry applied
+
+	tasks  *btree.BTreeG[taskItem]   // by id: the primary task table
+	keys   *btree.BTreeG[keyItem]    // idempotency key -> id
+	pools  *btree.BTreeG[poolItem]   // (pool, status, id), for List
+	counts *btree.BTreeG[PoolCounts] // by pool; pools with no task are absent
+	scheds *btree.BTreeG[schedItem]  // by name
+	tombs  *btree.BTreeG[Tombstone]  // by node id
+}
+
+func newTables() *tables {
+	return &tables{
+		tasks:  btree.NewG(btreeDegree, lessTask),
+		keys:   btree.NewG(btreeDegree, lessKey),
+		pools:  btree.NewG(btreeDegree, lessPool),
+		counts: btree.NewG(btreeDegree, lessCount),
+		scheds: btree.NewG(btreeDegree, lessSched),
+		tombs:  btree.NewG(btreeDegree, lessTomb),
+	}
+}
+
+// clone returns a copy-on-write copy in O(1). It writes to t (B-tree clones
+// reset the copy-on-write context of both trees), so the caller must hold
+// the write lock.
+func (t *tables) clone() *tables {
+	c := *t
+	c.tasks = t.tasks.Clone()
+	c.keys = t.keys.Clone()
+	c.pools = t.pools.Clone()
+	c.counts = t.counts.Clone()
+	c.scheds = t.scheds.Clone()
+	c.tombs = t.tombs.Clone()
+	return &c
+}
+
+// putTask replaces task record old with new, keeping every index and counter
+// in step. old == nil inserts, new == nil deletes; otherwise both have the
+// same ID. It is the only function that writes tasks.
+func (t *tables) putTask(old, new *Task) {
+	moved := old == nil || new == nil || old.Pool != new.Pool || old.Status != new.Status
+	if old != nil {
+		if new == nil {
+			t.tasks.Delete(taskItem{id: old.ID})
+		}
+		if old.Key != "" && (new == nil || new.Key != old.Key) {
+			t.keys.Delete(keyItem{key: old.Key})
+		}
+		if moved {
+			t.pools.Delete(poolItem{pool: old.Pool, status: old.Status, id: old.ID})
+			t.count(old.Pool, old.Status, -1)
+		}
+	}
+	if new != nil {
+		t.tasks.ReplaceOrInsert(taskItem{id: new.ID, t: new})
+		if new.Key != "" && (old == nil || old.Key != new.Key) {
+			t.keys.ReplaceOrInsert(keyItem{key: new.Key, id: new.ID})
+		}
+		t.pools.ReplaceOrInsert(poolItem{pool: new.Pool, status: new.Status, id: new.ID, t: new})
+		if moved {
+			t.count(new.Pool, new.Status, 1)
+		}
+	}
+}
+
+// count adds d to the counter of (pool, status), dropping pools whose
+// counters all reach zero.
+func (t *tables) count(pool string, status Status, d int64) {
+	pc, ok := t.counts.Get(PoolCounts{Pool: pool})
+	if !ok {
+		pc.Pool = pool
+	}
+	pc.ByStatus[status] += d
+	if pc.ByStatus == [numStatuses]int64{} {
+		t.counts.Delete(pc)
+		return
+	}
+	t.counts.ReplaceOrInsert(pc)
+}
+
+// putSchedule replaces schedule old with new (nil for absent).
+func (t *tables) putSchedule(old, new *Schedule) {
+	if new == nil {
+		if old != nil {
+			t.scheds.Delete(schedItem{name: old.Name})
+		}
+		return
+	}
+	t.scheds.ReplaceOrInsert(schedItem{name: new.Name, s: new})
+}
+
+// putTombstone replaces tombstone old with new (nil for absent).
+func (t *tables) putTombstone(old, new *Tombstone) {
+	if new == nil {
+		if old != nil {
+			t.tombs.Delete(*old)
+		}
+		return
+	}
+	t.tombs.ReplaceOrInsert(*new)
+}
+
+// ---------------------------------------------------------------------------
+// State
+// ---------------------------------------------------------------------------
+
+// State is the replicated state machine. One goroutine applies entries while
+// any number read; every read sees the state between two entries. Records
+// returned by reads are shared and must not be modified.
+type State struct {
+	// applyMu serializes Apply and Restore and guards the scratch fields.
+	applyMu sync.Mutex
+	batch   CommitBatch // decode buffer, reused between entries
+	undo    []undo      // changes of the batch being applied, for rollback
+
+	// mu guards t: held for writing while an entry is applied or a View is
+	// taken, for reading by reads.
+	mu sync.RWMutex
+	t  *tables
+}
+
+// New returns an empty state at epoch 0.
+func New() *State {
+	return &State{t: newTables()}
+}
+
+// undo records one change of the batch being applied.
+type undo struct {
+	oldT, newT *Task
+	oldS, newS *Schedule
+	oldB, newB *Tombstone
+	kind       undoKind
+}
+
+type undoKind uint8
+
+const (
+	undoTask undoKind = iota
+	undoSchedule
+	undoTombstone
+)
+
+// Apply applies the log entry data committed at index in term. It returns,
+// for an epoch bump, the new epoch (uint64) or an error; for a commit batch,
+// nil or an error (wrapping ErrStaleEpoch, or a *RejectedError); for an
+// undecodable entry an error wrapping ErrCorrupt; for an unknown entry type
+// nil if it carries IgnoreUnknownFlag, else an error wrapping
+// ErrUnknownEntry. When it returns an error nothing changed, not even
+// AppliedIndex.
+func (s *State) Apply(index, term uint64, data []byte) any {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	if len(data) == 0 {
+		return fmt.Errorf("%w: empty entry at index %d", ErrCorrupt, index)
+	}
+	typ := EntryType(data[0])
+	switch typ &^ IgnoreUnknownFlag {
+	case EntryEpochBump:
+		var b EpochBump
+		if err := decodeEpochBump(data[1:], &b); err != nil {
+			return err
+		}
+		return s.applyEpochBump(index, term, &b)
+	case EntryCommitBatch:
+		s.batch = CommitBatch{Mutations: s.batch.Mutations[:0]}
+		defer s.releaseBatch()
+		if err := decodeCommitBatch(data[1:], &s.batch); err != nil {
+			return err
+		}
+		if err := s.applyBatch(index, &s.batch); err != nil {
+			return err
+		}
+		return nil
+	}
+	if typ&IgnoreUnknownFlag == 0 {
+		return fmt.Errorf("entry type %d at index %d: %w", typ, index, ErrUnknownEntry)
+	}
+	s.mu.Lock()
+	s.t.applied = index
+	s.mu.Unlock()
+	return nil
+}
+
+// releaseBatch drops the references the decode buffer holds.
+func (s *State) releaseBatch() {
+	if cap(s.batch.Mutations) > maxScratchMutations {
+		s.batch.Mutations = nil
+	}
+	clear(s.batch.Mutations[:cap(s.batch.Mutations)])
+}
+
+func (s *State) applyEpochBump(index, term uint64, b *EpochBump) any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.t
+	if b.Epoch <= t.epoch || b.Epoch-t.epoch != 1 {
+		return fmt.Errorf("epoch bump to %d at epoch %d: %w", b.Epoch, t.epoch, ErrStaleEpoch)
+	}
+	t.epoch = b.Epoch
+	t.epochTerm = term
+	t.applied = index
+	return b.Epoch
+}
+
+// applyBatch applies every mutation of b or, if one is rejected, none.
+func (s *State) applyBatch(index uint64, b *CommitBatch) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b.Epoch != s.t.epoch {
+		return fmt.Errorf("commit batch of epoch %d at epoch %d: %w", b.Epoch, s.t.epoch, ErrStaleEpoch)
+	}
+	defer s.clearUndo()
+	for i := range b.Mutations {
+		if err := s.mutate(index, b.Time, &b.Mutations[i]); err != nil {
+			s.rollback()
+			return &RejectedError{Index: i, Reason: err.Error()}
+		}
+	}
+	s.t.applied = index
+	return nil
+}
+
+func (s *State) clearUndo() {
+	clear(s.undo)
+	s.undo = s.undo[:0]
+}
+
+// rollback undoes the changes of the current batch, last first.
+func (s *State) rollback() {
+	for i := len(s.undo) - 1; i >= 0; i-- {
+		u := &s.undo[i]
+		switch u.kind {
+		case undoTask:
+			s.t.putTask(u.newT, u.oldT)
+		case undoSchedule:
+			s.t.putSchedule(u.newS, u.oldS)
+		case undoTombstone:
+			s.t.putTombstone(u.newB, u.oldB)
+		}
+	}
+}
+
+// The setters below are the only writers used while applying a batch: each
+// change goes to the tables and to the undo log.
+
+func (s *State) setTask(old, new *Task) {
+	s.t.putTask(old, new)
+	s.undo = append(s.undo, undo{kind: undoTask, oldT: old, newT: new})
+}
+
+func (s *State) setSchedule(old, new *Schedule) {
+	s.t.putSchedule(old, new)
+	s.undo = append(s.undo, undo{kind: undoSchedule, oldS: old, newS: new})
+}
+
+func (s *State) setTombstone(old, new *Tombstone) {
+	s.t.putTombstone(old, new)
+	s.undo = append(s.undo, undo{kind: undoTombstone, oldB: old, newB: new})
+}
+
+// instant returns at, or the batch time when at is unset.
+func instant(at, batchTime int64) int64 {
+	if at != 0 {
+		return at
+	}
+	return batchTime
+}
+
+// mutate checks the precondition of m and applies it. An error is the
+// reason m is rejected; the state is then unchanged by m.
+func (s *State) mutate(index uint64, batchTime int64, m *Mutation) error {
+	switch {
+	case m.Insert != nil:
+		return s.insert(index, m.Insert)
+	case m.Ready != nil:
+		return s.ready(index, instant(m.Ready.At, batchTime), m.Ready)
+	case m.Start != nil:
+		return s.start(index, instant(m.Start.At, batchTime), m.Start)
+	case m.Retry != nil:
+		return s.retry(index, instant(m.Retry.At, batchTime), m.Retry)
+	case m.Finish != nil:
+		return s.finish(index, instant(m.Finish.At, batchTime), m.Finish)
+	case m.Purge != nil:
+		return s.purge(m.Purge)
+	case m.PutSchedule != nil:
+		return s.putSchedule(index, m.PutSchedule)
+	case m.DelSchedule != nil:
+		return s.delSchedule(m.DelSchedule)
+	case m.PauseSchedule != nil:
+		return s.pauseSchedule(index, m.PauseSchedule)
+	case m.Fire != nil:
+		return s.fire(index, m.Fire)
+	case m.Tombstone != nil:
+		return s.tombstone(instant(m.Tombstone.At, batchTime), m.Tombstone)
+	}
+	return errors.New("empty mutation") // unreachable: decoding checks this
+}
+
+func (s *State) task(op, id string) (*Task, error) {
+	it, ok := s.t.tasks.Get(taskItem{id: id})
+	if !ok {
+		return nil, fmt.Errorf("%s %s: no such task", op, id)
+	}
+	return it.t, nil
+}
+
+// insert adds a new task; t is owned by the state from here on.
+func (s *State) insert(index uint64, t *Task) error {
+	if t.ID == "" {
+		return errors.New("insert: empty task id")
+	}
+	if s.t.tasks.Has(taskItem{id: t.ID}) {
+		return fmt.Errorf("insert %s: task exists", t.ID)
+	}
+	if t.Key != "" {
+		if k, ok := s.t.keys.Get(keyItem{key: t.Key}); ok {
+			return fmt.Errorf("insert %s: key %q is in use by task %s", t.ID, t.Key, k.id)
+		}
+	}
+	if t.Status != StatusScheduled && t.Status != StatusQueued {
+		return fmt.Errorf("insert %s: status %s, want scheduled or queued", t.ID, t.Status)
+	}
+	if t.Attempt != 0 || t.Lease != 0 {
+		return fmt.Errorf("insert %s: attempt %d and lease %d, want 0", t.ID, t.Attempt, t.Lease)
+	}
+	t.CreateIndex = index
+	t.ModifyIndex = index
+	if t.UpdatedAt == 0 {
+		t.UpdatedAt = t.SubmittedAt
+	}
+	s.setTask(nil, t)
+	return nil
+}
+
+func (s *State) ready(index uint64, at int64, m *Ready) error {
+	cur, err := s.task("ready", m.ID)
+	if err != nil {
+		return err
+	}
+	if cur.Status != StatusScheduled && cur.Status != StatusRetrying {
+		return fmt.Errorf("ready %s: task is %s, want scheduled or retrying", m.ID, cur.Status)
+	}
+	t := cur.Clone()
+	t.Status = StatusQueued
+	t.ModifyIndex = index
+	t.UpdatedAt = at
+	s.setTask(cur, t)
+	return nil
+}
+
+func (s *State) start(index uint64, at int64, m *Start) error {
+	cur, err := s.task("start", m.ID)
+	if err != nil {
+		return err
+	}
+	switch {
+	case cur.Status != StatusQueued:
+		return fmt.Errorf("start %s: task is %s, want queued", m.ID, cur.Status)
+	case uint64(m.Attempt) != uint64(cur.Attempt)+1:
+		return fmt.Errorf("start %s: attempt %d, want %d", m.ID, m.Attempt, uint64(cur.Attempt)+1)
+	case m.Lease <= cur.LastLease:
+		return fmt.Errorf("start %s: lease %#x does not exceed last lease %#x", m.ID, m.Lease, cur.LastLease)
+	}
+	t := cur.Clone()
+	t.Status = StatusRunning
+	t.Attempt = m.Attempt
+	t.Lease = m.Lease
+	t.LastLease = m.Lease
+	t.Worker = m.Worker
+	t.StartedAt = at
+	t.Error = ""
+	t.ModifyIndex = index
+	t.UpdatedAt = at
+	s.setTask(cur, t)
+	return nil
+}
+
+func (s *State) retry(index uint64, at int64, m *Retry) error {
+	cur, err := s.task("retry", m.ID)
+	if err != nil {
+		return err
+	}
+	if cur.Status != StatusRunning || cur.Lease != m.Lease {
+		return fmt.Errorf("retry %s: task is %s under lease %#x, want running under %#x", m.ID, cur.Status, cur.Lease, m.Lease)
+	}
+	t := cur.Clone()
+	t.Status = StatusRetrying
+	if m.RetryAt <= at {
+		t.Status = StatusQueued
+	}
+	t.RunAt = m.RetryAt
+	t.Lease = 0
+	t.Worker = ""
+	t.Error = m.Error
+	t.ModifyIndex = index
+	t.UpdatedAt = at
+	s.setTask(cur, t)
+	return nil
+}
+
+// finish ends a task. The worker of the last attempt stays on record.
+func (s *State) finish(index uint64, at int64, m *Finish) error {
+	if !m.Status.Terminal() {
+		return fmt.Errorf("finish %s: status %s is not terminal", m.ID, m.Status)
+	}
+	cur, err := s.task("finish", m.ID)
+	if err != nil {
+		return err
+	}
+	if m.Lease != 0 {
+		if cur.Status != StatusRunning || cur.Lease != m.Lease {
+			return fmt.Errorf("finish %s: task is %s under lease %#x, want running under %#x", m.ID, cur.Status, cur.Lease, m.Lease)
+		}
+	} else if cur.Status.Terminal() || cur.Status == StatusRunning {
+		return fmt.Errorf("finish %s without a lease: task is %s, want live and not running", m.ID, cur.Status)
+	}
+	t := cur.Clone()
+	t.Status = m.Status
+	t.Output = m.Output
+	t.Error = m.Error
+	t.FinishedAt = at
+	t.Lease = 0
+	t.ModifyIndex = index
+	t.UpdatedAt = at
+	s.setTask(cur, t)
+	return nil
+}
+
+func (s *State) purge(m *Purge) error {
+	cur, err := s.task("purge", m.ID)
+	if err != nil {
+		return err
+	}
+	if !cur.Status.Terminal() {
+		return fmt.Errorf("purge %s: task is %s, want terminal", m.ID, cur.Status)
+	}
+	s.setTask(cur, nil)
+	return nil
+}
+
+func (s *State) schedule(op, name string) (*Schedule, error) {
+	it, ok := s.t.scheds.Get(schedItem{name: name})
+	if !ok {
+		return nil, fmt.Errorf("%s %q: no such schedule", op, name)
+	}
+	return it.s, nil
+}
+
+// putSchedule creates or replaces a schedule; sc is owned by the state from
+// here on. A replacement keeps the CreateIndex of the schedule it replaces.
+func (s *State) putSchedule(index uint64, sc *Schedule) error {
+	if sc.Name == "" {
+		return errors.New("put schedule: empty name")
+	}
+	sc.CreateIndex = index
+	old, ok := s.t.scheds.Get(schedItem{name: sc.Name})
+	if ok {
+		sc.CreateIndex = old.s.CreateIndex
+	}
+	sc.ModifyIndex = index
+	s.setSchedule(old.s, sc)
+	return nil
+}
+
+func (s *State) delSchedule(m *DelSchedule) error {
+	cur, err := s.schedule("delete schedule", m.Name)
+	if err != nil {
+		return err
+	}
+	s.setSchedule(cur, nil)
+	return nil
+}
+
+func (s *State) pauseSchedule(index uint64, m *PauseSchedule) error {
+	cur, err := s.schedule("pause schedule", m.Name)
+	if err != nil {
+		return err
+	}
+	sc := cur.Clone()
+	sc.Paused = m.Paused
+	sc.ModifyIndex = index
+	s.setSchedule(cur, sc)
+	return nil
+}
+
+func (s *State) fire(index uint64, m *Fire) error {
+	cur, err := s.schedule("fire", m.Name)
+	if err != nil {
+		return err
+	}
+	if m.Slot <= cur.LastFire {
+		return fmt.Errorf("fire %q: slot %d is not after the last fire %d", m.Name, m.Slot, cur.LastFire)
+	}
+	if m.TaskID != "" && !s.t.tasks.Has(taskItem{id: m.TaskID}) {
+		return fmt.Errorf("fire %q: task %s does not exist", m.Name, m.TaskID)
+	}
+	sc := cur.Clone()
+	sc.LastFire = m.Slot
+	sc.Skipped += uint64(m.Skipped)
+	if m.TaskID == "" {
+		sc.Skipped++ // the slot itself was skipped
+	} else {
+		sc.Fires++
+		sc.LastTask = m.TaskID
+	}
+	sc.ModifyIndex = index
+	s.setSchedule(cur, sc)
+	return nil
+}
+
+func (s *State) tombstone(at int64, m *Tombstone) error {
+	if m.NodeID == "" {
+		return errors.New("tombstone: empty node id")
+	}
+	var old *Tombstone
+	if cur, ok := s.t.tombs.Get(Tombstone{NodeID: m.NodeID}); ok {
+		old = &cur
+	}
+	if m.Remove {
+		if old != nil {
+			s.setTombstone(old, nil)
+		}
+		return nil
+	}
+	s.setTombstone(old, &Tombstone{NodeID: m.NodeID, At: at})
+	return nil
+}
