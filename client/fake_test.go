@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/proto"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cronoq/cronoq/transport/apierr"
 	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
@@ -63,8 +63,9 @@ type fakeNode struct {
 	requests map[string]int
 }
 
-// newFakeCluster starts n nodes on 127.0.0.1; node leader leads.
-func newFakeCluster(t *testing.T, n, leader int) *fakeCluster {
+// newFakeCluster starts n nodes on 127.0.0.1; node leader leads. workerOpts
+// configure the WorkerService handlers.
+func newFakeCluster(t *testing.T, n, leader int, workerOpts ...connect.HandlerOption) *fakeCluster {
 	c := &fakeCluster{
 		t:         t,
 		changed:   make(chan struct{}),
@@ -75,12 +76,12 @@ func newFakeCluster(t *testing.T, n, leader int) *fakeCluster {
 	}
 	c.wk.init()
 	for i := range n {
-		c.nodes = append(c.nodes, c.startNode(fmt.Sprintf("node%d", i)))
+		c.nodes = append(c.nodes, c.startNode(fmt.Sprintf("node%d", i), workerOpts))
 	}
 	return c
 }
 
-func (c *fakeCluster) startNode(id string) *fakeNode {
+func (c *fakeCluster) startNode(id string, workerOpts []connect.HandlerOption) *fakeNode {
 	t := c.t
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -89,7 +90,7 @@ func (c *fakeCluster) startNode(id string) *fakeNode {
 	mux := http.NewServeMux()
 	mux.Handle(cronoqv1connect.NewTaskServiceHandler(&fakeTasks{n}))
 	mux.Handle(cronoqv1connect.NewScheduleServiceHandler(&fakeSchedules{n}))
-	mux.Handle(cronoqv1connect.NewWorkerServiceHandler(&fakeWorkerSvc{n}))
+	mux.Handle(cronoqv1connect.NewWorkerServiceHandler(&fakeWorkerSvc{n}, workerOpts...))
 	mux.Handle(cronoqv1connect.NewOperatorServiceHandler(&fakeOperator{n}))
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)

@@ -183,7 +183,9 @@ func (s *fakeWorkerSvc) Connect(ctx context.Context, stream *connect.BidiStream[
 	for {
 		msg, err := stream.Receive()
 		if err != nil {
-			return nil
+			// Ends the stream with the read error (for instance a message
+			// over the read limit).
+			return err
 		}
 		if drop := c.handleWorkerMessage(fs, msg); drop {
 			return connect.NewError(connect.CodeUnavailable, errors.New("stream dropped by the fake"))

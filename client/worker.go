@@ -95,21 +95,21 @@ func (cfg WorkerConfig) withDefaults(c *Client) WorkerConfig {
 func (cfg WorkerConfig) validate() error {
 	switch {
 	case cfg.Pool == "":
-		return errors.New("Pool is required")
+		return errors.New("field Pool is required")
 	case len(cfg.Handlers) == 0:
-		return errors.New("Handlers must name at least one kind")
+		return errors.New("field Handlers must name at least one kind")
 	case cfg.Concurrency < 0 || cfg.Concurrency > 1<<20:
-		return fmt.Errorf("Concurrency %d is out of range", cfg.Concurrency)
+		return fmt.Errorf("field Concurrency: %d is out of range", cfg.Concurrency)
 	case cfg.HeartbeatEvery < 0:
-		return errors.New("HeartbeatEvery must not be negative")
+		return errors.New("field HeartbeatEvery must not be negative")
 	case cfg.CompletionBatch < 0:
-		return errors.New("CompletionBatch must not be negative")
+		return errors.New("field CompletionBatch must not be negative")
 	case cfg.CompletionDelay < 0:
-		return errors.New("CompletionDelay must not be negative")
+		return errors.New("field CompletionDelay must not be negative")
 	}
 	for kind, h := range cfg.Handlers {
 		if h == nil {
-			return fmt.Errorf("Handlers[%q] is nil", kind)
+			return fmt.Errorf("field Handlers[%q] is nil", kind)
 		}
 	}
 	return nil
@@ -152,11 +152,11 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 var (
-	errAborted       = errors.New("attempt aborted by the cluster")
-	errLeaseLost     = errors.New("lease lost: no acknowledged heartbeat within the heartbeat window")
-	errAttemptTimout = errors.New("attempt timed out")
-	errStalled       = errors.New("stream stalled: no acknowledgement within the heartbeat window")
-	errNoWelcome     = errors.New("no welcome from node")
+	errAborted        = errors.New("attempt aborted by the cluster")
+	errLeaseLost      = errors.New("lease lost: no acknowledged heartbeat within the heartbeat window")
+	errAttemptTimeout = errors.New("attempt timed out")
+	errStalled        = errors.New("stream stalled: no acknowledgement within the heartbeat window")
+	errNoWelcome      = errors.New("no welcome from node")
 )
 
 // lease is one attempt in the worker's hands, from its grant until its
@@ -416,8 +416,9 @@ func (r *workerRun) connFailed(err error) {
 	if errors.As(err, &ae) && ae.Kind == apierr.KindNotLeader {
 		hint = normalizeAddr(ae.LeaderAddr)
 	}
-	var ce *connect.Error
-	tooBig := errors.As(err, &ce) && ce.Code() == connect.CodeResourceExhausted && ae == nil
+	// On the worker stream, resource exhausted is the node refusing a
+	// message larger than it reads.
+	tooBig := connect.CodeOf(err) == connect.CodeResourceExhausted
 	r.closeConn()
 	for _, l := range r.leases {
 		if l.compInFlight && tooBig && len(l.done.GetOutput()) > bigOutput {
@@ -526,7 +527,7 @@ func (r *workerRun) execute(ctx context.Context, h Handler, job *Job) (out []byt
 	}
 	if d := job.Task.Timeout; d > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, d, errAttemptTimout)
+		ctx, cancel = context.WithTimeoutCause(ctx, d, errAttemptTimeout)
 		defer cancel()
 	}
 	defer func() {
@@ -538,7 +539,7 @@ func (r *workerRun) execute(ctx context.Context, h Handler, job *Job) (out []byt
 		}
 	}()
 	out, err = h.Work(ctx, job)
-	if err != nil && errors.Is(context.Cause(ctx), errAttemptTimout) {
+	if err != nil && errors.Is(context.Cause(ctx), errAttemptTimeout) {
 		err = fmt.Errorf("attempt timed out after %s: %w", job.Task.Timeout, err)
 	}
 	return out, err
@@ -596,6 +597,7 @@ func (r *workerRun) lose(l *lease, cause error) {
 }
 
 func (r *workerRun) onHeartbeatAck(ack *cronoqv1.HeartbeatAck) {
+	var retry error
 	for _, res := range ack.GetResults() {
 		l := r.leases[res.GetLease()]
 		if l == nil || !l.hbInFlight {
@@ -603,18 +605,25 @@ func (r *workerRun) onHeartbeatAck(ack *cronoqv1.HeartbeatAck) {
 		}
 		l.hbInFlight = false
 		err := itemError(res.GetCode(), res.GetError())
-		if err == nil {
+		switch {
+		case err == nil:
 			l.lastAck = l.hbSentAt
-			continue
-		}
-		if leaseGone(err) {
+		case leaseGone(err):
 			r.log.Debug("lease refused on heartbeat", "lease", l.id, "error", err)
 			r.lose(l, fmt.Errorf("heartbeat refused: %w", err))
+		case transient(err):
+			retry = err
 		}
+	}
+	if retry != nil {
+		// The node cannot take heartbeats now (not the leader any more,
+		// shutting down): move on to another.
+		r.connFailed(fmt.Errorf("heartbeat not taken: %w", retry))
 	}
 }
 
 func (r *workerRun) onCompleteAck(ack *cronoqv1.CompleteAck) {
+	var retry error
 	for _, res := range ack.GetResults() {
 		l := r.leases[res.GetLease()]
 		if l == nil || !l.compInFlight {
@@ -626,14 +635,17 @@ func (r *workerRun) onCompleteAck(ack *cronoqv1.CompleteAck) {
 		case err == nil:
 			delete(r.leases, l.id)
 		case transient(err):
-			r.log.Debug("completion not taken, will resend", "lease", l.id, "error", err)
-			r.armFlush(r.w.c.opts.backoffMin)
+			// Sent again on the next stream.
+			retry = err
 		default:
 			// stale_lease: another attempt owns the task (or it ended);
 			// anything else is a definitive refusal.
 			r.log.Debug("completion refused, dropped", "lease", l.id, "error", err)
 			delete(r.leases, l.id)
 		}
+	}
+	if retry != nil {
+		r.connFailed(fmt.Errorf("completion not taken: %w", retry))
 	}
 }
 

@@ -8,12 +8,22 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cronoq/cronoq/transport/apierr"
 	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
 	"github.com/cronoq/cronoq/transport/gen/cronoqv1/cronoqv1connect"
 )
+
+// releaser returns a channel and an idempotent func closing it; register
+// the func with t.Cleanup after runWorker so a failing test does not leave
+// handlers blocked through the worker's graceful stop.
+func releaser() (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	var once sync.Once
+	return ch, func() { once.Do(func() { close(ch) }) }
+}
 
 // runWorker runs w until the returned stop is called; stop cancels Run's ctx
 // and returns Run's error once it has returned.
@@ -254,7 +264,7 @@ func TestWorkerReconnectKeepsLeasesAndResendsCompletions(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)
 	c := newTestClient(t, fc.addrs(0))
-	release := make(chan struct{})
+	release, releaseAll := releaser()
 	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 2, HeartbeatEvery: 5 * time.Millisecond, Handlers: map[string]Handler{
 		"block": HandlerFunc(func(ctx context.Context, job *Job) ([]byte, error) {
 			select {
@@ -268,6 +278,7 @@ func TestWorkerReconnectKeepsLeasesAndResendsCompletions(t *testing.T) {
 	}})
 	require.NoError(t, err)
 	stop := runWorker(t, w)
+	t.Cleanup(releaseAll)
 
 	blockID := fc.addTask("p", "block", "", nil)
 	quickID := fc.addTask("p", "quick", "", nil)
@@ -285,7 +296,7 @@ func TestWorkerReconnectKeepsLeasesAndResendsCompletions(t *testing.T) {
 	// heartbeating the running attempt under its lease.
 	fc.nodes[0].dropConns()
 	fc.waitUntil("block heartbeated on the third stream", func() bool { return heartbeated(fc, 3, fc.wk.byTask[blockID]) })
-	close(release)
+	releaseAll()
 	fc.waitUntil("block accepted", func() bool { return fc.acceptedFor(blockID) != nil })
 	require.NoError(t, stop())
 
@@ -331,7 +342,7 @@ func TestWorkerHeartbeatsCoalesced(t *testing.T) {
 	fc.wk.ackDelay = 25 * time.Millisecond // many ticks pass while an ack is pending
 	fc.mu.Unlock()
 	c := newTestClient(t, fc.addrs(0))
-	release := make(chan struct{})
+	release, releaseAll := releaser()
 	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 3, HeartbeatEvery: 2 * time.Millisecond, Handlers: map[string]Handler{
 		"block": HandlerFunc(func(context.Context, *Job) ([]byte, error) {
 			<-release
@@ -340,6 +351,7 @@ func TestWorkerHeartbeatsCoalesced(t *testing.T) {
 	}})
 	require.NoError(t, err)
 	stop := runWorker(t, w)
+	t.Cleanup(releaseAll)
 	var ids []string
 	for range 3 {
 		ids = append(ids, fc.addTask("p", "block", "", nil))
@@ -354,7 +366,7 @@ func TestWorkerHeartbeatsCoalesced(t *testing.T) {
 		}
 		return n >= 4
 	})
-	close(release)
+	releaseAll()
 	fc.waitUntil("all accepted", func() bool { return len(fc.wk.accepted) == 3 })
 	require.NoError(t, stop())
 	fc.mu.Lock()
@@ -366,7 +378,7 @@ func TestWorkerCompletionsBatched(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)
 	c := newTestClient(t, fc.addrs(0))
-	release := make(chan struct{})
+	release, releaseAll := releaser()
 	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 4, CompletionDelay: time.Hour, CompletionBatch: 4,
 		Handlers: map[string]Handler{
 			"k": HandlerFunc(func(context.Context, *Job) ([]byte, error) {
@@ -376,13 +388,14 @@ func TestWorkerCompletionsBatched(t *testing.T) {
 		}})
 	require.NoError(t, err)
 	stop := runWorker(t, w)
+	t.Cleanup(releaseAll)
 	var ids []string
 	for range 4 {
 		ids = append(ids, fc.addTask("p", "k", "", nil))
 	}
 	fc.enqueue(ids...)
 	fc.waitUntil("all granted", func() bool { return fc.wk.nextLease == 4 })
-	close(release)
+	releaseAll()
 	// With an hour of delay, only a full batch of 4 can be sent.
 	fc.waitUntil("all accepted", func() bool { return len(fc.wk.accepted) == 4 })
 	require.NoError(t, stop())
@@ -425,4 +438,62 @@ func TestWorkerStopsWithoutCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	require.NoError(t, w.Run(ctx))
+}
+
+func TestWorkerOutputRefusedAsTooLargeFailsPermanently(t *testing.T) {
+	t.Parallel()
+	// The node reads at most 1 MiB per message: a 3 MiB output ends the
+	// stream; the worker replaces it by a permanent failure and re-sends.
+	fc := newFakeCluster(t, 1, 0, connect.WithReadMaxBytes(1<<20))
+	c := newTestClient(t, fc.addrs(0))
+	big := bytes.Repeat([]byte("x"), 3<<20)
+	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 2, Handlers: map[string]Handler{
+		"big":   HandlerFunc(func(context.Context, *Job) ([]byte, error) { return big, nil }),
+		"small": HandlerFunc(func(context.Context, *Job) ([]byte, error) { return []byte("ok"), nil }),
+	}})
+	require.NoError(t, err)
+	stop := runWorker(t, w)
+	bigID := fc.addTask("p", "big", "", nil)
+	fc.enqueue(bigID)
+	fc.waitUntil("big accepted", func() bool { return fc.acceptedFor(bigID) != nil })
+	smallID := fc.addTask("p", "small", "", nil)
+	fc.enqueue(smallID)
+	fc.waitUntil("small accepted", func() bool { return fc.acceptedFor(smallID) != nil })
+	require.NoError(t, stop())
+
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	comp := fc.acceptedFor(bigID)
+	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_PERMANENT, comp.GetOutcome())
+	require.Empty(t, comp.GetOutput())
+	require.Contains(t, comp.GetMessage(), "output of 3145728 bytes refused by the node")
+	require.Equal(t, []byte("ok"), fc.acceptedFor(smallID).GetOutput())
+}
+
+func TestWorkerCancelsAttemptWhenHeartbeatsGoUnacknowledged(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	fc.mu.Lock()
+	fc.wk.window = 150 * time.Millisecond
+	fc.wk.ackDelay = time.Hour // the node never acknowledges
+	fc.mu.Unlock()
+	c := newTestClient(t, fc.addrs(0))
+	causes := make(chan error, 1)
+	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 1, HeartbeatEvery: 10 * time.Millisecond, Handlers: map[string]Handler{
+		"wait": HandlerFunc(func(ctx context.Context, _ *Job) ([]byte, error) {
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return []byte("too late"), nil
+		}),
+	}})
+	require.NoError(t, err)
+	stop := runWorker(t, w)
+	id := fc.addTask("p", "wait", "", nil)
+	fc.enqueue(id)
+	require.ErrorIs(t, <-causes, errLeaseLost)
+	require.NoError(t, stop())
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	require.Empty(t, fc.wk.received, "the result of a lost lease is dropped")
+	require.Empty(t, fc.wk.violations)
 }

@@ -737,3 +737,49 @@ func TestAbortIsImmediate(t *testing.T) {
 	h.log.Resume()
 	require.NoError(t, recv(t, done))
 }
+
+// A waiter whose context ends is dropped from the core.
+func TestCanceledWaitDetaches(t *testing.T) {
+	h := setup(t, engine.Config{}, core.Config{})
+	subs, _, err := h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("a")})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Millisecond)
+	defer cancel()
+	_, err = h.eng.Wait(ctx, core.TaskRef{ID: subs[0].ID})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, engine.ErrOutcomeUnknown)
+	st, err := h.eng.CoreStats(h.ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Waiters)
+	_, err = h.eng.Wait(h.ctx, core.TaskRef{ID: "01ARZ3NDEKTSV4RRFFQ69G5FAV"})
+	require.ErrorIs(t, err, core.ErrNotFound)
+}
+
+// Timers run on the engine's clock: a delayed task becomes ready, and a
+// lease without heartbeats is aborted at once and retried durably.
+func TestTimers(t *testing.T) {
+	aborts := make(chan string, 1)
+	cfg := engine.Config{OnAbort: func(worker string, lease uint64, reason string) {
+		aborts <- worker
+	}}
+	h := setup(t, cfg, core.Config{HeartbeatWindow: 30 * time.Millisecond, MaxAttempts: 3})
+	s := spec("later")
+	s.Delay = 20 * time.Millisecond
+	start := time.Now()
+	subs, _, err := h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{s})
+	require.NoError(t, err)
+	task, _ := h.state.Get(subs[0].ID)
+	require.Equal(t, fsm.StatusScheduled, task.Status)
+
+	grants, err := h.eng.Poll(h.ctx, core.Offer{Worker: "w1", Pool: "p", Slots: 1})
+	require.NoError(t, err)
+	require.Len(t, grants, 1)
+	require.GreaterOrEqual(t, time.Since(start), s.Delay)
+
+	require.Equal(t, "w1", recv(t, aborts), "no heartbeat: the lease is lost")
+	require.Eventually(t, func() bool {
+		task, _ := h.state.Get(subs[0].ID)
+		return task.Status == fsm.StatusRetrying || task.Status == fsm.StatusQueued
+	}, waitFor, time.Millisecond)
+	require.ErrorIs(t, h.eng.Complete(h.ctx, grants[0].Lease, core.Outcome{}), core.ErrStaleLease)
+}

@@ -432,7 +432,7 @@ func (e *Engine) finish(cause error) {
 	l := &e.loop
 	l.stopping = true
 	if cause != nil {
-		e.logger.Error("engine stopped", "error", cause)
+		e.logger.Warn("engine stopped by a commit failure", "error", cause)
 	} else {
 		e.logger.Debug("engine stopped")
 	}

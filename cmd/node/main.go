@@ -218,7 +218,7 @@ func dispatch(ctx context.Context, s stdio, group string, table map[string]comma
 	}
 	cmd, ok := table[args[0]]
 	if !ok {
-		return usagef("unknown command %q (see '%s -h')", group+" "+args[0], group)
+		return usagef("unknown command %q (see '%s -h')", strings.TrimPrefix(group, "cronoq ")+" "+args[0], group)
 	}
 	return cmd.Run(ctx, s, args[1:])
 }

@@ -270,13 +270,12 @@ func writeTaskText(w io.Writer, t *client.Task) error {
 		{"lease", uintOrEmpty(t.Lease)},
 		{"schedule", t.Schedule},
 		{"slot", timeOrEmpty(t.Slot)},
-		{"error", t.Error},
 	}
 	var blocks []field
 	for _, b := range []struct {
 		name string
 		data []byte
-	}{{"payload", t.Payload}, {"output", t.Output}} {
+	}{{"error", []byte(t.Error)}, {"payload", t.Payload}, {"output", t.Output}} {
 		switch {
 		case len(b.data) == 0:
 		case !utf8.Valid(b.data):

@@ -51,9 +51,9 @@ func (e *Expr) periodAt(u int64) period {
 	start, end := t.ZoneBounds()
 	if !start.IsZero() {
 		p.hasFirst = true
-		p.start = start.Unix()
+		p.start = min(start.Unix(), u)
 		p.first = p.start
-		_, prevOff := start.Add(-time.Second).Zone()
+		_, prevOff := time.Unix(p.start-1, 0).In(e.loc).Zone()
 		if back := int64(prevOff) - int64(off); back > 0 {
 			p.first += back // wall times already shown by the previous period
 		}
@@ -61,8 +61,29 @@ func (e *Expr) periodAt(u int64) period {
 	if !end.IsZero() {
 		p.hasEnd = true
 		p.end = end.Unix()
+		if p.end <= u {
+			p.end = e.repairEnd(u, off)
+		}
 	}
 	return p
+}
+
+// repairEnd returns an end for the period containing u when ZoneBounds
+// reported one at or before u. Beyond a zone's last listed transition, Go
+// derives the bounds from the zone's rule, and away from a transition it
+// reports the start and end of the (UTC) year, computed as 365 days: in a
+// leap year the "end" is December 31, before the instants it is asked about.
+// The offset really holds until the next year then; anything else falls back
+// to a one-second period, which is correct if slow.
+func (e *Expr) repairEnd(u int64, off int) int64 {
+	y := time.Unix(u, 0).UTC().Year()
+	end := time.Date(y+1, time.January, 1, 0, 0, 0, 0, time.UTC).Unix()
+	if _, o := time.Unix(end-1, 0).In(e.loc).Zone(); o == off {
+		if s, _ := time.Unix(end-1, 0).In(e.loc).ZoneBounds(); !s.IsZero() && s.Unix() <= u {
+			return end
+		}
+	}
+	return u + 1
 }
 
 // next returns the first slot u with lo <= u < limit.
