@@ -326,8 +326,8 @@ const (
 type attemptFunc func(ctx context.Context, ep *endpoint) error
 
 // do runs fn against the cluster with routing and retries, and returns the
-// decoded error of the last attempt (wrapped with what) when it gives up. An
-// attempt gets its own timeout unless noTimeout.
+// decoded error of the last attempt (wrapped with what) when it gives up.
+// Each attempt is bounded by timeout (0: only by ctx).
 func (c *Client) do(ctx context.Context, what string, policy retryPolicy, timeout time.Duration, fn attemptFunc) error {
 	var (
 		lastErr  error

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 )
 
@@ -221,11 +220,5 @@ func (n *Node) sleepOrShutdown(d time.Duration) bool {
 // sorted by name; failed and left members stay listed (with the time they
 // entered that status) until reaped after MemberReapTime.
 func (n *Node) Members() []Member {
-	suspects := make(map[string]bool)
-	for _, m := range n.ml.Members() {
-		if m.State == memberlist.StateSuspect {
-			suspects[m.Name] = true
-		}
-	}
-	return n.members.list(suspects)
+	return n.members.list()
 }

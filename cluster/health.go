@@ -128,7 +128,7 @@ func (n *Node) Health() Health {
 			switch {
 			case !ok:
 				h.Reasons = append(h.Reasons, fmt.Sprintf("voter %s is not known to gossip", s.ID))
-			case m.Status != StatusAlive:
+			case m.Status == StatusFailed || m.Status == StatusLeft:
 				h.Reasons = append(h.Reasons, fmt.Sprintf("voter %s is %s", s.ID, m.Status))
 			}
 		}

@@ -38,28 +38,51 @@ type Member struct {
 	BootstrapExpect int
 	HasRaftState    bool
 	Applied         uint64 // raft applied index, published while not a voter
+
+	leaving bool      // its last metadata announced a leave
+	lastAck time.Time // this node's last direct probe ack from it
 }
 
 // memberTable is this node's record of every gossip member it has seen.
 // memberlist calls into it from its packet loop, so no method blocks.
+//
+// memberlist v0.7.0 exposes no suspect state (Members() hides it and the
+// Node.State it reports is never set), so an alive member is listed as
+// suspect when this node has had no direct probe ack from it for longer
+// than suspectAfter(number of other alive members); memberlist probes the
+// members in shuffled rounds, one per probe interval, so a healthy member
+// is acknowledged at least once every 2n intervals.
 type memberTable struct {
-	self      string
-	reapAfter time.Duration
-	now       func() time.Time
-	onChange  func() // non-blocking
+	self         string
+	reapAfter    time.Duration
+	suspectAfter func(others int) time.Duration
+	now          func() time.Time
+	onChange     func() // non-blocking
 
 	mu      sync.Mutex
 	members map[string]*Member
 }
 
-func newMemberTable(self string, reapAfter time.Duration, now func() time.Time, onChange func()) *memberTable {
+func newMemberTable(self string, reapAfter time.Duration, suspectAfter func(others int) time.Duration,
+	now func() time.Time, onChange func()) *memberTable {
 	return &memberTable{
-		self:      self,
-		reapAfter: reapAfter,
-		now:       now,
-		onChange:  onChange,
-		members:   make(map[string]*Member),
+		self:         self,
+		reapAfter:    reapAfter,
+		suspectAfter: suspectAfter,
+		now:          now,
+		onChange:     onChange,
+		members:      make(map[string]*Member),
 	}
+}
+
+// acked records a direct probe ack from name.
+func (t *memberTable) acked(name string) {
+	now := t.now()
+	t.mu.Lock()
+	if m, ok := t.members[name]; ok {
+		m.lastAck = now
+	}
+	t.mu.Unlock()
 }
 
 // observe records the state of n as reported by memberlist.
@@ -71,10 +94,6 @@ func (t *memberTable) observe(n *memberlist.Node, status MemberStatus) {
 		m = &Member{Name: n.Name}
 		t.members[n.Name] = m
 	}
-	if !ok || m.Status != status {
-		m.Since = now
-	}
-	m.Status = status
 	m.Addr = n.Address()
 	if meta, err := decodeMeta(n.Meta); err == nil {
 		m.RaftAddr = meta.RaftAddr
@@ -83,25 +102,43 @@ func (t *memberTable) observe(n *memberlist.Node, status MemberStatus) {
 		m.BootstrapExpect = meta.Expect
 		m.HasRaftState = meta.HasState
 		m.Applied = meta.Applied
+		m.leaving = meta.Leaving
 	} else if status == StatusAlive {
 		// An alive node reports its current metadata; one that is not
 		// decodable is not a cronoq node (or is broken).
 		m.RaftAddr, m.HTTPAddr, m.Version = "", "", ""
-		m.BootstrapExpect, m.HasRaftState, m.Applied = 0, false, 0
+		m.BootstrapExpect, m.HasRaftState, m.Applied, m.leaving = 0, false, 0, false
 	}
+	if status == StatusFailed && m.leaving {
+		status = StatusLeft
+	}
+	if !ok || m.Status != status {
+		m.Since = now
+	}
+	m.Status = status
 	t.mu.Unlock()
 	if t.onChange != nil {
 		t.onChange()
 	}
 }
 
-// list returns every member sorted by name. Alive members that memberlist
-// currently suspects are reported as suspect. Failed and left members older
-// than reapAfter are dropped first.
-func (t *memberTable) list(suspects map[string]bool) []Member {
+// list returns every member sorted by name, alive ones without a recent
+// probe ack as suspect. Failed and left members older than reapAfter are
+// dropped first.
+func (t *memberTable) list() []Member {
 	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	others := 0
+	for name, m := range t.members {
+		if m.Status == StatusAlive && name != t.self {
+			others++
+		}
+	}
+	var quiet time.Duration
+	if t.suspectAfter != nil {
+		quiet = t.suspectAfter(others)
+	}
 	out := make([]Member, 0, len(t.members))
 	for name, m := range t.members {
 		if (m.Status == StatusFailed || m.Status == StatusLeft) && t.reapAfter > 0 &&
@@ -110,8 +147,14 @@ func (t *memberTable) list(suspects map[string]bool) []Member {
 			continue
 		}
 		c := *m
-		if c.Status == StatusAlive && suspects[name] {
-			c.Status = StatusSuspect
+		if c.Status == StatusAlive && name != t.self && quiet > 0 {
+			last := c.lastAck
+			if last.Before(c.Since) {
+				last = c.Since
+			}
+			if now.Sub(last) > quiet {
+				c.Status = StatusSuspect
+			}
 		}
 		out = append(out, c)
 	}
@@ -140,7 +183,16 @@ type gossipDelegate struct {
 var (
 	_ memberlist.Delegate      = (*gossipDelegate)(nil)
 	_ memberlist.EventDelegate = (*gossipDelegate)(nil)
+	_ memberlist.PingDelegate  = (*gossipDelegate)(nil)
 )
+
+// AckPayload implements memberlist.PingDelegate.
+func (d *gossipDelegate) AckPayload() []byte { return nil }
+
+// NotifyPingComplete implements memberlist.PingDelegate.
+func (d *gossipDelegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration, payload []byte) {
+	d.table.acked(other.Name)
+}
 
 // NodeMeta implements memberlist.Delegate.
 func (d *gossipDelegate) NodeMeta(limit int) []byte {
@@ -172,7 +224,8 @@ func (d *gossipDelegate) NotifyJoin(n *memberlist.Node) { d.table.observe(n, Sta
 func (d *gossipDelegate) NotifyUpdate(n *memberlist.Node) { d.table.observe(n, StatusAlive) }
 
 // NotifyLeave implements memberlist.EventDelegate: a node that announced its
-// leave is left, one that was declared dead is failed.
+// leave (see nodeMeta.Leaving) is left, one that was declared dead is
+// failed.
 func (d *gossipDelegate) NotifyLeave(n *memberlist.Node) {
 	if n.State == memberlist.StateLeft {
 		d.table.observe(n, StatusLeft)

@@ -29,6 +29,12 @@ type nodeMeta struct {
 	// Applied is the node's raft applied index. It is published while the
 	// node is not a voter, so that the leader can tell when it caught up.
 	Applied uint64 `msgpack:"ai,omitempty"`
+	// Leaving announces that the node is about to leave on purpose.
+	// memberlist v0.7.0 reports a graceful leave and a failure alike (the
+	// Node.State it hands to NotifyLeave is never set), so a node
+	// publishes this intent before it leaves, as serf does with its leave
+	// intents, and others record it as left rather than failed.
+	Leaving bool `msgpack:"lv,omitempty"`
 }
 
 // encodeMeta encodes m and checks that it fits memberlist's limit.

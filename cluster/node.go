@@ -195,7 +195,9 @@ func New(cfg Config) (*Node, error) {
 	cleanup = append(cleanup, func() { r.Shutdown().Error() })
 
 	// Gossip.
-	n.members = newMemberTable(id, cfg.MemberReapTime, time.Now, n.membershipChanged)
+	n.members = newMemberTable(id, cfg.MemberReapTime, func(others int) time.Duration {
+		return time.Duration(2*max(others, 1))*cfg.GossipProbeInterval + 2*cfg.GossipProbeTimeout
+	}, time.Now, n.membershipChanged)
 	n.gossip = &gossipDelegate{table: n.members}
 	n.meta = nodeMeta{
 		ID: id, RaftAddr: n.raftAddr, HTTPAddr: cfg.HTTPAddr, Version: cfg.Version,
@@ -222,6 +224,7 @@ func New(cfg Config) (*Node, error) {
 	mc.AdvertisePort = gt.GetAutoBindPort()
 	mc.Delegate = n.gossip
 	mc.Events = n.gossip
+	mc.Ping = n.gossip
 	mc.Logger = mlLogger
 	mc.ProbeInterval = cfg.GossipProbeInterval
 	mc.ProbeTimeout = cfg.GossipProbeTimeout
@@ -434,10 +437,25 @@ func (n *Node) leave(ctx context.Context) error {
 			}
 		}
 	}
+	// Announce the intent first: memberlist reports a leave like a failure.
+	n.metaMu.Lock()
+	m := n.meta
+	m.Leaving = true
+	err := n.publishMeta(m)
+	if err == nil {
+		n.meta = m
+	}
+	n.metaMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("leaving: %w", err)
+	}
+	if err := n.ml.UpdateNode(n.cfg.LeaveDrainTime / 2); err != nil {
+		n.logger.Warn("leaving: leave intent not confirmed", "error", err)
+	}
 	if err := n.ml.Leave(n.cfg.LeaveDrainTime); err != nil {
 		n.logger.Warn("leaving: gossip leave not confirmed", "error", err)
 	}
-	err := n.waitFor(ctx, func() bool {
+	err = n.waitFor(ctx, func() bool {
 		f := n.raft.GetConfiguration()
 		if f.Error() != nil {
 			return false

@@ -124,6 +124,9 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	if grace <= 0 {
 		grace = DefaultKillGrace
 	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, fmt.Errorf("command not started: %w", err)
+	}
 
 	p, err := newPipes()
 	if err != nil {

@@ -201,6 +201,17 @@ func TestRunEmptyCommand(t *testing.T) {
 	require.EqualError(t, err, "empty command")
 }
 
+func TestRunContextAlreadyDone(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	dir := t.TempDir()
+	_, err := Run(ctx, Spec{Command: "touch ran", Dir: dir})
+	require.ErrorIs(t, err, context.Canceled)
+	_, statErr := os.Stat(filepath.Join(dir, "ran"))
+	require.ErrorIs(t, statErr, os.ErrNotExist, "the command never started")
+}
+
 func TestRunBadDir(t *testing.T) {
 	t.Parallel()
 	_, err := Run(context.Background(), Spec{Command: "true", Dir: filepath.Join(t.TempDir(), "missing")})

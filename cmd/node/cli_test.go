@@ -19,8 +19,12 @@ type cliResult struct {
 
 func runCLI(t *testing.T, stdin string, args ...string) cliResult {
 	t.Helper()
+	return runCLIContext(context.Background(), stdin, args...)
+}
+
+func runCLIContext(ctx context.Context, stdin string, args ...string) cliResult {
 	var out, errOut bytes.Buffer
-	code := run(context.Background(), args, stdio{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut})
+	code := run(ctx, args, stdio{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut})
 	return cliResult{code: code, stdout: out.String(), stderr: errOut.String()}
 }
 

@@ -22,7 +22,8 @@ no more tasks, let the running ones finish and exit 0.
 Each command gets the task's payload on stdin and CRONOQ_TASK_ID,
 CRONOQ_ATTEMPT, CRONOQ_LEASE (the attempt's fencing token), CRONOQ_POOL and
 CRONOQ_KIND in its environment, and runs in a fresh directory ROOT/<task id>
-(removed afterwards) in a process group of its own. Its stdout (at most
+(removed afterwards) in a process group of its own; processes it leaves
+behind in that group are killed when it exits. Its stdout (at most
 -max-output bytes, else the attempt fails) is the task's output. Exit status 0
 succeeds; 75 fails retryably; anything else, or a fatal signal, fails the task
 with the tail of stderr as its error. When the attempt is cancelled or times

@@ -256,7 +256,7 @@ func (e *Expr) prevNaive(hi, lo int64) (int64, bool) {
 // fields are robfig's bit sets with the star marker removed.
 type fields struct {
 	sec, minute, hour, dom, month, dow uint64
-	domStar, dowStar                bool
+	domStar, dowStar                   bool
 }
 
 func (e *Expr) fieldsOf() fields {
