@@ -8,7 +8,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 CRONOQ_PROPERTY_SEEDS ?= 200
 export CRONOQ_PROPERTY_SEEDS
 
-.PHONY: all build test test-short lint fmt fmt-check vet staticcheck fuzz clean generate
+.PHONY: all build run test test-short lint fmt fmt-check vet staticcheck fuzz clean generate
 
 all: build
 
@@ -57,3 +57,7 @@ generate:
 		--go_out=transport/gen --go_opt=module=github.com/cronoq/cronoq/transport/gen \
 		--connect-go_out=transport/gen --connect-go_opt=module=github.com/cronoq/cronoq/transport/gen \
 		transport/proto/cronoq/v1/cronoq.proto
+
+## run: a local three-node cluster on loopback with a worker, doing real work.
+run: build
+	./scripts/run-local.sh

@@ -515,3 +515,52 @@ func TestMembership(t *testing.T) {
 	_, err = c.submitKey(ctx, "after")
 	require.NoError(t, err, "two of three voters still commit")
 }
+
+// TestEngineFailureReestablishes: when the engine stops by itself on a failed
+// commit while its node still leads, the node re-establishes (barrier, new
+// epoch, rebuilt engine) and serves again.
+func TestEngineFailureReestablishes(t *testing.T) {
+	c := newTestCluster(t)
+	c.formCluster("n1", "n2", "n3")
+	leader, eng := c.engine()
+	epoch := leader.Epoch()
+
+	// Move the epoch under the engine's feet: its next batch is fenced.
+	bump, err := fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: epoch + 1, Leader: "intruder", Time: fsm.Nanos(time.Now())})
+	require.NoError(t, err)
+	f := leader.raft.Apply(bump, 0)
+	require.NoError(t, f.Error())
+	require.Equal(t, epoch+1, f.Response())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, _, err = eng.Submit(ctx, core.SubmitOne, []core.Spec{{Pool: "p", Kind: "k", Key: "fenced"}})
+	require.ErrorIs(t, err, fsm.ErrStaleEpoch, "the fenced batch fails its submitter")
+	<-eng.Done()
+	require.ErrorIs(t, eng.Err(), fsm.ErrStaleEpoch)
+
+	require.Eventually(t, func() bool { return leader.Epoch() == epoch+2 }, 10*time.Second, 5*time.Millisecond)
+	again, eng2 := c.engine()
+	require.Equal(t, leader, again, "the same node leads again")
+	require.NotSame(t, eng, eng2)
+	id, err := c.submitKey(ctx, "fenced")
+	require.NoError(t, err)
+	state, err := leader.ConsistentState(ctx)
+	require.NoError(t, err)
+	task, ok := state.Get(id)
+	require.True(t, ok)
+	require.Equal(t, "fenced", task.Key)
+	require.Equal(t, 1, countKeys(state, "fenced"))
+	c.converged()
+}
+
+func countKeys(s *fsm.State, key string) int {
+	n := 0
+	tasks, _ := s.List(fsm.ListQuery{Limit: 1 << 20})
+	for _, t := range tasks {
+		if t.Key == key {
+			n++
+		}
+	}
+	return n
+}

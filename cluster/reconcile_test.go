@@ -60,7 +60,7 @@ func TestPlanReconcile(t *testing.T) {
 		{name: "a tombstoned leader is not removed by itself", modify: func(in *reconcileInput) {
 			in.Tombstoned = func(id string) bool { return id == "n1" }
 		}},
-		{name: "suspect member is not added", modify: func(in *reconcileInput) {
+		{name: "suspect member is added (not failed yet)", modify: func(in *reconcileInput) {
 			in.Members = append(in.Members, withStatus(alive("n4", "a4"), StatusSuspect, t0))
 		}, want: &reconcileAction{Kind: actAddNonvoter, ID: "n4", Addr: "a4"}},
 		{name: "failed member is not added", modify: func(in *reconcileInput) {

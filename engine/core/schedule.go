@@ -182,6 +182,8 @@ func (c *Core) checkSchedule(spec *ScheduleSpec) (*fsm.Schedule, *cron.Expr, err
 		return nil, nil, Invalid("overlap", "unknown policy %d", spec.Overlap)
 	case spec.CatchUp > fsm.CatchUpAll:
 		return nil, nil, Invalid("catch_up", "unknown policy %d", spec.CatchUp)
+	case spec.CatchUpLimit > cron.MaxCatchUpLimit:
+		return nil, nil, Invalid("catch_up_limit", "%d is above the maximum of %d", spec.CatchUpLimit, cron.MaxCatchUpLimit)
 	}
 	var t fsm.Task
 	if err := c.checkTemplate(tpl, &t); err != nil {

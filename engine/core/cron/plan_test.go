@@ -155,22 +155,6 @@ func TestPlanLongOutage(t *testing.T) {
 	}
 }
 
-// TestPlanLongOutageCost bounds the cost of such a plan: about 0.2 ms here
-// (BenchmarkPlanLongOutage); iterating the 315 million slots would take
-// minutes.
-func TestPlanLongOutageCost(t *testing.T) {
-	e := mustParse(t, "* * * * * *", "America/New_York")
-	cursor := utcAt(2026, 1, 1, 0, 0, 0)
-	now := utcAt(2036, 1, 1, 0, 0, 0)
-	res := testing.Benchmark(func(b *testing.B) {
-		for b.Loop() {
-			Plan(e, cursor, now, fsm.CatchUpAll, MaxCatchUpLimit)
-		}
-	})
-	require.Less(t, res.NsPerOp(), int64(250*time.Millisecond),
-		"planning ten years of per-second slots took %s", time.Duration(res.NsPerOp()))
-}
-
 func TestPlanSaturates(t *testing.T) {
 	// 200 years of per-second slots exceed a uint32 Skipped.
 	e := mustParse(t, "* * * * * *", "")
