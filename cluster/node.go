@@ -429,8 +429,18 @@ func (n *Node) leave(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.LeaveDrainTime)
 	defer cancel()
-	if n.raft.State() == raft.Leader {
-		if err := n.handOffLeadership(ctx); err != nil {
+	alone := !n.hasOtherVoters()
+	if n.raft.State() == raft.Leader && !alone {
+		var err error
+		select {
+		case <-n.shutdownCh:
+			// The leadership monitor is gone and the engine stopped.
+			err = n.handOffLeadership(ctx)
+		default:
+			// Let the leader loop stop the engine before the transfer.
+			_, err = n.TransferLeadership(ctx, "")
+		}
+		if err != nil {
 			n.logger.Warn("leaving: hand-off failed, removing self from the raft configuration", "error", err)
 			if err := n.await(ctx, n.raft.RemoveServer(raft.ServerID(n.id), 0, 0)); err != nil {
 				return fmt.Errorf("leaving: removing self: %w", err)
@@ -454,6 +464,11 @@ func (n *Node) leave(ctx context.Context) error {
 	}
 	if err := n.ml.Leave(n.cfg.LeaveDrainTime); err != nil {
 		n.logger.Warn("leaving: gossip leave not confirmed", "error", err)
+	}
+	if alone {
+		// No other server could remove this one.
+		n.logger.Info("left the gossip pool (no other server in the raft configuration)")
+		return nil
 	}
 	err = n.waitFor(ctx, func() bool {
 		f := n.raft.GetConfiguration()
