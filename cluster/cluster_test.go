@@ -67,10 +67,18 @@ func TestFormElectAndServe(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "k1", task.Key)
 	require.Equal(t, leader.Epoch(), state.Epoch())
-	c.converged()
+	h := c.converged()
+	idx, bh, err := leader.Barrier(ctx)
+	require.NoError(t, err)
+	require.Equal(t, h, bh)
+	require.Equal(t, leader.state.AppliedIndex(), idx)
+	require.Equal(t, "Leader", leader.RaftStats()["state"])
+	_, _, err = c.node(followerOf(t, c, leader)).Barrier(ctx)
+	require.ErrorAs(t, err, new(*NotLeaderError))
 
 	for _, n := range nodes {
 		h := n.Health()
+		require.Equal(t, n.ID(), h.Node)
 		require.Equal(t, leader.ID(), h.Leader)
 		require.Equal(t, state.Epoch(), h.Epoch)
 		require.Equal(t, HealthOK, h.Status, "%v", h.Reasons)
@@ -563,4 +571,39 @@ func countKeys(s *fsm.State, key string) int {
 		}
 	}
 	return n
+}
+
+// followerOf returns the id of a live node other than leader.
+func followerOf(t *testing.T, c *testCluster, leader *Node) string {
+	for _, n := range c.live() {
+		if n != leader {
+			return n.ID()
+		}
+	}
+	t.Fatal("no follower")
+	return ""
+}
+
+// TestLeaderLeaves: a leader that leaves hands off leadership first, is
+// removed from the raft configuration by its successor and shows as left.
+func TestLeaderLeaves(t *testing.T) {
+	c := newTestCluster(t)
+	c.formCluster("n1", "n2", "n3")
+	leader := c.leader()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, leader.Leave(ctx))
+	require.False(t, leader.IsLeader())
+	c.mu.Lock()
+	delete(c.nodes, leader.ID())
+	c.mu.Unlock()
+	next := c.leader()
+	require.NotContains(t, peerMap(t, next), leader.ID())
+	require.Eventually(t, func() bool {
+		m, _ := next.members.get(leader.ID())
+		return m.Status == StatusLeft
+	}, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, leader.Shutdown(ctx))
+	_, err := c.submitKey(ctx, "after-leave")
+	require.NoError(t, err)
 }

@@ -73,7 +73,7 @@ func (n *Node) refreshMeta() error {
 	if !changed {
 		return nil
 	}
-	if err := n.ml.UpdateNode(n.cfg.MetaRefreshInterval * 5); err != nil {
+	if err := n.ml.UpdateNode(2 * n.cfg.MetaRefreshInterval); err != nil {
 		// The update goes out with the next gossip round anyway.
 		n.logger.Debug("gossip metadata update not confirmed", "error", err)
 	}

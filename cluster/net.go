@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log"
@@ -178,6 +179,10 @@ func (c *trackedConn) Close() error {
 type gossipTransport struct {
 	*memberlist.NetTransport
 	dialer net.Dialer
+	// ctx ends at Shutdown, cancelling dials in progress (a join to an
+	// unreachable address would otherwise hold shutdown for a TCP timeout).
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 var _ memberlist.NodeAwareTransport = (*gossipTransport)(nil)
@@ -200,7 +205,8 @@ func newGossipTransport(bind netip.AddrPort, logger *log.Logger) (*gossipTranspo
 	for range tries {
 		nt, err := memberlist.NewNetTransport(cfg)
 		if err == nil {
-			return &gossipTransport{NetTransport: nt, dialer: boundDialer(bind.Addr())}, nil
+			ctx, cancel := context.WithCancel(context.Background())
+			return &gossipTransport{NetTransport: nt, dialer: boundDialer(bind.Addr()), ctx: ctx, cancel: cancel}, nil
 		}
 		lastErr = err
 	}
@@ -216,5 +222,12 @@ func (t *gossipTransport) DialTimeout(addr string, timeout time.Duration) (net.C
 func (t *gossipTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
 	d := t.dialer
 	d.Timeout = timeout
-	return d.Dial("tcp", a.Addr)
+	return d.DialContext(t.ctx, "tcp", a.Addr)
+}
+
+// Shutdown implements memberlist.Transport: it cancels dials in progress
+// and closes the listeners.
+func (t *gossipTransport) Shutdown() error {
+	t.cancel()
+	return t.NetTransport.Shutdown()
 }

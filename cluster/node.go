@@ -339,7 +339,6 @@ func (n *Node) shutdown(ctx context.Context) error {
 	var errs []error
 	close(n.shutdownCh)
 	n.leaderWG.Wait() // leadership monitor gone: the engine is stopped
-	n.loopsWG.Wait()
 
 	if n.cfg.LeaveOnTerminate {
 		if err := n.leave(ctx); err != nil {
@@ -354,6 +353,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	if err := n.ml.Shutdown(); err != nil {
 		errs = append(errs, fmt.Errorf("stopping gossip: %w", err))
 	}
+	n.loopsWG.Wait() // join, bootstrap and meta loops (gossip dials cancelled)
 	// Let in-flight raft futures resolve while raft still runs: raft
 	// never answers a future still queued for its FSM when it shuts down.
 	drain := n.futures.close()

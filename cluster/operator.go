@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -239,3 +240,30 @@ func (n *Node) StaleState() (*fsm.State, Staleness) {
 	}
 	return n.state, st
 }
+
+// Barrier waits (leader only) until every entry committed so far is applied
+// on this node, and returns the FSM's applied index and hash at that point
+// (a hash comparable across nodes at the same index).
+func (n *Node) Barrier(ctx context.Context) (uint64, [32]byte, error) {
+	if err := n.requireReady(); err != nil {
+		return 0, [32]byte{}, err
+	}
+	if err := n.await(ctx, n.raft.Barrier(n.cfg.BarrierTimeout)); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return 0, [32]byte{}, n.notLeader(err)
+		}
+		return 0, [32]byte{}, fmt.Errorf("barrier: %w", err)
+	}
+	v := n.state.View()
+	h := sha256.New()
+	if _, err := v.WriteTo(h); err != nil {
+		return 0, [32]byte{}, fmt.Errorf("hashing the state: %w", err)
+	}
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return v.AppliedIndex(), sum, nil
+}
+
+// RaftStats returns raft's own statistics (state, term, indexes, last
+// contact, configuration) for diagnostics.
+func (n *Node) RaftStats() map[string]string { return n.raft.Stats() }

@@ -70,34 +70,27 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 		return cw.n, fmt.Errorf("writing snapshot header: %w", err)
 	}
 
-	var body []byte
+	enc := newEncoder()
 	var err error
-	record := func(typ byte) {
+	record := func(typ byte, v any) bool {
+		var body []byte
+		if body, err = enc.encode(nil, v); err != nil {
+			return false
+		}
 		var pre [1 + binary.MaxVarintLen64]byte
 		pre[0] = typ
 		n := binary.PutUvarint(pre[1:], uint64(len(body)))
 		if _, err = bw.Write(pre[:1+n]); err == nil {
 			_, err = bw.Write(body)
 		}
-	}
-	t.tasks.Ascend(func(it taskItem) bool {
-		body = appendTask(body[:0], it.t)
-		record(recTask)
 		return err == nil
-	})
+	}
+	t.tasks.Ascend(func(it taskItem) bool { return record(recTask, it.t) })
 	if err == nil {
-		t.scheds.Ascend(func(it schedItem) bool {
-			body = appendSchedule(body[:0], it.s)
-			record(recSchedule)
-			return err == nil
-		})
+		t.scheds.Ascend(func(it schedItem) bool { return record(recSchedule, it.s) })
 	}
 	if err == nil {
-		t.tombs.Ascend(func(tb Tombstone) bool {
-			body = appendTombstone(body[:0], &tb)
-			record(recTombstone)
-			return err == nil
-		})
+		t.tombs.Ascend(func(tb Tombstone) bool { return record(recTombstone, &tb) })
 	}
 	if err != nil {
 		return cw.n, fmt.Errorf("writing snapshot records: %w", err)
@@ -176,6 +169,7 @@ func readSnapshot(r io.Reader) (*tables, error) {
 	t.applied = binary.BigEndian.Uint64(hdr[22:])
 
 	var (
+		dec  = newDecoder()
 		body []byte
 		last byte // type of the previous record
 		prev string
@@ -208,7 +202,7 @@ func readSnapshot(r io.Reader) (*tables, error) {
 		if _, err := io.ReadFull(br, body); err != nil {
 			return nil, eofError("record", err)
 		}
-		if prev, err = t.restoreRecord(typ, body, prev); err != nil {
+		if prev, err = t.restoreRecord(dec, typ, body, prev); err != nil {
 			return nil, badSnapshot("record %d: %v", n, err)
 		}
 	}
@@ -231,11 +225,10 @@ func readSnapshot(r io.Reader) (*tables, error) {
 	return t, nil
 }
 
-// restoreRecord decodes one record into t. prev is the key of the previous
-// record of the same type (keys must strictly increase); it returns the
-// record's key.
-func (t *tables) restoreRecord(typ byte, body []byte, prev string) (string, error) {
-	r := reader{b: body}
+// restoreRecord decodes one record into t with dec. prev is the key of the
+// previous record of the same type (keys must strictly increase); it returns
+// the record's key.
+func (t *tables) restoreRecord(dec *decoder, typ byte, body []byte, prev string) (string, error) {
 	var (
 		key string
 		put func()
@@ -243,7 +236,7 @@ func (t *tables) restoreRecord(typ byte, body []byte, prev string) (string, erro
 	switch typ {
 	case recTask:
 		task := new(Task)
-		if err := r.task(task); err != nil {
+		if err := dec.decode(body, task); err != nil {
 			return "", fmt.Errorf("task: %w", err)
 		}
 		if task.Status == StatusUnknown || task.Status >= numStatuses {
@@ -255,13 +248,13 @@ func (t *tables) restoreRecord(typ byte, body []byte, prev string) (string, erro
 		key, put = task.ID, func() { t.putTask(nil, task) }
 	case recSchedule:
 		sc := new(Schedule)
-		if err := r.schedule(sc); err != nil {
+		if err := dec.decode(body, sc); err != nil {
 			return "", fmt.Errorf("schedule: %w", err)
 		}
 		key, put = sc.Name, func() { t.putSchedule(nil, sc) }
 	case recTombstone:
 		tb := new(Tombstone)
-		if err := r.tombstone(tb); err != nil {
+		if err := dec.decode(body, tb); err != nil {
 			return "", fmt.Errorf("tombstone: %w", err)
 		}
 		if tb.Remove {
@@ -270,9 +263,6 @@ func (t *tables) restoreRecord(typ byte, body []byte, prev string) (string, erro
 		key, put = tb.NodeID, func() { t.putTombstone(nil, tb) }
 	default:
 		return "", fmt.Errorf("unknown record type %d", typ)
-	}
-	if r.remaining() != 0 {
-		return "", fmt.Errorf("%d trailing bytes", r.remaining())
 	}
 	if key == "" || key <= prev {
 		return "", fmt.Errorf("key %q does not follow %q", key, prev)

@@ -170,12 +170,12 @@ func (w *snapshotWriter) end(tasks, scheds, tombs uint64) []byte {
 }
 
 func taskRecord(id, key string) []byte {
-	return appendTask(nil, &Task{ID: id, Pool: "p", Kind: "k", Key: key, Status: StatusQueued})
+	return recordBody(&Task{ID: id, Pool: "p", Kind: "k", Key: key, Status: StatusQueued})
 }
 
 func TestRestoreRejectsBadSnapshots(t *testing.T) {
 	good := snapshotBytes(t, richState(t))
-	sched := appendSchedule(nil, &Schedule{Name: "s"})
+	sched := recordBody(&Schedule{Name: "s"})
 	tests := []struct {
 		name string
 		data []byte
@@ -189,12 +189,12 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 		{"duplicate task", newSnapshotWriter(1).record(recTask, taskRecord("a", "")).record(recTask, taskRecord("a", "")).end(2, 0, 0)},
 		{"duplicate key", newSnapshotWriter(1).record(recTask, taskRecord("a", "k")).record(recTask, taskRecord("b", "k")).end(2, 0, 0)},
 		{"empty task id", newSnapshotWriter(1).record(recTask, taskRecord("", "")).end(1, 0, 0)},
-		{"invalid status", newSnapshotWriter(1).record(recTask, appendTask(nil, &Task{ID: "a", Status: 0})).end(1, 0, 0)},
+		{"invalid status", newSnapshotWriter(1).record(recTask, recordBody(&Task{ID: "a", Status: 0})).end(1, 0, 0)},
 		{"task after schedule", newSnapshotWriter(1).record(recSchedule, sched).record(recTask, taskRecord("a", "")).end(1, 1, 0)},
 		{"unknown record type", newSnapshotWriter(1).record(9, []byte{0x80}).end(0, 0, 0)},
 		{"record with trailing bytes", newSnapshotWriter(1).record(recTask, append(taskRecord("a", ""), 0)).end(1, 0, 0)},
 		{"record not msgpack", newSnapshotWriter(1).record(recTask, []byte{0xc1}).end(1, 0, 0)},
-		{"removed tombstone", newSnapshotWriter(1).record(recTombstone, appendTombstone(nil, &Tombstone{NodeID: "n", Remove: true})).end(0, 0, 1)},
+		{"removed tombstone", newSnapshotWriter(1).record(recTombstone, recordBody(&Tombstone{NodeID: "n", Remove: true})).end(0, 0, 1)},
 		{"huge record", append(newSnapshotWriter(1).buf.Bytes(), recTask, 0xff, 0xff, 0xff, 0xff, 0x0f)},
 	}
 	for n := 0; n < len(good); n += 1 + n/8 {
@@ -307,4 +307,13 @@ func FuzzRestore(f *testing.F) {
 		require.NoError(t, again.Restore(bytes.NewReader(snap)))
 		require.Equal(t, snap, snapshotBytes(t, again))
 	})
+}
+
+// recordBody encodes v as the body of a snapshot record.
+func recordBody(v any) []byte {
+	body, err := newEncoder().encode(nil, v)
+	if err != nil {
+		panic(err)
+	}
+	return body
 }

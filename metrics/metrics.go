@@ -1,0 +1,274 @@
+// Package metrics holds the Prometheus metrics of one cronoq node: its own
+// registry (never the global default one), the task, engine, raft and API
+// series, and the Go runtime and process collectors.
+//
+// Names follow the Nomad and Consul style with a cronoq_ prefix. Counters
+// about tasks (submitted, dispatched, completed, retried) and the attempt
+// duration histogram are fed from the status events of the engine while this
+// node leads, so each transition is counted once, by the leader of the
+// moment. Gauges of the replicated state (tasks by pool and status, epoch,
+// applied index) are read from this node's replica at scrape time.
+package metrics
+
+import (
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cronoq/cronoq/engine"
+	"github.com/cronoq/cronoq/engine/core"
+	"github.com/cronoq/cronoq/fsm"
+)
+
+// Namespace prefixes every cronoq series.
+const Namespace = "cronoq"
+
+// maxTrackedAttempts bounds the attempt start times kept to measure attempt
+// durations; past it the table is cleared (a few durations go unmeasured).
+const maxTrackedAttempts = 1 << 20
+
+// Source is this node's replicated state, read at scrape time.
+type Source interface {
+	// Counts returns the number of tasks per pool and status.
+	Counts() []fsm.PoolCounts
+	// Epoch returns the current engine epoch of the replicated state.
+	Epoch() uint64
+	// IsLeader reports whether this node is the raft leader.
+	IsLeader() bool
+	// AppliedIndex returns the raft index last applied on this node.
+	AppliedIndex() uint64
+}
+
+// Metrics is the metrics of one node. Its methods are safe for concurrent
+// use; the observers never block.
+type Metrics struct {
+	reg *prometheus.Registry
+	src atomic.Pointer[sourceBox]
+
+	submitted  *prometheus.CounterVec
+	dispatched *prometheus.CounterVec
+	completed  *prometheus.CounterVec
+	retried    *prometheus.CounterVec
+	attempts   *prometheus.HistogramVec
+
+	commitSeconds  prometheus.Histogram
+	batchMutations prometheus.Histogram
+	batchBytes     prometheus.Histogram
+	commitErrors   prometheus.Counter
+	leaderChanges  prometheus.Counter
+
+	rpcs       *prometheus.CounterVec
+	forwarded  *prometheus.CounterVec
+	workers    prometheus.Gauge
+	aborts     prometheus.Counter
+	eventsLost prometheus.Counter
+
+	mu     sync.Mutex
+	starts map[string]time.Time // running attempts: task id -> start
+}
+
+type sourceBox struct{ s Source }
+
+// New returns the metrics of a node with a fresh registry holding every
+// cronoq series plus the Go runtime and process collectors.
+func New() *Metrics {
+	m := &Metrics{
+		reg:    prometheus.NewRegistry(),
+		starts: make(map[string]time.Time),
+	}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+	}
+	m.submitted = counter("tasks_submitted_total", "Tasks admitted (by submits and schedule fires), counted by the leader.", "pool")
+	m.dispatched = counter("tasks_dispatched_total", "Attempts granted to workers (durable leases), counted by the leader.", "pool")
+	m.completed = counter("tasks_completed_total", "Tasks that reached a terminal status, by that status (succeeded, failed, cancelled, expired).", "pool", "outcome")
+	m.retried = counter("tasks_retried_total", "Attempts that ended with a retryable failure while attempts remained.", "pool")
+	m.attempts = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "attempt_duration_seconds",
+		Help:    "Duration of attempts from their grant to their end (completion, failure, expiry or revocation), as seen by the leader.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
+	}, []string{"pool"})
+	m.commitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "raft_commit_seconds",
+		Help:    "Time from appending a commit batch to the raft log to its application on the leader.",
+		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5},
+	})
+	m.batchMutations = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "raft_batch_mutations",
+		Help:    "Mutations per commit batch (one raft log entry).",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+	})
+	m.batchBytes = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "raft_batch_bytes",
+		Help:    "Encoded size of commit batches in bytes.",
+		Buckets: prometheus.ExponentialBuckets(64, 4, 11),
+	})
+	m.commitErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "raft_commit_errors_total",
+		Help: "Commit batches that failed (fenced, rejected or lost with leadership); each one stops the engine.",
+	})
+	m.leaderChanges = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "leader_changes_total",
+		Help: "Changes of the leader observed by this node.",
+	})
+	m.rpcs = counter("rpc_requests_total", "API calls served by this node, by procedure and result code.", "procedure", "code")
+	m.forwarded = counter("rpc_forwarded_total", "API calls this node forwarded to the leader, by procedure.", "procedure")
+	m.workers = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "worker_streams",
+		Help: "Worker streams connected to this node.",
+	})
+	m.aborts = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "worker_aborts_total",
+		Help: "Abort messages sent to workers (revoked or lost leases).",
+	})
+	m.eventsLost = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "metrics_events_dropped_total",
+		Help: "Status events the metrics subscription missed (task counters undercount by this much).",
+	})
+	m.reg.MustRegister(
+		m.submitted, m.dispatched, m.completed, m.retried, m.attempts,
+		m.commitSeconds, m.batchMutations, m.batchBytes, m.commitErrors, m.leaderChanges,
+		m.rpcs, m.forwarded, m.workers, m.aborts, m.eventsLost,
+		&stateCollector{m: m},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// Registry returns the node's registry (to register more collectors).
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// SetSource sets the replicated state the gauges read at scrape time. Until
+// it is set, those gauges are absent.
+func (m *Metrics) SetSource(s Source) {
+	if s == nil {
+		m.src.Store(nil)
+		return
+	}
+	m.src.Store(&sourceBox{s: s})
+}
+
+// ObserveCommit records one resolved commit batch. It fits the engine's
+// Config.OnCommit.
+func (m *Metrics) ObserveCommit(ci engine.CommitInfo) {
+	if ci.Err != nil {
+		m.commitErrors.Inc()
+		return
+	}
+	m.commitSeconds.Observe(ci.Latency.Seconds())
+	m.batchMutations.Observe(float64(ci.Mutations))
+	m.batchBytes.Observe(float64(ci.Bytes))
+}
+
+// ObserveEvent records one durable status transition published by the
+// leader's engine.
+func (m *Metrics) ObserveEvent(ev core.Event) {
+	m.mu.Lock()
+	start, running := m.starts[ev.TaskID]
+	if running && ev.Status != fsm.StatusRunning {
+		delete(m.starts, ev.TaskID)
+	}
+	if ev.Status == fsm.StatusRunning {
+		if len(m.starts) >= maxTrackedAttempts {
+			clear(m.starts)
+		}
+		m.starts[ev.TaskID] = ev.At
+	}
+	m.mu.Unlock()
+
+	if running && ev.Status != fsm.StatusRunning && !ev.At.Before(start) {
+		m.attempts.WithLabelValues(ev.Pool).Observe(ev.At.Sub(start).Seconds())
+	}
+	switch {
+	case ev.Status == fsm.StatusRunning:
+		m.dispatched.WithLabelValues(ev.Pool).Inc()
+	case ev.Status.Terminal():
+		m.completed.WithLabelValues(ev.Pool, ev.Status.String()).Inc()
+	case ev.Attempt == 0 && (ev.Status == fsm.StatusQueued || ev.Status == fsm.StatusScheduled):
+		m.submitted.WithLabelValues(ev.Pool).Inc()
+	case ev.Status == fsm.StatusRetrying || ev.Status == fsm.StatusQueued:
+		m.retried.WithLabelValues(ev.Pool).Inc()
+	}
+}
+
+// ResetAttempts forgets the attempts in progress, when this node stops
+// leading (their ends are observed by the next leader, if any).
+func (m *Metrics) ResetAttempts() {
+	m.mu.Lock()
+	clear(m.starts)
+	m.mu.Unlock()
+}
+
+// EventsLost records status events the metrics subscription missed.
+func (m *Metrics) EventsLost(n uint64) { m.eventsLost.Add(float64(n)) }
+
+// LeaderChanged records that this node saw the leader change.
+func (m *Metrics) LeaderChanged() { m.leaderChanges.Inc() }
+
+// RPC records one API call served, with its result code ("ok" or a connect
+// code name).
+func (m *Metrics) RPC(procedure, code string) { m.rpcs.WithLabelValues(procedure, code).Inc() }
+
+// Forwarded records one API call forwarded to the leader.
+func (m *Metrics) Forwarded(procedure string) { m.forwarded.WithLabelValues(procedure).Inc() }
+
+// WorkerStreams adds delta to the number of connected worker streams.
+func (m *Metrics) WorkerStreams(delta int) { m.workers.Add(float64(delta)) }
+
+// Aborted records one abort sent to a worker.
+func (m *Metrics) Aborted() { m.aborts.Inc() }
+
+// stateCollector reads the replicated state at scrape time.
+type stateCollector struct{ m *Metrics }
+
+var (
+	descTasks = prometheus.NewDesc(Namespace+"_tasks",
+		"Tasks in this node's replica, by pool and status.", []string{"pool", "status"}, nil)
+	descEpoch = prometheus.NewDesc(Namespace+"_epoch",
+		"Current engine epoch of the replicated state.", nil, nil)
+	descIsLeader = prometheus.NewDesc(Namespace+"_is_leader",
+		"1 when this node is the raft leader, else 0.", nil, nil)
+	descApplied = prometheus.NewDesc(Namespace+"_raft_applied_index",
+		"Raft log index last applied on this node.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descTasks
+	ch <- descEpoch
+	ch <- descIsLeader
+	ch <- descApplied
+}
+
+// Collect implements prometheus.Collector.
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	box := c.m.src.Load()
+	if box == nil {
+		return
+	}
+	s := box.s
+	for _, pc := range s.Counts() {
+		for _, st := range fsm.AllStatuses {
+			ch <- prometheus.MustNewConstMetric(descTasks, prometheus.GaugeValue,
+				float64(pc.ByStatus[st]), pc.Pool, st.String())
+		}
+	}
+	leader := 0.0
+	if s.IsLeader() {
+		leader = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descEpoch, prometheus.GaugeValue, float64(s.Epoch()))
+	ch <- prometheus.MustNewConstMetric(descIsLeader, prometheus.GaugeValue, leader)
+	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(s.AppliedIndex()))
+}

@@ -1,0 +1,93 @@
+package transport
+
+import (
+	"context"
+	"errors"
+
+	"connectrpc.com/connect"
+
+	"github.com/cronoq/cronoq/cluster"
+	"github.com/cronoq/cronoq/engine"
+	"github.com/cronoq/cronoq/engine/core"
+	"github.com/cronoq/cronoq/transport/apierr"
+)
+
+// notServed reports whether err means this node could not serve the call
+// and nothing was done: it does not lead (or not yet, or no longer), or its
+// engine stopped before taking the call. Such calls may be routed again.
+func notServed(err error) bool {
+	var nle *cluster.NotLeaderError
+	return errors.As(err, &nle) ||
+		(errors.Is(err, engine.ErrStopped) && !errors.Is(err, engine.ErrOutcomeUnknown))
+}
+
+// apiError turns an error of the engine, the cluster or the edge validation
+// into the wire error a client sees. Errors already on the wire convention
+// (*connect.Error) pass through.
+func (s *Server) apiError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return apierr.Relay(err)
+	}
+	var ie *core.InvalidError
+	var nle *cluster.NotLeaderError
+	switch {
+	case errors.As(err, &ie):
+		return apierr.Invalid(ie.Field, ie.Reason)
+	case errors.Is(err, core.ErrOverloaded):
+		return apierr.Overloaded(err.Error())
+	case errors.Is(err, core.ErrNotFound), errors.Is(err, cluster.ErrUnknownPeer):
+		return apierr.NotFound(err.Error())
+	case errors.Is(err, core.ErrStaleLease):
+		return apierr.StaleLease(err.Error())
+	case errors.Is(err, engine.ErrOutcomeUnknown):
+		return apierr.OutcomeUnknown(err.Error())
+	case errors.Is(err, cluster.ErrShutdown) || s.stopping():
+		return apierr.ShuttingDown()
+	case errors.As(err, &nle):
+		return s.leaderHint(nle.LeaderID, nle.LeaderHTTPAddr)
+	case errors.Is(err, engine.ErrStopped), errors.Is(err, core.ErrShuttingDown):
+		id, addr := s.node.Leader()
+		return s.leaderHint(id, addr)
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	case errors.Is(err, context.Canceled):
+		return connect.NewError(connect.CodeCanceled, err)
+	default:
+		return connect.NewError(connect.CodeInternal, err)
+	}
+}
+
+// leaderHint is the not_leader error naming the leader, or no_leader when
+// none other than this node is known.
+func (s *Server) leaderHint(id, addr string) error {
+	if id == "" {
+		return apierr.NoLeader()
+	}
+	if id == s.node.ID() {
+		// This node leads but does not serve (yet, or any more).
+		return apierr.NoLeader()
+	}
+	return apierr.NotLeader(id, addr)
+}
+
+// itemError is the code and message of a per-item error (enqueue-many items,
+// heartbeat and completion results) for err.
+func (s *Server) itemError(err error) (code, msg string) {
+	if err == nil {
+		return "", ""
+	}
+	werr := s.apiError(err)
+	var ce *connect.Error
+	if errors.As(werr, &ce) {
+		kind := apierr.Kind(ce)
+		if kind == "" {
+			kind = ce.Code().String()
+		}
+		return kind, ce.Message()
+	}
+	return "", err.Error()
+}

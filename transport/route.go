@@ -1,0 +1,229 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/cronoq/cronoq/cluster"
+	"github.com/cronoq/cronoq/transport/apierr"
+	"github.com/cronoq/cronoq/transport/gen/cronoqv1/cronoqv1connect"
+)
+
+// forwarder holds the connections to other nodes' APIs: one pooled h2c
+// client whose connections leave from this node's own IP.
+type forwarder struct {
+	tr    *http.Transport
+	httpc *http.Client
+	limit int
+
+	mu        sync.Mutex
+	endpoints map[string]*endpoint
+}
+
+// endpoint is the generated clients for one node's API address.
+type endpoint struct {
+	tasks     cronoqv1connect.TaskServiceClient
+	schedules cronoqv1connect.ScheduleServiceClient
+	operator  cronoqv1connect.OperatorServiceClient
+}
+
+// newForwarder returns a forwarder dialing from the IP of selfAddr (no
+// binding when that is not a specific IP).
+func newForwarder(selfAddr string, readLimit int) (*forwarder, error) {
+	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}
+	if ip := hostIP(selfAddr); ip.IsValid() {
+		d.LocalAddr = &net.TCPAddr{IP: ip.AsSlice(), Zone: ip.Zone()}
+	}
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{
+		DialContext:         d.DialContext,
+		Protocols:           &p,
+		MaxIdleConnsPerHost: 8,
+		IdleConnTimeout:     90 * time.Second,
+		HTTP2: &http.HTTP2Config{
+			SendPingTimeout: 10 * time.Second,
+			PingTimeout:     5 * time.Second,
+		},
+	}
+	return &forwarder{
+		tr:        tr,
+		httpc:     &http.Client{Transport: tr},
+		limit:     readLimit,
+		endpoints: make(map[string]*endpoint),
+	}, nil
+}
+
+func (f *forwarder) endpoint(addr string) *endpoint {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ep, ok := f.endpoints[addr]; ok {
+		return ep
+	}
+	base := "http://" + addr
+	opts := []connect.ClientOption{connect.WithSendMaxBytes(f.limit)}
+	ep := &endpoint{
+		tasks:     cronoqv1connect.NewTaskServiceClient(f.httpc, base, opts...),
+		schedules: cronoqv1connect.NewScheduleServiceClient(f.httpc, base, opts...),
+		operator:  cronoqv1connect.NewOperatorServiceClient(f.httpc, base, opts...),
+	}
+	f.endpoints[addr] = ep
+	return ep
+}
+
+func (f *forwarder) close() { f.tr.CloseIdleConnections() }
+
+// callKind says how a call may be re-sent after a failure in transit.
+type callKind int
+
+const (
+	// read calls may be re-sent freely.
+	read callKind = iota
+	// write calls are never re-sent once they may have reached the leader.
+	write
+)
+
+// forwarded reports whether the request came from another node.
+func forwarded(h http.Header) bool { return h.Get(HeaderForwarded) != "" }
+
+// route serves a call that needs the leader: locally when this node is the
+// ready leader (local returns a *cluster.NotLeaderError or engine.ErrStopped
+// when it turns out it cannot serve, with nothing done), otherwise by
+// forwarding it to the leader with remote. While no leader is known it holds
+// and re-checks with jitter until the hold timeout.
+func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *connect.Request[Req],
+	local func(context.Context) (*Res, error),
+	remote func(*endpoint) func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
+) (*connect.Response[Res], error) {
+	if s.stopping() {
+		return nil, apierr.ShuttingDown()
+	}
+	procedure := req.Spec().Procedure
+	hold := time.NewTimer(s.cfg.HoldTimeout)
+	defer hold.Stop()
+	var last error // why the last round could not serve
+	for {
+		if _, err := s.node.Engine(); err == nil {
+			res, err := local(ctx)
+			if err == nil {
+				return connect.NewResponse(res), nil
+			}
+			if !notServed(err) || ctx.Err() != nil {
+				return nil, s.apiError(err)
+			}
+			last = err
+		}
+		id, addr := s.node.Leader()
+		switch {
+		case forwarded(req.Header()):
+			// One hop at most: the node that forwarded re-routes.
+			if last != nil {
+				return nil, s.apiError(last)
+			}
+			return nil, s.leaderHint(id, addr)
+		case id != "" && id != s.node.ID() && addr != "":
+			s.m.Forwarded(procedure)
+			fwd := connect.NewRequest(req.Msg)
+			fwd.Header().Set(HeaderForwarded, s.node.ID())
+			resp, err := remote(s.fwd.endpoint(addr))(ctx, fwd)
+			if err == nil {
+				return connect.NewResponse(resp.Msg), nil
+			}
+			if ctx.Err() != nil {
+				return nil, s.apiError(ctx.Err())
+			}
+			if connect.IsWireError(err) {
+				switch apierr.Kind(err) {
+				case apierr.KindNotLeader, apierr.KindNoLeader, apierr.KindShuttingDown:
+					// The leader moved on before taking the call: route
+					// again (the answer stands if the hold runs out).
+					last = apierr.Relay(err)
+				default:
+					return nil, apierr.Relay(err)
+				}
+			} else if kind == write && !neverSent(err) {
+				s.log.Debug("forwarded write lost in transit", "procedure", procedure, "leader", id, "error", err)
+				return nil, apierr.OutcomeUnknown(fmt.Sprintf("forwarding to leader %s at %s: %v", id, addr, err))
+			} else {
+				last = apierr.NotLeader(id, addr)
+				s.log.Debug("forwarding failed, routing again", "procedure", procedure, "leader", id, "error", err)
+			}
+		default:
+			// No leader known, this node leads but does not serve yet, or
+			// the leader's address is not known yet.
+			last = s.leaderHint(id, addr)
+		}
+		if !pause(ctx, hold.C, s.baseCtx.Done()) {
+			if ctx.Err() != nil {
+				return nil, s.apiError(ctx.Err())
+			}
+			if s.stopping() {
+				return nil, apierr.ShuttingDown()
+			}
+			return nil, s.apiError(last)
+		}
+	}
+}
+
+// neverSent reports whether a failed call surely never reached the other
+// node: the connection could not be made.
+func neverSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// pause waits 25 to 100 ms before routing again; false when the hold ran
+// out or ctx or stop ended first.
+func pause(ctx context.Context, hold <-chan time.Time, stop <-chan struct{}) bool {
+	t := time.NewTimer(25*time.Millisecond + rand.N(75*time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-hold:
+		return false
+	case <-ctx.Done():
+		return false
+	case <-stop:
+		return false
+	}
+}
+
+// awaitLeader waits (up to the hold timeout) until this node serves as
+// leader, for the streams that only the leader serves. It returns nil when
+// this node leads, else the error to answer: not_leader naming the leader
+// (the caller reconnects there) or no_leader.
+func (s *Server) awaitLeader(ctx context.Context) error {
+	if s.stopping() {
+		return apierr.ShuttingDown()
+	}
+	hold := time.NewTimer(s.cfg.HoldTimeout)
+	defer hold.Stop()
+	for {
+		_, err := s.node.Engine()
+		if err == nil {
+			return nil
+		}
+		var nle *cluster.NotLeaderError
+		if errors.As(err, &nle) && nle.LeaderID != "" && nle.LeaderID != s.node.ID() && nle.LeaderHTTPAddr != "" {
+			return apierr.NotLeader(nle.LeaderID, nle.LeaderHTTPAddr)
+		}
+		if !pause(ctx, hold.C, s.baseCtx.Done()) {
+			if s.stopping() {
+				return apierr.ShuttingDown()
+			}
+			if ctx.Err() != nil {
+				return s.apiError(ctx.Err())
+			}
+			return s.apiError(err)
+		}
+	}
+}

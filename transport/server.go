@@ -1,0 +1,538 @@
+// Package transport is the network API of a cronoq node: the ConnectRPC
+// services of the schema in proto/ (tasks, schedules, workers, operators),
+// `GET /v1/health` and `GET /metrics`, on one HTTP address that speaks
+// HTTP/1.1 and unencrypted HTTP/2 (h2c, which the worker stream needs).
+//
+// Any node serves any call. Calls that need the leader are served locally
+// when this node is the ready leader and otherwise forwarded, server-side, to
+// the leader's API address over a pooled h2c client that dials from this
+// node's own IP. A forwarded request carries the Cronoq-Forwarded header and
+// is never forwarded again (one hop at most): a node that receives one and
+// does not lead answers not_leader. While no leader is known a call is held
+// and re-routed with jitter for up to Config.HoldTimeout, then answered
+// no_leader. A write whose forwarded request failed in transit is answered
+// outcome_unknown, never re-sent: the SDK retries it with the same
+// idempotency key. Reads that ask for staleness are served from the local
+// replica with the metadata of how stale it may be.
+//
+// The worker stream and the event stream are served by the leader only: a
+// follower answers not_leader with the leader's address, and the SDK
+// connects there.
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/cronoq/cronoq/cluster"
+	"github.com/cronoq/cronoq/engine/core"
+	"github.com/cronoq/cronoq/fsm"
+	"github.com/cronoq/cronoq/metrics"
+	"github.com/cronoq/cronoq/transport/gen/cronoqv1/cronoqv1connect"
+)
+
+// Defaults of Config.
+const (
+	DefaultHoldTimeout = 5 * time.Second
+	// DefaultMaxRequestBytes bounds an API request (a batch of specs with
+	// their payloads); it is raised to fit at least two payloads of the
+	// configured maximum.
+	DefaultMaxRequestBytes = 64 << 20
+	// messageOverhead is the room left around a payload or an output for
+	// the rest of a message.
+	messageOverhead = 1 << 20
+	// maxListBytes bounds the tasks of one list page (at least one task is
+	// always returned).
+	maxListBytes = 32 << 20
+	// defaultListLimit is the page size of a list that asks for none;
+	// maxListLimit caps the page size asked for.
+	defaultListLimit = 1000
+	maxListLimit     = 10000
+)
+
+// HeaderForwarded marks a request forwarded by another node (its value is
+// that node's id). A node that does not lead answers such a request with
+// not_leader instead of forwarding it again.
+const HeaderForwarded = "Cronoq-Forwarded"
+
+// Config configures a Server.
+type Config struct {
+	// Node is the cluster node the server fronts. Required.
+	Node *cluster.Node
+	// Listener serves the API. When nil, Start listens on Addr.
+	Listener net.Listener
+	// Addr is the address to listen on when Listener is nil. Default: the
+	// node's advertised HTTP address.
+	Addr string
+	// Logger (default: none).
+	Logger hclog.Logger
+	// Metrics of the node (default: a fresh set). Served on /metrics.
+	Metrics *metrics.Metrics
+	// Hooks are the engine callbacks wired into the node's engine
+	// configuration (see NewHooks). Without them, aborts do not reach
+	// workers.
+	Hooks *Hooks
+	// HoldTimeout is how long a call is held while no leader is known
+	// (default 5s).
+	HoldTimeout time.Duration
+	// HeartbeatWindow is announced to workers; it must be the engine's
+	// (default: the engine's default).
+	HeartbeatWindow time.Duration
+	// MaxPayload and MaxOutput are the engine's limits (defaults: the
+	// engine's). Read limits are set above them so that the engine's own,
+	// clear errors are what callers see.
+	MaxPayload int
+	MaxOutput  int
+	// MaxRequestBytes bounds one API request (default 64 MiB, at least two
+	// maximal payloads).
+	MaxRequestBytes int
+}
+
+func (c Config) withDefaults() Config {
+	d := core.DefaultConfig()
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.New()
+	}
+	if c.Hooks == nil {
+		c.Hooks = NewHooks(c.Metrics)
+	}
+	if c.HoldTimeout <= 0 {
+		c.HoldTimeout = DefaultHoldTimeout
+	}
+	if c.HeartbeatWindow <= 0 {
+		c.HeartbeatWindow = d.HeartbeatWindow
+	}
+	if c.MaxPayload <= 0 {
+		c.MaxPayload = d.MaxPayload
+	}
+	if c.MaxOutput <= 0 {
+		c.MaxOutput = d.MaxOutput
+	}
+	if c.MaxRequestBytes <= 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	c.MaxRequestBytes = max(c.MaxRequestBytes, 2*c.MaxPayload+messageOverhead)
+	return c
+}
+
+// Server is the API server of one node.
+type Server struct {
+	cfg  Config
+	node *cluster.Node
+	log  hclog.Logger
+	m    *metrics.Metrics
+
+	http    *http.Server
+	ln      net.Listener
+	fwd     *forwarder
+	workers *registry
+
+	baseCtx    context.Context
+	cancelBase context.CancelFunc
+
+	mu       sync.Mutex
+	started  bool
+	draining atomic.Bool
+	closed   atomic.Bool
+	done     chan struct{}
+	serveErr error
+
+	wg sync.WaitGroup // serve loop, watcher and their helpers
+}
+
+// New returns a server for cfg. It does not listen yet.
+func New(cfg Config) (*Server, error) {
+	if cfg.Node == nil {
+		return nil, errors.New("creating API server: Config.Node is required")
+	}
+	cfg = cfg.withDefaults()
+	if cfg.Addr == "" {
+		cfg.Addr = cfg.Node.HTTPAddr()
+	}
+	s := &Server{
+		cfg:     cfg,
+		node:    cfg.Node,
+		log:     cfg.Logger,
+		m:       cfg.Metrics,
+		workers: cfg.Hooks.workers,
+		done:    make(chan struct{}),
+	}
+	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
+	fwd, err := newForwarder(cfg.Addr, cfg.MaxRequestBytes)
+	if err != nil {
+		return nil, fmt.Errorf("creating API server: %w", err)
+	}
+	s.fwd = fwd
+	s.m.SetSource(nodeSource{cfg.Node})
+
+	common := []connect.HandlerOption{
+		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
+		connect.WithInterceptors(&rpcMetrics{m: s.m}),
+	}
+	workerOpts := []connect.HandlerOption{
+		// One message carries at most one output above the batching
+		// threshold: leave room for it plus the rest of the message, so an
+		// output just over the limit reaches the engine (which fails the
+		// attempt with a clear error) rather than breaking the stream.
+		connect.WithReadMaxBytes(2*cfg.MaxOutput + messageOverhead),
+		connect.WithInterceptors(&rpcMetrics{m: s.m}),
+	}
+	mux := http.NewServeMux()
+	mux.Handle(cronoqv1connect.NewTaskServiceHandler(&taskService{s}, common...))
+	mux.Handle(cronoqv1connect.NewScheduleServiceHandler(&scheduleService{s}, common...))
+	mux.Handle(cronoqv1connect.NewWorkerServiceHandler(&workerService{s}, workerOpts...))
+	mux.Handle(cronoqv1connect.NewOperatorServiceHandler(&operatorService{s}, common...))
+	mux.HandleFunc("GET /v1/health", s.serveHealth)
+	mux.Handle("GET /metrics", s.m.Handler())
+
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	s.http = &http.Server{
+		Handler:           withInterrupt(mux),
+		Protocols:         &p,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
+		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+		HTTP2: &http.HTTP2Config{
+			// Detect dead peers holding streams open.
+			SendPingTimeout: 15 * time.Second,
+			PingTimeout:     10 * time.Second,
+		},
+	}
+	return s, nil
+}
+
+// Addr returns the address the server listens on (once started).
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return s.cfg.Addr
+	}
+	return s.ln.Addr().String()
+}
+
+// Metrics returns the metrics the server records into and serves.
+func (s *Server) Metrics() *metrics.Metrics { return s.m }
+
+// Start listens (unless a listener was given) and serves until Shutdown.
+// It may be called once. ctx bounds nothing after Start returns.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("API server already started")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return errors.New("API server shut down")
+	}
+	ln := s.cfg.Listener
+	if ln == nil {
+		var err error
+		ln, err = net.Listen("tcp", s.cfg.Addr)
+		if err != nil {
+			return fmt.Errorf("listening on %s: %w", s.cfg.Addr, err)
+		}
+	}
+	s.ln = ln
+	s.started = true
+	s.log.Info("serving the API", "addr", ln.Addr().String())
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		err := s.http.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		if err != nil {
+			s.log.Error("API server stopped", "error", err)
+		}
+		s.mu.Lock()
+		s.serveErr = err
+		s.mu.Unlock()
+		close(s.done)
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.watch()
+	}()
+	return nil
+}
+
+// Done is closed when the server stopped serving (after Shutdown, or on a
+// listener failure; see Err).
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Err returns the error that stopped the server, nil after Shutdown.
+func (s *Server) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.serveErr
+}
+
+// Drain makes the server answer new API calls with shutting_down (health
+// and metrics are still served) while calls in progress go on. It is the
+// first step of a graceful stop: the node then hands off its leadership and
+// stops, and Shutdown closes the server.
+func (s *Server) Drain() {
+	if !s.draining.Swap(true) {
+		s.log.Info("draining: new calls are refused")
+	}
+}
+
+func (s *Server) stopping() bool { return s.draining.Load() || s.closed.Load() }
+
+// Shutdown stops the server: long calls and streams in progress end with
+// shutting_down, the listener closes, and it waits (up to ctx) for handlers
+// to return before closing every connection. It joins the server's
+// goroutines. It is idempotent.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.Drain()
+	if s.closed.Swap(true) {
+		s.wg.Wait()
+		return nil
+	}
+	s.cancelBase()
+	s.mu.Lock()
+	started := s.started
+	s.mu.Unlock()
+	var err error
+	if started {
+		if err = s.http.Shutdown(ctx); err != nil {
+			err = errors.Join(fmt.Errorf("shutting down the API server: %w", err), s.http.Close())
+		}
+	} else {
+		close(s.done)
+	}
+	s.wg.Wait()
+	s.fwd.close()
+	s.log.Info("API server stopped")
+	return err
+}
+
+// ---------------------------------------------------------------------------
+// Health
+// ---------------------------------------------------------------------------
+
+// healthJSON is the body of GET /v1/health: the fields of `cronoq health`
+// plus details.
+type healthJSON struct {
+	Node           string   `json:"node"`
+	Leader         string   `json:"leader"`
+	Epoch          uint64   `json:"epoch"`
+	Status         string   `json:"status"`
+	Reasons        []string `json:"reasons,omitempty"`
+	LeaderHTTPAddr string   `json:"leader_http_addr,omitempty"`
+	RaftState      string   `json:"raft_state"`
+	Ready          bool     `json:"ready"`
+	AppliedIndex   uint64   `json:"applied_index"`
+	ShuttingDown   bool     `json:"shutting_down,omitempty"`
+}
+
+// health is the node's health, degraded while the server drains.
+func (s *Server) health() cluster.Health {
+	h := s.node.Health()
+	if s.stopping() {
+		h.Status = cluster.HealthDegraded
+		h.Reasons = append(h.Reasons, "node shutting down")
+	}
+	return h
+}
+
+// serveHealth answers 200 when the node is part of a cluster with a leader
+// (also when degraded), 503 otherwise.
+func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	h := s.health()
+	body := healthJSON{
+		Node: h.Node, Leader: h.Leader, Epoch: h.Epoch, Status: h.Status, Reasons: h.Reasons,
+		LeaderHTTPAddr: h.LeaderHTTPAddr, RaftState: h.RaftState, Ready: h.Ready,
+		AppliedIndex: h.AppliedIndex, ShuttingDown: s.stopping(),
+	}
+	code := http.StatusOK
+	if h.Leader == "" {
+		code = http.StatusServiceUnavailable
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(body)
+}
+
+// ---------------------------------------------------------------------------
+// Metrics source and leadership watch
+// ---------------------------------------------------------------------------
+
+// nodeSource reads the node's replica for the metrics gauges.
+type nodeSource struct{ n *cluster.Node }
+
+func (ns nodeSource) state() (*fsm.State, cluster.Staleness) { return ns.n.StaleState() }
+
+func (ns nodeSource) Counts() []fsm.PoolCounts {
+	st, _ := ns.state()
+	return st.Counts()
+}
+
+func (ns nodeSource) Epoch() uint64 {
+	st, _ := ns.state()
+	return st.Epoch()
+}
+
+func (ns nodeSource) IsLeader() bool { return ns.n.IsLeader() }
+
+func (ns nodeSource) AppliedIndex() uint64 {
+	_, meta := ns.state()
+	return meta.AppliedIndex
+}
+
+// watchInterval is how often the watcher looks at the leadership.
+const watchInterval = 100 * time.Millisecond
+
+// metricsBuffer is the room of the metrics subscription to status events.
+const metricsBuffer = 8192
+
+// watch follows the node's leadership until Shutdown: it counts leader
+// changes and, while this node leads, feeds the engine's status events to
+// the metrics.
+func (s *Server) watch() {
+	t := time.NewTicker(watchInterval)
+	defer t.Stop()
+	var (
+		lastLeader string
+		eng        any // the engine being followed
+		followers  sync.WaitGroup
+	)
+	defer followers.Wait()
+	for {
+		if id, _ := s.node.Leader(); id != "" && id != lastLeader {
+			if lastLeader != "" {
+				s.m.LeaderChanged()
+			}
+			lastLeader = id
+		}
+		if e, err := s.node.Engine(); err == nil && any(e) != eng {
+			eng = e
+			sub := e.Subscribe(metricsBuffer)
+			followers.Add(1)
+			go func() {
+				defer followers.Done()
+				defer s.m.ResetAttempts()
+				var lost uint64
+				for {
+					select {
+					case ev, ok := <-sub.C():
+						if !ok {
+							return
+						}
+						if d := sub.Dropped(); d > lost {
+							s.m.EventsLost(d - lost)
+							lost = d
+						}
+						s.m.ObserveEvent(ev)
+					case <-s.baseCtx.Done():
+						sub.Close()
+						return
+					}
+				}
+			}()
+		}
+		select {
+		case <-s.baseCtx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Interrupting streams
+// ---------------------------------------------------------------------------
+
+type interruptKey struct{}
+
+// withInterrupt lets a handler interrupt its own request: it records the
+// request body in the context, so that closing it unblocks a Receive
+// pending on a bidirectional stream (the handler can then return).
+func withInterrupt(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil {
+			r = r.WithContext(context.WithValue(r.Context(), interruptKey{}, r.Body))
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// interrupt closes the body of the request of ctx, if recorded.
+func interrupt(ctx context.Context) {
+	if c, ok := ctx.Value(interruptKey{}).(interface{ Close() error }); ok {
+		_ = c.Close()
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Call metrics
+// ---------------------------------------------------------------------------
+
+// rpcMetrics counts the calls served, by procedure and result code.
+type rpcMetrics struct{ m *metrics.Metrics }
+
+func codeLabel(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return connect.CodeOf(err).String()
+}
+
+func (r *rpcMetrics) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		resp, err := next(ctx, req)
+		r.m.RPC(req.Spec().Procedure, codeLabel(err))
+		return resp, err
+	}
+}
+
+func (r *rpcMetrics) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (r *rpcMetrics) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		err := next(ctx, conn)
+		r.m.RPC(conn.Spec().Procedure, codeLabel(err))
+		return err
+	}
+}
+
+// hostIP returns the IP of a host:port address when it is a specific one
+// (a zero value for names and unspecified addresses).
+func hostIP(addr string) netip.Addr {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || ip.IsUnspecified() {
+		return netip.Addr{}
+	}
+	return ip
+}

@@ -1,0 +1,396 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"connectrpc.com/connect"
+
+	"github.com/cronoq/cronoq/engine"
+	"github.com/cronoq/cronoq/engine/core"
+	"github.com/cronoq/cronoq/fsm"
+	"github.com/cronoq/cronoq/transport/apierr"
+	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
+)
+
+const (
+	// maxSlots bounds the capacity one stream may offer.
+	maxSlots = 1 << 20
+	// maxOutbox bounds the messages waiting to be sent on one stream; a
+	// worker that stops reading has its stream ended.
+	maxOutbox = 1 << 16
+)
+
+var (
+	errOutboxFull = errors.New("worker stream: too many unsent messages (the worker does not read)")
+	errSendFailed = errors.New("worker stream: send failed")
+)
+
+type workerService struct{ s *Server }
+
+// Connect serves one worker stream, on the leader only: Hello, then any
+// number of Poll, Heartbeat and Complete messages; the node answers with
+// Welcome, Grants, acks and Aborts. Leases are not revoked when the stream
+// ends: the worker may reconnect and heartbeat them within the window.
+func (w *workerService) Connect(ctx context.Context, stream *connect.BidiStream[cronoqv1.WorkerMessage, cronoqv1.ServerMessage]) error {
+	s := w.s
+	if err := s.awaitLeader(ctx); err != nil {
+		return err
+	}
+	eng, err := s.node.Engine()
+	if err != nil {
+		return s.apiError(err)
+	}
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ws := &workerStream{
+		s: s, eng: eng, stream: stream, reqCtx: ctx, ctx: sctx, cancel: cancel,
+		out:   newOutbox(),
+		slots: make(chan int, 64),
+	}
+	return ws.run()
+}
+
+// workerStream is one connected worker.
+type workerStream struct {
+	s      *Server
+	eng    *engine.Engine
+	stream *connect.BidiStream[cronoqv1.WorkerMessage, cronoqv1.ServerMessage]
+	// reqCtx is the call's context: heartbeats and completions in progress
+	// run under it, so that a worker closing its side still gets their
+	// acks. ctx ends with the stream (its cause is the answer) and stops
+	// the poller.
+	reqCtx context.Context
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	worker string
+	pool   string
+	labels []fsm.KV
+
+	out   *outbox
+	slots chan int // capacity offered by Poll messages, for the poller
+
+	calls sync.WaitGroup // heartbeats and completions in progress
+}
+
+func (ws *workerStream) run() error {
+	s := ws.s
+	var helpers sync.WaitGroup
+	defer helpers.Wait()
+	// The watchdog ends the stream when the engine stops (this node no
+	// longer leads) or the server shuts down, by interrupting the pending
+	// Receive.
+	watchDone := make(chan struct{})
+	defer close(watchDone)
+	helpers.Add(1)
+	go func() {
+		defer helpers.Done()
+		select {
+		case <-ws.eng.Done():
+			ws.cancel(s.apiError(engine.ErrStopped))
+		case <-s.baseCtx.Done():
+			ws.cancel(apierr.ShuttingDown())
+		case <-ws.ctx.Done():
+		case <-watchDone:
+			return
+		}
+		interrupt(ws.reqCtx)
+	}()
+
+	if err := ws.hello(); err != nil {
+		ws.cancel(err)
+		return ws.answer()
+	}
+	s.workers.add(ws)
+	s.m.WorkerStreams(1)
+	defer s.m.WorkerStreams(-1)
+	defer s.workers.remove(ws)
+	log := s.log.With("worker", ws.worker, "pool", ws.pool)
+	log.Debug("worker connected")
+
+	ws.out.push(&cronoqv1.ServerMessage{Msg: &cronoqv1.ServerMessage_Welcome{Welcome: &cronoqv1.Welcome{
+		Node: s.node.ID(), Epoch: s.node.Epoch(), HeartbeatWindowMs: s.cfg.HeartbeatWindow.Milliseconds(),
+	}}})
+	sendDone := make(chan struct{})
+	helpers.Add(2)
+	go func() {
+		defer helpers.Done()
+		defer close(sendDone)
+		ws.send()
+	}()
+	go func() {
+		defer helpers.Done()
+		ws.poll()
+	}()
+
+	ws.cancel(ws.read())
+	// The poller stops; let the calls in progress answer, then flush what
+	// is left to send.
+	ws.calls.Wait()
+	ws.out.close()
+	<-sendDone
+	err := ws.answer()
+	log.Debug("worker disconnected", "cause", context.Cause(ws.ctx))
+	return err
+}
+
+// hello reads and checks the first message.
+func (ws *workerStream) hello() error {
+	first, err := ws.stream.Receive()
+	if err != nil {
+		if cause := context.Cause(ws.ctx); cause != nil {
+			return cause
+		}
+		return err
+	}
+	hello := first.GetHello()
+	switch {
+	case hello == nil:
+		return apierr.Invalid("hello", "the first message must be a Hello")
+	case hello.GetWorker() == "":
+		return apierr.Invalid("worker", "must not be empty")
+	case hello.GetPool() == "":
+		return apierr.Invalid("pool", "must not be empty")
+	}
+	labels, err := kvsFromProto("labels", hello.GetLabels())
+	if err != nil {
+		return err
+	}
+	ws.worker, ws.pool, ws.labels = hello.GetWorker(), hello.GetPool(), labels
+	return nil
+}
+
+// answer is what the handler returns, from why the stream ended.
+func (ws *workerStream) answer() error {
+	cause := context.Cause(ws.ctx)
+	switch {
+	case cause == nil, errors.Is(cause, io.EOF), errors.Is(cause, errSendFailed):
+		return nil
+	case ws.reqCtx.Err() != nil && !ws.s.stopping():
+		// The worker went away.
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(cause, &ce) {
+		return cause
+	}
+	return ws.s.apiError(cause)
+}
+
+// read handles the worker's messages until the stream ends or is
+// interrupted; it returns why reading stopped (io.EOF when the worker
+// closed its side).
+func (ws *workerStream) read() error {
+	for {
+		msg, err := ws.stream.Receive()
+		if err != nil {
+			if cause := context.Cause(ws.ctx); cause != nil {
+				return cause
+			}
+			return err
+		}
+		switch m := msg.GetMsg().(type) {
+		case *cronoqv1.WorkerMessage_Hello:
+			return apierr.Invalid("hello", "a stream takes one Hello")
+		case *cronoqv1.WorkerMessage_Poll:
+			n := int(m.Poll.GetSlots())
+			if n <= 0 || n > maxSlots {
+				return apierr.Invalid("slots", fmt.Sprintf("must be in [1, %d]", maxSlots))
+			}
+			select {
+			case ws.slots <- n:
+			case <-ws.ctx.Done():
+				return context.Cause(ws.ctx)
+			}
+		case *cronoqv1.WorkerMessage_Heartbeat:
+			ws.call(func() { ws.heartbeat(m.Heartbeat.GetLeases()) })
+		case *cronoqv1.WorkerMessage_Complete:
+			ws.call(func() { ws.complete(m.Complete.GetCompletions()) })
+		default:
+			return apierr.Invalid("msg", "unknown message")
+		}
+	}
+}
+
+// call runs fn on its own goroutine, tracked by calls.
+func (ws *workerStream) call(fn func()) {
+	ws.calls.Add(1)
+	go func() {
+		defer ws.calls.Done()
+		fn()
+	}()
+}
+
+// emit queues msg; a stream whose worker stopped reading is ended.
+func (ws *workerStream) emit(msg *cronoqv1.ServerMessage) {
+	if !ws.out.push(msg) && !ws.out.isClosed() {
+		ws.cancel(errOutboxFull)
+	}
+}
+
+// send writes the queued messages until the outbox is closed and empty.
+func (ws *workerStream) send() {
+	for {
+		msgs, ok := ws.out.take()
+		for _, msg := range msgs {
+			if err := ws.stream.Send(msg); err != nil {
+				ws.cancel(fmt.Errorf("%w: %w", errSendFailed, err))
+				ws.out.close()
+				return
+			}
+		}
+		if !ok {
+			return
+		}
+	}
+}
+
+// poll offers the worker's free slots to the engine, one long poll at a
+// time, and sends what it grants. Slots offered while a poll is open are
+// added to the next one.
+func (ws *workerStream) poll() {
+	slots := 0
+	for {
+		if slots == 0 {
+			select {
+			case n := <-ws.slots:
+				slots += n
+			case <-ws.ctx.Done():
+				return
+			}
+		}
+	drain:
+		for {
+			select {
+			case n := <-ws.slots:
+				slots += n
+			default:
+				break drain
+			}
+		}
+		slots = min(slots, maxSlots)
+		grants, err := ws.eng.Poll(ws.ctx, core.Offer{Worker: ws.worker, Pool: ws.pool, Labels: ws.labels, Slots: slots})
+		if err != nil {
+			if ws.ctx.Err() == nil {
+				ws.cancel(err)
+			}
+			return
+		}
+		slots -= len(grants)
+		if len(grants) == 0 {
+			continue
+		}
+		state, _ := ws.s.node.StaleState()
+		out := &cronoqv1.Grants{Grants: make([]*cronoqv1.Grant, len(grants))}
+		for i, g := range grants {
+			task := &cronoqv1.Task{Id: g.ID}
+			// The grant is durable, so applied here (the leader) already.
+			if t, ok := state.Get(g.ID); ok {
+				task = taskToProto(t)
+			}
+			out.Grants[i] = &cronoqv1.Grant{Task: task, Lease: g.Lease, Attempt: g.Attempt}
+		}
+		ws.emit(&cronoqv1.ServerMessage{Msg: &cronoqv1.ServerMessage_Grants{Grants: out}})
+	}
+}
+
+func (ws *workerStream) heartbeat(leases []uint64) {
+	ack := &cronoqv1.HeartbeatAck{Results: make([]*cronoqv1.LeaseResult, len(leases))}
+	errs, err := ws.eng.Heartbeat(ws.reqCtx, leases)
+	for i, lease := range leases {
+		res := &cronoqv1.LeaseResult{Lease: lease}
+		e := err
+		if e == nil && i < len(errs) {
+			e = errs[i]
+		}
+		res.Code, res.Error = ws.s.itemError(e)
+		ack.Results[i] = res
+	}
+	ws.emit(&cronoqv1.ServerMessage{Msg: &cronoqv1.ServerMessage_HeartbeatAck{HeartbeatAck: ack}})
+}
+
+func (ws *workerStream) complete(comps []*cronoqv1.Completion) {
+	ack := &cronoqv1.CompleteAck{Results: make([]*cronoqv1.LeaseResult, len(comps))}
+	var wg sync.WaitGroup
+	for i, c := range comps {
+		res := &cronoqv1.LeaseResult{Lease: c.GetLease()}
+		ack.Results[i] = res
+		out, err := outcomeFromProto(c)
+		if err != nil {
+			res.Code, res.Error = ws.s.itemError(err)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res.Code, res.Error = ws.s.itemError(ws.eng.Complete(ws.reqCtx, c.GetLease(), out))
+		}()
+	}
+	wg.Wait()
+	ws.emit(&cronoqv1.ServerMessage{Msg: &cronoqv1.ServerMessage_CompleteAck{CompleteAck: ack}})
+}
+
+// outbox is the queue of messages for one stream. push never blocks, so
+// that aborts can be queued from the engine's goroutine.
+type outbox struct {
+	mu     sync.Mutex
+	msgs   []*cronoqv1.ServerMessage
+	closed bool
+	wake   chan struct{}
+}
+
+func newOutbox() *outbox { return &outbox{wake: make(chan struct{}, 1)} }
+
+// push queues msg; false when the outbox is closed or full.
+func (o *outbox) push(msg *cronoqv1.ServerMessage) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed || len(o.msgs) >= maxOutbox {
+		return false
+	}
+	o.msgs = append(o.msgs, msg)
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// close refuses further pushes; what is queued is still taken.
+func (o *outbox) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.closed {
+		o.closed = true
+		select {
+		case o.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (o *outbox) isClosed() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.closed
+}
+
+// take waits for queued messages and returns them all; ok is false once
+// the outbox is closed and drained (msgs holds the last ones).
+func (o *outbox) take() (msgs []*cronoqv1.ServerMessage, ok bool) {
+	for {
+		o.mu.Lock()
+		msgs, o.msgs = o.msgs, nil
+		closed := o.closed
+		o.mu.Unlock()
+		if len(msgs) > 0 || closed {
+			return msgs, !closed
+		}
+		select {
+		<-o.wake
+	}
+}
