@@ -85,6 +85,7 @@ func freePort(t *testing.T) int {
 // testCluster is a set of real nodes in this process.
 type testCluster struct {
 	t      *testing.T
+	base   string
 	logger hclog.Logger
 	mu     sync.Mutex
 	nodes  map[string]*Node
@@ -111,7 +112,11 @@ func retryKind(err error) string {
 }
 
 func newTestCluster(t *testing.T) *testCluster {
-	c := &testCluster{t: t, logger: testLogger(t), nodes: map[string]*Node{}, cfgs: map[string]Config{}, retryKinds: map[string]int{}}
+	// The temporary directory is created first so that its removal, a
+	// cleanup too, runs after the nodes have shut down (cleanups run last
+	// registered first).
+	base := t.TempDir()
+	c := &testCluster{t: t, base: base, logger: testLogger(t), nodes: map[string]*Node{}, cfgs: map[string]Config{}, retryKinds: map[string]int{}}
 	t.Cleanup(func() {
 		c.mu.Lock()
 		nodes := make([]*Node, 0, len(c.nodes))
@@ -136,7 +141,7 @@ func newTestCluster(t *testing.T) *testCluster {
 
 // config returns a test configuration for node name with fixed free ports.
 func (c *testCluster) config(name string) Config {
-	dir := filepath.Join(c.t.TempDir(), name)
+	dir := filepath.Join(c.base, name)
 	return Config{
 		NodeID:     name,
 		DataDir:    dir,

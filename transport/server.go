@@ -36,6 +36,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/cronoq/cronoq/cluster"
+	"github.com/cronoq/cronoq/engine"
 	"github.com/cronoq/cronoq/engine/core"
 	"github.com/cronoq/cronoq/fsm"
 	"github.com/cronoq/cronoq/metrics"
@@ -151,7 +152,10 @@ type Server struct {
 	done     chan struct{}
 	serveErr error
 
-	wg sync.WaitGroup // serve loop, watcher and their helpers
+	wg sync.WaitGroup // serve loop, watcher and metrics followers
+
+	followMu sync.Mutex
+	followed *engine.Engine // the engine whose events feed the metrics
 }
 
 // New returns a server for cfg. It does not listen yet.
@@ -307,7 +311,10 @@ func (s *Server) stopping() bool { return s.draining.Load() || s.closed.Load() }
 // goroutines. It is idempotent.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.Drain()
-	if s.closed.Swap(true) {
+	s.followMu.Lock()
+	already := s.closed.Swap(true)
+	s.followMu.Unlock()
+	if already {
 		s.wg.Wait()
 		return nil
 	}
@@ -359,7 +366,8 @@ func (s *Server) health() cluster.Health {
 }
 
 // serveHealth answers 200 when the node is part of a cluster with a leader
-// (also when degraded), 503 otherwise.
+// (also when degraded), 503 otherwise (also while this node has won an
+// election but does not serve yet).
 func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
 	h := s.health()
 	body := healthJSON{
@@ -368,7 +376,8 @@ func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
 		AppliedIndex: h.AppliedIndex, ShuttingDown: s.stopping(),
 	}
 	code := http.StatusOK
-	if h.Leader == "" {
+	if h.Leader == "" || h.Leader == h.Node && !h.Ready {
+		// No leader, or this node leads but does not serve yet.
 		code = http.StatusServiceUnavailable
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -413,16 +422,12 @@ const metricsBuffer = 8192
 
 // watch follows the node's leadership until Shutdown: it counts leader
 // changes and, while this node leads, feeds the engine's status events to
-// the metrics.
+// the metrics (handlers that get the engine also start following it at
+// once, so that no event of theirs is missed).
 func (s *Server) watch() {
 	t := time.NewTicker(watchInterval)
 	defer t.Stop()
-	var (
-		lastLeader string
-		eng        any // the engine being followed
-		followers  sync.WaitGroup
-	)
-	defer followers.Wait()
+	var lastLeader string
 	for {
 		if id, _ := s.node.Leader(); id != "" && id != lastLeader {
 			if lastLeader != "" {
@@ -430,31 +435,8 @@ func (s *Server) watch() {
 			}
 			lastLeader = id
 		}
-		if e, err := s.node.Engine(); err == nil && any(e) != eng {
-			eng = e
-			sub := e.Subscribe(metricsBuffer)
-			followers.Add(1)
-			go func() {
-				defer followers.Done()
-				defer s.m.ResetAttempts()
-				var lost uint64
-				for {
-					select {
-					case ev, ok := <-sub.C():
-						if !ok {
-							return
-						}
-						if d := sub.Dropped(); d > lost {
-							s.m.EventsLost(d - lost)
-							lost = d
-						}
-						s.m.ObserveEvent(ev)
-					case <-s.baseCtx.Done():
-						sub.Close()
-						return
-					}
-				}
-			}()
+		if eng, err := s.node.Engine(); err == nil {
+			s.follow(eng)
 		}
 		select {
 		case <-s.baseCtx.Done():
@@ -462,6 +444,39 @@ func (s *Server) watch() {
 		case <-t.C:
 		}
 	}
+}
+
+// follow feeds the status events of eng to the metrics, once per engine.
+func (s *Server) follow(eng *engine.Engine) {
+	s.followMu.Lock()
+	defer s.followMu.Unlock()
+	if eng == s.followed || s.closed.Load() {
+		return
+	}
+	s.followed = eng
+	sub := eng.Subscribe(metricsBuffer)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.m.ResetAttempts()
+		var lost uint64
+		for {
+			select {
+			case ev, ok := <-sub.C():
+				if !ok {
+					return
+				}
+				if d := sub.Dropped(); d > lost {
+					s.m.EventsLost(d - lost)
+					lost = d
+				}
+				s.m.ObserveEvent(ev)
+			case <-s.baseCtx.Done():
+				sub.Close()
+				return
+			}
+		}
+	}()
 }
 
 // ---------------------------------------------------------------------------

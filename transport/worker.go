@@ -44,6 +44,7 @@ func (w *workerService) Connect(ctx context.Context, stream *connect.BidiStream[
 	if err != nil {
 		return s.apiError(err)
 	}
+	s.follow(eng)
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	ws := &workerStream{
@@ -390,7 +391,6 @@ func (o *outbox) take() (msgs []*cronoqv1.ServerMessage, ok bool) {
 		if len(msgs) > 0 || closed {
 			return msgs, !closed
 		}
-		select {
 		<-o.wake
 	}
 }

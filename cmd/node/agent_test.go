@@ -1,0 +1,394 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cronoq/cronoq/client"
+	"github.com/cronoq/cronoq/engine/core"
+)
+
+func parseAgent(t *testing.T, args ...string) (agentConfig, error) {
+	t.Helper()
+	var out bytes.Buffer
+	return parseAgentArgs(stdio{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out}, args)
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+	return p
+}
+
+func TestAgentFlags(t *testing.T) {
+	def := defaultAgentConfig()
+	require.Equal(t, "127.0.0.1:8650", def.httpAddr)
+	require.Equal(t, "127.0.0.1:8651", def.raftAddr)
+	require.Equal(t, "127.0.0.1:8652", def.gossipAddr)
+	require.Equal(t, 1<<20, def.maxPayload)
+	require.Equal(t, 1<<20, def.maxOutput)
+	require.Equal(t, 5*time.Second, def.holdTimeout)
+
+	cfg, err := parseAgent(t, "-dev")
+	require.NoError(t, err)
+	require.True(t, cfg.dev)
+	require.Equal(t, def.httpAddr, cfg.httpAddr)
+
+	cfg, err = parseAgent(t, "-node-id", "n1", "-data-dir", "/d", "-http-addr", "10.0.0.1:1",
+		"-raft-addr", "10.0.0.1:2", "-gossip-addr", "10.0.0.1:3", "-bootstrap-expect", "3",
+		"-join", "10.0.0.1:3", "-join", "10.0.0.2:3,10.0.0.3:3", "-log-json", "-log-level", "debug",
+		"-leave-on-terminate", "-max-payload", "2MiB", "-max-output", "512KiB", "-pools", "a,b",
+		"-heartbeat-window", "15s", "-retention", "1h", "-max-attempts", "3", "-max-pending", "10",
+		"-overflow", "wait", "-hold-timeout", "2s", "-shutdown-timeout", "9s", "-http-advertise", "10.0.0.1:1")
+	require.NoError(t, err)
+	want := agentConfig{
+		nodeID: "n1", dataDir: "/d", httpAddr: "10.0.0.1:1", httpAdvertise: "10.0.0.1:1",
+		raftAddr: "10.0.0.1:2", gossipAddr: "10.0.0.1:3", bootstrapExpect: 3,
+		join: []string{"10.0.0.1:3", "10.0.0.2:3", "10.0.0.3:3"}, logJSON: true, logLevel: "debug",
+		leaveOnTerminate: true, maxPayload: 2 << 20, maxOutput: 512 << 10, pools: []string{"a", "b"},
+		heartbeatWindow: 15 * time.Second, retention: time.Hour, maxAttempts: 3, maxPending: 10,
+		overflow: "wait", holdTimeout: 2 * time.Second, shutdownTimeout: 9 * time.Second,
+	}
+	require.Equal(t, want, cfg)
+
+	ec := cfg.engineConfig()
+	require.True(t, ec.FixedPools)
+	require.Equal(t, map[string]core.PoolConfig{"a": {Bounds: core.Bounds{MaxPending: 10}}, "b": {Bounds: core.Bounds{MaxPending: 10}}}, ec.Pools)
+	require.Equal(t, core.OverflowWait, ec.Overflow)
+	require.Equal(t, uint32(3), ec.MaxAttempts)
+	require.Equal(t, 15*time.Second, ec.HeartbeatWindow)
+	require.NoError(t, ec.WithDefaults().Validate())
+	require.False(t, defaultAgentConfig().engineConfig().FixedPools)
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "-data-dir is required"},
+		{[]string{"-dev", "-bootstrap-expect", "3"}, "-dev runs one node"},
+		{[]string{"-dev", "-max-payload", "lots"}, "not a size"},
+		{[]string{"-dev", "-max-output", "0"}, "must be positive"},
+		{[]string{"-dev", "-heartbeat-window", "0s"}, "must be positive"},
+		{[]string{"-dev", "-log-level", "loud"}, "must be one of"},
+		{[]string{"-dev", "-http-addr", "nope"}, "invalid -http-addr"},
+		{[]string{"-dev", "-http-advertise", "0.0.0.0:1"}, "unspecified"},
+		{[]string{"-dev", "extra"}, "unexpected argument"},
+	} {
+		_, err := parseAgent(t, tc.args...)
+		var ue *usageError
+		require.ErrorAs(t, err, &ue, "%v", tc.args)
+		require.ErrorContains(t, err, tc.want, "%v", tc.args)
+	}
+
+	_, err = parseAgent(t, "-h")
+	require.ErrorIs(t, err, errHelp)
+}
+
+func TestAgentConfigFile(t *testing.T) {
+	hcl := writeFile(t, "agent.hcl", `
+node_id          = "from-file"
+data_dir         = "/var/lib/cronoq"
+http_addr        = "127.0.0.1:9650"
+bootstrap_expect = 3
+join             = ["127.0.0.1:9652", "127.0.0.1:9752"]
+pools            = ["a"]
+max_payload      = "2MiB"
+max_output       = 65536
+heartbeat_window = "20s"
+log_json         = true
+leave_on_terminate = true
+`)
+	cfg, err := parseAgent(t, "-config", hcl)
+	require.NoError(t, err)
+	require.Equal(t, "from-file", cfg.nodeID)
+	require.Equal(t, "/var/lib/cronoq", cfg.dataDir)
+	require.Equal(t, "127.0.0.1:9650", cfg.httpAddr)
+	require.Equal(t, 3, cfg.bootstrapExpect)
+	require.Equal(t, []string{"127.0.0.1:9652", "127.0.0.1:9752"}, cfg.join)
+	require.Equal(t, []string{"a"}, cfg.pools)
+	require.Equal(t, 2<<20, cfg.maxPayload)
+	require.Equal(t, 65536, cfg.maxOutput)
+	require.Equal(t, 20*time.Second, cfg.heartbeatWindow)
+	require.True(t, cfg.logJSON)
+	require.True(t, cfg.leaveOnTerminate)
+	require.Equal(t, "127.0.0.1:8651", cfg.raftAddr, "keys not in the file keep their defaults")
+
+	// Flags override the file, wherever -config appears; a list given on
+	// the command line replaces the file's.
+	cfg, err = parseAgent(t, "-node-id", "from-flag", "-config", hcl, "-join", "10.0.0.9:1", "-max-payload", "1KiB", "-log-json=false")
+	require.NoError(t, err)
+	require.Equal(t, "from-flag", cfg.nodeID)
+	require.Equal(t, []string{"10.0.0.9:1"}, cfg.join)
+	require.Equal(t, []string{"a"}, cfg.pools)
+	require.Equal(t, 1<<10, cfg.maxPayload)
+	require.False(t, cfg.logJSON)
+	require.Equal(t, "/var/lib/cronoq", cfg.dataDir)
+
+	js := writeFile(t, "agent.json", `{"dev": true, "http_addr": "127.0.0.1:9999", "retention": "2h", "max_pending": 7, "overflow": "wait"}`)
+	cfg, err = parseAgent(t, "-config", js)
+	require.NoError(t, err)
+	require.True(t, cfg.dev)
+	require.Equal(t, "127.0.0.1:9999", cfg.httpAddr)
+	require.Equal(t, 2*time.Hour, cfg.retention)
+	require.Equal(t, 7, cfg.maxPending)
+	require.Equal(t, "wait", cfg.overflow)
+
+	for _, tc := range []struct {
+		name, content, want string
+	}{
+		{"unknown.hcl", `nope = 1`, `"nope" is not expected`},
+		{"badsize.hcl", `dev = true` + "\n" + `max_payload = "lots"`, `max_payload = "lots": not a size`},
+		{"badenum.json", `{"dev": true, "log_level": "loud"}`, `log_level`},
+		{"syntax.hcl", `dev = `, `syntax.hcl`},
+		{"agent.yaml", `dev: true`, `agent.yaml`},
+	} {
+		_, err := parseAgent(t, "-config", writeFile(t, tc.name, tc.content))
+		var ue *usageError
+		require.ErrorAs(t, err, &ue, tc.name)
+		require.ErrorContains(t, err, tc.want, tc.name)
+	}
+	_, err = parseAgent(t, "-config", filepath.Join(t.TempDir(), "missing.hcl"))
+	require.ErrorContains(t, err, "missing.hcl")
+
+	// Every key of the file is a flag of the same name.
+	c := newCmd("agent", "", "")
+	scratch := defaultAgentConfig()
+	agentFlags(c, &scratch)
+	ft := reflect.TypeOf(fileConfig{})
+	for i := range ft.NumField() {
+		key, _, _ := strings.Cut(ft.Field(i).Tag.Get("hcl"), ",")
+		require.NotNil(t, c.fs.Lookup(strings.ReplaceAll(key, "_", "-")), "key %s", key)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int{
+		"1": 1, "1048576": 1 << 20, "1MiB": 1 << 20, "1mib": 1 << 20, "512KiB": 512 << 10, "2MB": 2_000_000,
+		"1G": 1 << 30, "10 KB": 10_000, "3k": 3 << 10, "100b": 100,
+	} {
+		got, err := parseSize(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	for _, in := range []string{"", "MiB", "-1", "0", "1.5MiB", "3TiB", "9GiB"} {
+		_, err := parseSize(in)
+		require.Error(t, err, in)
+	}
+	require.Equal(t, "1MiB", formatSize(1<<20))
+	require.Equal(t, "1000", formatSize(1000))
+}
+
+// syncWriter is a goroutine-safe buffer.
+type syncWriter struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// agentPorts returns -http-addr, -raft-addr and -gossip-addr flags with
+// free ports on 127.0.0.1, and the HTTP address.
+func agentPorts(t *testing.T) ([]string, string) {
+	t.Helper()
+	var ports []int
+	for len(ports) < 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		port := ln.Addr().(*net.TCPAddr).Port
+		pc, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		_ = ln.Close()
+		if err == nil {
+			_ = pc.Close()
+			ports = append(ports, port)
+		}
+	}
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	return []string{
+		"-http-addr", httpAddr,
+		"-raft-addr", fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		"-gossip-addr", fmt.Sprintf("127.0.0.1:%d", ports[2]),
+	}, httpAddr
+}
+
+// healthOK polls GET /v1/health until it answers 200 and returns its body.
+func healthOK(t *testing.T, addr string, within time.Duration, exited <-chan struct{}) map[string]any {
+	t.Helper()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: time.Second}
+	deadline := time.Now().Add(within)
+	for {
+		resp, err := hc.Get("http://" + addr + "/v1/health")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				var h map[string]any
+				require.NoError(t, json.Unmarshal(body, &h))
+				return h
+			}
+		}
+		select {
+		case <-exited:
+			t.Fatal("agent exited before it was ready")
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent not ready within %s (last error %v)", within, err)
+		}
+		time.Sleep(5 * time.Millisecond) // polling an external process
+	}
+}
+
+func TestAgentDevInProcess(t *testing.T) {
+	flags, addr := agentPorts(t)
+	out := &syncWriter{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	code := make(chan int, 1)
+	exited := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(exited)
+		code <- run(ctx, append([]string{"agent", "-dev", "-log-level", "debug"}, flags...),
+			stdio{Stdin: strings.NewReader(""), Stdout: out, Stderr: out})
+	}()
+	h := healthOK(t, addr, 10*time.Second, exited)
+	ready := time.Since(start)
+	t.Logf("dev agent ready after %s", ready)
+	require.Less(t, ready, 2*time.Second, "-dev must be ready in under 2 seconds")
+	require.Equal(t, h["node"], h["leader"])
+	require.Equal(t, true, h["ready"])
+
+	cl, err := client.New([]string{addr})
+	require.NoError(t, err)
+	defer cl.Close()
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	res, err := cl.Submit(cctx, client.TaskSpec{Pool: "p", Kind: "k", Payload: []byte("x")})
+	require.NoError(t, err)
+	task, err := cl.Get(cctx, res.ID)
+	require.NoError(t, err)
+	require.Equal(t, client.StatusQueued, task.Status)
+	_, err = cl.Submit(cctx, client.TaskSpec{Pool: "p", Kind: "k", Payload: make([]byte, 1<<20+1)})
+	var ie *client.InvalidError
+	require.ErrorAs(t, err, &ie)
+	require.Equal(t, "payload", ie.Field)
+
+	cancel() // what the first SIGINT/SIGTERM does
+	select {
+	case c := <-code:
+		require.Equal(t, exitOK, c, out.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("agent did not stop")
+	}
+	logs := out.String()
+	for _, want := range []string{"agent: agent started", "agent: agent ready", "raft: ", "transport: serving the API", "agent: agent stopped"} {
+		require.Contains(t, logs, want)
+	}
+}
+
+// TestAgentHelperProcess is the agent run as a real process by
+// TestAgentSignal (it does nothing in a normal test run).
+func TestAgentHelperProcess(t *testing.T) {
+	if os.Getenv("CRONOQ_AGENT_HELPER") != "1" {
+		t.Skip("helper process for TestAgentSignal")
+	}
+	args := os.Args
+	for i, a := range args {
+		if a == "--" {
+			args = args[i+1:]
+			break
+		}
+	}
+	os.Args = append([]string{"cronoq"}, args...)
+	main() // exits
+}
+
+func TestAgentSignal(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			flags, addr := agentPorts(t)
+			dataDir := t.TempDir()
+			args := append([]string{"-test.run=^TestAgentHelperProcess$", "--", "agent", "-data-dir", dataDir,
+				"-node-id", "solo", "-bootstrap-expect", "1", "-log-json"}, flags...)
+			cmd := exec.Command(os.Args[0], args...)
+			cmd.Env = append(os.Environ(), "CRONOQ_AGENT_HELPER=1")
+			out := &syncWriter{}
+			cmd.Stdout, cmd.Stderr = out, out
+			require.NoError(t, cmd.Start())
+			exited := make(chan struct{})
+			var waitErr error
+			go func() {
+				defer close(exited)
+				waitErr = cmd.Wait()
+			}()
+			t.Cleanup(func() {
+				_ = cmd.Process.Kill()
+				<-exited
+			})
+			h := healthOK(t, addr, 30*time.Second, exited)
+			require.Equal(t, "solo", h["node"])
+
+			require.NoError(t, cmd.Process.Signal(sig))
+			select {
+			case <-exited:
+			case <-time.After(40 * time.Second):
+				t.Fatalf("agent did not exit after %s; output:\n%s", sig, out.String())
+			}
+			var ee *exec.ExitError
+			if errors.As(waitErr, &ee) {
+				t.Fatalf("agent exited with %v after %s; output:\n%s", waitErr, sig, out.String())
+			}
+			require.NoError(t, waitErr)
+			// JSON logs, one object per line, with the module names.
+			modules := map[string]bool{}
+			for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+				if !strings.HasPrefix(line, "{") {
+					continue // the test binary's own output
+				}
+				var entry map[string]any
+				require.NoError(t, json.Unmarshal([]byte(line), &entry), line)
+				if m, ok := entry["@module"].(string); ok {
+					modules[m] = true
+				}
+			}
+			for _, m := range []string{"agent", "raft", "transport"} {
+				require.True(t, modules[m], "module %s in %v", m, modules)
+			}
+			require.Contains(t, out.String(), `"agent stopped"`)
+			// The node id stays with the data dir.
+			id, err := os.ReadFile(filepath.Join(dataDir, "node-id"))
+			require.NoError(t, err)
+			require.Equal(t, "solo", strings.TrimSpace(string(id)))
+		})
+	}
+}

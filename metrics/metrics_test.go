@@ -1,0 +1,136 @@
+package metrics
+
+import (
+	"errors"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cronoq/cronoq/engine"
+	"github.com/cronoq/cronoq/engine/core"
+	"github.com/cronoq/cronoq/fsm"
+)
+
+type fakeSource struct {
+	counts  []fsm.PoolCounts
+	epoch   uint64
+	leader  bool
+	applied uint64
+}
+
+func (f fakeSource) Counts() []fsm.PoolCounts { return f.counts }
+func (f fakeSource) Epoch() uint64            { return f.epoch }
+func (f fakeSource) IsLeader() bool           { return f.leader }
+func (f fakeSource) AppliedIndex() uint64     { return f.applied }
+
+func TestTaskEvents(t *testing.T) {
+	m := New()
+	t0 := time.Unix(1000, 0)
+	ev := func(id, pool string, st fsm.Status, attempt uint32, at time.Duration) {
+		m.ObserveEvent(core.Event{TaskID: id, Pool: pool, Status: st, Attempt: attempt, At: t0.Add(at)})
+	}
+	// a: submitted, runs 2s, fails retryably, runs 3s, succeeds.
+	ev("a", "p", fsm.StatusQueued, 0, 0)
+	ev("a", "p", fsm.StatusRunning, 1, time.Second)
+	ev("a", "p", fsm.StatusRetrying, 1, 3*time.Second)
+	ev("a", "p", fsm.StatusQueued, 1, 4*time.Second) // not an event the core sends; counted as a retry anyway
+	ev("a", "p", fsm.StatusRunning, 2, 5*time.Second)
+	ev("a", "p", fsm.StatusSucceeded, 2, 8*time.Second)
+	// b: scheduled, cancelled before it ran.
+	ev("b", "q", fsm.StatusScheduled, 0, 0)
+	ev("b", "q", fsm.StatusCancelled, 0, time.Second)
+	// c: started under a previous leader: its end is not timed.
+	ev("c", "q", fsm.StatusFailed, 3, time.Second)
+
+	out := scrape(t, m)
+	for _, want := range []string{
+		`cronoq_tasks_submitted_total{pool="p"} 1`,
+		`cronoq_tasks_submitted_total{pool="q"} 1`,
+		`cronoq_tasks_dispatched_total{pool="p"} 2`,
+		`cronoq_tasks_retried_total{pool="p"} 2`,
+		`cronoq_tasks_completed_total{outcome="succeeded",pool="p"} 1`,
+		`cronoq_tasks_completed_total{outcome="cancelled",pool="q"} 1`,
+		`cronoq_tasks_completed_total{outcome="failed",pool="q"} 1`,
+	} {
+		require.Contains(t, out, want+"\n")
+	}
+	require.NotContains(t, out, `cronoq_tasks_dispatched_total{pool="q"}`)
+	require.Contains(t, out, `cronoq_attempt_duration_seconds_count{pool="p"} 2`)
+	require.Contains(t, out, `cronoq_attempt_duration_seconds_sum{pool="p"} 5`)
+	require.NotContains(t, out, `cronoq_attempt_duration_seconds_count{pool="q"}`)
+	require.Empty(t, m.starts)
+
+	ev("d", "p", fsm.StatusRunning, 1, 0)
+	m.ResetAttempts()
+	ev("d", "p", fsm.StatusSucceeded, 1, time.Second)
+	require.Contains(t, scrape(t, m), `cronoq_attempt_duration_seconds_count{pool="p"} 2`)
+}
+
+func TestCommitsAndState(t *testing.T) {
+	m := New()
+	m.ObserveCommit(engine.CommitInfo{Mutations: 3, Bytes: 300, Latency: 2 * time.Millisecond})
+	m.ObserveCommit(engine.CommitInfo{Mutations: 1, Bytes: 100, Latency: time.Millisecond, Err: errors.New("fenced")})
+	m.LeaderChanged()
+	m.RPC("/x", "ok")
+	m.Forwarded("/x")
+	m.WorkerStreams(2)
+	m.WorkerStreams(-1)
+	m.Aborted()
+	m.EventsLost(3)
+
+	out := scrape(t, m)
+	require.NotContains(t, out, "cronoq_tasks{", "no source yet")
+	for _, want := range []string{
+		"cronoq_raft_commit_seconds_count 1",
+		"cronoq_raft_batch_mutations_sum 3",
+		"cronoq_raft_batch_bytes_sum 300",
+		"cronoq_raft_commit_errors_total 1",
+		"cronoq_leader_changes_total 1",
+		`cronoq_rpc_requests_total{code="ok",procedure="/x"} 1`,
+		`cronoq_rpc_forwarded_total{procedure="/x"} 1`,
+		"cronoq_worker_streams 1",
+		"cronoq_worker_aborts_total 1",
+		"cronoq_metrics_events_dropped_total 3",
+		"go_goroutines ",
+		"process_start_time_seconds ",
+	} {
+		require.Contains(t, out, want)
+	}
+
+	var pc fsm.PoolCounts
+	pc.Pool = "p"
+	pc.ByStatus[fsm.StatusQueued] = 4
+	pc.ByStatus[fsm.StatusSucceeded] = 2
+	m.SetSource(fakeSource{counts: []fsm.PoolCounts{pc}, epoch: 7, leader: true, applied: 42})
+	out = scrape(t, m)
+	for _, want := range []string{
+		`cronoq_tasks{pool="p",status="queued"} 4`,
+		`cronoq_tasks{pool="p",status="succeeded"} 2`,
+		`cronoq_tasks{pool="p",status="failed"} 0`,
+		"cronoq_epoch 7",
+		"cronoq_is_leader 1",
+		"cronoq_raft_applied_index 42",
+	} {
+		require.Contains(t, out, want)
+	}
+	_, err := m.Registry().Gather()
+	require.NoError(t, err)
+
+	m.SetSource(nil)
+	require.NotContains(t, scrape(t, m), "cronoq_epoch")
+}
+
+func scrape(t *testing.T, m *Metrics) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	require.Equal(t, 200, rec.Code)
+	b, err := io.ReadAll(rec.Body)
+	require.NoError(t, err)
+	require.True(t, strings.Contains(string(b), "# TYPE"))
+	return string(b)
+}

@@ -1,0 +1,684 @@
+package transport_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cronoq/cronoq/client"
+	"github.com/cronoq/cronoq/transport"
+	"github.com/cronoq/cronoq/transport/apierr"
+	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
+	"github.com/cronoq/cronoq/transport/gen/cronoqv1/cronoqv1connect"
+)
+
+// h2c returns an HTTP client speaking unencrypted HTTP/2 only.
+func h2c(t *testing.T) *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &p, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+func taskClient(t *testing.T, n *testNode) cronoqv1connect.TaskServiceClient {
+	return cronoqv1connect.NewTaskServiceClient(h2c(t), "http://"+n.addr)
+}
+
+// httpGet fetches path from node n over HTTP/1.1.
+func httpGet(t *testing.T, n *testNode, path string) (int, string) {
+	t.Helper()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("http://" + n.addr + path)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// echo is a handler that answers with "done:" + payload.
+func echo(_ context.Context, job *client.Job) ([]byte, error) {
+	return append([]byte("done:"), job.Task.Payload...), nil
+}
+
+// runWorker runs a worker of pool with handlers until the test ends.
+func runWorker(t *testing.T, cl *client.Client, pool string, handlers map[string]client.Handler) {
+	t.Helper()
+	w, err := cl.NewWorker(client.WorkerConfig{Pool: pool, Handlers: handlers, Concurrency: 4})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(20 * time.Second):
+			t.Error("worker did not stop")
+		}
+	})
+}
+
+func TestCluster(t *testing.T) {
+	c := newTestCluster(t, 3, 3, 2*time.Second)
+	leader, followers := c.leader()
+	f1, f2 := followers[0], followers[1]
+
+	// A worker that knows only a follower's address: the follower answers
+	// not_leader with the leader's address and the worker connects there.
+	workerClient := c.client(f1)
+	aborted := make(chan error, 1)
+	started := make(chan string, 1)
+	runWorker(t, workerClient, "p", map[string]client.Handler{
+		"echo": client.HandlerFunc(echo),
+		"big": client.HandlerFunc(func(context.Context, *client.Job) ([]byte, error) {
+			return bytes.Repeat([]byte("x"), testMaxOutput+1), nil
+		}),
+		"block": client.HandlerFunc(func(ctx context.Context, job *client.Job) ([]byte, error) {
+			started <- job.Task.ID
+			<-ctx.Done()
+			aborted <- context.Cause(ctx)
+			return nil, ctx.Err()
+		}),
+	})
+
+	t.Run("submit via follower, wait from another node", func(t *testing.T) {
+		sub := c.client(f1)
+		sub2 := c.client(f2)
+		res, err := sub.Submit(ctxT(t, 20*time.Second), client.TaskSpec{Pool: "p", Kind: "echo", Key: "k1", Payload: []byte("hi")})
+		require.NoError(t, err)
+		require.Len(t, res.ID, 26)
+		require.False(t, res.Duplicate)
+
+		task, err := sub2.Wait(ctxT(t, 20*time.Second), res.ID)
+		require.NoError(t, err)
+		require.Equal(t, client.StatusSucceeded, task.Status)
+		require.Equal(t, "done:hi", string(task.Output))
+		require.Equal(t, "k1", task.Key)
+		require.Equal(t, client.PriorityNormal, task.Priority)
+		require.Equal(t, 1, task.Attempt)
+
+		// Same key, same task.
+		again, err := sub2.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "p", Kind: "echo", Key: "k1"})
+		require.NoError(t, err)
+		require.Equal(t, res.ID, again.ID)
+		require.True(t, again.Duplicate)
+
+		byKey, err := sub.WaitKey(ctxT(t, 10*time.Second), "k1")
+		require.NoError(t, err)
+		require.Equal(t, res.ID, byKey.ID)
+	})
+
+	t.Run("priorities survive the round trip", func(t *testing.T) {
+		cl := c.client(f2)
+		for _, prio := range []string{client.PriorityHigh, client.PriorityNormal, client.PriorityLow, ""} {
+			res, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "prio", Kind: "k", Priority: prio})
+			require.NoError(t, err)
+			task, err := cl.Get(ctxT(t, 10*time.Second), res.ID)
+			require.NoError(t, err)
+			want := prio
+			if want == "" {
+				want = client.PriorityNormal
+			}
+			require.Equal(t, want, task.Priority)
+			require.Equal(t, client.StatusQueued, task.Status)
+		}
+	})
+
+	t.Run("wait times out with the task as it is", func(t *testing.T) {
+		tc := taskClient(t, f1)
+		cl := c.client(f1)
+		res, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "nobody", Kind: "k"})
+		require.NoError(t, err)
+		start := time.Now()
+		resp, err := tc.Wait(ctxT(t, 10*time.Second), connect.NewRequest(&cronoqv1.WaitRequest{
+			Ref: &cronoqv1.TaskRef{Id: res.ID}, TimeoutMs: 300,
+		}))
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+		require.Equal(t, res.ID, resp.Msg.GetTask().GetId())
+		require.Equal(t, cronoqv1.Status_STATUS_QUEUED, resp.Msg.GetTask().GetStatus())
+
+		// The SDK's Wait ends with ctx while the task does not.
+		_, err = cl.Wait(ctxT(t, 500*time.Millisecond), res.ID)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	})
+
+	t.Run("stale and consistent reads", func(t *testing.T) {
+		cl := c.client(f2)
+		res, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "reads", Kind: "k"})
+		require.NoError(t, err)
+
+		// Consistent read through a follower: served by the leader.
+		tc := taskClient(t, f2)
+		resp, err := tc.Get(ctxT(t, 10*time.Second), connect.NewRequest(&cronoqv1.GetRequest{Ref: &cronoqv1.TaskRef{Id: res.ID}}))
+		require.NoError(t, err)
+		require.Equal(t, res.ID, resp.Msg.GetTask().GetId())
+		require.False(t, resp.Msg.GetMeta().GetStale())
+		require.Equal(t, leader.id, resp.Msg.GetMeta().GetNode())
+
+		// Stale read: served by the follower itself from its replica, which
+		// catches up shortly.
+		var task *client.Task
+		var meta client.ReadMeta
+		require.Eventually(t, func() bool {
+			task, meta, err = cl.GetStale(ctxT(t, 5*time.Second), res.ID)
+			return err == nil
+		}, 10*time.Second, 10*time.Millisecond)
+		require.Equal(t, res.ID, task.ID)
+		require.True(t, meta.Stale)
+		require.Equal(t, f2.id, meta.Node)
+		require.True(t, meta.KnownLeader)
+		require.NotZero(t, meta.AppliedIndex)
+
+		// A stale list on a follower and a consistent one agree once caught up.
+		require.Eventually(t, func() bool {
+			stale, _, err := cl.List(ctxT(t, 5*time.Second), client.ListOptions{Pools: []string{"reads"}, Stale: true})
+			return err == nil && len(stale) == 1
+		}, 10*time.Second, 10*time.Millisecond)
+		tasks, next, err := cl.List(ctxT(t, 5*time.Second), client.ListOptions{Pools: []string{"reads"}})
+		require.NoError(t, err)
+		require.Len(t, tasks, 1)
+		require.Empty(t, next)
+
+		counts, err := cl.Counts(ctxT(t, 5*time.Second))
+		require.NoError(t, err)
+		require.Equal(t, int64(1), counts["reads"]["queued"])
+	})
+
+	t.Run("list pages", func(t *testing.T) {
+		cl := c.client(f1)
+		var ids []string
+		for i := range 5 {
+			res, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "pages", Kind: "k", Payload: []byte{byte(i)}})
+			require.NoError(t, err)
+			ids = append(ids, res.ID)
+		}
+		var got []string
+		after := ""
+		for {
+			tasks, next, err := cl.List(ctxT(t, 5*time.Second), client.ListOptions{Pools: []string{"pages"}, Limit: 2, After: after})
+			require.NoError(t, err)
+			for _, task := range tasks {
+				got = append(got, task.ID)
+			}
+			if next == "" {
+				break
+			}
+			after = next
+		}
+		require.Equal(t, ids, got)
+		_, _, err := cl.List(ctxT(t, 5*time.Second), client.ListOptions{Statuses: []string{"queued"}, Limit: 1})
+		require.NoError(t, err)
+	})
+
+	t.Run("errors keep their kind through forwarding", func(t *testing.T) {
+		cl := c.client(f1)
+		ctx := ctxT(t, 20*time.Second)
+
+		_, err := cl.Submit(ctx, client.TaskSpec{Pool: "p"})
+		var ie *client.InvalidError
+		require.ErrorAs(t, err, &ie)
+		require.Equal(t, "kind", ie.Field)
+
+		_, err = cl.Submit(ctx, client.TaskSpec{Kind: "k"})
+		require.ErrorAs(t, err, &ie)
+		require.Equal(t, "pool", ie.Field)
+
+		_, err = cl.Submit(ctx, client.TaskSpec{Pool: "p", Kind: "k", Payload: make([]byte, testMaxPayload+1)})
+		require.ErrorAs(t, err, &ie)
+		require.Equal(t, "payload", ie.Field)
+
+		_, err = cl.Submit(ctx, client.TaskSpec{Pool: "p", Kind: "k", Deadline: time.Now().Add(-time.Hour)})
+		require.ErrorAs(t, err, &ie)
+		require.Equal(t, "deadline", ie.Field)
+
+		_, err = cl.SubmitBatch(ctx, []client.TaskSpec{{Pool: "p", Kind: "k"}, {Pool: "p"}})
+		require.ErrorAs(t, err, &ie)
+		require.Equal(t, "specs[1].kind", ie.Field)
+
+		// Enum values the SDK would not send are refused at the edge.
+		tc := taskClient(t, f1)
+		_, err = tc.Submit(ctx, connect.NewRequest(&cronoqv1.SubmitRequest{Spec: &cronoqv1.TaskSpec{Pool: "p", Kind: "k", Priority: 9}}))
+		require.Equal(t, apierr.KindInvalid, apierr.Kind(err))
+		f, _ := apierr.Field(err)
+		require.Equal(t, "priority", f)
+		_, err = tc.List(ctx, connect.NewRequest(&cronoqv1.ListRequest{Statuses: []cronoqv1.Status{42}}))
+		f, _ = apierr.Field(err)
+		require.Equal(t, "statuses", f)
+
+		_, err = cl.Get(ctx, "01J00000000000000000000000")
+		require.ErrorIs(t, err, client.ErrNotFound)
+		_, err = cl.Cancel(ctx, "01J00000000000000000000000")
+		require.ErrorIs(t, err, client.ErrNotFound)
+		_, err = cl.PauseSchedule(ctx, "no-such-schedule", true)
+		require.ErrorIs(t, err, client.ErrNotFound)
+
+		_, err = cl.Submit(ctx, client.TaskSpec{Pool: tinyPool, Kind: "k"})
+		require.NoError(t, err)
+		_, err = cl.Submit(ctx, client.TaskSpec{Pool: tinyPool, Kind: "k"})
+		require.ErrorIs(t, err, client.ErrOverloaded)
+
+		subs, errs, err := cl.EnqueueMany(ctx, []client.TaskSpec{
+			{Pool: "p", Kind: "k"}, {Pool: "p"}, {Pool: tinyPool, Kind: "k"},
+		})
+		require.NoError(t, err)
+		require.NoError(t, errs[0])
+		require.NotEmpty(t, subs[0].ID)
+		require.ErrorAs(t, errs[1], &ie)
+		require.Equal(t, "kind", ie.Field)
+		require.ErrorIs(t, errs[2], client.ErrOverloaded)
+	})
+
+	t.Run("a forwarded request is never forwarded again", func(t *testing.T) {
+		tc := taskClient(t, f1)
+		req := connect.NewRequest(&cronoqv1.SubmitRequest{Spec: &cronoqv1.TaskSpec{Pool: "p", Kind: "k"}})
+		req.Header().Set(transport.HeaderForwarded, "elsewhere")
+		_, err := tc.Submit(ctxT(t, 10*time.Second), req)
+		require.Equal(t, apierr.KindNotLeader, apierr.Kind(err))
+		id, addr := apierr.Leader(err)
+		require.Equal(t, leader.id, id)
+		require.Equal(t, leader.addr, addr)
+	})
+
+	t.Run("worker stream on a follower is redirected", func(t *testing.T) {
+		wc := cronoqv1connect.NewWorkerServiceClient(h2c(t), "http://"+f2.addr)
+		stream := wc.Connect(ctxT(t, 10*time.Second))
+		require.NoError(t, stream.Send(&cronoqv1.WorkerMessage{Msg: &cronoqv1.WorkerMessage_Hello{Hello: &cronoqv1.Hello{Worker: "w", Pool: "p"}}}))
+		_, err := stream.Receive()
+		require.Equal(t, apierr.KindNotLeader, apierr.Kind(err))
+		id, addr := apierr.Leader(err)
+		require.Equal(t, leader.id, id)
+		require.Equal(t, leader.addr, addr)
+		_ = stream.CloseRequest()
+		_ = stream.CloseResponse()
+	})
+
+	t.Run("worker stream protocol on the leader", func(t *testing.T) {
+		wc := cronoqv1connect.NewWorkerServiceClient(h2c(t), "http://"+leader.addr)
+		ctx, cancel := context.WithCancel(ctxT(t, 20*time.Second))
+		defer cancel()
+		stream := wc.Connect(ctx)
+		defer func() {
+			_ = stream.CloseRequest()
+			_ = stream.CloseResponse()
+		}()
+		send := func(m *cronoqv1.WorkerMessage) { require.NoError(t, stream.Send(m)) }
+		send(&cronoqv1.WorkerMessage{Msg: &cronoqv1.WorkerMessage_Hello{Hello: &cronoqv1.Hello{Worker: "raw", Pool: "raw"}}})
+		msg, err := stream.Receive()
+		require.NoError(t, err)
+		require.Equal(t, leader.id, msg.GetWelcome().GetNode())
+		require.Equal(t, testWindow.Milliseconds(), msg.GetWelcome().GetHeartbeatWindowMs())
+		require.NotZero(t, msg.GetWelcome().GetEpoch())
+
+		cl := c.client(f1)
+		res, err := cl.Submit(ctx, client.TaskSpec{Pool: "raw", Kind: "k", Payload: []byte("pl")})
+		require.NoError(t, err)
+		send(&cronoqv1.WorkerMessage{Msg: &cronoqv1.WorkerMessage_Poll{Poll: &cronoqv1.Poll{Slots: 1}}})
+		msg, err = stream.Receive()
+		require.NoError(t, err)
+		grants := msg.GetGrants().GetGrants()
+		require.Len(t, grants, 1)
+		g := grants[0]
+		require.Equal(t, res.ID, g.GetTask().GetId())
+		require.Equal(t, []byte("pl"), g.GetTask().GetPayload())
+		require.Equal(t, cronoqv1.Status_STATUS_RUNNING, g.GetTask().GetStatus())
+		require.Equal(t, uint32(1), g.GetAttempt())
+
+		send(&cronoqv1.WorkerMessage{Msg: &cronoqv1.WorkerMessage_Heartbeat{Heartbeat: &cronoqv1.Heartbeat{Leases: []uint64{g.GetLease(), 12345}}}})
+		msg, err = stream.Receive()
+		require.NoError(t, err)
+		hb := msg.GetHeartbeatAck().GetResults()
+		require.Len(t, hb, 2)
+		require.Empty(t, hb[0].GetCode())
+		require.Equal(t, apierr.KindStaleLease, hb[1].GetCode())
+
+		send(&cronoqv1.WorkerMessage{Msg: &cronoqv1.WorkerMessage_Complete{Complete: &cronoqv1.Complete{Completions: []*cronoqv1.Completion{
+			{Lease: g.GetLease(), Outcome: cronoqv1.OutcomeKind_OUTCOME_SUCCESS, Output: []byte("out")},
+			{Lease: 999, Outcome: cronoqv1.OutcomeKind_OUTCOME_SUCCESS},
+		}}}})
+		msg, err = stream.Receive()
+		require.NoError(t, err)
+		ca := msg.GetCompleteAck().GetResults()
+		require.Len(t, ca, 2)
+		require.Empty(t, ca[0].GetCode(), ca[0].GetError())
+		require.Equal(t, apierr.KindStaleLease, ca[1].GetCode())
+
+		task, err := cl.Wait(ctx, res.ID)
+		require.NoError(t, err)
+		require.Equal(t, client.StatusSucceeded, task.Status)
+		require.Equal(t, "out", string(task.Output))
+
+		// Closing our side ends the stream cleanly.
+		require.NoError(t, stream.CloseRequest())
+		_, err = stream.Receive()
+		require.ErrorIs(t, err, io.EOF)
+	})
+
+	t.Run("output over the limit fails the attempt", func(t *testing.T) {
+		cl := c.client(f2)
+		res, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "p", Kind: "big"})
+		require.NoError(t, err)
+		task, err := cl.Wait(ctxT(t, 20*time.Second), res.ID)
+		require.NoError(t, err)
+		require.Equal(t, client.StatusFailed, task.Status)
+		require.Contains(t, task.Error, "exceeds the limit")
+		require.Empty(t, task.Output)
+	})
+
+	t.Run("cancel aborts the running attempt on its worker", func(t *testing.T) {
+		cl := c.client(f2)
+		res, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "p", Kind: "block"})
+		require.NoError(t, err)
+		select {
+		case id := <-started:
+			require.Equal(t, res.ID, id)
+		case <-time.After(20 * time.Second):
+			t.Fatal("task did not start")
+		}
+		cancelled, err := cl.Cancel(ctxT(t, 10*time.Second), res.ID)
+		require.NoError(t, err)
+		require.True(t, cancelled)
+		select {
+		case cause := <-aborted:
+			require.ErrorContains(t, cause, "aborted")
+		case <-time.After(10 * time.Second):
+			t.Fatal("the worker was not told to abort")
+		}
+		task, err := cl.Get(ctxT(t, 10*time.Second), res.ID)
+		require.NoError(t, err)
+		require.Equal(t, client.StatusCancelled, task.Status)
+	})
+
+	t.Run("events stream through a follower address", func(t *testing.T) {
+		cl := c.client(f1)
+		ctx, cancel := context.WithCancel(ctxT(t, 30*time.Second))
+		defer cancel()
+		events, err := cl.Events(ctx, "ev")
+		require.NoError(t, err)
+		evWorker := c.client(f2)
+		runWorker(t, evWorker, "ev", map[string]client.Handler{"echo": client.HandlerFunc(echo)})
+
+		// The subscription is live once the leader serves it; submit until
+		// the events of one task arrive (earlier submits may precede it).
+		var id string
+		seen := map[string][]string{}
+		deadline := time.After(25 * time.Second)
+		submit := time.NewTicker(500 * time.Millisecond)
+		defer submit.Stop()
+		for id == "" || !containsAll(seen[id], "queued", "running", "succeeded") {
+			select {
+			case ev, ok := <-events:
+				require.True(t, ok)
+				require.NoError(t, ev.Err)
+				if ev.Lagged {
+					continue
+				}
+				require.Equal(t, "ev", ev.Pool)
+				seen[ev.TaskID] = append(seen[ev.TaskID], ev.Status)
+				if id == "" && ev.Status == "queued" {
+					id = ev.TaskID
+				}
+			case <-submit.C:
+				if id == "" {
+					_, err := cl.Submit(ctx, client.TaskSpec{Pool: "ev", Kind: "echo"})
+					require.NoError(t, err)
+					_, err = cl.Submit(ctx, client.TaskSpec{Pool: "other", Kind: "echo"})
+					require.NoError(t, err)
+				}
+			case <-deadline:
+				t.Fatalf("events seen: %v", seen)
+			}
+		}
+		require.Equal(t, []string{"queued", "running", "succeeded"}, seen[id])
+	})
+
+	t.Run("schedules via followers", func(t *testing.T) {
+		cl := c.client(f1)
+		ctx := ctxT(t, 20*time.Second)
+		next, err := cl.AddSchedule(ctx, client.Schedule{
+			Name: "nightly", Cron: "0 3 * * *", TZ: "Europe/Paris",
+			Task: client.TaskSpec{Pool: "sched", Kind: "k", Priority: client.PriorityLow},
+		})
+		require.NoError(t, err)
+		require.True(t, next.After(time.Now()))
+
+		_, err = cl.AddSchedule(ctx, client.Schedule{Name: "bad", Cron: "nope", Task: client.TaskSpec{Pool: "sched", Kind: "k"}})
+		var ie *client.InvalidError
+		require.ErrorAs(t, err, &ie)
+		require.Equal(t, "cron", ie.Field)
+
+		list, err := c.client(f2).ListSchedules(ctx)
+		require.NoError(t, err)
+		require.Len(t, list, 1)
+		s := list[0]
+		require.Equal(t, "nightly", s.Name)
+		require.Equal(t, "Europe/Paris", s.TZ)
+		require.Equal(t, client.PriorityLow, s.Task.Priority)
+		require.Equal(t, next, s.NextFire)
+
+		paused, err := cl.PauseSchedule(ctx, "nightly", true)
+		require.NoError(t, err)
+		require.True(t, paused)
+		list, err = cl.ListSchedules(ctx)
+		require.NoError(t, err)
+		require.True(t, list[0].Paused)
+		require.True(t, list[0].NextFire.IsZero())
+
+		removed, err := cl.RemoveSchedule(ctx, "nightly")
+		require.NoError(t, err)
+		require.True(t, removed)
+		removed, err = cl.RemoveSchedule(ctx, "nightly")
+		require.NoError(t, err)
+		require.False(t, removed)
+	})
+
+	t.Run("operator calls", func(t *testing.T) {
+		cl := c.client(f2)
+		ctx := ctxT(t, 20*time.Second)
+		members, err := cl.Members(ctx)
+		require.NoError(t, err)
+		require.Len(t, members, 3)
+		for _, m := range members {
+			require.Equal(t, "alive", m.Status)
+			require.NotEmpty(t, m.HTTPAddr)
+		}
+		peers, err := cl.Peers(ctx)
+		require.NoError(t, err)
+		require.Len(t, peers, 3)
+		leaders := 0
+		for _, p := range peers {
+			require.True(t, p.Voter)
+			if p.Leader {
+				leaders++
+				require.Equal(t, leader.id, p.ID)
+			}
+		}
+		require.Equal(t, 1, leaders)
+
+		h, err := cl.Health(ctx)
+		require.NoError(t, err)
+		require.Equal(t, f2.id, h.Node)
+		require.Equal(t, leader.id, h.Leader)
+		require.NotZero(t, h.Epoch)
+
+		err = cl.RemovePeer(ctx, "nobody")
+		require.ErrorIs(t, err, client.ErrNotFound)
+		_, err = cl.TransferLeadership(ctx, "nobody")
+		var ie *client.InvalidError
+		require.ErrorAs(t, err, &ie)
+		require.Equal(t, "id", ie.Field)
+	})
+
+	t.Run("health and metrics over HTTP", func(t *testing.T) {
+		for _, n := range []*testNode{leader, f1, f2} {
+			code, body := httpGet(t, n, "/v1/health")
+			require.Equal(t, http.StatusOK, code, body)
+			var h map[string]any
+			require.NoError(t, json.Unmarshal([]byte(body), &h))
+			require.Equal(t, n.id, h["node"])
+			require.Equal(t, leader.id, h["leader"])
+			require.Contains(t, []any{"ok", "degraded"}, h["status"])
+			require.NotZero(t, h["epoch"])
+		}
+		code, body := httpGet(t, leader, "/metrics")
+		require.Equal(t, http.StatusOK, code)
+		for _, want := range []string{
+			`cronoq_tasks{pool="p",status="succeeded"}`,
+			`cronoq_tasks_submitted_total{pool="p"}`,
+			`cronoq_tasks_dispatched_total{pool="p"}`,
+			`cronoq_tasks_completed_total{outcome="succeeded",pool="p"}`,
+			`cronoq_tasks_completed_total{outcome="failed",pool="p"}`,
+			`cronoq_attempt_duration_seconds_bucket{pool="p"`,
+			`cronoq_raft_commit_seconds_bucket`,
+			`cronoq_raft_batch_mutations_bucket`,
+			`cronoq_raft_batch_bytes_bucket`,
+			`cronoq_is_leader 1`,
+			`cronoq_epoch `,
+			`cronoq_raft_applied_index `,
+			`cronoq_worker_streams `,
+			`cronoq_rpc_requests_total{code="ok",procedure="/cronoq.v1.TaskService/Submit"}`,
+			`go_goroutines `,
+			`process_cpu_seconds_total `,
+		} {
+			require.Contains(t, body, want)
+		}
+		_, body = httpGet(t, f1, "/metrics")
+		require.Contains(t, body, "cronoq_is_leader 0")
+		require.Contains(t, body, `cronoq_rpc_forwarded_total{procedure="/cronoq.v1.TaskService/Submit"}`)
+		require.Contains(t, body, `cronoq_tasks{pool="p",status="succeeded"}`)
+	})
+}
+
+func containsAll(have []string, want ...string) bool {
+	for _, w := range want {
+		found := false
+		for _, h := range have {
+			if h == w {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// A node that never saw a leader answers health with 503, holds calls that
+// need the leader for the hold timeout and then answers no_leader.
+func TestNoLeader(t *testing.T) {
+	const hold = 300 * time.Millisecond
+	c := newTestCluster(t, 1, 3, hold) // expects 3 nodes: never forms
+	n := c.nodes[0]
+
+	code, body := httpGet(t, n, "/v1/health")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	var h map[string]any
+	require.NoError(t, json.Unmarshal([]byte(body), &h))
+	require.Equal(t, n.id, h["node"])
+	require.Equal(t, "", h["leader"])
+	require.Equal(t, "degraded", h["status"])
+
+	tc := taskClient(t, n)
+	start := time.Now()
+	_, err := tc.Submit(ctxT(t, 10*time.Second), connect.NewRequest(&cronoqv1.SubmitRequest{Spec: &cronoqv1.TaskSpec{Pool: "p", Kind: "k"}}))
+	require.Equal(t, apierr.KindNoLeader, apierr.Kind(err), "%v", err)
+	require.GreaterOrEqual(t, time.Since(start), hold)
+
+	// Stale reads are served anyway, with their metadata.
+	_, err = tc.Get(ctxT(t, 10*time.Second), connect.NewRequest(&cronoqv1.GetRequest{Ref: &cronoqv1.TaskRef{Id: "x"}, Stale: true}))
+	require.Equal(t, apierr.KindNotFound, apierr.Kind(err))
+	resp, err := tc.Counts(ctxT(t, 10*time.Second), connect.NewRequest(&cronoqv1.CountsRequest{Stale: true}))
+	require.NoError(t, err)
+	require.True(t, resp.Msg.GetMeta().GetStale())
+	require.False(t, resp.Msg.GetMeta().GetKnownLeader())
+	require.Equal(t, int64(-1), resp.Msg.GetMeta().GetLastContactMs())
+
+	// The SDK keeps retrying no_leader until its ctx ends.
+	cl := c.client(n)
+	_, err = cl.Submit(ctxT(t, time.Second), client.TaskSpec{Pool: "p", Kind: "k"})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	// A draining node refuses new calls at once.
+	n.srv.Drain()
+	_, err = tc.Submit(ctxT(t, 10*time.Second), connect.NewRequest(&cronoqv1.SubmitRequest{Spec: &cronoqv1.TaskSpec{Pool: "p", Kind: "k"}}))
+	require.Equal(t, apierr.KindShuttingDown, apierr.Kind(err))
+}
+
+// Leadership moves while a worker runs and clients submit through
+// followers: the worker follows the leader and every task completes.
+func TestLeaderChange(t *testing.T) {
+	c := newTestCluster(t, 3, 3, 5*time.Second)
+	leader, followers := c.leader()
+	cl := c.client(followers[0], followers[1], leader)
+	runWorker(t, c.client(followers[0]), "lc", map[string]client.Handler{"echo": client.HandlerFunc(echo)})
+
+	submitAndWait := func(n int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				res, err := cl.Submit(ctx, client.TaskSpec{Pool: "lc", Kind: "echo", Payload: []byte(fmt.Sprint(i))})
+				if err != nil {
+					errs <- err
+					return
+				}
+				task, err := cl.Wait(ctx, res.ID)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if task.Status != client.StatusSucceeded || string(task.Output) != "done:"+fmt.Sprint(i) {
+					errs <- fmt.Errorf("task %s: %s %q", task.ID, task.Status, task.Output)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+	}
+	submitAndWait(10)
+
+	newLeader, err := cl.TransferLeadership(ctxT(t, 20*time.Second), followers[1].id)
+	require.NoError(t, err)
+	require.Equal(t, followers[1].id, newLeader)
+	l2, _ := c.leader()
+	require.Equal(t, followers[1].id, l2.id)
+
+	submitAndWait(10)
+
+	// The old leader's metrics saw a leader change.
+	require.Eventually(t, func() bool {
+		_, body := httpGet(t, leader, "/metrics")
+		return strings.Contains(body, "cronoq_leader_changes_total 1")
+	}, 10*time.Second, 50*time.Millisecond)
+}
