@@ -40,6 +40,7 @@ const (
 // leads, the host of the engine.
 type Node struct {
 	cfg           Config
+	faults        *faults // injected clock and disk faults (jepsenfaults builds)
 	id            string
 	logger        hclog.Logger
 	dataDir       string
@@ -97,6 +98,7 @@ func New(cfg Config) (*Node, error) {
 		shutdownCh:  make(chan struct{}),
 	}
 	n.futures.init()
+	n.faults = newFaults(&n.cfg)
 	n.loops = newLoopSet(time.Now)
 
 	var cleanup []func()
@@ -144,7 +146,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.store = store
 	cleanup = append(cleanup, func() { store.Close() })
-	logs, err := raft.NewLogCache(raftLogCacheSize, store)
+	logs, err := raft.NewLogCache(raftLogCacheSize, n.faults.logStore(store))
 	if err != nil {
 		return nil, fmt.Errorf("creating raft log cache: %w", err)
 	}
@@ -173,7 +175,8 @@ func New(cfg Config) (*Node, error) {
 	// Raft itself.
 	rc := cfg.raftConfig(id)
 	rc.Logger = n.logger.Named("raft")
-	hasState, err := raft.HasExistingState(logs, store, snaps)
+	stable := n.faults.stableStore(store)
+	hasState, err := raft.HasExistingState(logs, stable, snaps)
 	if err != nil {
 		return nil, fmt.Errorf("checking raft state: %w", err)
 	}
@@ -181,13 +184,13 @@ func New(cfg Config) (*Node, error) {
 		conf := raft.Configuration{Servers: []raft.Server{{
 			Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(n.raftAddr),
 		}}}
-		if err := raft.BootstrapCluster(rc, logs, store, snaps, n.trans, conf); err != nil {
+		if err := raft.BootstrapCluster(rc, logs, stable, snaps, n.trans, conf); err != nil {
 			return nil, fmt.Errorf("bootstrapping dev node: %w", err)
 		}
 		hasState = true
 	}
 	n.state = fsm.New()
-	r, err := raft.NewRaft(rc, fsm.NewRaftFSM(n.state), logs, store, snaps, n.trans)
+	r, err := raft.NewRaft(rc, fsm.NewRaftFSM(n.state), logs, stable, snaps, n.trans)
 	if err != nil {
 		return nil, fmt.Errorf("starting raft: %w", err)
 	}

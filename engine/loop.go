@@ -201,6 +201,7 @@ func (e *Engine) collect() {
 		return
 	}
 	g := &group{muts: out.Mutations, held: out.Held}
+	e.ackEarly(g)
 	for _, a := range out.Held {
 		if a.Kind != core.ActReply && a.Kind != core.ActDispatch {
 			continue

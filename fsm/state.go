@@ -266,7 +266,7 @@ func (s *State) applyEpochBump(index, term uint64, b *EpochBump) any {
 func (s *State) applyBatch(index uint64, b *CommitBatch) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if b.Epoch != s.t.epoch {
+	if b.Epoch != s.t.epoch && !bugNoEpoch {
 		return fmt.Errorf("commit batch of epoch %d at epoch %d: %w", b.Epoch, s.t.epoch, ErrStaleEpoch)
 	}
 	defer s.clearUndo()
@@ -440,7 +440,7 @@ func (s *State) retry(index uint64, at int64, m *Retry) error {
 	if err != nil {
 		return err
 	}
-	if cur.Status != StatusRunning || cur.Lease != m.Lease {
+	if cur.Status != StatusRunning || (cur.Lease != m.Lease && !bugStaleLease) {
 		return fmt.Errorf("retry %s: task is %s under lease %#x, want running under %#x", m.ID, cur.Status, cur.Lease, m.Lease)
 	}
 	t := cur.Clone()
@@ -468,7 +468,7 @@ func (s *State) finish(index uint64, at int64, m *Finish) error {
 		return err
 	}
 	if m.Lease != 0 {
-		if cur.Status != StatusRunning || cur.Lease != m.Lease {
+		if cur.Status != StatusRunning || (cur.Lease != m.Lease && !bugStaleLease) {
 			return fmt.Errorf("finish %s: task is %s under lease %#x, want running under %#x", m.ID, cur.Status, cur.Lease, m.Lease)
 		}
 	} else if cur.Status.Terminal() || cur.Status == StatusRunning {
@@ -548,7 +548,7 @@ func (s *State) fire(index uint64, m *Fire) error {
 	if err != nil {
 		return err
 	}
-	if m.Slot <= cur.LastFire {
+	if m.Slot <= cur.LastFire && !bugCronRefire {
 		return fmt.Errorf("fire %q: slot %d is not after the last fire %d", m.Name, m.Slot, cur.LastFire)
 	}
 	if m.TaskID != "" && !s.t.tasks.Has(taskItem{id: m.TaskID}) {

@@ -140,22 +140,15 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 			if ctx.Err() != nil {
 				return nil, s.apiError(ctx.Err())
 			}
-			if connect.IsWireError(err) {
-				switch apierr.Kind(err) {
-				case apierr.KindNotLeader, apierr.KindNoLeader, apierr.KindShuttingDown:
-					// The leader moved on before taking the call: route
-					// again (the answer stands if the hold runs out).
-					last = apierr.Relay(err)
-				default:
-					return nil, apierr.Relay(err)
+			final, again := forwardOutcome(kind, id, addr, err)
+			if final != nil {
+				if apierr.Kind(final) == apierr.KindOutcomeUnknown {
+					s.log.Debug("forwarded write lost in transit", "procedure", procedure, "leader", id, "error", err)
 				}
-			} else if kind == write && !neverSent(err) {
-				s.log.Debug("forwarded write lost in transit", "procedure", procedure, "leader", id, "error", err)
-				return nil, apierr.OutcomeUnknown(fmt.Sprintf("forwarding to leader %s at %s: %v", id, addr, err))
-			} else {
-				last = apierr.NotLeader(id, addr)
-				s.log.Debug("forwarding failed, routing again", "procedure", procedure, "leader", id, "error", err)
+				return nil, final
 			}
+			s.log.Debug("forwarded call not taken, routing again", "procedure", procedure, "leader", id, "error", err)
+			last = again
 		default:
 			// No leader known, this node leads but does not serve yet, or
 			// the leader's address is not known yet.
@@ -171,6 +164,28 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 			return nil, s.apiError(last)
 		}
 	}
+}
+
+// forwardOutcome decides what a failed forward to leader id at addr means:
+// an answer for the caller (final), or a reason to route again (again, also
+// the answer if the hold runs out). The leader's own refusals of calls it
+// did not take (not_leader, no_leader, shutting_down) are routed again; its
+// other answers are relayed. A failure in transit routes a read again, and a
+// write only if the connection was never made: a write that may have
+// reached the leader is answered outcome_unknown, for the caller to retry
+// with its idempotency key.
+func forwardOutcome(kind callKind, id, addr string, err error) (final, again error) {
+	if connect.IsWireError(err) {
+		switch apierr.Kind(err) {
+		case apierr.KindNotLeader, apierr.KindNoLeader, apierr.KindShuttingDown:
+			return nil, apierr.Relay(err)
+		}
+		return apierr.Relay(err), nil
+	}
+	if kind == write && !neverSent(err) {
+		return apierr.OutcomeUnknown(fmt.Sprintf("forwarding to leader %s at %s: %v", id, addr, err)), nil
+	}
+	return nil, apierr.NotLeader(id, addr)
 }
 
 // neverSent reports whether a failed call surely never reached the other

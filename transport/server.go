@@ -202,6 +202,7 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle(cronoqv1connect.NewOperatorServiceHandler(&operatorService{s}, common...))
 	mux.HandleFunc("GET /v1/health", s.serveHealth)
 	mux.Handle("GET /metrics", s.m.Handler())
+	mountAdmin(mux, cfg.Node)
 
 	var p http.Protocols
 	p.SetHTTP1(true)

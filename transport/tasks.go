@@ -185,7 +185,7 @@ func (t *taskService) Get(ctx context.Context, req *connect.Request[cronoqv1.Get
 	if err != nil {
 		return nil, s.apiError(err)
 	}
-	if req.Msg.GetStale() {
+	if req.Msg.GetStale() || bugFollowerRead {
 		if s.stopping() {
 			return nil, apierr.ShuttingDown()
 		}

@@ -668,11 +668,34 @@ func TestLeaderChange(t *testing.T) {
 	}
 	submitAndWait(10)
 
+	// A worker stream open on the old leader ends when it steps down, with
+	// an error that sends the worker elsewhere.
+	wc := cronoqv1connect.NewWorkerServiceClient(h2c(t), "http://"+leader.addr)
+	stream := wc.Connect(ctxT(t, 30*time.Second))
+	require.NoError(t, stream.Send(&cronoqv1.WorkerMessage{Msg: &cronoqv1.WorkerMessage_Hello{Hello: &cronoqv1.Hello{Worker: "raw", Pool: "raw"}}}))
+	msg, err := stream.Receive()
+	require.NoError(t, err)
+	require.NotNil(t, msg.GetWelcome())
+	streamEnd := make(chan error, 1)
+	go func() {
+		_, err := stream.Receive()
+		streamEnd <- err
+	}()
+
 	newLeader, err := cl.TransferLeadership(ctxT(t, 20*time.Second), followers[1].id)
 	require.NoError(t, err)
 	require.Equal(t, followers[1].id, newLeader)
 	l2, _ := c.leader()
 	require.Equal(t, followers[1].id, l2.id)
+
+	select {
+	case err := <-streamEnd:
+		require.Contains(t, []string{apierr.KindNotLeader, apierr.KindNoLeader}, apierr.Kind(err), "%v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the worker stream on the old leader did not end")
+	}
+	_ = stream.CloseRequest()
+	_ = stream.CloseResponse()
 
 	submitAndWait(10)
 

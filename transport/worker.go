@@ -49,8 +49,8 @@ func (w *workerService) Connect(ctx context.Context, stream *connect.BidiStream[
 	defer cancel(nil)
 	ws := &workerStream{
 		s: s, eng: eng, stream: stream, reqCtx: ctx, ctx: sctx, cancel: cancel,
-		out:   newOutbox(),
-		slots: make(chan int, 64),
+		out:       newOutbox(),
+		slotsWake: make(chan struct{}, 1),
 	}
 	return ws.run()
 }
@@ -72,8 +72,12 @@ type workerStream struct {
 	pool   string
 	labels []fsm.KV
 
-	out   *outbox
-	slots chan int // capacity offered by Poll messages, for the poller
+	out *outbox
+
+	// Capacity offered by Poll messages and not yet handed to the poller.
+	slotsMu   sync.Mutex
+	slots     int
+	slotsWake chan struct{}
 
 	calls sync.WaitGroup // heartbeats and completions in progress
 }
@@ -202,11 +206,7 @@ func (ws *workerStream) read() error {
 			if n <= 0 || n > maxSlots {
 				return apierr.Invalid("slots", fmt.Sprintf("must be in [1, %d]", maxSlots))
 			}
-			select {
-			case ws.slots <- n:
-			case <-ws.ctx.Done():
-				return context.Cause(ws.ctx)
-			}
+			ws.offer(n)
 		case *cronoqv1.WorkerMessage_Heartbeat:
 			ws.call(func() { ws.heartbeat(m.Heartbeat.GetLeases()) })
 		case *cronoqv1.WorkerMessage_Complete:
@@ -250,27 +250,40 @@ func (ws *workerStream) send() {
 	}
 }
 
+// offer adds capacity for the poller. It never blocks, so heartbeats
+// behind a Poll message are read at once.
+func (ws *workerStream) offer(n int) {
+	ws.slotsMu.Lock()
+	ws.slots = min(ws.slots+n, maxSlots)
+	ws.slotsMu.Unlock()
+	select {
+	case ws.slotsWake <- struct{}{}:
+	default:
+	}
+}
+
+// takeSlots returns the capacity offered since the last call.
+func (ws *workerStream) takeSlots() int {
+	ws.slotsMu.Lock()
+	defer ws.slotsMu.Unlock()
+	n := ws.slots
+	ws.slots = 0
+	return n
+}
+
 // poll offers the worker's free slots to the engine, one long poll at a
 // time, and sends what it grants. Slots offered while a poll is open are
 // added to the next one.
 func (ws *workerStream) poll() {
 	slots := 0
 	for {
+		slots += ws.takeSlots()
 		if slots == 0 {
 			select {
-			case n := <-ws.slots:
-				slots += n
+			case <-ws.slotsWake:
+				continue
 			case <-ws.ctx.Done():
 				return
-			}
-		}
-	drain:
-		for {
-			select {
-			case n := <-ws.slots:
-				slots += n
-			default:
-				break drain
 			}
 		}
 		slots = min(slots, maxSlots)

@@ -34,6 +34,10 @@ type Core struct {
 	keys   map[string]*task // idempotency key -> task
 	leases map[uint64]*task // current lease -> running task
 
+	// pastLeases maps every lease granted to its task; only the stale-lease
+	// fault of the self-test builds fills it (see rememberLease).
+	pastLeases map[uint64]string
+
 	pools     map[string]*pool
 	dirty     []*pool // pools whose polls may now be served
 	global    counts

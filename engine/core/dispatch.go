@@ -234,6 +234,7 @@ func (c *Core) start(t *task, worker string) Grant {
 	c.mutate(fsm.Mutation{Start: &fsm.Start{ID: t.id, Attempt: t.attempt, Lease: lease, Worker: worker, At: c.now}})
 	c.setStatus(t, fsm.StatusRunning)
 	c.leases[lease] = t
+	c.rememberLease(lease, t.id)
 	c.timers.push(timer{when: t.hbDeadline, kind: tmLease, id: t.id, gen: lease})
 	if t.timeout > 0 {
 		c.timers.push(timer{when: c.now + t.timeout, kind: tmTimeout, id: t.id, gen: lease})

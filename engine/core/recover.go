@@ -45,6 +45,8 @@ func Recover(cfg Config, src Source, epoch uint64, now time.Time) (*Core, error)
 		}
 		c.ids.observe(rec.ID)
 		c.track(rec)
+		c.rememberLease(rec.Lease, rec.ID)
+		c.rememberLease(rec.LastLease, rec.ID)
 		return true
 	})
 	if err != nil {
@@ -52,6 +54,7 @@ func Recover(cfg Config, src Source, epoch uint64, now time.Time) (*Core, error)
 	}
 	src.EachSchedule(func(rec *fsm.Schedule) bool {
 		s := &schedule{rec: rec.Clone()}
+		forgetCursor(s)
 		if expr, perr := cron.Parse(rec.Cron, rec.TZ); perr == nil {
 			s.expr = expr
 		}

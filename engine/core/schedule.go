@@ -94,7 +94,7 @@ func slotKey(name string, slot time.Time) string {
 // fireTask inserts the task of one fire and returns its id, or "" when the
 // slot cannot fire (its key exists already, or the pending bounds are full).
 func (c *Core) fireTask(s *schedule, slot time.Time) string {
-	key := slotKey(s.rec.Name, slot)
+	key := c.refireKey(slotKey(s.rec.Name, slot))
 	if _, ok := c.keys[key]; ok {
 		return ""
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cronoq/cronoq/engine/core"
 	"github.com/cronoq/cronoq/fsm"
+	"github.com/cronoq/cronoq/transport/apierr"
 	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
 	"github.com/cronoq/cronoq/transport/gen/cronoqv1/cronoqv1connect"
 )
@@ -205,4 +206,48 @@ func TestOutbox(t *testing.T) {
 	msgs, ok = o.take()
 	require.False(t, ok)
 	require.Empty(t, msgs)
+}
+
+func TestForwardOutcome(t *testing.T) {
+	// What a node gets back from the leader: wire errors.
+	withKind := func(kind string) error {
+		e := connect.NewWireError(apierr.Code(kind), errors.New("from the leader"))
+		e.Meta().Set(apierr.HeaderError, kind)
+		return e
+	}
+	dial := connect.NewError(connect.CodeUnavailable, &net.OpError{Op: "dial", Err: errors.New("refused")})
+	reset := connect.NewError(connect.CodeUnavailable, &net.OpError{Op: "read", Err: errors.New("reset")})
+
+	for _, tc := range []struct {
+		name  string
+		kind  callKind
+		err   error
+		final string // kind of the answer, "" for none
+		again string // kind of the reason to route again, "" for none
+	}{
+		{"leader moved (write)", write, withKind(apierr.KindNotLeader), "", apierr.KindNotLeader},
+		{"leader lost its leader", read, withKind(apierr.KindNoLeader), "", apierr.KindNoLeader},
+		{"leader draining", write, withKind(apierr.KindShuttingDown), "", apierr.KindShuttingDown},
+		{"leader refused", write, withKind(apierr.KindOverloaded), apierr.KindOverloaded, ""},
+		{"leader unsure", write, withKind(apierr.KindOutcomeUnknown), apierr.KindOutcomeUnknown, ""},
+		{"write lost in transit", write, reset, apierr.KindOutcomeUnknown, ""},
+		{"write never sent", write, dial, "", apierr.KindNotLeader},
+		{"read lost in transit", read, reset, "", apierr.KindNotLeader},
+	} {
+		final, again := forwardOutcome(tc.kind, "n2", "127.0.0.2:8650", tc.err)
+		if tc.final == "" {
+			require.NoError(t, final, tc.name)
+		} else {
+			require.Equal(t, tc.final, apierr.Kind(final), tc.name)
+		}
+		if tc.again == "" {
+			require.NoError(t, again, tc.name)
+		} else {
+			require.Equal(t, tc.again, apierr.Kind(again), tc.name)
+		}
+	}
+	_, again := forwardOutcome(write, "n2", "127.0.0.2:8650", dial)
+	id, addr := apierr.Leader(again)
+	require.Equal(t, "n2", id)
+	require.Equal(t, "127.0.0.2:8650", addr)
 }

@@ -1,0 +1,402 @@
+// Package history records what the fault-injection harness did and saw: one
+// JSON object per line, in the order things happened. Every operation of a
+// process is an invoke followed by its completion (ok, fail or info);
+// observations that have no invocation (a worker receiving a grant) are
+// written as a lone ok.
+package history
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+)
+
+// Type is the kind of a history entry.
+type Type string
+
+// Entry types, as in Jepsen: an invocation and its three possible ends.
+const (
+	Invoke Type = "invoke"
+	// OK: the operation took effect (a read returned this value).
+	OK Type = "ok"
+	// Fail: the operation definitely did not take effect.
+	Fail Type = "fail"
+	// Info: the outcome is unknown (timeout, lost connection, outcome_unknown).
+	Info Type = "info"
+)
+
+// Op is one line of history.jsonl.
+type Op struct {
+	Index   int64  `json:"i"`
+	Time    int64  `json:"t"` // monotonic nanoseconds since the start of the run
+	Process string `json:"p"`
+	Type    Type   `json:"type"`
+	F       string `json:"f"`
+	Value   *Value `json:"v,omitempty"`
+	Node    string `json:"node,omitempty"`
+	Err     string `json:"err,omitempty"`
+}
+
+// Value is the payload of an operation. Each function uses the fields it
+// needs; the rest stay empty.
+type Value struct {
+	// Tasks.
+	Pool      string `json:"pool,omitempty"`
+	Key       string `json:"key,omitempty"`
+	ID        string `json:"id,omitempty"`
+	Payload   string `json:"payload,omitempty"`
+	Duplicate bool   `json:"duplicate,omitempty"`
+	Token     uint64 `json:"token,omitempty"`
+	Attempt   int    `json:"attempt,omitempty"`
+	// Outcome of a completion: success, retryable or permanent.
+	Outcome   string `json:"outcome,omitempty"`
+	Output    string `json:"output,omitempty"`
+	Status    string `json:"status,omitempty"`
+	Found     *bool  `json:"found,omitempty"`
+	Cancelled *bool  `json:"cancelled,omitempty"`
+	Worker    string `json:"worker,omitempty"`
+	// Code is the error kind a node answered with (stale_lease, ...).
+	Code string `json:"code,omitempty"`
+
+	// Schedules.
+	Schedule string `json:"schedule,omitempty"`
+	Cron     string `json:"cron,omitempty"`
+	Slot     int64  `json:"slot,omitempty"` // unix ns
+	Paused   *bool  `json:"paused,omitempty"`
+	Removed  *bool  `json:"removed,omitempty"`
+
+	// Nemesis.
+	Nemesis   string              `json:"nemesis,omitempty"`
+	Targets   []string            `json:"targets,omitempty"`
+	Grudge    map[string][]string `json:"grudge,omitempty"` // dst -> srcs dropped
+	Scenarios []int               `json:"scenarios,omitempty"`
+	OffsetMS  int64               `json:"offset_ms,omitempty"`
+	Rate      float64             `json:"rate,omitempty"`
+	Detail    string              `json:"detail,omitempty"`
+
+	// Final reads.
+	Tasks     []TaskState         `json:"tasks,omitempty"`
+	Schedules []ScheduleState     `json:"schedules,omitempty"`
+	Hashes    map[string]NodeHash `json:"hashes,omitempty"`
+	Counts    map[string]int64    `json:"counts,omitempty"`
+	Extra     map[string]string   `json:"extra,omitempty"`
+}
+
+// TaskState is a task as a final read saw it.
+type TaskState struct {
+	ID          string `json:"id"`
+	Pool        string `json:"pool"`
+	Key         string `json:"key"`
+	Status      string `json:"status"`
+	Attempt     int    `json:"attempt"`
+	MaxAttempts int    `json:"max_attempts"`
+	Lease       uint64 `json:"lease,omitempty"`
+	Payload     string `json:"payload,omitempty"`
+	Output      string `json:"output,omitempty"`
+	Error       string `json:"error,omitempty"`
+	Schedule    string `json:"schedule,omitempty"`
+	Slot        int64  `json:"slot,omitempty"`
+}
+
+// ScheduleState is a recurring schedule as a final read saw it.
+type ScheduleState struct {
+	Name     string `json:"name"`
+	Cron     string `json:"cron"`
+	Paused   bool   `json:"paused"`
+	LastFire int64  `json:"last_fire"` // unix ns, 0 = none
+	NextFire int64  `json:"next_fire"`
+	Fires    uint64 `json:"fires"`
+	Skipped  uint64 `json:"skipped"`
+	LastTask string `json:"last_task,omitempty"`
+}
+
+// NodeHash is one node's FSM fingerprint.
+type NodeHash struct {
+	AppliedIndex uint64 `json:"applied_index"`
+	Hash         string `json:"hash"`
+	Err          string `json:"err,omitempty"`
+}
+
+// Recorder appends operations to a history file and keeps them in memory.
+// It is safe for concurrent use.
+type Recorder struct {
+	start time.Time
+
+	mu   sync.Mutex
+	f    *os.File
+	w    *bufio.Writer
+	ops  []Op
+	err  error
+	stop chan struct{}
+	done chan struct{}
+}
+
+// syncEvery is how often buffered history is written and fsynced.
+const syncEvery = 200 * time.Millisecond
+
+// NewRecorder creates path and records into it; start is time zero.
+func NewRecorder(path string, start time.Time) (*Recorder, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("creating history: %w", err)
+	}
+	r := &Recorder{start: start, f: f, w: bufio.NewWriterSize(f, 1<<20), stop: make(chan struct{}), done: make(chan struct{})}
+	go r.syncLoop()
+	return r, nil
+}
+
+func (r *Recorder) syncLoop() {
+	defer close(r.done)
+	t := time.NewTicker(syncEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+			r.mu.Lock()
+			r.flushLocked()
+			r.mu.Unlock()
+		}
+	}
+}
+
+func (r *Recorder) flushLocked() {
+	if r.err != nil || r.f == nil {
+		return
+	}
+	if err := r.w.Flush(); err != nil {
+		r.err = fmt.Errorf("writing history: %w", err)
+		return
+	}
+	if err := r.f.Sync(); err != nil {
+		r.err = fmt.Errorf("syncing history: %w", err)
+	}
+}
+
+// Now is the time since the start, in nanoseconds.
+func (r *Recorder) Now() int64 { return int64(time.Since(r.start)) }
+
+// Start is time zero of the history.
+func (r *Recorder) Start() time.Time { return r.start }
+
+// Add records op, setting its index and (when zero) its time, and returns
+// the recorded op.
+func (r *Recorder) Add(op Op) Op {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if op.Time == 0 {
+		op.Time = int64(time.Since(r.start))
+	}
+	if n := len(r.ops); n > 0 && op.Time < r.ops[n-1].Time {
+		// Keep the file ordered by time: a caller that took its timestamp
+		// before another's write gets the later one's.
+		op.Time = r.ops[n-1].Time
+	}
+	op.Index = int64(len(r.ops))
+	r.ops = append(r.ops, op)
+	if r.err == nil && r.w != nil {
+		b, err := json.Marshal(op)
+		if err == nil {
+			b = append(b, '\n')
+			_, err = r.w.Write(b)
+		}
+		if err != nil {
+			r.err = fmt.Errorf("writing history: %w", err)
+		}
+	}
+	return op
+}
+
+// Invoke records the invocation of f by process p and returns a function
+// that records its completion.
+func (r *Recorder) Invoke(p, f, node string, v *Value) func(t Type, v *Value, err error) Op {
+	r.Add(Op{Process: p, Type: Invoke, F: f, Value: v, Node: node})
+	return func(t Type, rv *Value, err error) Op {
+		op := Op{Process: p, Type: t, F: f, Value: rv, Node: node}
+		if err != nil {
+			op.Err = err.Error()
+		}
+		return r.Add(op)
+	}
+}
+
+// Ops returns a copy of everything recorded so far.
+func (r *Recorder) Ops() []Op {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Op(nil), r.ops...)
+}
+
+// Err returns the first write error, if any.
+func (r *Recorder) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// Close flushes, syncs and closes the file.
+func (r *Recorder) Close() error {
+	select {
+	case <-r.stop:
+	default:
+		close(r.stop)
+	}
+	<-r.done
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.f == nil {
+		return r.err
+	}
+	r.flushLocked()
+	cerr := r.f.Close()
+	r.f = nil
+	return errors.Join(r.err, cerr)
+}
+
+// Read parses a history file.
+func Read(path string) ([]Op, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading history: %w", err)
+	}
+	defer f.Close()
+	return Decode(f)
+}
+
+// Decode parses history lines from rd.
+func Decode(rd io.Reader) ([]Op, error) {
+	sc := bufio.NewScanner(rd)
+	sc.Buffer(make([]byte, 0, 1<<20), 256<<20)
+	var ops []Op
+	line := 0
+	for sc.Scan() {
+		line++
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		var op Op
+		if err := json.Unmarshal(sc.Bytes(), &op); err != nil {
+			return nil, fmt.Errorf("history line %d: %w", line, err)
+		}
+		ops = append(ops, op)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading history: %w", err)
+	}
+	return ops, nil
+}
+
+// Pair is an invocation and its completion (nil when the history ended
+// first, or for a lone completion: then Invoke is nil).
+type Pair struct {
+	Invoke     *Op
+	Completion *Op
+}
+
+// Type is the completion's type, or Info when the operation never completed.
+func (p Pair) Type() Type {
+	if p.Completion == nil {
+		return Info
+	}
+	return p.Completion.Type
+}
+
+// Value returns the invocation's value merged with the completion's
+// (completion fields win when both are set is up to the caller: this returns
+// the completion's value when present, else the invocation's).
+func (p Pair) Value() *Value {
+	if p.Completion != nil && p.Completion.Value != nil {
+		return p.Completion.Value
+	}
+	if p.Invoke != nil && p.Invoke.Value != nil {
+		return p.Invoke.Value
+	}
+	return &Value{}
+}
+
+// InvokeValue returns the invocation's value (or the completion's for a lone
+// completion).
+func (p Pair) InvokeValue() *Value {
+	if p.Invoke != nil && p.Invoke.Value != nil {
+		return p.Invoke.Value
+	}
+	if p.Completion != nil && p.Completion.Value != nil {
+		return p.Completion.Value
+	}
+	return &Value{}
+}
+
+// F is the operation's function.
+func (p Pair) F() string {
+	if p.Invoke != nil {
+		return p.Invoke.F
+	}
+	return p.Completion.F
+}
+
+// Process is the operation's process.
+func (p Pair) Process() string {
+	if p.Invoke != nil {
+		return p.Invoke.Process
+	}
+	return p.Completion.Process
+}
+
+// Start is when the operation was invoked (the completion's time for a lone
+// completion).
+func (p Pair) Start() int64 {
+	if p.Invoke != nil {
+		return p.Invoke.Time
+	}
+	return p.Completion.Time
+}
+
+// End is when the operation completed, or -1 when it never did.
+func (p Pair) End() int64 {
+	if p.Completion == nil {
+		return -1
+	}
+	return p.Completion.Time
+}
+
+// Node is the node the operation was sent to.
+func (p Pair) Node() string {
+	if p.Invoke != nil && p.Invoke.Node != "" {
+		return p.Invoke.Node
+	}
+	if p.Completion != nil {
+		return p.Completion.Node
+	}
+	return ""
+}
+
+// Pairs matches every invocation with the next entry of the same process
+// and function, in history order. Entries that complete nothing become lone
+// pairs.
+func Pairs(ops []Op) []Pair {
+	var out []Pair
+	open := make(map[string]int) // process -> index into out
+	for i := range ops {
+		op := &ops[i]
+		switch op.Type {
+		case Invoke:
+			// A previous invocation still open never completed.
+			out = append(out, Pair{Invoke: op})
+			open[op.Process] = len(out) - 1
+		default:
+			if j, ok := open[op.Process]; ok && out[j].Invoke.F == op.F {
+				out[j].Completion = op
+				delete(open, op.Process)
+				continue
+			}
+			out = append(out, Pair{Completion: op})
+		}
+	}
+	return out
+}

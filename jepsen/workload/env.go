@@ -1,0 +1,210 @@
+// Package workload drives the cluster during a run: queue submitters and
+// workers, a per-task register workload for linearizability checking, and
+// recurring schedules. Every operation is recorded in the history; every
+// connection leaves from the process's own source address.
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/cronoq/cronoq/client"
+	"github.com/cronoq/cronoq/jepsen/history"
+)
+
+// Node names a node of the cluster for the workloads.
+type Node struct {
+	ID   string
+	Addr string // host:port of the API
+}
+
+// Env is what every workload needs.
+type Env struct {
+	Rec   *history.Recorder
+	Nodes []Node
+	// TTL is the cluster's heartbeat window (lease lifetime without
+	// heartbeats).
+	TTL time.Duration
+	// Seed feeds every random choice of the workloads.
+	Seed uint64
+
+	mu      sync.Mutex
+	clients map[string]*client.Client
+	rngs    int
+}
+
+// Rand returns a new random source derived from the seed; each caller gets a
+// distinct stream.
+func (e *Env) Rand() *rand.Rand {
+	e.mu.Lock()
+	e.rngs++
+	n := e.rngs
+	e.mu.Unlock()
+	return rand.New(rand.NewPCG(e.Seed, uint64(n)*0x9e3779b97f4a7c15))
+}
+
+// Client returns the SDK client of a process (source ip) talking to node
+// (only that node's address: the SDK still follows leader hints).
+func (e *Env) Client(ip string, node Node) (*client.Client, error) {
+	k := ip + ">" + node.Addr
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.clients == nil {
+		e.clients = make(map[string]*client.Client)
+	}
+	if c, ok := e.clients[k]; ok {
+		return c, nil
+	}
+	c, err := client.New([]string{node.Addr}, client.WithLocalAddr(ip), client.WithTimeout(2*time.Second),
+		client.WithBackoff(50*time.Millisecond, 400*time.Millisecond), client.WithWaitPoll(2*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	e.clients[k] = c
+	return c, nil
+}
+
+// ClientAll returns the SDK client of a process that knows every node.
+func (e *Env) ClientAll(ip string) (*client.Client, error) {
+	k := ip + ">*"
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.clients == nil {
+		e.clients = make(map[string]*client.Client)
+	}
+	if c, ok := e.clients[k]; ok {
+		return c, nil
+	}
+	addrs := make([]string, len(e.Nodes))
+	for i, n := range e.Nodes {
+		addrs[i] = n.Addr
+	}
+	c, err := client.New(addrs, client.WithLocalAddr(ip), client.WithTimeout(3*time.Second),
+		client.WithBackoff(50*time.Millisecond, 500*time.Millisecond), client.WithWaitPoll(2*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	e.clients[k] = c
+	return c, nil
+}
+
+// Close closes every SDK client.
+func (e *Env) Close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, c := range e.clients {
+		_ = c.Close()
+	}
+	e.clients = nil
+}
+
+// NodeByID returns the node named id.
+func (e *Env) NodeByID(id string) (Node, bool) {
+	for _, n := range e.Nodes {
+		if n.ID == id {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+// NodeByAddr returns the node whose API address is addr.
+func (e *Env) NodeByAddr(addr string) (Node, bool) {
+	for _, n := range e.Nodes {
+		if n.Addr == addr {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+// h2c returns an HTTP client speaking HTTP/2 without TLS from ip, for the
+// generated worker-stream client.
+func h2c(ip string) *http.Client {
+	d := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{
+		DialContext:         d.DialContext,
+		Protocols:           &p,
+		MaxIdleConnsPerHost: 2,
+		IdleConnTimeout:     10 * time.Second,
+		HTTP2: &http.HTTP2Config{
+			SendPingTimeout: 2 * time.Second,
+			PingTimeout:     2 * time.Second,
+		},
+	}
+	return &http.Client{Transport: tr}
+}
+
+// Outcome classifies an SDK error for the history.
+//   - nil: ok
+//   - invalid, overloaded: the node refused before doing anything: fail
+//   - anything else (outcome unknown, timeouts, lost connections, and the
+//     SDK giving up while an attempt was in flight): info
+func Outcome(err error) history.Type {
+	switch {
+	case err == nil:
+		return history.OK
+	case errors.Is(err, client.ErrInvalid), errors.Is(err, client.ErrOverloaded):
+		return history.Fail
+	}
+	return history.Info
+}
+
+// leaderHint extracts the leader's API address from a not_leader answer.
+func leaderHint(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		if a := ce.Meta().Get("Cronoq-Leader-Addr"); a != "" {
+			return a
+		}
+	}
+	return ""
+}
+
+// errorKind is the cronoq detail kind of an answer ("" when none).
+func errorKind(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Meta().Get("Cronoq-Error")
+	}
+	return ""
+}
+
+// ResultFor is the output a worker reports for payload under token: it
+// names the token, so the final state tells which attempt's result won.
+func ResultFor(payload string, token uint64) string {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s|%d", payload, token)
+	return fmt.Sprintf("r-%d-%016x", token, h.Sum64())
+}
+
+// ErrorFor is the message of a failure reported under token.
+func ErrorFor(token uint64) string { return fmt.Sprintf("e-%d", token) }
+
+// sleepCtx waits d or until ctx ends; false when ctx ended.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func boolp(b bool) *bool { return &b }

@@ -1,0 +1,13 @@
+//go:build !jepsenfaults
+
+package transport
+
+import (
+	"net/http"
+
+	"github.com/cronoq/cronoq/cluster"
+)
+
+// mountAdmin mounts nothing: release builds have no admin API (see
+// admin_on.go, built with the jepsenfaults tag).
+func mountAdmin(*http.ServeMux, *cluster.Node) {}

@@ -1,0 +1,145 @@
+//go:build jepsenfaults
+
+package transport_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cronoq/cronoq/client"
+)
+
+// adminCall sends method path with body (none when empty) to node n and
+// decodes the JSON answer into a map.
+func adminCall(t *testing.T, n *testNode, method, path, body string) (int, map[string]any) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctxT(t, 30*time.Second), method, "http://"+n.addr+path, rd)
+	require.NoError(t, err)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	var out map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return resp.StatusCode, out
+}
+
+func num(t *testing.T, m map[string]any, k string) uint64 {
+	t.Helper()
+	v, ok := m[k].(float64)
+	require.True(t, ok, "%s missing or not a number in %v", k, m)
+	return uint64(v)
+}
+
+func TestAdminAPI(t *testing.T) {
+	c := newTestCluster(t, 3, 3, 2*time.Second)
+	leader, followers := c.leader()
+	cl := c.client(leader)
+	for i := range 5 {
+		_, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "p", Kind: "k", Key: string(rune('a' + i))})
+		require.NoError(t, err)
+	}
+
+	t.Run("raft", func(t *testing.T) {
+		code, r := adminCall(t, leader, http.MethodGet, "/admin/raft", "")
+		require.Equal(t, http.StatusOK, code)
+		for _, k := range []string{"node", "state", "term", "leader", "applied_index", "epoch", "commit_index"} {
+			require.Contains(t, r, k)
+		}
+		require.Equal(t, leader.id, r["node"])
+		require.Equal(t, "leader", r["state"])
+		require.Equal(t, leader.id, r["leader"])
+		require.Positive(t, num(t, r, "term"))
+		require.Positive(t, num(t, r, "epoch"))
+		require.Equal(t, true, r["ready"])
+		require.GreaterOrEqual(t, num(t, r, "commit_index"), num(t, r, "fsm_index"))
+
+		code, f := adminCall(t, followers[0], http.MethodGet, "/admin/raft", "")
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, "follower", f["state"])
+		require.Equal(t, leader.id, f["leader"])
+		require.Equal(t, false, f["ready"])
+	})
+
+	t.Run("barrier and hash agree across nodes", func(t *testing.T) {
+		code, lb := adminCall(t, leader, http.MethodPost, "/admin/barrier", "")
+		require.Equal(t, http.StatusOK, code, "%v", lb)
+		require.Len(t, lb["hash"], 64)
+		_, r := adminCall(t, leader, http.MethodGet, "/admin/raft", "")
+		commit := num(t, r, "commit_index")
+		for _, f := range followers {
+			code, fb := adminCall(t, f, http.MethodPost, "/admin/barrier", `{"index":`+jsonNum(commit)+`}`)
+			require.Equal(t, http.StatusOK, code, "%v", fb)
+			require.Equal(t, lb, fb, "follower %s", f.id)
+			code, fh := adminCall(t, f, http.MethodGet, "/admin/fsm/hash", "")
+			require.Equal(t, http.StatusOK, code)
+			require.Equal(t, lb, fh)
+		}
+		code, e := adminCall(t, followers[0], http.MethodPost, "/admin/barrier", `{"idx":1}`)
+		require.Equal(t, http.StatusBadRequest, code)
+		require.Contains(t, e["error"], "idx")
+	})
+
+	t.Run("clock", func(t *testing.T) {
+		code, r := adminCall(t, leader, http.MethodPost, "/admin/clock", `{"offset_ms":600000,"rate":1}`)
+		require.Equal(t, http.StatusOK, code, "%v", r)
+		require.Equal(t, float64(600000), r["offset_ms"])
+		require.Equal(t, float64(1), r["rate"])
+		now, err := time.Parse(time.RFC3339Nano, r["now"].(string))
+		require.NoError(t, err)
+		require.WithinDuration(t, time.Now().Add(10*time.Minute), now, time.Minute)
+
+		// The engine stamps its entries with the injected clock.
+		res, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "p", Kind: "k"})
+		require.NoError(t, err)
+		task, err := cl.Get(ctxT(t, 10*time.Second), res.ID)
+		require.NoError(t, err)
+		require.WithinDuration(t, time.Now().Add(10*time.Minute), task.SubmittedAt, time.Minute)
+
+		code, r = adminCall(t, leader, http.MethodPost, "/admin/clock", `{"offset_ms":0,"rate":1}`)
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, float64(0), r["offset_ms"])
+		code, r = adminCall(t, leader, http.MethodGet, "/admin/clock", "")
+		require.Equal(t, http.StatusOK, code)
+		now, err = time.Parse(time.RFC3339Nano, r["now"].(string))
+		require.NoError(t, err)
+		require.WithinDuration(t, time.Now(), now, time.Minute)
+
+		code, _ = adminCall(t, leader, http.MethodPost, "/admin/clock", `{"offset_ms":0,"rate":-2}`)
+		require.Equal(t, http.StatusBadRequest, code)
+	})
+
+	t.Run("disk", func(t *testing.T) {
+		code, r := adminCall(t, leader, http.MethodPost, "/admin/disk", `{"fsync_delay_ms":20,"stall_ms":0}`)
+		require.Equal(t, http.StatusOK, code, "%v", r)
+		require.Equal(t, float64(20), r["fsync_delay_ms"])
+		before := num(t, r, "delayed_writes")
+		_, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "p", Kind: "k"})
+		require.NoError(t, err)
+		_, r = adminCall(t, leader, http.MethodGet, "/admin/disk", "")
+		require.Greater(t, num(t, r, "delayed_writes"), before)
+		require.GreaterOrEqual(t, num(t, r, "injected_ms"), uint64(20))
+
+		code, r = adminCall(t, leader, http.MethodPost, "/admin/disk", `{}`)
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, float64(0), r["fsync_delay_ms"])
+		require.Equal(t, float64(0), r["stall_remaining_ms"])
+	})
+}
+
+func jsonNum(n uint64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
