@@ -61,3 +61,38 @@ generate:
 ## run: a local three-node cluster on loopback with a worker, doing real work.
 run: build
 	./scripts/run-local.sh
+
+## ---------------------------------------------------------------------------
+## jepsen: the fault-injection harness (needs root: network and PID
+## namespaces, iptables inside them). See jepsen/run-in-netns.sh.
+JEPSEN          := bin/jepsen
+JEPSEN_NODE     := bin/cronoq-jepsen
+JEPSEN_BUGS     := ackearly noepoch stalelease cronrefire followerread
+JEPSEN_DURATION ?= 30m
+JEPSEN_LIMIT    ?= 40m
+JEPSEN_SEED     ?= 0
+
+.PHONY: jepsen-build jepsen-smoke jepsen jepsen-selftest
+
+## jepsen-build: the node binary with the test-only admin API and the harness.
+jepsen-build:
+	CGO_ENABLED=0 $(GO) build -trimpath -tags jepsenfaults -o $(JEPSEN_NODE) ./cmd/node
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(JEPSEN) ./jepsen/cmd/jepsen
+
+## jepsen-smoke: the fixed CI schedule, about three minutes.
+jepsen-smoke: jepsen-build
+	./jepsen/run-in-netns.sh 225s $(JEPSEN) run -bin $(JEPSEN_NODE) -schedule smoke -budget 215s -seed $(JEPSEN_SEED)
+
+## jepsen: a soak run of JEPSEN_DURATION faults (JEPSEN_LIMIT bounds the whole run).
+jepsen: jepsen-build
+	./jepsen/run-in-netns.sh $(JEPSEN_LIMIT) $(JEPSEN) run -bin $(JEPSEN_NODE) -schedule soak \
+		-duration $(JEPSEN_DURATION) -budget $(JEPSEN_LIMIT) -seed $(JEPSEN_SEED)
+
+## jepsen-selftest: each deliberate bug build must be caught by its checker,
+## and the normal build must be valid.
+jepsen-selftest: jepsen-build
+	@for b in $(JEPSEN_BUGS); do \
+		echo "building $(JEPSEN_NODE)-$$b"; \
+		CGO_ENABLED=0 $(GO) build -trimpath -tags jepsenfaults,jepsenbug_$$b -o $(JEPSEN_NODE)-$$b ./cmd/node || exit 1; \
+	done
+	$(JEPSEN) selftest -bin-dir bin

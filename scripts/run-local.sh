@@ -19,6 +19,7 @@ cleanup() {
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
 	rm -rf "$DIR"
 	echo "==> stopped; removed $DIR"
+	exit 0
 }
 trap cleanup INT TERM EXIT
 

@@ -107,10 +107,11 @@ bootstrap_expect, join = [...], max_payload = "2MiB", heartbeat_window =
 
 SIZE is a number of bytes with an optional unit: 512KiB, 1MiB, 2MB, 1G.
 
-On SIGINT or SIGTERM the node stops cleanly and exits 0: it refuses new
-calls, hands leadership to another voter if it leads, finishes what is in
-flight, and closes its connections. It stays in the Raft configuration
-unless -leave-on-terminate is set. A second signal kills it at once.`
+On SIGINT or SIGTERM the node stops cleanly and exits 0 (1 only if
+stopping itself failed): it refuses new calls, hands leadership to another
+voter if it leads, finishes what is in flight, and closes its connections.
+It stays in the Raft configuration unless -leave-on-terminate is set. A
+second signal kills it at once.`
 
 // agentFlags registers the agent's flags on c, bound to cfg.
 func agentFlags(c *cmd, cfg *agentConfig) {
