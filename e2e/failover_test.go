@@ -206,6 +206,7 @@ func TestLeaderKill9UnderLoad(t *testing.T) {
 	})
 	c.kill9(leader)
 	killedAt := time.Now()
+	runsBeforeKill := len(readExecLog(t, execLog))
 	wg.Wait()
 	require.NoError(t, submitCtx.Err(), "submits did not all get acknowledged")
 	require.Empty(t, ackErrs)
@@ -284,7 +285,10 @@ func TestLeaderKill9UnderLoad(t *testing.T) {
 		require.Equal(t, fmt.Sprintf("out-%s-%d-%d-%s", id, last.attempt, last.lease, payload), *task.Output,
 			"task %s: the output is not the last attempt's stdout", id)
 	}
-	t.Logf("%d handler runs for %d tasks; %d tasks ran more than once (lost leases)", len(recs), len(byID), rerun)
+	t.Logf("%d handler runs for %d tasks (%d before the kill); %d tasks ran more than once (lost leases)", len(recs), len(byID), runsBeforeKill, rerun)
+	// The kill fell in the middle of the work.
+	require.Greater(t, runsBeforeKill, 1)
+	require.Less(t, runsBeforeKill, len(recs))
 
 	// Events: never two successes for one task, nothing after the end.
 	eventually(t, 10*time.Second, func() (bool, string) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -192,4 +193,79 @@ func TestAgentSigtermAndRestart(t *testing.T) {
 	_, followers = c.followers()
 	require.Equal(t, 0, c.terminate(followers[0], 30*time.Second))
 	c.waitStable(30 * time.Second)
+}
+
+// TestClusterCrashAndRestart kills every node with SIGKILL and starts them
+// again on their data dirs: tasks, outputs and schedules are all there.
+func TestClusterCrashAndRestart(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	w := c.startWorker(t, "worker-crash", c.addrs(), "-pool", "crash", "-handler", `job=printf 'out-%s' "$CRONOQ_TASK_ID"`)
+	var done []string
+	for range 3 {
+		task := decodeStrict[taskJSON](t, c.cli(t, "submit", "-pool", "crash", "-kind", "job", "-wait", "-o", "json").ok(t))
+		require.Equal(t, "succeeded", task.Status)
+		done = append(done, task.ID)
+	}
+	w.kill()
+	queued := c.submit(t, "-pool", "crash", "-kind", "job", "-key", "left-queued")
+	decodeStrict[scheduleAddJSON](t, c.cli(t, "recurring", "add", "kept", "-cron", "@daily", "-pool", "crash", "-kind", "job", "-o", "json").ok(t))
+	before := c.listAll(t, "-pool", "crash")
+	require.Len(t, before, 4)
+
+	for _, n := range c.nodes {
+		c.kill9(n)
+	}
+	for _, n := range c.nodes {
+		c.restart(n)
+	}
+	c.waitStable(60 * time.Second)
+	after := c.listAll(t, "-pool", "crash")
+	require.Equal(t, before, after)
+	for _, id := range done {
+		require.Equal(t, "out-"+id, *c.status(t, id).Output)
+	}
+	require.Equal(t, "queued", c.status(t, queued).Status)
+	scheds := decodeStrict[[]scheduleJSON](t, c.cli(t, "recurring", "list", "-o", "json").ok(t))
+	require.Len(t, scheds, 1)
+	require.Equal(t, "kept", scheds[0].Name)
+
+	// New work after the restart gets a new, larger id.
+	c.startWorker(t, "worker-crash-2", c.addrs(), "-pool", "crash", "-handler", `job=printf 'out-%s' "$CRONOQ_TASK_ID"`)
+	task := decodeStrict[taskJSON](t, c.cli(t, "submit", "-pool", "crash", "-kind", "job", "-wait", "-o", "json").ok(t))
+	require.Equal(t, "succeeded", task.Status)
+	require.Greater(t, task.ID, queued)
+	require.Equal(t, "succeeded", c.waitStatus(t, queued, 30*time.Second, "succeeded").Status)
+}
+
+// TestAgentDev starts `cronoq agent -dev`: one node, ready in under two
+// seconds, doing work, stopped by SIGTERM with exit status 0.
+func TestAgentDev(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	httpAddr := freeAddr(t)
+	c := &cluster{t: t, logDir: dir}
+	t.Cleanup(c.cleanup)
+	n := &node{id: "dev", httpAddr: httpAddr, logPath: filepath.Join(dir, "dev.log"), args: []string{"agent", "-dev",
+		"-http-addr", httpAddr, "-raft-addr", freeAddr(t), "-gossip-addr", freeAddr(t)}}
+	c.nodes = []*node{n}
+	start := time.Now()
+	c.start(n)
+	var ready time.Duration
+	eventually(t, 20*time.Second, func() (bool, string) {
+		code, h, body, err := getHealth(httpAddr)
+		if err != nil || code != http.StatusOK || h.Leader == "" || h.Ready != nil && !*h.Ready {
+			return false, fmt.Sprintf("%d %s %v", code, body, err)
+		}
+		ready = time.Since(start)
+		return true, ""
+	})
+	t.Logf("-dev ready after %s", ready.Round(time.Millisecond))
+	require.Less(t, ready, 2*time.Second, "-dev is ready in under 2 seconds")
+
+	c.startWorker(t, "worker-dev", httpAddr, "-pool", "p", "-handler", "job=cat")
+	task := decodeStrict[taskJSON](t, cliAt(t, httpAddr, "submit", "-pool", "p", "-kind", "job", "-payload", "dev", "-wait", "-o", "json").ok(t))
+	require.Equal(t, "succeeded", task.Status)
+	require.Equal(t, "dev", *task.Output)
+	require.Equal(t, 0, c.terminate(n, 30*time.Second))
 }

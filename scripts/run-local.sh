@@ -36,7 +36,7 @@ done
 export CRONOQ_ADDR=$ADDRS
 echo "==> waiting for a leader"
 for _ in $(seq 1 100); do
-	if "$BIN" health -rpc-timeout 1s >/dev/null 2>&1; then break; fi
+	if "$BIN" health -rpc-timeout 1s -o json 2>/dev/null | grep -q '"status": *"ok"'; then break; fi
 	sleep 0.2
 done
 "$BIN" health
@@ -62,7 +62,7 @@ while true; do
 	if out=$("$BIN" submit -pool demo -kind "$kind" -payload "job $i" -wait -o json 2>&1); then
 		ms=$((($(date +%s%N) - start) / 1000000))
 		id=$(printf '%s' "$out" | sed -n 's/.*"id": *"\([^"]*\)".*/\1/p' | head -1)
-		output=$(printf '%s' "$out" | sed -n 's/.*"output": *"\([^"]*\)".*/\1/p' | head -1)
+		output=$(printf '%s' "$out" | sed -n 's/.*"output": *"\([^"]*\)".*/\1/p' | head -1 | sed 's/\\n$//')
 		attempt=$(printf '%s' "$out" | sed -n 's/.*"attempt": *\([0-9]*\).*/\1/p' | head -1)
 		printf '%s  %-8s %s  succeeded in %4d ms (attempt %s): %s\n' "$(date +%T)" "$kind" "$id" "$ms" "$attempt" "$output"
 	else

@@ -70,9 +70,16 @@ type adminClock struct {
 	Now      string   `json:"now,omitempty"`  // the clock's reading (answers only)
 }
 
+// adminDiskRequest is the body of POST /admin/disk.
+type adminDiskRequest struct {
+	FsyncDelayMS int64 `json:"fsync_delay_ms"`
+	StallMS      int64 `json:"stall_ms"`
+}
+
+// adminDisk is the answer of /admin/disk: the settings in force and the
+// counters of the raft store writes.
 type adminDisk struct {
 	FsyncDelayMS     int64  `json:"fsync_delay_ms"`
-	StallMS          int64  `json:"stall_ms"`
 	StallRemainingMS int64  `json:"stall_remaining_ms"`
 	Writes           uint64 `json:"writes"`
 	DelayedWrites    uint64 `json:"delayed_writes"`
@@ -211,7 +218,7 @@ func (a *adminAPI) getDisk(w http.ResponseWriter, _ *http.Request) {
 // setDisk sets the raft store delays: {"fsync_delay_ms":N,"stall_ms":M};
 // {} resets them.
 func (a *adminAPI) setDisk(w http.ResponseWriter, r *http.Request) {
-	var req adminDisk
+	var req adminDiskRequest
 	if err := adminReadJSON(r, &req); err != nil {
 		adminWriteError(w, http.StatusBadRequest, err)
 		return

@@ -46,14 +46,3 @@ func (r *replica) commit(c *Core, now time.Time) Output {
 	}
 	return o
 }
-
-// replies returns the replies among held actions, by request.
-func replies(o Output) map[ReqID]Action {
-	out := make(map[ReqID]Action)
-	for _, a := range o.Held {
-		if a.Kind == ActReply || a.Kind == ActDispatch {
-			out[a.Req] = a
-		}
-	}
-	return out
-}

@@ -87,3 +87,14 @@ func TestBugStaleLeaseAcrossFailover(t *testing.T) {
 	rec, _ = r.state.Get(id)
 	require.Equal(t, fsm.StatusSucceeded, rec.Status)
 }
+
+// replies returns the replies among held actions, by request.
+func replies(o Output) map[ReqID]Action {
+	out := make(map[ReqID]Action)
+	for _, a := range o.Held {
+		if a.Kind == ActReply || a.Kind == ActDispatch {
+			out[a.Req] = a
+		}
+	}
+	return out
+}
