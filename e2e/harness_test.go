@@ -587,10 +587,12 @@ type worker struct {
 	*proc
 }
 
-// startWorker runs `cronoq worker` with args plus -addr addrs.
+// startWorker runs `cronoq worker` with args plus -addr addrs, its work
+// directories under the cluster's temporary directory unless args set
+// -workdir (a later flag wins).
 func (c *cluster) startWorker(t testing.TB, name, addrs string, args ...string) *worker {
 	t.Helper()
-	args = append([]string{"worker", "-addr", addrs, "-log-level", "debug"}, args...)
+	args = append([]string{"worker", "-addr", addrs, "-log-level", "debug", "-workdir", filepath.Join(c.logDir, name+"-work")}, args...)
 	p := startProc(t, name, filepath.Join(c.logDir, name+".log"), nil, args...)
 	c.track(p)
 	return &worker{p}

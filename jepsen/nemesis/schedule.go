@@ -262,6 +262,9 @@ func killAll(down time.Duration) Step {
 }
 
 func pauseNode(name string, pick func(ctx context.Context, e *Env) (string, error), d time.Duration, zombie string, scenarios ...int) Step {
+	if zombie != "" {
+		scenarios = append(scenarios, 6)
+	}
 	return Step{Name: name, Scenarios: scenarios, Gap: 3 * time.Second, Run: func(ctx context.Context, e *Env) error {
 		n, err := pick(ctx, e)
 		if err != nil {

@@ -1,0 +1,137 @@
+package checker
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cronoq/cronoq/jepsen/history"
+)
+
+// clean is a valid queue history: two tasks, one retried after a lease
+// lost to a paused worker whose late completion was refused.
+func clean() *hb {
+	h := &hb{}
+	h.submit("c1", "p-c1-1", "A")
+	h.submit("c2", "p-c2-1", "B")
+	h.grant("w1", "A", "p-c1-1", 10, 1)
+	h.grant("w2", "B", "p-c2-1", 11, 1)
+	h.completeOK("w1", "A", "p-c1-1", 10, "success")
+	h.grant("w3", "B", "p-c2-1", 12, 2)
+	h.completeStale("w2", "B", "p-c2-1", 11)
+	h.completeOK("w3", "B", "p-c2-1", 12, "success")
+	return h
+}
+
+func TestQueueCleanHistoryIsValid(t *testing.T) {
+	h := clean()
+	h.final(succeeded("A", "p-c1-1", 10, 1), succeeded("B", "p-c2-1", 12, 2))
+	r := Queue(h.ops, Params{})
+	require.Equal(t, Valid, r.Valid, "%+v", r.Anomalies)
+	require.EqualValues(t, 2, r.Counts["acked_keys"])
+	require.EqualValues(t, 1, r.Counts["completions_stale"])
+}
+
+func TestQueueWithoutFinalReadIsUnknown(t *testing.T) {
+	r := Queue(clean().ops, Params{})
+	require.Equal(t, Unknown, r.Valid)
+}
+
+func TestQueueAnomalies(t *testing.T) {
+	tests := []struct {
+		name  string
+		build func(h *hb)
+		inv   string
+	}{
+		{"lost acked submit", func(h *hb) {
+			h.final(succeeded("A", "p-c1-1", 10, 1))
+		}, "Q1"},
+		{"acked task not terminal", func(h *hb) {
+			b := succeeded("B", "p-c2-1", 12, 2)
+			b.Status, b.Output = "running", ""
+			h.final(succeeded("A", "p-c1-1", 10, 1), b)
+		}, "Q1"},
+		{"unexpected task", func(h *hb) {
+			h.final(succeeded("A", "p-c1-1", 10, 1), succeeded("B", "p-c2-1", 12, 2),
+				history.TaskState{ID: "Z", Pool: q, Key: "p-zz-1", Status: "queued"})
+		}, "Q2"},
+		{"phantom from a definitely failed submit", func(h *hb) {
+			h.call("c3", "submit", &history.Value{Pool: q, Key: "p-c3-1"}, history.Fail, &history.Value{Key: "p-c3-1"})
+			h.final(succeeded("A", "p-c1-1", 10, 1), succeeded("B", "p-c2-1", 12, 2),
+				history.TaskState{ID: "C", Pool: q, Key: "p-c3-1", Status: "cancelled"})
+		}, "Q3"},
+		{"two ids for one key", func(h *hb) {
+			h.submit("c1", "p-c1-1", "A2")
+			h.final(succeeded("A", "p-c1-1", 10, 1), succeeded("B", "p-c2-1", 12, 2))
+		}, "Q4"},
+		{"two tasks for one key", func(h *hb) {
+			h.final(succeeded("A", "p-c1-1", 10, 1), succeeded("B", "p-c2-1", 12, 2), succeeded("A3", "p-c1-1", 13, 1))
+		}, "Q4"},
+		{"two accepted completions", func(h *hb) {
+			h.completeOK("w2", "B", "p-c2-1", 11, "success")
+			h.final(succeeded("A", "p-c1-1", 10, 1), succeeded("B", "p-c2-1", 12, 2))
+		}, "Q5"},
+		{"stale completion accepted after a newer grant", func(h *hb) {
+			h.submit("c1", "p-c1-9", "D")
+			h.grant("w1", "D", "p-c1-9", 20, 1)
+			h.grant("w2", "D", "p-c1-9", 21, 2)
+			h.completeOK("w1", "D", "p-c1-9", 20, "success")
+			h.final(succeeded("A", "p-c1-1", 10, 1), succeeded("B", "p-c2-1", 12, 2), succeeded("D", "p-c1-9", 20, 2))
+		}, "Q6"},
+		{"two leases for one attempt", func(h *hb) {
+			h.grant("w2", "A", "p-c1-1", 30, 1)
+			h.final(succeeded("A", "p-c1-1", 10, 1), succeeded("B", "p-c2-1", 12, 2))
+		}, "Q6"},
+		{"lease granted after completion", func(h *hb) {
+			h.grant("w2", "A", "p-c1-1", 31, 2)
+			h.final(succeeded("A", "p-c1-1", 10, 2), succeeded("B", "p-c2-1", 12, 2))
+		}, "Q6"},
+		{"accepted completion not recorded", func(h *hb) {
+			h.final(succeeded("A", "p-c1-1", 99, 1), succeeded("B", "p-c2-1", 12, 2))
+		}, "Q7"},
+		{"stale-refused completion recorded", func(h *hb) {
+			h.final(succeeded("A", "p-c1-1", 10, 1), succeeded("B", "p-c2-1", 11, 2))
+		}, "Q7"},
+		{"cancel and completion both acked", func(h *hb) {
+			h.call("c4", "cancel", &history.Value{Pool: q, ID: "A", Key: "p-c1-1"}, history.OK, &history.Value{ID: "A", Cancelled: ptr(true)})
+			h.final(succeeded("A", "p-c1-1", 10, 1), succeeded("B", "p-c2-1", 12, 2))
+		}, "Q8"},
+		{"cancelled without a cancel", func(h *hb) {
+			a := succeeded("A", "p-c1-1", 10, 1)
+			a.Status, a.Output = "cancelled", ""
+			h.final(a, succeeded("B", "p-c2-1", 12, 2))
+		}, "Q8"},
+		{"too many attempts", func(h *hb) {
+			b := succeeded("B", "p-c2-1", 12, 2)
+			b.Attempt, b.MaxAttempts = 5, 4
+			h.final(succeeded("A", "p-c1-1", 10, 1), b)
+		}, "Q9"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := clean()
+			tc.build(h)
+			r := Queue(h.ops, Params{})
+			require.Equal(t, Invalid, r.Valid)
+			require.True(t, hasInvariant(r, tc.inv), "want %s, got %v: %+v", tc.inv, r.AnomalyCount, r.Anomalies)
+		})
+	}
+}
+
+// A completion re-sent after an unknown outcome is judged from its first
+// sending: a grant between the two sendings does not make it stale.
+func TestQueueRetriedCompletionCountsFromFirstSend(t *testing.T) {
+	h := &hb{}
+	h.submit("c1", "p-c1-1", "A")
+	h.grant("w1", "A", "p-c1-1", 10, 1)
+	v := &history.Value{Pool: q, ID: "A", Key: "p-c1-1", Token: 10, Outcome: "retryable"}
+	h.call("w1/10", "complete", v, history.Info, nil)
+	h.grant("w2", "A", "p-c1-1", 11, 2)
+	h.call("w1/10", "complete", v, history.OK, nil)
+	h.completeOK("w2", "A", "p-c1-1", 11, "success")
+	h.final(succeeded("A", "p-c1-1", 11, 2))
+	r := Queue(h.ops, Params{})
+	require.Equal(t, Valid, r.Valid, "%+v", r.Anomalies)
+}
+
+func ptr[T any](v T) *T { return &v }
