@@ -350,11 +350,16 @@ func (c *Client) do(ctx context.Context, what string, policy retryPolicy, timeou
 			return nil
 		}
 		lastErr = err
+		if ctx.Err() != nil {
+			// The caller gave up, possibly while this attempt was in flight:
+			// unless the node certainly did not run it, it may have run.
+			if classifyErr(err) != notExecuted {
+				unsure = true
+			}
+			return c.gaveUp(ctx, what, lastErr, unsure)
+		}
 		v := classify(ctx, err)
 		if v == final || (v == uncertain && policy == once) {
-			if ctx.Err() != nil {
-				return c.gaveUp(ctx, what, lastErr, unsure)
-			}
 			if v == uncertain {
 				return fmt.Errorf("%s: %w: %w", what, ErrOutcomeUnknown, err)
 			}

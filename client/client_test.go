@@ -505,3 +505,36 @@ func deadAddr(t *testing.T) string {
 	require.NoError(t, ln.Close())
 	return addr
 }
+
+// Calls that are never retried after an uncertain failure (remove-peer,
+// transfer-leadership) still move past a node that refuses the connection:
+// a connection that was never made carried no request.
+func TestOperatorWritesRotatePastDeadNode(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, []string{deadAddr(t), fc.nodes[0].addr})
+	require.NoError(t, c.RemovePeer(testCtx(t), "node9"))
+	c = newTestClient(t, []string{deadAddr(t), fc.nodes[0].addr})
+	leader, err := c.TransferLeadership(testCtx(t), "node0")
+	require.NoError(t, err)
+	require.Equal(t, "node0", leader)
+}
+
+// A submit cut off by the caller's deadline while its request was in flight
+// may have been admitted: the error says the outcome is unknown.
+func TestSubmitCutOffInFlightIsOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, fc.addrs(0))
+	fc.mu.Lock()
+	fc.submitHold = make(chan struct{}) // the node never answers
+	fc.mu.Unlock()
+	t.Cleanup(func() { close(fc.submitHold) })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k"})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	require.Equal(t, 1, fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure))
+}

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"net"
 
 	"connectrpc.com/connect"
 
@@ -168,6 +169,17 @@ const (
 func classify(parent context.Context, err error) verdict {
 	if parent.Err() != nil {
 		return final
+	}
+	return classifyErr(err)
+}
+
+// classifyErr says what an attempt's error means on its own: whether the
+// call certainly did not run, may have run, or failed for good.
+func classifyErr(err error) verdict {
+	// A connection that was never made carried no request.
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return notExecuted
 	}
 	var ae *APIError
 	if errors.As(err, &ae) {

@@ -38,8 +38,9 @@ type fakeCluster struct {
 	byKey map[string]string
 	seq   int
 
-	submitUnknown int      // next submits commit, then answer outcome_unknown
-	submitKeys    []string // key of every Submit the leader handled
+	submitUnknown int           // next submits commit, then answer outcome_unknown
+	submitHold    chan struct{} // when set, submits block until it is closed or the call ends
+	submitKeys    []string      // key of every Submit the leader handled
 	waitCalls     int
 	schedules     map[string]*cronoqv1.Schedule
 
@@ -310,11 +311,21 @@ func (s *fakeTasks) admitLocked(spec *cronoqv1.TaskSpec) (*cronoqv1.Submitted, e
 	return &cronoqv1.Submitted{Id: c.addTaskLocked(spec).GetId()}, nil
 }
 
-func (s *fakeTasks) Submit(_ context.Context, req *connect.Request[cronoqv1.SubmitRequest]) (*connect.Response[cronoqv1.SubmitResponse], error) {
+func (s *fakeTasks) Submit(ctx context.Context, req *connect.Request[cronoqv1.SubmitRequest]) (*connect.Response[cronoqv1.SubmitResponse], error) {
 	if err := s.n.leaderOnly(); err != nil {
 		return nil, err
 	}
 	c := s.n.c
+	c.mu.Lock()
+	hold := c.submitHold
+	c.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.submitKeys = append(c.submitKeys, req.Msg.GetSpec().GetKey())

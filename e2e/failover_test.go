@@ -223,15 +223,16 @@ func TestLeaderKill9UnderLoad(t *testing.T) {
 	killedAt := time.Now()
 	runsBeforeKill := len(readExecLog(t, execLog))
 	wg.Wait()
+	for msg, n := range submitErrs {
+		t.Logf("submit error (%d times): %s", n, msg)
+		require.NotContains(t, msg, "\n", "an error is one line")
+	}
 	require.NoError(t, submitCtx.Err(), "submits did not all get acknowledged")
 	require.Empty(t, ackErrs)
 	require.Len(t, acked, nTasks)
 	newLeader := c.waitStable(30 * time.Second)
 	t.Logf("new leader %s after %s; %d submits failed and were repeated, %d keys acknowledged after a repeat (%d as duplicates)", newLeader.id,
 		time.Since(killedAt).Round(time.Millisecond), resubmit.Load(), retriedOK.Load(), dupAfterRetry.Load())
-	for msg, n := range submitErrs {
-		t.Logf("submit error (%d times): %s", n, msg)
-	}
 
 	// Every task ends.
 	var tasks []taskJSON

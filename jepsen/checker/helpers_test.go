@@ -32,8 +32,6 @@ func (h *hb) complete(p, f string, typ history.Type, out *history.Value) {
 	h.add(p, typ, f, out)
 }
 
-func (h *hb) sleep(d time.Duration) { h.t += int64(d) }
-
 const q = workload.QueuePool
 
 func (h *hb) submit(p, key, id string) {

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cronoq/cronoq/jepsen/history"
+	"github.com/cronoq/cronoq/jepsen/workload"
 )
 
 // clean is a valid queue history: two tasks, one retried after a lease
@@ -46,7 +47,8 @@ func TestQueueAnomalies(t *testing.T) {
 		{"lost acked submit", func(h *hb) {
 			h.final(succeeded("A", "p-c1-1", 10, 1))
 		}, "Q1"},
-		{"acked task not terminal", func(h *hb) {
+		{"acked task not terminal after the drain", func(h *hb) {
+			h.call("final", workload.DrainOp, &history.Value{Detail: "[q cron]"}, history.OK, nil)
 			b := succeeded("B", "p-c2-1", 12, 2)
 			b.Status, b.Output = "running", ""
 			h.final(succeeded("A", "p-c1-1", 10, 1), b)
@@ -132,6 +134,18 @@ func TestQueueRetriedCompletionCountsFromFirstSend(t *testing.T) {
 	h.final(succeeded("A", "p-c1-1", 11, 2))
 	r := Queue(h.ops, Params{})
 	require.Equal(t, Valid, r.Valid, "%+v", r.Anomalies)
+}
+
+func TestQueueUndrainedIsUnknown(t *testing.T) {
+	h := &hb{}
+	h.submit("c1", "p-c1-1", "A")
+	h.grant("w1", "A", "p-c1-1", 10, 1)
+	h.call("final", workload.DrainOp, &history.Value{Detail: "[q cron]"}, history.Info, nil)
+	a := succeeded("A", "p-c1-1", 10, 1)
+	a.Status, a.Output = "running", ""
+	h.final(a)
+	r := Queue(h.ops, Params{})
+	require.Equal(t, Unknown, r.Valid, "%+v", r)
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -102,10 +102,6 @@ func (r *Result) unknown(format string, args ...any) {
 	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
 }
 
-func (r *Result) note(format string, args ...any) {
-	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
-}
-
 // Combine is the overall verdict of several results: invalid if any is,
 // else unknown if any is, else valid.
 func Combine(rs []*Result) Validity {

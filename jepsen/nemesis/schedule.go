@@ -438,14 +438,14 @@ func Smoke(workers []string) Schedule {
 	return Schedule{Name: "smoke", Steps: []Step{
 		isolateLeaderWithWorker(workers[0], 6*time.Second),
 		killNode("kill-leader", pickLeader, 2*time.Second, 2, 3, 8),
-		pauseNode("pause-leader+zombie-worker", pickLeader, 6*time.Second, workers[1], 7),
+		pauseNode("pause-leader+zombie-worker", pickLeader, 5*time.Second, workers[1], 7),
 		cronSlotKill(5 * time.Second),
 		clockJump(8*time.Second, 4*time.Second),
-		slowDisk(150*time.Millisecond, 2*time.Second, 5*time.Second),
-		bridge(5 * time.Second),
-		ring(5 * time.Second),
+		slowDisk(150*time.Millisecond, 2*time.Second, 4*time.Second),
+		bridge(4 * time.Second),
+		ring(4 * time.Second),
 		oneWayLeaderOut(4 * time.Second),
-		isolateUntilSnapshot(12 * time.Second),
+		isolateUntilSnapshot(10 * time.Second),
 		killAll(2 * time.Second),
 	}}
 }

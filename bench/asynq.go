@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+const asynqQueue = "bench"
+
+// asynqSys is asynq on a single Redis server with the append-only file on,
+// fsync'd on every write (always) or once a second (everysec).
+type asynqSys struct {
+	env    *Env
+	fsync  string // always | everysec
+	dir    string
+	redis  *proc
+	addr   string
+	rc     *redis.Client // enqueue side
+	wc     *redis.Client // worker side, with the completion hook
+	client *asynq.Client
+	srv    *asynq.Server
+	logf   *os.File
+}
+
+func (s *asynqSys) Name() string { return "asynq-" + s.fsync }
+func (s *asynqSys) Copies() int  { return 1 }
+func (s *asynqSys) Durability() string {
+	if s.fsync == "always" {
+		return "acknowledged after Redis appended the write to its AOF and fsync'd it (appendfsync always) on the one server"
+	}
+	return "acknowledged before fsync: Redis fsyncs its AOF once a second (appendfsync everysec), so a crash loses up to ~1 s of acknowledged writes; one server"
+}
+func (s *asynqSys) Config() string {
+	return fmt.Sprintf("Redis (Debian) with --appendonly yes --appendfsync %s --save \"\" (no RDB snapshots), defaults otherwise; "+
+		"asynq server Concurrency %d, one queue, TaskCheckInterval %s, library defaults otherwise; enqueue with Client.Enqueue (asynq has no batch enqueue)",
+		s.fsync, s.env.opts.concurrency, s.env.opts.asynqCheck)
+}
+
+func (s *asynqSys) ServerPIDs() []int {
+	if s.redis == nil {
+		return nil
+	}
+	return []int{s.redis.pid}
+}
+
+func (s *asynqSys) Start(ctx context.Context, dir string) error {
+	s.dir = dir
+	ports, err := freePorts(1)
+	if err != nil {
+		return err
+	}
+	s.addr = fmt.Sprintf("127.0.0.1:%d", ports[0])
+	rdir := dir + "/redis"
+	if err := os.MkdirAll(rdir, 0o755); err != nil {
+		return err
+	}
+	lf := logPath(dir, "redis")
+	s.redis, err = s.env.procs.start("redis-"+s.fsync, lf, nil, nil, s.env.redisBin,
+		"--port", strconv.Itoa(ports[0]),
+		"--bind", "127.0.0.1",
+		"--dir", rdir,
+		"--appendonly", "yes",
+		"--appendfsync", s.fsync,
+		"--save", "",
+		"--daemonize", "no",
+		"--protected-mode", "no",
+		"--logfile", "",
+	)
+	if err != nil {
+		return err
+	}
+	s.rc = redis.NewClient(&redis.Options{Addr: s.addr, PoolSize: 64})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if done, werr := s.redis.exited(); done {
+			return fmt.Errorf("redis-server exited: %v: %s", werr, tailFile(lf, 1500))
+		}
+		if err := s.rc.Ping(ctx).Err(); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("redis-server not answering within 30s: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	s.client = asynq.NewClientFromRedisClient(s.rc)
+	if s.logf, err = os.Create(logPath(dir, "asynq")); err != nil {
+		return err
+	}
+	return nil
+}
+
+func asynqTask(seq int) (*asynq.Task, []asynq.Option) {
+	return asynq.NewTask("noop", payload(seq)), []asynq.Option{asynq.Queue(asynqQueue), asynq.TaskID("s" + strconv.Itoa(seq))}
+}
+
+func (s *asynqSys) Enqueue(ctx context.Context, seq int) error {
+	t, opts := asynqTask(seq)
+	_, err := s.client.EnqueueContext(ctx, t, opts...)
+	return err
+}
+
+func (s *asynqSys) EnqueueBatch(context.Context, []int) error { return errNoBatch }
+
+// StartWorkers starts an asynq server. A completion counts when the reply to
+// asynq's "done" script (which removes the task from the active list) comes
+// back: Redis answers only after the AOF write (and, with appendfsync
+// always, its fsync). A go-redis hook on the server's connection sees it.
+func (s *asynqSys) StartWorkers(ctx context.Context, done func(seq int)) error {
+	s.wc = redis.NewClient(&redis.Options{Addr: s.addr})
+	s.wc.AddHook(doneHook{done: done})
+	s.srv = asynq.NewServerFromRedisClient(s.wc, asynq.Config{
+		Concurrency:       s.env.opts.concurrency,
+		Queues:            map[string]int{asynqQueue: 1},
+		TaskCheckInterval: s.env.opts.asynqCheck,
+		ShutdownTimeout:   10 * time.Second,
+		Logger:            fileLogger{log.New(s.logf, "", log.LstdFlags|log.Lmicroseconds)},
+		LogLevel:          asynq.WarnLevel,
+	})
+	h := asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })
+	if err := s.srv.Start(h); err != nil {
+		return fmt.Errorf("starting asynq server: %w", err)
+	}
+	return nil
+}
+
+func (s *asynqSys) StopWorkers() error {
+	if s.srv == nil {
+		return nil
+	}
+	s.srv.Shutdown()
+	s.srv = nil
+	err := s.wc.Close()
+	s.wc = nil
+	return err
+}
+
+func (s *asynqSys) Completed(ctx context.Context) (int64, error) {
+	info, err := asynq.NewInspectorFromRedisClient(s.rc).GetQueueInfo(asynqQueue)
+	if err != nil {
+		return 0, err
+	}
+	return int64(info.ProcessedTotal - info.FailedTotal), nil
+}
+
+func (s *asynqSys) Stop() error {
+	errs := []error{s.StopWorkers()}
+	if s.client != nil {
+		s.client.Close()
+		s.client = nil
+	}
+	if s.rc != nil {
+		s.rc.Close()
+		s.rc = nil
+	}
+	if s.logf != nil {
+		s.logf.Close()
+	}
+	errs = append(errs, s.env.procs.stop(s.redis, syscall.SIGTERM, 30*time.Second))
+	s.redis = nil
+	return errors.Join(errs...)
+}
+
+// doneHook reports the tasks whose "done" script succeeded. That script
+// takes five keys: …:active, …:lease, …:t:<id>, …:processed:<date>,
+// …:processed, and the task id as its first argument.
+type doneHook struct{ done func(int) }
+
+func (doneHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (doneHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h doneHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err != nil || cmd.Err() != nil {
+			return err
+		}
+		a := cmd.Args()
+		if len(a) < 9 {
+			return nil
+		}
+		if name, _ := a[0].(string); name != "evalsha" && name != "eval" {
+			return nil
+		}
+		if nk, ok := a[2].(int); !ok || nk != 5 {
+			return nil
+		}
+		k1, _ := a[3].(string)
+		k3, _ := a[5].(string)
+		k4, _ := a[6].(string)
+		if !strings.HasSuffix(k1, ":active") || !strings.Contains(k3, ":t:") || !strings.Contains(k4, ":processed:") {
+			return nil
+		}
+		id, _ := a[8].(string)
+		if seq, err := strconv.Atoi(strings.TrimPrefix(id, "s")); err == nil && strings.HasPrefix(id, "s") {
+			h.done(seq)
+		}
+		return nil
+	}
+}
+
+// fileLogger is asynq's logger, writing to the cell's log.
+type fileLogger struct{ l *log.Logger }
+
+func (f fileLogger) Debug(args ...any) { f.l.Print(append([]any{"DEBUG "}, args...)...) }
+func (f fileLogger) Info(args ...any)  { f.l.Print(append([]any{"INFO "}, args...)...) }
+func (f fileLogger) Warn(args ...any)  { f.l.Print(append([]any{"WARN "}, args...)...) }
+func (f fileLogger) Error(args ...any) { f.l.Print(append([]any{"ERROR "}, args...)...) }
+func (f fileLogger) Fatal(args ...any) { f.l.Fatal(append([]any{"FATAL "}, args...)...) }

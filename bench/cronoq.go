@@ -1,0 +1,413 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cronoq/cronoq/client"
+	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
+	"github.com/cronoq/cronoq/transport/gen/cronoqv1/cronoqv1connect"
+)
+
+const (
+	cronoqPool    = "bench"
+	cronoqKind    = "noop"
+	cronoqWorkers = 4 // SDK workers the concurrency is split over
+)
+
+// cronoqSys is a three-node cronoq cluster of bin/cronoq agents with the
+// production settings (raft-boltdb fsync on every node).
+type cronoqSys struct {
+	env     *Env
+	dir     string
+	nodes   []*proc
+	http    []string
+	submit  []*client.Client
+	next    uint64
+	mu      sync.Mutex
+	workers []*client.Client
+	stopW   context.CancelFunc
+	wg      sync.WaitGroup
+	runErrs []error
+	leases  sync.Map // lease -> seq, from grant to acknowledged completion
+}
+
+func (s *cronoqSys) Name() string { return "cronoq" }
+func (s *cronoqSys) Copies() int  { return 3 }
+func (s *cronoqSys) Durability() string {
+	return "acknowledged once committed by raft: fsync'd (raft-boltdb) on a majority of the 3 nodes"
+}
+func (s *cronoqSys) Config() string {
+	return fmt.Sprintf("3 × `bin/cronoq agent` on 127.0.0.1 with default (production) settings: raft-boltdb with fsync, raft.DefaultConfig timings; "+
+		"Go SDK: %d workers × %d slots (no-op handler), default completion batching; submits with Submit / SubmitBatch (random idempotency key per task, as the SDK does)",
+		cronoqWorkers, s.env.opts.concurrency/cronoqWorkers)
+}
+
+func (s *cronoqSys) ServerPIDs() []int {
+	var pids []int
+	for _, p := range s.nodes {
+		pids = append(pids, p.pid)
+	}
+	return pids
+}
+
+func (s *cronoqSys) Start(ctx context.Context, dir string) error {
+	s.dir = dir
+	ports, err := freePorts(9)
+	if err != nil {
+		return err
+	}
+	var join []string
+	for i := 0; i < 3; i++ {
+		join = append(join, "-join", fmt.Sprintf("127.0.0.1:%d", ports[i*3+2]))
+	}
+	for i := 0; i < 3; i++ {
+		id := fmt.Sprintf("n%d", i+1)
+		httpAddr := fmt.Sprintf("127.0.0.1:%d", ports[i*3])
+		args := append([]string{"agent",
+			"-node-id", id,
+			"-data-dir", filepath.Join(dir, id),
+			"-http-addr", httpAddr,
+			"-raft-addr", fmt.Sprintf("127.0.0.1:%d", ports[i*3+1]),
+			"-gossip-addr", fmt.Sprintf("127.0.0.1:%d", ports[i*3+2]),
+			"-bootstrap-expect", "3",
+			"-log-level", "warn",
+		}, join...)
+		p, err := s.env.procs.start("cronoq-"+id, logPath(dir, "cronoq-"+id), nil, nil, s.env.opts.cronoqBin, args...)
+		if err != nil {
+			return err
+		}
+		s.nodes = append(s.nodes, p)
+		s.http = append(s.http, httpAddr)
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return err
+	}
+	for i := 0; i < 2; i++ {
+		c, err := client.New(s.http)
+		if err != nil {
+			return err
+		}
+		s.submit = append(s.submit, c)
+	}
+	return nil
+}
+
+// waitReady waits until every node answers /v1/health with a leader and the
+// cluster's status is ok.
+func (s *cronoqSys) waitReady(ctx context.Context) error {
+	deadline := time.Now().Add(60 * time.Second)
+	hc := &http.Client{Timeout: time.Second}
+	for {
+		ready := 0
+		for i, addr := range s.http {
+			if done, err := s.nodes[i].exited(); done {
+				return fmt.Errorf("cronoq node %d exited: %v: %s", i+1, err, tailFile(logPath(s.dir, s.nodes[i].name), 2000))
+			}
+			resp, err := hc.Get("http://" + addr + "/v1/health")
+			if err != nil {
+				continue
+			}
+			var h struct {
+				Leader string `json:"leader"`
+				Status string `json:"status"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&h)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode == http.StatusOK && h.Leader != "" && h.Status == "ok" {
+				ready++
+			}
+		}
+		if ready == len(s.http) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cronoq cluster not ready within 60s (%d of %d nodes report a leader and status ok); log: %s",
+				ready, len(s.http), tailFile(logPath(s.dir, "cronoq-n1"), 1500))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (s *cronoqSys) pick() *client.Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.next++
+	return s.submit[s.next%uint64(len(s.submit))]
+}
+
+func spec(seq int) client.TaskSpec {
+	return client.TaskSpec{Pool: cronoqPool, Kind: cronoqKind, Payload: payload(seq)}
+}
+
+func (s *cronoqSys) Enqueue(ctx context.Context, seq int) error {
+	_, err := s.pick().Submit(ctx, spec(seq))
+	return err
+}
+
+func (s *cronoqSys) EnqueueBatch(ctx context.Context, seqs []int) error {
+	specs := make([]client.TaskSpec, len(seqs))
+	for i, q := range seqs {
+		specs[i] = spec(q)
+	}
+	_, err := s.pick().SubmitBatch(ctx, specs)
+	return err
+}
+
+// StartWorkers runs SDK workers. A completion counts once the leader's
+// CompleteAck for its lease reaches the worker: the node sends it only after
+// the completion is committed. The SDK keeps acks to itself, so the worker
+// stream's responses are read on their way in (see ackTap).
+func (s *cronoqSys) StartWorkers(ctx context.Context, done func(seq int)) error {
+	wctx, cancel := context.WithCancel(context.Background())
+	s.stopW = cancel
+	onAck := func(leases []uint64) {
+		for _, l := range leases {
+			if v, ok := s.leases.LoadAndDelete(l); ok {
+				done(v.(int))
+			}
+		}
+	}
+	handler := client.HandlerFunc(func(_ context.Context, job *client.Job) ([]byte, error) {
+		seq, err := seqOf(job.Task.Payload)
+		if err != nil {
+			return nil, client.Permanent(err)
+		}
+		s.leases.Store(job.Lease, seq)
+		return nil, nil
+	})
+	per := s.env.opts.concurrency / cronoqWorkers
+	for i := 0; i < cronoqWorkers; i++ {
+		tr, err := h2cTransport()
+		if err != nil {
+			cancel()
+			return err
+		}
+		c, err := client.New(s.http, client.WithHTTPClient(&http.Client{Transport: &ackTap{base: tr, onAck: onAck}}))
+		if err != nil {
+			cancel()
+			return err
+		}
+		s.workers = append(s.workers, c)
+		w, err := c.NewWorker(client.WorkerConfig{
+			Pool:        cronoqPool,
+			Concurrency: per,
+			Handlers:    map[string]client.Handler{cronoqKind: handler},
+			ID:          fmt.Sprintf("bench-%d", i),
+		})
+		if err != nil {
+			cancel()
+			return err
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := w.Run(wctx); err != nil && !errors.Is(err, context.Canceled) {
+				s.mu.Lock()
+				s.runErrs = append(s.runErrs, err)
+				s.mu.Unlock()
+			}
+		}()
+	}
+	return nil
+}
+
+func (s *cronoqSys) StopWorkers() error {
+	if s.stopW == nil {
+		return nil
+	}
+	s.stopW()
+	s.stopW = nil
+	waited := make(chan struct{})
+	go func() { s.wg.Wait(); close(waited) }()
+	var err error
+	select {
+	case <-waited:
+	case <-time.After(30 * time.Second):
+		err = errors.New("cronoq workers did not stop within 30s")
+	}
+	for _, c := range s.workers {
+		c.Close()
+	}
+	s.workers = nil
+	s.mu.Lock()
+	err = errors.Join(append([]error{err}, s.runErrs...)...)
+	s.runErrs = nil
+	s.mu.Unlock()
+	return err
+}
+
+func (s *cronoqSys) Completed(ctx context.Context) (int64, error) {
+	counts, err := s.submit[0].Counts(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return counts[cronoqPool][client.StatusSucceeded], nil
+}
+
+func (s *cronoqSys) Stop() error {
+	werr := s.StopWorkers()
+	for _, c := range s.submit {
+		c.Close()
+	}
+	s.submit = nil
+	var wg sync.WaitGroup
+	errs := make([]error, len(s.nodes))
+	for i, p := range s.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.env.procs.stop(p, syscall.SIGTERM, 30*time.Second)
+		}()
+	}
+	wg.Wait()
+	s.nodes = nil
+	return errors.Join(append(errs, werr)...)
+}
+
+// h2cTransport is the transport the SDK builds for itself: HTTP/2 without
+// TLS, with pings.
+func h2cTransport() (*http.Transport, error) {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}
+	return &http.Transport{
+		DialContext:         d.DialContext,
+		Protocols:           &p,
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     90 * time.Second,
+		HTTP2: &http.HTTP2Config{
+			SendPingTimeout: 10 * time.Second,
+			PingTimeout:     5 * time.Second,
+		},
+	}, nil
+}
+
+// ackTap passes every request through and, on worker streams, reads the
+// server's messages as the SDK reads them, reporting the leases of accepted
+// completions (CompleteAck results without an error).
+type ackTap struct {
+	base  http.RoundTripper
+	onAck func(leases []uint64)
+}
+
+func (t *ackTap) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if err != nil || !strings.HasSuffix(req.URL.Path, cronoqv1connect.WorkerServiceConnectProcedure) {
+		return resp, err
+	}
+	resp.Body = &envelopeTap{rc: resp.Body, gzip: resp.Header.Get("Connect-Content-Encoding") == "gzip", onAck: t.onAck}
+	return resp, nil
+}
+
+// envelopeTap parses the Connect streaming envelopes (1 flag byte, 4 length
+// bytes, the message) of a response body as it is read.
+type envelopeTap struct {
+	rc    io.ReadCloser
+	gzip  bool
+	onAck func([]uint64)
+	hdr   [5]byte
+	nhdr  int
+	msg   []byte
+	want  int
+	flags byte
+}
+
+func (e *envelopeTap) Read(p []byte) (int, error) {
+	n, err := e.rc.Read(p)
+	e.feed(p[:n])
+	return n, err
+}
+
+func (e *envelopeTap) Close() error { return e.rc.Close() }
+
+func (e *envelopeTap) feed(b []byte) {
+	for len(b) > 0 {
+		if e.nhdr < 5 {
+			k := copy(e.hdr[e.nhdr:], b)
+			e.nhdr += k
+			b = b[k:]
+			if e.nhdr == 5 {
+				e.flags = e.hdr[0]
+				e.want = int(binary.BigEndian.Uint32(e.hdr[1:]))
+				e.msg = e.msg[:0]
+				if e.want == 0 {
+					e.message()
+				}
+			}
+			continue
+		}
+		k := min(e.want-len(e.msg), len(b))
+		e.msg = append(e.msg, b[:k]...)
+		b = b[k:]
+		if len(e.msg) == e.want {
+			e.message()
+		}
+	}
+}
+
+func (e *envelopeTap) message() {
+	defer func() { e.nhdr = 0 }()
+	const (
+		flagCompressed = 0x01
+		flagEndStream  = 0x02
+		// completeAckTag is the first byte of a ServerMessage holding a
+		// CompleteAck: field 4, length-delimited.
+		completeAckTag = 4<<3 | 2
+	)
+	if e.flags&flagEndStream != 0 {
+		return
+	}
+	data := e.msg
+	if e.flags&flagCompressed != 0 {
+		if !e.gzip {
+			return
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		if data, err = io.ReadAll(zr); err != nil {
+			return
+		}
+	}
+	if len(data) == 0 || data[0] != completeAckTag {
+		return
+	}
+	var m cronoqv1.ServerMessage
+	if err := proto.Unmarshal(data, &m); err != nil {
+		return
+	}
+	ack := m.GetCompleteAck()
+	if ack == nil {
+		return
+	}
+	var ok []uint64
+	for _, r := range ack.GetResults() {
+		if r.GetError() == "" && r.GetCode() == "" {
+			ok = append(ok, r.GetLease())
+		}
+	}
+	if len(ok) > 0 {
+		e.onAck(ok)
+	}
+}

@@ -1,0 +1,300 @@
+// Command bench runs the side-by-side benchmark of cronoq against River (on
+// PostgreSQL) and asynq (on Redis), plus a bare hashicorp/raft cluster as the
+// limit of a replicated log, on this machine, and writes a report.
+//
+// It installs what it needs from Debian's packages when missing, starts every
+// server on 127.0.0.1 with its data under the results directory, runs the
+// workloads with the systems alternated, stops every process it started by
+// pid however the run ends, and writes report.md, report.json and chart.svg.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// options are the command-line settings of one benchmark run.
+type options struct {
+	quick       bool
+	runs        int
+	systems     []string
+	workloads   []string
+	concurrency int
+	batch       int
+
+	w1Tasks int
+
+	w2Single      int
+	w2Batched     int
+	w2Concurrency int
+	w2Callers     int
+
+	w3Rates      []int
+	w3Duration   time.Duration
+	w3Drain      time.Duration
+	w3Submitters int
+
+	raftDuration time.Duration
+	raftInflight int
+
+	cellTimeout time.Duration
+	cronoqBin   string
+	outDir      string
+	keep        bool
+	noInstall   bool
+	asynqCheck  time.Duration
+	riverConns  int
+}
+
+const usage = `Usage: cronoq-bench [-quick] [flags]
+
+Runs cronoq, River (PostgreSQL, synchronous_commit=on), asynq (Redis AOF with
+appendfsync always and everysec) and a bare three-node hashicorp/raft cluster
+through the same workloads on this machine, and writes report.md, report.json
+and chart.svg under -out/<timestamp>/ (and -out/latest).
+
+  W1  burn-down: pre-insert N no-op tasks (256-byte payloads), then start the
+      workers; rate = N / (worker start -> last durable completion)
+  W2  enqueue rate: one task per call (closed loop, -w2-concurrency callers)
+      and batches of -batch tasks per call
+  W3  open loop at each of -w3-rates tasks/s for -w3-duration; latency from
+      the scheduled submit time to the durable completion (p50/p99)
+
+-quick runs W1 only, at 20,000 tasks, one run per system.
+
+Flags:
+`
+
+func parseFlags(args []string) (options, error) {
+	fs := flag.NewFlagSet("cronoq-bench", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	var o options
+	var systems, workloads, rates string
+	fs.BoolVar(&o.quick, "quick", false, "W1 only at 20,000 tasks, one run per system (overrides -runs, -workloads, -w1-tasks)")
+	fs.IntVar(&o.runs, "runs", 3, "runs per cell (systems alternated between runs)")
+	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated `LIST` of systems")
+	fs.StringVar(&workloads, "workloads", "w1,w2,w3", "comma-separated `LIST` of workloads")
+	fs.IntVar(&o.concurrency, "concurrency", 1024, "worker slots per system (cronoq: split over 4 SDK workers)")
+	fs.IntVar(&o.batch, "batch", 1000, "tasks per batched enqueue call (pre-insert and W2)")
+	fs.IntVar(&o.w1Tasks, "w1-tasks", 100000, "W1: tasks pre-inserted and burned down")
+	fs.IntVar(&o.w2Single, "w2-single", 20000, "W2: tasks enqueued one per call")
+	fs.IntVar(&o.w2Batched, "w2-batched", 100000, "W2: tasks enqueued in batches")
+	fs.IntVar(&o.w2Concurrency, "w2-concurrency", 64, "W2: concurrent callers for one-per-call enqueues")
+	fs.IntVar(&o.w2Callers, "w2-batch-callers", 4, "W2 and pre-insert: concurrent batched calls")
+	fs.StringVar(&rates, "w3-rates", "1000,5000,10000", "W3: offered `RATES` in tasks/s")
+	fs.DurationVar(&o.w3Duration, "w3-duration", 60*time.Second, "W3: how long each rate is offered")
+	fs.DurationVar(&o.w3Drain, "w3-drain", 30*time.Second, "W3: how long to wait for the last completions after the offer ends")
+	fs.IntVar(&o.w3Submitters, "w3-submitters", 512, "W3: concurrent submit calls at most")
+	fs.DurationVar(&o.raftDuration, "raft-duration", 15*time.Second, "bare raft: measured time per run")
+	fs.IntVar(&o.raftInflight, "raft-inflight", 1024, "bare raft: applies in flight")
+	fs.DurationVar(&o.cellTimeout, "cell-timeout", 10*time.Minute, "give up on one cell after this long")
+	fs.StringVar(&o.cronoqBin, "cronoq", "", "path of the cronoq binary (default: bin/cronoq of the repository)")
+	fs.StringVar(&o.outDir, "out", "", "results directory (default: bench/results of the repository)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the servers' data directories")
+	fs.BoolVar(&o.noInstall, "no-install", false, "do not install missing Debian packages")
+	fs.DurationVar(&o.asynqCheck, "asynq-task-check-interval", time.Second, "asynq Config.TaskCheckInterval (library default 1s)")
+	fs.IntVar(&o.riverConns, "river-pool", 32, "River: pgx pool size")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	o.systems = splitList(systems)
+	o.workloads = splitList(workloads)
+	for _, s := range o.systems {
+		if !contains(allSystems, s) {
+			return o, fmt.Errorf("unknown system %q (known: %s)", s, strings.Join(allSystems, ", "))
+		}
+	}
+	for _, w := range o.workloads {
+		if !contains([]string{"w1", "w2", "w3"}, w) {
+			return o, fmt.Errorf("unknown workload %q (known: w1, w2, w3)", w)
+		}
+	}
+	for _, r := range splitList(rates) {
+		n, err := strconv.Atoi(r)
+		if err != nil || n <= 0 {
+			return o, fmt.Errorf("bad rate %q in -w3-rates", r)
+		}
+		o.w3Rates = append(o.w3Rates, n)
+	}
+	if o.quick {
+		o.runs = 1
+		o.workloads = []string{"w1"}
+		o.w1Tasks = 20000
+		o.raftDuration = 5 * time.Second
+	}
+	switch {
+	case o.runs < 1:
+		return o, errors.New("-runs must be at least 1")
+	case o.concurrency < 4:
+		return o, errors.New("-concurrency must be at least 4")
+	case o.batch < 1 || o.w1Tasks < 1:
+		return o, errors.New("-batch and -w1-tasks must be positive")
+	}
+	return o, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, strings.ToLower(f))
+		}
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cronoq-bench:", err)
+		os.Exit(2)
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "cronoq-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) (err error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	if o.cronoqBin == "" {
+		o.cronoqBin = filepath.Join(root, "bin", "cronoq")
+	}
+	if o.outDir == "" {
+		o.outDir = filepath.Join(root, "bench", "results")
+	}
+	if o.cronoqBin, err = filepath.Abs(o.cronoqBin); err != nil {
+		return fmt.Errorf("resolving -cronoq: %w", err)
+	}
+	if o.outDir, err = filepath.Abs(o.outDir); err != nil {
+		return fmt.Errorf("resolving -out: %w", err)
+	}
+	if _, err := os.Stat(o.cronoqBin); err != nil && contains(o.systems, "cronoq") {
+		return fmt.Errorf("cronoq binary: %w (run make build)", err)
+	}
+	if err := os.MkdirAll(o.outDir, 0o755); err != nil {
+		return fmt.Errorf("creating results dir: %w", err)
+	}
+	// The results dir must be reachable by the postgres user.
+	if err := os.Chmod(o.outDir, 0o755); err != nil {
+		return fmt.Errorf("opening results dir to the postgres user: %w", err)
+	}
+
+	env := &Env{opts: o, root: root, procs: newProcs(filepath.Join(o.outDir, ".running-pids"))}
+	// Processes left by an earlier run that was killed hard are stopped first.
+	env.procs.reapStale()
+	defer func() {
+		if r := recover(); r != nil {
+			env.procs.stopAll()
+			panic(r)
+		}
+	}()
+	defer env.procs.stopAll()
+
+	started := time.Now()
+	stamp := started.Format("20060102-150405")
+	env.runDir = filepath.Join(o.outDir, stamp)
+	env.dataDir = filepath.Join(env.runDir, "data")
+	if err := os.MkdirAll(env.dataDir, 0o755); err != nil {
+		return fmt.Errorf("creating data dir: %w", err)
+	}
+	if !o.keep {
+		defer os.RemoveAll(env.dataDir)
+	}
+
+	prog := newProgress(os.Stderr)
+	env.prog = prog
+	defer prog.finish()
+
+	prog.note("results in %s", env.runDir)
+	if err := env.prepare(ctx); err != nil {
+		return err
+	}
+
+	rep := &Report{Started: started, Options: reportOptions(o), Machine: machineInfo(env)}
+	prog.phase("measuring fsync latency of " + env.dataDir)
+	fs, err := fsyncProbe(ctx, env.dataDir, 300)
+	if err != nil {
+		return fmt.Errorf("measuring fsync latency: %w", err)
+	}
+	rep.Fsync = fs
+	prog.note("fsync latency on %s (%s): p50 %.2f ms, p99 %.2f ms (%d × 4 KiB write+fsync)", fs.FS, fs.Dir, fs.P50ms, fs.P99ms, fs.Samples)
+
+	cells := plan(o)
+	prog.setCells(len(cells))
+	for i, c := range cells {
+		if ctx.Err() != nil {
+			break
+		}
+		prog.startCell(i, c.title(o))
+		res := runCell(ctx, env, c)
+		rep.Cells = append(rep.Cells, res)
+		prog.note("%s: %s", c.title(o), res.summary())
+	}
+	rep.Finished = time.Now()
+	rep.Interrupted = ctx.Err() != nil
+	rep.Versions = versions(env)
+	prog.finish()
+
+	paths, werr := writeReport(rep, env.runDir, o.outDir)
+	if werr != nil {
+		return werr
+	}
+	fmt.Println(renderTables(rep))
+	fmt.Printf("report: %s\n", strings.Join(paths, ", "))
+	fmt.Printf("total time: %s\n", time.Since(started).Round(time.Second))
+	if rep.Interrupted {
+		return errors.New("interrupted: the report holds the cells that finished")
+	}
+	return nil
+}
+
+// repoRoot finds the repository root: the first directory up from the
+// working directory that holds bench/go.mod.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("finding the repository: %w", err)
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "bench", "go.mod")); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("finding the repository: no bench/go.mod above %s", dir)
+		}
+	}
+}

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+// riverArgs are the job args: the 256-byte payload as a JSON string.
+type riverArgs struct {
+	P string `json:"p"`
+}
+
+func (riverArgs) Kind() string { return "noop" }
+
+type riverNoop struct {
+	river.WorkerDefaults[riverArgs]
+}
+
+func (riverNoop) Work(context.Context, *river.Job[riverArgs]) error { return nil }
+
+// riverSys is River on a single PostgreSQL server with synchronous_commit=on
+// and fsync=on.
+type riverSys struct {
+	env    *Env
+	dir    string
+	pg     *proc
+	pool   *pgxpool.Pool
+	client *river.Client[pgx.Tx]
+	logf   *os.File
+	unsub  func()
+	readWG sync.WaitGroup
+	strays int
+}
+
+func (s *riverSys) Name() string { return "river" }
+func (s *riverSys) Copies() int  { return 1 }
+func (s *riverSys) Durability() string {
+	return "acknowledged once the PostgreSQL transaction commits with synchronous_commit=on, fsync=on: WAL flushed on the one server"
+}
+func (s *riverSys) Config() string {
+	return fmt.Sprintf("PostgreSQL (Debian) initdb defaults plus synchronous_commit=on, fsync=on, full_page_writes=on, max_connections=200; "+
+		"River with riverpgxv5, pgx pool of %d, one queue with MaxWorkers %d, library defaults otherwise (FetchCooldown 100ms, FetchPollInterval 1s, batch completer); "+
+		"enqueue with Insert / InsertMany (each call one transaction)", s.env.opts.riverConns, s.env.opts.concurrency)
+}
+
+func (s *riverSys) ServerPIDs() []int {
+	if s.pg == nil {
+		return nil
+	}
+	return []int{s.pg.pid}
+}
+
+func (s *riverSys) Start(ctx context.Context, dir string) error {
+	s.dir = dir
+	tmpl, err := s.env.pgTemplate(ctx)
+	if err != nil {
+		return err
+	}
+	data := filepath.Join(dir, "pg")
+	if out, err := exec.CommandContext(ctx, "cp", "-a", tmpl, data).CombinedOutput(); err != nil {
+		return fmt.Errorf("copying the PostgreSQL template: %w: %s", err, out)
+	}
+	port, p, err := s.env.startPostgres(ctx, data, logPath(dir, "postgres"))
+	if err != nil {
+		return err
+	}
+	s.pg = p
+	s.pool, err = pgxpool.New(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&pool_max_conns=%d", port, s.env.opts.riverConns))
+	if err != nil {
+		return fmt.Errorf("connecting to PostgreSQL: %w", err)
+	}
+	if s.logf, err = os.Create(logPath(dir, "river")); err != nil {
+		return err
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &riverNoop{})
+	s.client, err = river.NewClient(riverpgxv5.New(s.pool), &river.Config{
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: s.env.opts.concurrency}},
+		Workers: workers,
+		Logger:  slog.New(slog.NewTextHandler(s.logf, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		return fmt.Errorf("creating River client: %w", err)
+	}
+	return nil
+}
+
+func riverArgsOf(seq int) riverArgs { return riverArgs{P: string(payload(seq))} }
+
+func (s *riverSys) Enqueue(ctx context.Context, seq int) error {
+	_, err := s.client.Insert(ctx, riverArgsOf(seq), nil)
+	return err
+}
+
+func (s *riverSys) EnqueueBatch(ctx context.Context, seqs []int) error {
+	params := make([]river.InsertManyParams, len(seqs))
+	for i, q := range seqs {
+		params[i] = river.InsertManyParams{Args: riverArgsOf(q)}
+	}
+	_, err := s.client.InsertMany(ctx, params)
+	return err
+}
+
+// StartWorkers starts the River client. A completion counts when River's
+// subscription delivers its JobCompleted event, which the batch completer
+// sends only after the UPDATE marking the job completed has committed.
+func (s *riverSys) StartWorkers(ctx context.Context, done func(seq int)) error {
+	events, unsub := s.client.SubscribeConfig(&river.SubscribeConfig{
+		ChanSize: 1 << 20,
+		Kinds:    []river.EventKind{river.EventKindJobCompleted},
+	})
+	s.unsub = unsub
+	s.readWG.Add(1)
+	go func() {
+		defer s.readWG.Done()
+		for ev := range events {
+			var a riverArgs
+			if ev.Job == nil || json.Unmarshal(ev.Job.EncodedArgs, &a) != nil {
+				s.strays++
+				continue
+			}
+			seq, err := seqOf([]byte(a.P))
+			if err != nil {
+				s.strays++
+				continue
+			}
+			done(seq)
+		}
+	}()
+	if err := s.client.Start(context.Background()); err != nil {
+		return fmt.Errorf("starting River client: %w", err)
+	}
+	return nil
+}
+
+func (s *riverSys) StopWorkers() error {
+	if s.unsub == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := s.client.Stop(ctx)
+	s.unsub()
+	s.unsub = nil
+	s.readWG.Wait()
+	if err != nil {
+		return fmt.Errorf("stopping River client: %w", err)
+	}
+	return nil
+}
+
+func (s *riverSys) Completed(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE state = 'completed'").Scan(&n)
+	return n, err
+}
+
+func (s *riverSys) Stop() error {
+	var errs []error
+	if s.client != nil {
+		errs = append(errs, s.StopWorkers())
+	}
+	if s.pool != nil {
+		s.pool.Close()
+		s.pool = nil
+	}
+	if s.logf != nil {
+		s.logf.Close()
+	}
+	// SIGINT is PostgreSQL's fast shutdown.
+	errs = append(errs, s.env.procs.stop(s.pg, syscall.SIGINT, 30*time.Second))
+	s.pg = nil
+	return errors.Join(errs...)
+}
+
+// pgTemplate returns a data dir made once per benchmark run: initdb as the
+// postgres user, then River's migrations. Each cell starts from a copy.
+func (e *Env) pgTemplate(ctx context.Context) (string, error) {
+	if e.pgTmpl != "" {
+		return e.pgTmpl, nil
+	}
+	base := filepath.Join(e.dataDir, "pg-template")
+	data := filepath.Join(base, "pg")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return "", fmt.Errorf("creating PostgreSQL template dir: %w", err)
+	}
+	for _, d := range []string{base, data} {
+		if err := os.Chown(d, int(e.pgCred.Uid), int(e.pgCred.Gid)); err != nil {
+			return "", fmt.Errorf("handing %s to the postgres user: %w", d, err)
+		}
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(e.pgBin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-instructions")
+	cmd.Dir = base
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: e.pgCred}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("initdb (as postgres): %w: %s", err, out)
+	}
+	port, p, err := e.startPostgres(ctx, data, logPath(base, "postgres"))
+	if err != nil {
+		return "", err
+	}
+	migErr := func() error {
+		pool, err := pgxpool.New(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port))
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		m, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+		if err != nil {
+			return err
+		}
+		_, err = m.Migrate(ctx, rivermigrate.DirectionUp, nil)
+		return err
+	}()
+	stopErr := e.procs.stop(p, syscall.SIGINT, 30*time.Second)
+	if migErr != nil {
+		return "", fmt.Errorf("running River's migrations: %w", migErr)
+	}
+	if stopErr != nil {
+		return "", stopErr
+	}
+	e.pgTmpl = data
+	return data, nil
+}
+
+// startPostgres runs postgres as the postgres user on a free loopback port
+// and waits until it accepts connections.
+func (e *Env) startPostgres(ctx context.Context, data, logFile string) (int, *proc, error) {
+	ports, err := freePorts(1)
+	if err != nil {
+		return 0, nil, err
+	}
+	port := ports[0]
+	p, err := e.procs.start("postgres", logFile, e.pgCred, nil, filepath.Join(e.pgBin, "postgres"),
+		"-D", data,
+		"-c", fmt.Sprintf("port=%d", port),
+		"-c", "listen_addresses=127.0.0.1",
+		"-c", "unix_socket_directories=",
+		"-c", "synchronous_commit=on",
+		"-c", "fsync=on",
+		"-c", "full_page_writes=on",
+		"-c", "max_connections=200",
+	)
+	if err != nil {
+		return 0, nil, err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", port)
+	for {
+		if done, werr := p.exited(); done {
+			return 0, nil, fmt.Errorf("postgres exited: %v: %s", werr, tailFile(logFile, 1500))
+		}
+		pool, err := pgxpool.New(ctx, url)
+		if err == nil {
+			err = pool.Ping(ctx)
+			pool.Close()
+			if err == nil {
+				return port, p, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			_ = e.procs.stop(p, syscall.SIGINT, 10*time.Second)
+			return 0, nil, fmt.Errorf("postgres not accepting connections within 60s: %v: %s", err, tailFile(logFile, 1500))
+		}
+		select {
+		case <-ctx.Done():
+			_ = e.procs.stop(p, syscall.SIGINT, 10*time.Second)
+			return 0, nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// The systems, in the order they are alternated.
+var allSystems = []string{"cronoq", "river", "asynq-always", "asynq-everysec", "raft"}
+
+// PayloadSize is the size of every task's payload.
+const PayloadSize = 256
+
+// errNoBatch is returned by EnqueueBatch of a system without a batch API.
+var errNoBatch = errors.New("no batch enqueue API")
+
+// System is one task queue under test, started fresh for every cell.
+type System interface {
+	// Name is the short name used in tables.
+	Name() string
+	// Copies is the number of durable copies an acknowledged write has.
+	Copies() int
+	// Durability describes what an acknowledgement guarantees.
+	Durability() string
+	// Start starts the servers with their data under dir and connects.
+	Start(ctx context.Context, dir string) error
+	// Stop disconnects and stops the servers.
+	Stop() error
+	// ServerPIDs are the roots of the server process trees.
+	ServerPIDs() []int
+	// Enqueue enqueues task seq and returns once it is acknowledged.
+	Enqueue(ctx context.Context, seq int) error
+	// EnqueueBatch enqueues the tasks in one call, or returns errNoBatch.
+	EnqueueBatch(ctx context.Context, seqs []int) error
+	// StartWorkers starts no-op workers; done is called for a task once
+	// its completion is durable (as far as the worker can know).
+	StartWorkers(ctx context.Context, done func(seq int)) error
+	// StopWorkers stops the workers.
+	StopWorkers() error
+	// Completed is the number of completed tasks as the store reports it.
+	Completed(ctx context.Context) (int64, error)
+	// Config describes the settings used, for the report.
+	Config() string
+}
+
+func newSystem(env *Env, name string) (System, error) {
+	switch name {
+	case "cronoq":
+		return &cronoqSys{env: env}, nil
+	case "river":
+		return &riverSys{env: env}, nil
+	case "asynq-always":
+		return &asynqSys{env: env, fsync: "always"}, nil
+	case "asynq-everysec":
+		return &asynqSys{env: env, fsync: "everysec"}, nil
+	}
+	return nil, fmt.Errorf("unknown system %q", name)
+}
+
+// payload returns the 256-byte payload of task seq: its number in 16 hex
+// digits, then filler.
+func payload(seq int) []byte {
+	b := make([]byte, PayloadSize)
+	hex.Encode(b[:16], []byte{
+		byte(seq >> 56), byte(seq >> 48), byte(seq >> 40), byte(seq >> 32),
+		byte(seq >> 24), byte(seq >> 16), byte(seq >> 8), byte(seq),
+	})
+	for i := 16; i < PayloadSize; i++ {
+		b[i] = 'a' + byte(i%26)
+	}
+	return b
+}
+
+// seqOf reads the task number back from a payload.
+func seqOf(p []byte) (int, error) {
+	if len(p) < 16 {
+		return 0, fmt.Errorf("payload of %d bytes", len(p))
+	}
+	v, err := strconv.ParseUint(string(p[:16]), 16, 64)
+	if err != nil {
+		return 0, fmt.Errorf("payload prefix: %w", err)
+	}
+	return int(v), nil
+}
+
+// tracker records, per task, when it was (to be) submitted and when its
+// completion became durable.
+type tracker struct {
+	base    time.Time
+	n       int
+	sched   []int64 // ns since base: the scheduled (W3) or actual submit time
+	acked   []int64 // ns since base: submit acknowledged; 0 = not
+	done    []int64 // ns since base: completion durable; 0 = not
+	count   atomic.Int64
+	dups    atomic.Int64
+	strays  atomic.Int64
+	lastNs  atomic.Int64
+	target  int64
+	reached chan struct{}
+}
+
+func newTracker(n int) *tracker {
+	return &tracker{
+		base:    time.Now(),
+		n:       n,
+		sched:   make([]int64, n),
+		acked:   make([]int64, n),
+		done:    make([]int64, n),
+		target:  int64(n),
+		reached: make(chan struct{}),
+	}
+}
+
+func (t *tracker) now() int64 { return max(int64(time.Since(t.base)), 1) }
+
+// complete records the durable completion of task seq (once).
+func (t *tracker) complete(seq int) {
+	if seq < 0 || seq >= t.n {
+		t.strays.Add(1)
+		return
+	}
+	now := t.now()
+	if !atomic.CompareAndSwapInt64(&t.done[seq], 0, now) {
+		t.dups.Add(1)
+		return
+	}
+	for {
+		last := t.lastNs.Load()
+		if now <= last || t.lastNs.CompareAndSwap(last, now) {
+			break
+		}
+	}
+	if t.count.Add(1) == t.target {
+		close(t.reached)
+	}
+}
+
+// at converts ns since base to a time.
+func (t *tracker) at(ns int64) time.Time { return t.base.Add(time.Duration(ns)) }
