@@ -96,3 +96,26 @@ jepsen-selftest: jepsen-build
 		CGO_ENABLED=0 $(GO) build -trimpath -tags jepsenfaults,jepsenbug_$$b -o $(JEPSEN_NODE)-$$b ./cmd/node || exit 1; \
 	done
 	$(JEPSEN) selftest -bin-dir bin
+
+## ---------------------------------------------------------------------------
+## bench: cronoq against River (PostgreSQL) and asynq (Redis) on this machine.
+## The harness is its own Go module in bench/; it installs redis-server and
+## postgresql from Debian when missing, starts everything on 127.0.0.1 with
+## its data under bench/results, stops it by pid, and writes
+## bench/results/<time>/report.{md,json} and chart.svg (bench/results/latest).
+BENCH     := bin/cronoq-bench
+BENCHARGS ?=
+
+.PHONY: bench-build bench-quick bench-compare
+
+bench-build: build
+	cd bench && $(GO) build -trimpath -o ../$(BENCH) .
+
+## bench-quick: W1 at 20,000 tasks, three runs per system (under 3 minutes).
+bench-quick: bench-build
+	./$(BENCH) -quick $(BENCHARGS)
+
+## bench-compare: every workload, three runs per cell, systems alternated
+## (about 70 minutes on 2 cores).
+bench-compare: bench-build
+	./$(BENCH) $(BENCHARGS)

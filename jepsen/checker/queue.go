@@ -263,6 +263,30 @@ func Queue(ops []history.Op, _ Params) *Result {
 		}
 	}
 
+	// Q2 for the other workloads' pools: every task comes from a submit or
+	// a schedule of this run.
+	regKeys := map[string]bool{}
+	for _, p := range pairs {
+		if p.F() == workload.RegSubmit {
+			regKeys[p.InvokeValue().Key] = true
+		}
+	}
+	for _, t := range all {
+		switch {
+		case t.Pool == pool:
+		case t.Pool == workload.CronPool:
+			if t.Schedule == "" {
+				r.fail("Q2", fi, "unexpected task %s in pool %s without a schedule", t.ID, t.Pool)
+			}
+		case workload.IsRegisterKey(t.Pool):
+			if !regKeys[t.Key] {
+				r.fail("Q2", fi, "unexpected task %s with key %q in pool %s that no client submitted", t.ID, t.Key, t.Pool)
+			}
+		default:
+			r.fail("Q2", fi, "unexpected task %s in pool %q", t.ID, t.Pool)
+		}
+	}
+
 	// Q4: one task per key, and every ack of a key named it.
 	for key, ts := range byKey {
 		if len(ts) > 1 {

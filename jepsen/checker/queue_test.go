@@ -57,6 +57,10 @@ func TestQueueAnomalies(t *testing.T) {
 			h.final(succeeded("A", "p-c1-1", 10, 1), succeeded("B", "p-c2-1", 12, 2),
 				history.TaskState{ID: "Z", Pool: q, Key: "p-zz-1", Status: "queued"})
 		}, "Q2"},
+		{"task in a pool nobody uses", func(h *hb) {
+			h.final(succeeded("A", "p-c1-1", 10, 1), succeeded("B", "p-c2-1", 12, 2),
+				history.TaskState{ID: "Y", Pool: "other", Key: "x", Status: "queued"})
+		}, "Q2"},
 		{"phantom from a definitely failed submit", func(h *hb) {
 			h.call("c3", "submit", &history.Value{Pool: q, Key: "p-c3-1"}, history.Fail, &history.Value{Key: "p-c3-1"})
 			h.final(succeeded("A", "p-c1-1", 10, 1), succeeded("B", "p-c2-1", 12, 2),

@@ -2,7 +2,12 @@ package nemesis
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/cronoq/cronoq/jepsen/history"
+	"github.com/cronoq/cronoq/jepsen/nodes"
+	"github.com/cronoq/cronoq/jepsen/workload"
 )
 
 // The targeted schedules of the self-test: each makes one deliberate bug
@@ -44,26 +49,56 @@ func ackEarly() Step {
 		}}
 }
 
-// staleLease: two workers are made slow (long, heartbeated attempts) and
-// the third is paused past its leases' TTL: its tasks are re-leased to the
-// slow workers, and it completes them late under its expired leases while
-// the new attempts still run.
-func staleLease(zombie string, slow []string, d time.Duration) Step {
+// staleLease: the zombie worker takes three high-priority tasks and holds
+// them (slow attempts, heartbeated) while the other workers take nothing;
+// then it is paused past the leases' TTL. The tasks are retried and, being
+// high priority, re-leased first to the other workers, which now run slow
+// attempts. When the zombie resumes it completes under its expired leases
+// while the new attempts still run: a correct cluster refuses those
+// completions as stale.
+func staleLease(zombie string, others []string) Step {
 	return Step{Name: "zombie-worker-completes-late", Scenarios: []int{6}, Gap: 3 * time.Second,
 		Run: func(ctx context.Context, e *Env) error {
-			for _, w := range slow {
-				e.Workers[w].SetSlow(d + 4*time.Second)
-			}
+			z := e.Workers[zombie]
+			all := append([]string{zombie}, others...)
 			defer func() {
-				for _, w := range slow {
+				for _, w := range all {
 					e.Workers[w].SetSlow(0)
+					e.Workers[w].SetIdle(false)
 				}
+				e.Queue.Hold(false)
 			}()
+			// Quiesce: no new submits, no new grants; attempts in hand end.
+			e.Queue.Hold(true)
+			for _, w := range all {
+				e.Workers[w].SetIdle(true)
+			}
+			// The zombie must have all its slots free (an attempt that
+			// outlives its lease takes a few seconds).
+			for i := 0; i < 80 && z.Free() < z.Slots() && ctx.Err() == nil; i++ {
+				hold(ctx, 100*time.Millisecond)
+			}
+			// The zombie takes the three high-priority tasks and runs them
+			// slowly (heartbeated).
+			z.SetSlow(8 * time.Second)
+			if n := e.Queue.Burst(ctx, z.Slots(), "high"); n == 0 {
+				return errors.New("no high-priority task was acknowledged")
+			}
+			z.SetIdle(false)
 			hold(ctx, time.Second)
-			if err := e.Zombie(ctx, zombie, d, 6); err != nil {
+			if err := e.Zombie(ctx, zombie, 12*time.Second, 6); err != nil {
 				return err
 			}
-			hold(ctx, d+3*time.Second)
+			// Its leases expire after the TTL and the tasks are retried after
+			// their backoff; being high priority, they go first to the other
+			// workers, which now run slowly.
+			hold(ctx, 3*time.Second+2500*time.Millisecond)
+			for _, w := range others {
+				e.Workers[w].SetSlow(20 * time.Second)
+				e.Workers[w].SetIdle(false)
+			}
+			// The zombie resumes and completes under its old leases.
+			hold(ctx, 9*time.Second)
 			return nil
 		}}
 }
@@ -94,11 +129,11 @@ func followerRead(d time.Duration) Step {
 }
 
 func bugSchedules(workers []string) map[string]Schedule {
-	slow := workers[1:3]
+	others := workers[1:3]
 	return map[string]Schedule{
 		"bug-ackearly":     {Name: "bug-ackearly", Steps: []Step{ackEarly(), ackEarly(), ackEarly()}},
-		"bug-noepoch":      {Name: "bug-noepoch", Steps: []Step{noEpoch(), noEpoch(), noEpoch()}},
-		"bug-stalelease":   {Name: "bug-stalelease", Steps: []Step{staleLease(workers[0], slow, 8*time.Second), staleLease(workers[0], slow, 8*time.Second)}},
+		"bug-noepoch":      {Name: "bug-noepoch", Steps: []Step{noEpoch(), staleInsert(), noEpoch(), staleInsert()}},
+		"bug-stalelease":   {Name: "bug-stalelease", Steps: []Step{staleLease(workers[0], others), staleLease(workers[0], others)}},
 		"bug-cronrefire":   {Name: "bug-cronrefire", Steps: []Step{cronRefire(), cronRefire(), cronRefire()}},
 		"bug-followerread": {Name: "bug-followerread", Steps: []Step{followerRead(8 * time.Second), followerRead(8 * time.Second)}},
 	}
@@ -140,6 +175,40 @@ func noEpoch() Step {
 				return err
 			}
 			hold(ctx, 4*time.Second)
+			return nil
+		}}
+}
+
+// StaleInsertKey is the key of the task the stale-insert failpoint asks a
+// deposed epoch to insert. No client submits it, so the queue checker
+// reports it (Q2) if the FSM ever applies the batch.
+const StaleInsertKey = "stale-epoch-probe"
+
+// staleInsert asks the leader, through the admin failpoint
+// "stale-insert", to append a batch stamped with the epoch before its own
+// that inserts a task into the queue pool. The FSM must refuse it (stale
+// epoch). Builds without the failpoint answer 404: the step records that
+// and does nothing.
+func staleInsert() Step {
+	return Step{Name: "stale-epoch-batch-failpoint", Scenarios: []int{7}, Gap: 3 * time.Second,
+		Run: func(ctx context.Context, e *Env) error {
+			l, err := e.Leader(ctx)
+			if err != nil {
+				return err
+			}
+			body := map[string]string{"pool": workload.QueuePool, "key": StaleInsertKey}
+			v := &history.Value{Targets: []string{l}, Pool: workload.QueuePool, Key: StaleInsertKey}
+			done := e.Rec.Invoke(Process, "failpoint", "", v)
+			err = e.Cluster.Admin.Failpoint(ctx, e.Cluster.Node(l).HTTPAddr(), "stale-insert", body)
+			switch {
+			case errors.Is(err, nodes.ErrNoAdmin):
+				done(history.Info, v, errors.New("this build has no stale-insert failpoint"))
+				return nil
+			case err != nil:
+				done(history.Fail, v, err)
+				return err
+			}
+			done(history.OK, v, nil)
 			return nil
 		}}
 }

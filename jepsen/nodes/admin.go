@@ -152,3 +152,10 @@ func (a *Admin) Disk(ctx context.Context, addr string, fsyncDelay, stall time.Du
 	}
 	return a.do(ctx, http.MethodPost, addr, "/admin/disk", body, nil)
 }
+
+// Failpoint triggers the named failpoint of the node's admin API
+// (POST /admin/failpoint/NAME with body). ErrNoAdmin when the build has no
+// such failpoint.
+func (a *Admin) Failpoint(ctx context.Context, addr, name string, body any) error {
+	return a.do(ctx, http.MethodPost, addr, "/admin/failpoint/"+name, body, nil)
+}

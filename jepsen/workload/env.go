@@ -148,14 +148,22 @@ func h2c(ip string) *http.Client {
 
 // Outcome classifies an SDK error for the history.
 //   - nil: ok
+//   - outcome unknown (an answer saying so, a lost connection, or the SDK
+//     giving up while an attempt may have run): info
 //   - invalid, overloaded: the node refused before doing anything: fail
-//   - anything else (outcome unknown, timeouts, lost connections, and the
-//     SDK giving up while an attempt was in flight): info
+//   - the call's ctx ended and the SDK does not report an unknown outcome:
+//     every attempt was refused unexecuted (no leader, not the leader,
+//     shutting down, connection refused): fail
+//   - anything else: info
 func Outcome(err error) history.Type {
 	switch {
 	case err == nil:
 		return history.OK
+	case errors.Is(err, client.ErrOutcomeUnknown):
+		return history.Info
 	case errors.Is(err, client.ErrInvalid), errors.Is(err, client.ErrOverloaded):
+		return history.Fail
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return history.Fail
 	}
 	return history.Info

@@ -37,10 +37,12 @@ type Queue struct {
 
 	pin     atomic.Pointer[string]
 	stopped atomic.Bool
+	held    atomic.Bool
 
-	mu    sync.Mutex
-	acked []ackedTask // recent acked tasks, for cancels
-	raceC chan Grant
+	mu     sync.Mutex
+	acked  []ackedTask // recent acked tasks, for cancels
+	raceC  chan Grant
+	burstC chan burst
 
 	Submitted atomic.Int64
 }
@@ -49,7 +51,8 @@ type ackedTask struct{ id, key string }
 
 // NewQueue returns the queue workload.
 func NewQueue(env *Env, submitters []Process, racer Process) *Queue {
-	return &Queue{env: env, submitters: submitters, racer: racer, Interval: 150 * time.Millisecond, raceC: make(chan Grant, 4)}
+	return &Queue{env: env, submitters: submitters, racer: racer, Interval: 150 * time.Millisecond,
+		raceC: make(chan Grant, 4), burstC: make(chan burst)}
 }
 
 // Pin makes every submit attempt go to node id ("" unpins).
@@ -60,6 +63,9 @@ func (q *Queue) Pin(id string) {
 	}
 	q.pin.Store(&id)
 }
+
+// Hold pauses (true) or resumes the submitters.
+func (q *Queue) Hold(held bool) { q.held.Store(held) }
 
 // StopSubmitting ends the submit loops (the racer goes on).
 func (q *Queue) StopSubmitting() { q.stopped.Store(true) }
@@ -101,6 +107,11 @@ func (q *Queue) node(r *rand.Rand) Node {
 
 func (q *Queue) submitter(ctx context.Context, p Process, r *rand.Rand) {
 	for seq := 1; ctx.Err() == nil && !q.stopped.Load(); seq++ {
+		for q.held.Load() && !q.stopped.Load() {
+			if !sleepCtx(ctx, 50*time.Millisecond) {
+				return
+			}
+		}
 		key := fmt.Sprintf("p-%s-%d", p.Name, seq)
 		id, ok := q.submit(ctx, p, r, key)
 		if ok {
@@ -124,6 +135,10 @@ func (q *Queue) submitter(ctx context.Context, p Process, r *rand.Rand) {
 // submit sends key up to four times (the first attempt and three retries
 // after unknown outcomes), each to a random node.
 func (q *Queue) submit(ctx context.Context, p Process, r *rand.Rand, key string) (string, bool) {
+	return q.submitSpec(ctx, p, r, key, "")
+}
+
+func (q *Queue) submitSpec(ctx context.Context, p Process, r *rand.Rand, key, priority string) (string, bool) {
 	for attempt := 0; attempt < 4 && ctx.Err() == nil; attempt++ {
 		n := q.node(r)
 		c, err := q.env.Client(p.IP, n)
@@ -133,7 +148,7 @@ func (q *Queue) submit(ctx context.Context, p Process, r *rand.Rand, key string)
 		q.Submitted.Add(1)
 		done := q.env.Rec.Invoke(p.Name, "submit", n.ID, &history.Value{Pool: QueuePool, Key: key, Payload: key})
 		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		sub, err := c.Submit(actx, client.TaskSpec{Pool: QueuePool, Kind: "q", Key: key, Payload: []byte(key), MaxAttempts: QueueMaxAttempts})
+		sub, err := c.Submit(actx, client.TaskSpec{Pool: QueuePool, Kind: "q", Key: key, Payload: []byte(key), MaxAttempts: QueueMaxAttempts, Priority: priority})
 		cancel()
 		t := Outcome(err)
 		switch t {
@@ -183,14 +198,47 @@ func (q *Queue) cancel(ctx context.Context, p Process, n Node, id, key string) {
 	}
 }
 
+type burst struct {
+	n        int
+	priority string
+	done     chan int
+}
+
+// Burst has the racer process submit n tasks of the given priority (keys
+// p-<racer>-b<seq>) and returns how many were acknowledged.
+func (q *Queue) Burst(ctx context.Context, n int, priority string) int {
+	b := burst{n: n, priority: priority, done: make(chan int, 1)}
+	select {
+	case q.burstC <- b:
+	case <-ctx.Done():
+		return 0
+	}
+	select {
+	case k := <-b.done:
+		return k
+	case <-ctx.Done():
+		return 0
+	}
+}
+
 func (q *Queue) runRacer(ctx context.Context) {
 	r := q.env.Rand()
+	seq := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case g := <-q.raceC:
 			q.cancel(ctx, q.racer, q.env.Nodes[r.IntN(len(q.env.Nodes))], g.TaskID, g.Key)
+		case b := <-q.burstC:
+			acked := 0
+			for range b.n {
+				seq++
+				if _, ok := q.submitSpec(ctx, q.racer, r, fmt.Sprintf("p-%s-b%d", q.racer.Name, seq), b.priority); ok {
+					acked++
+				}
+			}
+			b.done <- acked
 		}
 	}
 }

@@ -70,6 +70,7 @@ type Worker struct {
 	zombieUntil atomic.Int64 // unix ns
 	allowed     atomic.Pointer[[]string]
 	slow        atomic.Int64 // ns: when set, every attempt runs this long (heartbeated)
+	idle        atomic.Bool  // when set, the worker asks for no new tasks
 
 	mu        sync.Mutex
 	leases    map[uint64]*wlease
@@ -80,6 +81,7 @@ type Worker struct {
 	preferred string
 	next      int
 	pollCh    chan int
+	kick      chan struct{}
 
 	tasks sync.WaitGroup
 }
@@ -124,6 +126,7 @@ func NewWorker(env *Env, cfg WorkerConfig) *Worker {
 		sessCh:  make(chan struct{}),
 		free:    cfg.Slots,
 		pollCh:  make(chan int, 1024),
+		kick:    make(chan struct{}, 1),
 	}
 	return w
 }
@@ -144,6 +147,39 @@ func (w *Worker) Zombie(d time.Duration) {
 // SetSlow makes every new attempt run for d, heartbeated, and succeed
 // (0 restores the normal mix).
 func (w *Worker) SetSlow(d time.Duration) { w.slow.Store(int64(d)) }
+
+// SetIdle stops (true) or resumes (false) asking for new tasks; attempts
+// in hand go on.
+//
+// Going idle also reconnects the worker's stream, which withdraws the
+// capacity it offered earlier (the node holds an offer open until tasks
+// come).
+func (w *Worker) SetIdle(idle bool) {
+	w.idle.Store(idle)
+	if idle {
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+		return
+	}
+	select {
+	case w.pollCh <- 0:
+	default:
+	}
+}
+
+// Free returns how many of the worker's slots hold no attempt.
+func (w *Worker) Free() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.free
+}
+
+// Slots is the worker's capacity.
+func (w *Worker) Slots() int { return w.cfg.Slots }
+
+var errKicked = errors.New("stream closed by the harness")
 
 // Restrict limits the nodes the worker connects to (nil: any), as a worker
 // that can reach only some of them would.
@@ -346,8 +382,16 @@ func (w *Worker) session(ctx context.Context, addr string) error {
 			if s.welcomed && !w.zombie() {
 				w.heartbeat(s)
 			}
+		case <-w.kick:
+			return errKicked
 		case n := <-w.pollCh:
-			if s.welcomed && !w.zombie() {
+			if n == 0 {
+				// Resumed from idle: offer every free slot.
+				w.mu.Lock()
+				n = w.free
+				w.mu.Unlock()
+			}
+			if s.welcomed && !w.zombie() && !w.idle.Load() && n > 0 {
 				s.send(&cronoqv1.WorkerMessage{Msg: &cronoqv1.WorkerMessage_Poll{Poll: &cronoqv1.Poll{Slots: int32(n)}}})
 			}
 		}
@@ -380,7 +424,7 @@ func (w *Worker) handle(ctx context.Context, s *session, msg *cronoqv1.ServerMes
 		for len(w.pollCh) > 0 {
 			<-w.pollCh
 		}
-		if free > 0 {
+		if free > 0 && !w.idle.Load() {
 			s.send(&cronoqv1.WorkerMessage{Msg: &cronoqv1.WorkerMessage_Poll{Poll: &cronoqv1.Poll{Slots: int32(free)}}})
 		}
 		w.heartbeat(s)

@@ -68,10 +68,14 @@ var (
 // optionalFlags are passed to the agent when its -h lists them: a small
 // snapshot threshold so that a follower cut off for a while is caught up
 // by a snapshot (scenario 11).
-var optionalFlags = [][2]string{
-	{"snapshot-threshold", "200"},
-	{"snapshot-interval", "2s"},
-	{"trailing-logs", "100"},
+// Each entry lists the accepted spellings and the value.
+var optionalFlags = []struct {
+	names []string
+	value string
+}{
+	{[]string{"snapshot-threshold", "raft-snapshot-threshold"}, "200"},
+	{[]string{"snapshot-interval", "raft-snapshot-interval"}, "2s"},
+	{[]string{"trailing-logs", "raft-trailing-logs"}, "100"},
 }
 
 func cmdRun(args []string) int {
@@ -179,10 +183,16 @@ func run(o runOptions) (int, error) {
 	help := nodes.HelpText(bin)
 	var optional, missing []string
 	for _, f := range optionalFlags {
-		if nodes.HasFlag(help, f[0]) {
-			optional = append(optional, "-"+f[0], f[1])
-		} else {
-			missing = append(missing, "-"+f[0])
+		found := false
+		for _, name := range f.names {
+			if nodes.HasFlag(help, name) {
+				optional = append(optional, "-"+name, f.value)
+				found = true
+				break
+			}
+		}
+		if !found {
+			missing = append(missing, "-"+f.names[0])
 		}
 	}
 	join := make([]string, len(nodeIPs))
