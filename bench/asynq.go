@@ -32,8 +32,9 @@ type asynqSys struct {
 	logf   *os.File
 }
 
-func (s *asynqSys) Name() string { return "asynq-" + s.fsync }
-func (s *asynqSys) Copies() int  { return 1 }
+func (s *asynqSys) Name() string  { return "asynq-" + s.fsync }
+func (s *asynqSys) Batches() bool { return false }
+func (s *asynqSys) Copies() int   { return 1 }
 func (s *asynqSys) Durability() string {
 	if s.fsync == "always" {
 		return "acknowledged after Redis appended the write to its AOF and fsync'd it (appendfsync always) on the one server"

@@ -47,8 +47,9 @@ type cronoqSys struct {
 	leases  sync.Map // lease -> seq, from grant to acknowledged completion
 }
 
-func (s *cronoqSys) Name() string { return "cronoq" }
-func (s *cronoqSys) Copies() int  { return 3 }
+func (s *cronoqSys) Name() string  { return "cronoq" }
+func (s *cronoqSys) Batches() bool { return true }
+func (s *cronoqSys) Copies() int   { return 3 }
 func (s *cronoqSys) Durability() string {
 	return "acknowledged once committed by raft: fsync'd (raft-boltdb) on a majority of the 3 nodes"
 }

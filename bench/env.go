@@ -28,7 +28,9 @@ type Env struct {
 	redisBin string
 	pgBin    string // directory of initdb and postgres
 	pgCred   *syscall.Credential
-	pgTmpl   string // initdb'd and migrated data dir, copied for each cell
+	pgTmpl   string   // initdb'd and migrated data dir, copied for each cell
+	cleanup  []func() // run at the end, after every process stopped
+	pgRoot   string   // where PostgreSQL data dirs go: dataDir, unless the postgres user cannot reach it
 }
 
 // debPackages maps a needed binary to the Debian package that ships it.
@@ -65,6 +67,9 @@ func (e *Env) prepare(ctx context.Context) error {
 		}
 	}
 	if need["postgresql"] {
+		if os.Geteuid() != 0 {
+			return fmt.Errorf("PostgreSQL runs as the postgres user: run the benchmark as root")
+		}
 		if e.pgBin = findPgBin(); e.pgBin == "" {
 			return fmt.Errorf("PostgreSQL binaries (initdb) not found under /usr/lib/postgresql after installing it")
 		}
@@ -75,8 +80,36 @@ func (e *Env) prepare(ctx context.Context) error {
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
 		e.pgCred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		e.pgRoot = e.dataDir
+		if !reachable(e.dataDir) {
+			// A parent directory is closed to other users: keep PostgreSQL's
+			// data in a temp dir instead, removed at the end.
+			d, err := os.MkdirTemp("", "cronoq-bench-pg-")
+			if err != nil {
+				return fmt.Errorf("creating a PostgreSQL data dir: %w", err)
+			}
+			if err := os.Chmod(d, 0o755); err != nil {
+				return err
+			}
+			e.pgRoot = d
+			e.cleanup = append(e.cleanup, func() { os.RemoveAll(d) })
+		}
 	}
 	return nil
+}
+
+// reachable reports whether every directory from / down to dir lets other
+// users through (the postgres user needs to reach its data dir).
+func reachable(dir string) bool {
+	for d := dir; ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil || st.Mode().Perm()&0o001 == 0 {
+			return false
+		}
+		if filepath.Dir(d) == d {
+			return true
+		}
+	}
 }
 
 // needs reports which Debian packages the selected systems use.

@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -69,7 +70,7 @@ and chart.svg under -out/<timestamp>/ (and -out/latest).
   W3  open loop at each of -w3-rates tasks/s for -w3-duration; latency from
       the scheduled submit time to the durable completion (p50/p99)
 
--quick runs W1 only, at 20,000 tasks, one run per system.
+-quick runs W1 only, at 20,000 tasks, three runs per system.
 
 Flags:
 `
@@ -82,7 +83,7 @@ func parseFlags(args []string) (options, error) {
 	}
 	var o options
 	var systems, workloads, rates string
-	fs.BoolVar(&o.quick, "quick", false, "W1 only at 20,000 tasks, one run per system (overrides -runs, -workloads, -w1-tasks)")
+	fs.BoolVar(&o.quick, "quick", false, "W1 only at 20,000 tasks (overrides -workloads and -w1-tasks; 3 runs unless -runs is given)")
 	fs.IntVar(&o.runs, "runs", 3, "runs per cell (systems alternated between runs)")
 	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated `LIST` of systems")
 	fs.StringVar(&workloads, "workloads", "w1,w2,w3", "comma-separated `LIST` of workloads")
@@ -131,11 +132,15 @@ func parseFlags(args []string) (options, error) {
 		}
 		o.w3Rates = append(o.w3Rates, n)
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if o.quick {
-		o.runs = 1
+		if !set["runs"] {
+			o.runs = 3
+		}
 		o.workloads = []string{"w1"}
 		o.w1Tasks = 20000
-		o.raftDuration = 5 * time.Second
+		o.raftDuration = 3 * time.Second
 	}
 	switch {
 	case o.runs < 1:
@@ -213,26 +218,34 @@ func run(o options) (err error) {
 		return fmt.Errorf("opening results dir to the postgres user: %w", err)
 	}
 
-	env := &Env{opts: o, root: root, procs: newProcs(filepath.Join(o.outDir, ".running-pids"))}
-	// Processes left by an earlier run that was killed hard are stopped first.
-	env.procs.reapStale()
-	defer func() {
-		if r := recover(); r != nil {
-			env.procs.stopAll()
-			panic(r)
-		}
-	}()
-	defer env.procs.stopAll()
-
+	// Processes and data left by an earlier run that was killed hard go first.
+	reapStale(o.outDir)
 	started := time.Now()
 	stamp := started.Format("20060102-150405")
+	env := &Env{opts: o, root: root}
 	env.runDir = filepath.Join(o.outDir, stamp)
 	env.dataDir = filepath.Join(env.runDir, "data")
+	env.procs = newProcs(o.outDir, stamp, env.dataDir)
+	// However the run ends (error, interrupt, panic): stop every process
+	// still running, then remove the data.
+	shutdown := func() {
+		env.procs.stopAll()
+		for _, f := range env.cleanup {
+			f()
+		}
+		if !o.keep {
+			_ = os.RemoveAll(env.dataDir)
+		}
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			shutdown()
+			panic(r)
+		}
+		shutdown()
+	}()
 	if err := os.MkdirAll(env.dataDir, 0o755); err != nil {
 		return fmt.Errorf("creating data dir: %w", err)
-	}
-	if !o.keep {
-		defer os.RemoveAll(env.dataDir)
 	}
 
 	prog := newProgress(os.Stderr)
@@ -253,6 +266,16 @@ func run(o options) (err error) {
 	rep.Fsync = fs
 	prog.note("fsync latency on %s (%s): p50 %.2f ms, p99 %.2f ms (%d × 4 KiB write+fsync)", fs.FS, fs.Dir, fs.P50ms, fs.P99ms, fs.Samples)
 
+	for _, name := range o.systems {
+		if name == "raft" {
+			continue
+		}
+		sys, err := newSystem(env, name)
+		if err != nil {
+			return err
+		}
+		rep.Systems = append(rep.Systems, SystemInfo{Name: sys.Name(), Copies: sys.Copies(), Durability: sys.Durability(), Config: sys.Config()})
+	}
 	cells := plan(o)
 	prog.setCells(len(cells))
 	for i, c := range cells {
@@ -262,6 +285,7 @@ func run(o options) (err error) {
 		prog.startCell(i, c.title(o))
 		res := runCell(ctx, env, c)
 		rep.Cells = append(rep.Cells, res)
+		appendJSONL(filepath.Join(env.runDir, "cells.jsonl"), res)
 		prog.note("%s: %s", c.title(o), res.summary())
 	}
 	rep.Finished = time.Now()
@@ -297,4 +321,19 @@ func repoRoot() (string, error) {
 			return "", fmt.Errorf("finding the repository: no bench/go.mod above %s", dir)
 		}
 	}
+}
+
+// appendJSONL appends one cell's result to a file as it finishes, so that
+// the numbers survive a run that dies before writing its report.
+func appendJSONL(path string, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = f.Write(append(b, '\n'))
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"net"
 	"os"
@@ -26,16 +25,25 @@ type proc struct {
 }
 
 // procs tracks every process the benchmark started, so that all of them are
-// stopped by pid however the run ends. Their pids are also written to a file,
-// so that a run killed with SIGKILL has its leftovers stopped by the next one.
+// stopped by pid however the run ends. Their pids are also written to a file
+// of this run (.running-pids-<stamp> in the results dir, headed by this
+// process's own pid and the run's data dir), so that the leftovers of a run
+// killed with SIGKILL are stopped, and its data removed, by the next run.
 type procs struct {
 	mu      sync.Mutex
 	live    map[int]*proc
 	pidFile string
+	header  string
 }
 
-func newProcs(pidFile string) *procs {
-	return &procs{live: make(map[int]*proc), pidFile: pidFile}
+func newProcs(outDir, stamp, dataDir string) *procs {
+	self := os.Getpid()
+	start, _ := procStartTime(self)
+	return &procs{
+		live:    make(map[int]*proc),
+		pidFile: filepath.Join(outDir, ".running-pids-"+stamp),
+		header:  fmt.Sprintf("owner %d %d %s\n", self, start, dataDir),
+	}
 }
 
 // start runs bin with args as a child in its own process group, its output
@@ -132,7 +140,12 @@ func (ps *procs) stopAll() {
 }
 
 func (ps *procs) writePidsLocked() {
+	if len(ps.live) == 0 {
+		_ = os.Remove(ps.pidFile)
+		return
+	}
 	var b strings.Builder
+	b.WriteString(ps.header)
 	pids := make([]int, 0, len(ps.live))
 	for pid := range ps.live {
 		pids = append(pids, pid)
@@ -141,42 +154,57 @@ func (ps *procs) writePidsLocked() {
 	for _, pid := range pids {
 		fmt.Fprintf(&b, "%d %d %s\n", pid, ps.live[pid].start, ps.live[pid].name)
 	}
-	if len(pids) == 0 {
-		_ = os.Remove(ps.pidFile)
-		return
-	}
 	_ = os.WriteFile(ps.pidFile, []byte(b.String()), 0o644)
 }
 
-// reapStale stops the processes listed by an earlier run that did not clean
-// up (it was killed with SIGKILL). A pid counts only if its start time still
-// matches, so a reused pid is left alone.
-func (ps *procs) reapStale() {
-	f, err := os.Open(ps.pidFile)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 2 {
+// reapStale looks at the pid files of earlier runs in dir. Those whose
+// benchmark process is gone (killed with SIGKILL) have their listed
+// processes killed and their data dir removed. A pid counts only while its
+// start time still matches, so a reused pid is left alone, and a run that is
+// still going is not touched.
+func reapStale(dir string) {
+	files, _ := filepath.Glob(filepath.Join(dir, ".running-pids-*"))
+	for _, path := range files {
+		b, err := os.ReadFile(path)
+		if err != nil {
 			continue
 		}
-		pid, err1 := strconv.Atoi(fields[0])
-		start, err2 := strconv.ParseUint(fields[1], 10, 64)
-		if err1 != nil || err2 != nil || pid <= 1 {
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		head := strings.Fields(lines[0])
+		if len(head) != 4 || head[0] != "owner" {
 			continue
 		}
-		if st, err := procStartTime(pid); err == nil && st == start {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+		if alive(head[1], head[2]) {
+			continue
 		}
+		for _, l := range lines[1:] {
+			f := strings.Fields(l)
+			if len(f) >= 2 && alive(f[0], f[1]) {
+				pid, _ := strconv.Atoi(f[0])
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if data := head[3]; filepath.Base(data) == "data" && strings.HasPrefix(data, dir+string(filepath.Separator)) {
+			_ = os.RemoveAll(data)
+		}
+		_ = os.Remove(path)
 	}
-	_ = os.Remove(ps.pidFile)
+}
+
+// alive reports whether the process pid is running and started at start.
+func alive(pidStr, startStr string) bool {
+	pid, err1 := strconv.Atoi(pidStr)
+	start, err2 := strconv.ParseUint(startStr, 10, 64)
+	if err1 != nil || err2 != nil || pid <= 1 {
+		return false
+	}
+	st, err := readProcStat(pid)
+	return err == nil && st.start == start && st.state != 'Z' && st.state != 'X'
 }
 
 // procStat is the part of /proc/PID/stat the benchmark reads.
 type procStat struct {
+	state                        byte
 	ppid                         int
 	utime, stime, cutime, cstime uint64
 	start                        uint64
@@ -199,6 +227,7 @@ func readProcStat(pid int) (procStat, error) {
 	}
 	num := func(k int) uint64 { v, _ := strconv.ParseUint(f[k-3], 10, 64); return v }
 	return procStat{
+		state:  f[0][0],
 		ppid:   int(num(4)),
 		utime:  num(14),
 		stime:  num(15),

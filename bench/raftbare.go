@@ -80,7 +80,12 @@ type RaftResult struct {
 // leader with inflight applies outstanding for d. cur is fed the applies so far.
 func runRaftBare(ctx context.Context, dir string, d time.Duration, inflight int, cur *atomic.Int64) (RaftResult, error) {
 	res := RaftResult{InFlight: inflight, EntrySize: PayloadSize}
-	logger := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Error, Output: logWriter(filepath.Join(dir, "raft.log"))})
+	logf, err := os.Create(filepath.Join(dir, "raft.log"))
+	if err != nil {
+		return res, err
+	}
+	defer logf.Close()
+	logger := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Error, Output: logf})
 	var nodes []*raftNode
 	defer func() {
 		for _, n := range nodes {
@@ -174,7 +179,7 @@ func runRaftBare(ctx context.Context, dir string, d time.Duration, inflight int,
 	var (
 		count   atomic.Int64
 		stop    atomic.Bool
-		firstEr atomic.Value
+		firstEr firstError
 		wg      sync.WaitGroup
 		latMu   sync.Mutex
 		lats    []float64
@@ -190,7 +195,7 @@ func runRaftBare(ctx context.Context, dir string, d time.Duration, inflight int,
 			for !stop.Load() && ctx.Err() == nil {
 				t := time.Now()
 				if err := leader.Apply(entry, 10*time.Second).Error(); err != nil {
-					firstEr.CompareAndSwap(nil, err)
+					firstEr.set(err)
 					return
 				}
 				if time.Now().After(end) {
@@ -218,17 +223,8 @@ func runRaftBare(ctx context.Context, dir string, d time.Duration, inflight int,
 	res.CPUs = selfCPU() - cpu0
 	res.P50ms = percentile(lats, 0.50)
 	res.P99ms = percentile(lats, 0.99)
-	if err, ok := firstEr.Load().(error); ok {
+	if err := firstEr.get(); err != nil {
 		return res, fmt.Errorf("raft apply: %w", err)
 	}
 	return res, ctx.Err()
-}
-
-// logWriter opens path for appending, or discards when it cannot.
-func logWriter(path string) io.Writer {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return io.Discard
-	}
-	return f
 }

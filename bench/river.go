@@ -39,6 +39,7 @@ type riverSys struct {
 	env    *Env
 	dir    string
 	pg     *proc
+	data   string // the cell's PostgreSQL dir, when outside the cell dir
 	pool   *pgxpool.Pool
 	client *river.Client[pgx.Tx]
 	logf   *os.File
@@ -47,8 +48,9 @@ type riverSys struct {
 	strays int
 }
 
-func (s *riverSys) Name() string { return "river" }
-func (s *riverSys) Copies() int  { return 1 }
+func (s *riverSys) Name() string  { return "river" }
+func (s *riverSys) Batches() bool { return true }
+func (s *riverSys) Copies() int   { return 1 }
 func (s *riverSys) Durability() string {
 	return "acknowledged once the PostgreSQL transaction commits with synchronous_commit=on, fsync=on: WAL flushed on the one server"
 }
@@ -71,7 +73,11 @@ func (s *riverSys) Start(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	data := filepath.Join(dir, "pg")
+	data := filepath.Join(s.env.pgRoot, filepath.Base(dir), "pg")
+	if err := os.MkdirAll(filepath.Dir(data), 0o755); err != nil {
+		return err
+	}
+	s.data = filepath.Dir(data)
 	if out, err := exec.CommandContext(ctx, "cp", "-a", tmpl, data).CombinedOutput(); err != nil {
 		return fmt.Errorf("copying the PostgreSQL template: %w: %s", err, out)
 	}
@@ -185,6 +191,9 @@ func (s *riverSys) Stop() error {
 	// SIGINT is PostgreSQL's fast shutdown.
 	errs = append(errs, s.env.procs.stop(s.pg, syscall.SIGINT, 30*time.Second))
 	s.pg = nil
+	if s.data != "" && !s.env.opts.keep {
+		_ = os.RemoveAll(s.data)
+	}
 	return errors.Join(errs...)
 }
 
@@ -194,7 +203,7 @@ func (e *Env) pgTemplate(ctx context.Context) (string, error) {
 	if e.pgTmpl != "" {
 		return e.pgTmpl, nil
 	}
-	base := filepath.Join(e.dataDir, "pg-template")
+	base := filepath.Join(e.pgRoot, "pg-template")
 	data := filepath.Join(base, "pg")
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return "", fmt.Errorf("creating PostgreSQL template dir: %w", err)

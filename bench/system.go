@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -35,6 +36,8 @@ type System interface {
 	ServerPIDs() []int
 	// Enqueue enqueues task seq and returns once it is acknowledged.
 	Enqueue(ctx context.Context, seq int) error
+	// Batches reports whether the system has a batch enqueue API.
+	Batches() bool
 	// EnqueueBatch enqueues the tasks in one call, or returns errNoBatch.
 	EnqueueBatch(ctx context.Context, seqs []int) error
 	// StartWorkers starts no-op workers; done is called for a task once
@@ -140,5 +143,22 @@ func (t *tracker) complete(seq int) {
 	}
 }
 
-// at converts ns since base to a time.
-func (t *tracker) at(ns int64) time.Time { return t.base.Add(time.Duration(ns)) }
+// firstError keeps the first error set.
+type firstError struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (f *firstError) set(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err == nil {
+		f.err = err
+	}
+}
+
+func (f *firstError) get() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"io"
+	"math"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
+)
+
+func TestPayloadCarriesItsSequence(t *testing.T) {
+	for _, seq := range []int{0, 1, 255, 99_999, 1 << 40} {
+		p := payload(seq)
+		require.Len(t, p, PayloadSize)
+		got, err := seqOf(p)
+		require.NoError(t, err)
+		require.Equal(t, seq, got)
+	}
+	_, err := seqOf([]byte("short"))
+	require.Error(t, err)
+}
+
+func envelope(t *testing.T, flags byte, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	require.NoError(t, err)
+	if flags&0x01 != 0 {
+		var z bytes.Buffer
+		zw := gzip.NewWriter(&z)
+		_, err := zw.Write(b)
+		require.NoError(t, err)
+		require.NoError(t, zw.Close())
+		b = z.Bytes()
+	}
+	out := make([]byte, 5, 5+len(b))
+	out[0] = flags
+	binary.BigEndian.PutUint32(out[1:], uint32(len(b)))
+	return append(out, b...)
+}
+
+func ack(results ...*cronoqv1.LeaseResult) *cronoqv1.ServerMessage {
+	return &cronoqv1.ServerMessage{Msg: &cronoqv1.ServerMessage_CompleteAck{CompleteAck: &cronoqv1.CompleteAck{Results: results}}}
+}
+
+// oneByte reads at most one byte per call, to split every envelope.
+type oneByte struct{ r io.Reader }
+
+func (o oneByte) Read(p []byte) (int, error) { return o.r.Read(p[:min(1, len(p))]) }
+
+func TestEnvelopeTapReportsAcceptedCompletions(t *testing.T) {
+	var stream bytes.Buffer
+	stream.Write(envelope(t, 0, &cronoqv1.ServerMessage{Msg: &cronoqv1.ServerMessage_Grants{Grants: &cronoqv1.Grants{
+		Grants: []*cronoqv1.Grant{{Lease: 99, Task: &cronoqv1.Task{Id: "x", Payload: payload(7)}}},
+	}}}))
+	stream.Write(envelope(t, 0, ack(&cronoqv1.LeaseResult{Lease: 1}, &cronoqv1.LeaseResult{Lease: 2, Code: "stale_lease", Error: "stale"})))
+	stream.Write(envelope(t, 0x01, ack(&cronoqv1.LeaseResult{Lease: 3})))
+	stream.Write(envelope(t, 0, &cronoqv1.ServerMessage{Msg: &cronoqv1.ServerMessage_HeartbeatAck{HeartbeatAck: &cronoqv1.HeartbeatAck{
+		Results: []*cronoqv1.LeaseResult{{Lease: 4}},
+	}}}))
+	end := []byte(`{}`)
+	stream.Write(append([]byte{0x02, 0, 0, 0, byte(len(end))}, end...))
+
+	for name, r := range map[string]io.Reader{"whole": bytes.NewReader(stream.Bytes()), "byte by byte": oneByte{bytes.NewReader(stream.Bytes())}} {
+		t.Run(name, func(t *testing.T) {
+			var got []uint64
+			tap := &envelopeTap{rc: io.NopCloser(r), gzip: true, onAck: func(l []uint64) { got = append(got, l...) }}
+			b, err := io.ReadAll(tap)
+			require.NoError(t, err)
+			require.Equal(t, stream.Bytes(), b, "the SDK reads the stream unchanged")
+			require.Equal(t, []uint64{1, 3}, got)
+		})
+	}
+}
+
+func TestDoneHookMatchesOnlyAsynqDone(t *testing.T) {
+	var got []int
+	h := doneHook{done: func(seq int) { got = append(got, seq) }}
+	ok := func(context.Context, redis.Cmder) error { return nil }
+	run := h.ProcessHook(ok)
+	ctx := context.Background()
+	done := redis.NewCmd(ctx, "evalsha", "sha", 5,
+		"asynq:{bench}:active", "asynq:{bench}:lease", "asynq:{bench}:t:s42",
+		"asynq:{bench}:processed:2026-11-30", "asynq:{bench}:processed", "s42", int64(1), int64(math.MaxInt64))
+	require.NoError(t, run(ctx, done))
+	other := redis.NewCmd(ctx, "evalsha", "sha", 5, "a", "b", "c", "d", "e", "s43", int64(1), int64(2))
+	require.NoError(t, run(ctx, other))
+	require.NoError(t, run(ctx, redis.NewCmd(ctx, "ping")))
+	require.Equal(t, []int{42}, got)
+}
+
+func TestPercentileAndStat(t *testing.T) {
+	vs := []float64{5, 1, 4, 2, 3}
+	require.Equal(t, 3.0, percentile(vs, 0.5))
+	require.Equal(t, 5.0, percentile(vs, 0.99))
+	withInf := []float64{1, 2, math.Inf(1), math.Inf(1)}
+	require.True(t, math.IsInf(percentile(withInf, 0.99), 1))
+	require.Equal(t, 2.0, percentile(withInf, 0.5))
+	s := statOf([]float64{30, 10, 20, 40})
+	require.Equal(t, jf(25), s.Median)
+	require.Equal(t, jf(10), s.Min)
+	require.Equal(t, jf(40), s.Max)
+	b, err := json.Marshal(struct{ V jf }{jf(math.Inf(1))})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"V": null}`, string(b))
+}
+
+func TestPlanAlternatesSystems(t *testing.T) {
+	o := options{runs: 3, systems: []string{"cronoq", "river", "asynq-always", "raft"}, workloads: []string{"w1", "w3"}, w3Rates: []int{1000, 5000}}
+	cells := plan(o)
+	require.Len(t, cells, 3*(1+3+2*3))
+	firsts := map[string]bool{}
+	for run := 1; run <= 3; run++ {
+		var w1 []string
+		for _, c := range cells {
+			if c.run == run && c.workload == "w1" {
+				w1 = append(w1, c.system)
+			}
+		}
+		require.ElementsMatch(t, []string{"cronoq", "river", "asynq-always"}, w1)
+		firsts[w1[0]] = true
+	}
+	require.Len(t, firsts, 3, "every system goes first once")
+}
