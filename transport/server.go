@@ -183,8 +183,13 @@ func New(cfg Config) (*Server, error) {
 	s.fwd = fwd
 	s.m.SetSource(nodeSource{cfg.Node})
 
+	// Responses are compressed only when large enough to gain from it:
+	// most answers are a few hundred bytes, and resetting a compressor for
+	// each of them cost more CPU than the bytes it saved on loopback or LAN.
+	const compressMinBytes = 4 << 10
 	common := []connect.HandlerOption{
 		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
+		connect.WithCompressMinBytes(compressMinBytes),
 		connect.WithInterceptors(&rpcMetrics{m: s.m}),
 	}
 	workerOpts := []connect.HandlerOption{
@@ -193,6 +198,7 @@ func New(cfg Config) (*Server, error) {
 		// output just over the limit reaches the engine (which fails the
 		// attempt with a clear error) rather than breaking the stream.
 		connect.WithReadMaxBytes(2*cfg.MaxOutput + messageOverhead),
+		connect.WithCompressMinBytes(compressMinBytes),
 		connect.WithInterceptors(&rpcMetrics{m: s.m}),
 	}
 	mux := http.NewServeMux()
