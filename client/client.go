@@ -4,8 +4,9 @@
 //
 // A Client talks ConnectRPC over unencrypted HTTP/2 (h2c) to any node of the
 // cluster. It keeps the list of addresses it was given and the leader hint
-// nodes answer with: a call that needs the leader goes there, a node that does
-// not answer is skipped for the next one, with jittered backoff between
+// nodes answer with (a refusal naming the leader, or an answer a follower
+// forwarded from it): a call that needs the leader goes there, a node that
+// does not answer is skipped for the next one, with jittered backoff between
 // rounds. Calls that are safe to repeat (reads, submits, which always carry an
 // idempotency key, cancels and schedule changes) are retried until their ctx
 // ends; others only when the node refused them before doing anything.
@@ -54,6 +55,8 @@ type Client struct {
 	addrs     []string
 	next      int    // index into addrs of the next address to try
 	preferred string // leader hint or last address that answered
+	leader    string // leader address named by a forwarded answer; calls for the leader go there
+	badHint   string // last leader address named by answers that could not be reached
 	endpoints map[string]*endpoint
 	closed    bool
 
@@ -243,13 +246,18 @@ func (c *Client) endpointFor(addr string) *endpoint {
 	return ep
 }
 
-// pick returns the address the next attempt should go to: the leader hint
-// (or the last address that answered), else the next one of the list.
-func (c *Client) pick() (string, error) {
+// pick returns the address the next attempt should go to: the leader that
+// forwarded answers named, unless any node may serve the call (anyNode);
+// else the leader hint (or the last address that answered), else the next
+// one of the list.
+func (c *Client) pick(anyNode bool) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return "", ErrClosed
+	}
+	if !anyNode && c.leader != "" {
+		return c.leader, nil
 	}
 	if c.preferred != "" {
 		return c.preferred, nil
@@ -258,18 +266,42 @@ func (c *Client) pick() (string, error) {
 }
 
 // succeeded records that addr answered.
-func (c *Client) succeeded(addr string) {
+func (c *Client) succeeded(addr string) { c.succeededVia(addr, "") }
+
+// succeededVia records that addr answered, with an answer it forwarded from
+// the leader at leader (empty: addr answered itself). Later calls for the
+// leader go straight there, unless that address could not be reached the
+// last time it was named; calls that any node serves stay with the address
+// that answered before.
+func (c *Client) succeededVia(addr, leader string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.preferred = addr
+	if addr != c.leader || c.preferred == "" {
+		c.preferred = addr
+	}
+	if addr == c.badHint {
+		c.badHint = ""
+	}
+	leader = normalizeAddr(leader)
+	if leader != "" && leader != addr && leader != c.badHint {
+		c.leader = leader
+	}
 }
 
 // failed records that addr did not serve the call; hint is the leader
 // address it named, if any. It moves on to the hint, or to the address after
-// addr in the list.
-func (c *Client) failed(addr, hint string) {
+// addr in the list. unreachable says that addr did not answer at all: a
+// leader address named by forwarded answers that cannot be reached is not
+// followed again until it answers.
+func (c *Client) failed(addr, hint string, unreachable bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if addr == c.leader {
+		c.leader = ""
+		if unreachable {
+			c.badHint = addr
+		}
+	}
 	hint = normalizeAddr(hint)
 	if hint != "" && hint != addr {
 		c.preferred = hint
@@ -283,6 +315,13 @@ func (c *Client) failed(addr, hint string) {
 	} else {
 		c.next = (c.next + 1) % len(c.addrs)
 	}
+}
+
+// answered reports whether err is an answer of the node (an API error), as
+// opposed to a failure to reach it or to hear back.
+func answered(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae)
 }
 
 // backoff returns the jittered delay before retry round n (n >= 1):
@@ -322,20 +361,24 @@ const (
 	once
 )
 
-// attemptFunc runs one attempt against ep within ctx.
-type attemptFunc func(ctx context.Context, ep *endpoint) error
+// attemptFunc runs one attempt against ep within ctx. On success it returns
+// the leader address the answer named (apierr.HeaderLeaderAddr, set when
+// the node forwarded the call to the leader), or "".
+type attemptFunc func(ctx context.Context, ep *endpoint) (leader string, err error)
 
 // do runs fn against the cluster with routing and retries, and returns the
 // decoded error of the last attempt (wrapped with what) when it gives up.
-// Each attempt is bounded by timeout (0: only by ctx).
-func (c *Client) do(ctx context.Context, what string, policy retryPolicy, timeout time.Duration, fn attemptFunc) error {
+// Each attempt is bounded by timeout (0: only by ctx). anyNode says that any
+// node serves the call itself (a stale read): it is not sent to the leader
+// on purpose.
+func (c *Client) do(ctx context.Context, what string, policy retryPolicy, anyNode bool, timeout time.Duration, fn attemptFunc) error {
 	var (
 		lastErr  error
 		unsure   bool // some attempt may have taken effect
 		lastHint string
 	)
 	for n := 0; ; n++ {
-		addr, err := c.pick()
+		addr, err := c.pick(anyNode)
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
@@ -343,10 +386,11 @@ func (c *Client) do(ctx context.Context, what string, policy retryPolicy, timeou
 		if timeout > 0 {
 			actx, cancel = context.WithTimeout(ctx, timeout)
 		}
-		err = decodeError(fn(actx, c.endpointFor(addr)))
+		leader, err := fn(actx, c.endpointFor(addr))
+		err = decodeError(err)
 		cancel()
 		if err == nil {
-			c.succeeded(addr)
+			c.succeededVia(addr, leader)
 			return nil
 		}
 		lastErr = err
@@ -373,7 +417,7 @@ func (c *Client) do(ctx context.Context, what string, policy retryPolicy, timeou
 		if errors.As(err, &ae) && ae.Kind == apierr.KindNotLeader {
 			hint = normalizeAddr(ae.LeaderAddr)
 		}
-		c.failed(addr, hint)
+		c.failed(addr, hint, !answered(err))
 		c.log.Debug("call failed, retrying", "call", what, "addr", addr, "error", err, "leader_hint", hint)
 		// A fresh leader hint is followed at once; anything else waits.
 		var wait time.Duration
@@ -402,14 +446,22 @@ func (c *Client) gaveUp(ctx context.Context, what string, last error, unsure boo
 func unary[Req, Res any](ctx context.Context, c *Client, what string, policy retryPolicy, req *Req,
 	call func(ep *endpoint) func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
 ) (*Res, error) {
+	return unaryTo(ctx, c, what, policy, false, req, call)
+}
+
+// unaryTo is unary for a call that any node serves itself when anyNode is
+// set (a stale read).
+func unaryTo[Req, Res any](ctx context.Context, c *Client, what string, policy retryPolicy, anyNode bool, req *Req,
+	call func(ep *endpoint) func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
+) (*Res, error) {
 	var out *Res
-	err := c.do(ctx, what, policy, c.opts.timeout, func(actx context.Context, ep *endpoint) error {
+	err := c.do(ctx, what, policy, anyNode, c.opts.timeout, func(actx context.Context, ep *endpoint) (string, error) {
 		resp, err := call(ep)(actx, connect.NewRequest(req))
 		if err != nil {
-			return err
+			return "", err
 		}
 		out = resp.Msg
-		return nil
+		return resp.Header().Get(apierr.HeaderLeaderAddr), nil
 	})
 	return out, err
 }

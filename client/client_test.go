@@ -89,6 +89,66 @@ func TestSubmitFollowsLeaderHint(t *testing.T) {
 	require.Equal(t, 1, fc.nodes[1].count(cronoqv1connect.TaskServiceGetProcedure))
 }
 
+func TestSubmitPrefersLeaderNamedByForwardedAnswer(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 2, 1)
+	fc.mu.Lock()
+	fc.forward = true
+	fc.mu.Unlock()
+	// The client knows only the follower, which serves the first submit by
+	// forwarding it and names the leader in its answer.
+	c := newTestClient(t, fc.addrs(0))
+	ctx := testCtx(t)
+
+	sub, err := c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k"})
+	require.NoError(t, err)
+	require.Equal(t, 1, fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure))
+	require.Equal(t, 0, fc.nodes[1].count(cronoqv1connect.TaskServiceSubmitProcedure))
+
+	// Every later call goes straight to the leader.
+	for range 3 {
+		_, err = c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k"})
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1, fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure))
+	require.Equal(t, 3, fc.nodes[1].count(cronoqv1connect.TaskServiceSubmitProcedure))
+
+	// A stale read is still served by the node the client talks to.
+	_, meta, err := c.GetStale(ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, fc.nodes[0].id, meta.Node)
+	require.Equal(t, 1, fc.nodes[0].count(cronoqv1connect.TaskServiceGetProcedure))
+	require.Equal(t, 0, fc.nodes[1].count(cronoqv1connect.TaskServiceGetProcedure))
+}
+
+func TestUnreachableForwardedLeaderFallsBackToRotation(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 2, 1)
+	// The leader's address as the nodes know it is not one this client can
+	// reach.
+	dead := deadAddr(t)
+	fc.mu.Lock()
+	fc.forward = true
+	fc.nodes[1].addr = dead
+	fc.mu.Unlock()
+	c := newTestClient(t, fc.addrs(0))
+	ctx := testCtx(t)
+
+	for range 4 {
+		_, err := c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k"})
+		require.NoError(t, err)
+	}
+	// The first answer sends the next call to the unreachable address; that
+	// call fails to connect and is served through the follower, and the
+	// client then stops following answers that name the unreachable address.
+	require.Equal(t, 4, fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.Equal(t, dead, c.badHint)
+	require.Empty(t, c.leader)
+	require.Equal(t, fc.nodes[0].addr, c.preferred)
+}
+
 func TestSubmitRetriesOutcomeUnknownWithSameKey(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 2, 0)

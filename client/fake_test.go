@@ -33,6 +33,7 @@ type fakeCluster struct {
 	changed chan struct{} // closed and replaced on every state change
 	nodes   []*fakeNode
 	leader  int
+	forward bool // followers serve Submit as if forwarded to the leader, naming it
 
 	tasks map[string]*cronoqv1.Task
 	byKey map[string]string
@@ -154,6 +155,22 @@ func (n *fakeNode) leaderOnly() error {
 		return apierr.NotLeader(l.id, l.addr)
 	}
 	return nil
+}
+
+// leaderOrForward is leaderOnly for a call that a follower of a forwarding
+// cluster serves as if it had forwarded it: it then returns the leader's
+// address for the answer to name.
+func (n *fakeNode) leaderOrForward() (string, error) {
+	c := n.c
+	c.mu.Lock()
+	fwd := c.forward
+	l := c.nodes[c.leader]
+	leaderAddr := l.addr
+	c.mu.Unlock()
+	if fwd && l != n {
+		return leaderAddr, nil
+	}
+	return "", n.leaderOnly()
 }
 
 type trackingListener struct {
@@ -312,7 +329,8 @@ func (s *fakeTasks) admitLocked(spec *cronoqv1.TaskSpec) (*cronoqv1.Submitted, e
 }
 
 func (s *fakeTasks) Submit(ctx context.Context, req *connect.Request[cronoqv1.SubmitRequest]) (*connect.Response[cronoqv1.SubmitResponse], error) {
-	if err := s.n.leaderOnly(); err != nil {
+	leaderAddr, err := s.n.leaderOrForward()
+	if err != nil {
 		return nil, err
 	}
 	c := s.n.c
@@ -338,7 +356,11 @@ func (s *fakeTasks) Submit(ctx context.Context, req *connect.Request[cronoqv1.Su
 		c.submitUnknown--
 		return nil, apierr.OutcomeUnknown("leadership lost while committing")
 	}
-	return connect.NewResponse(&cronoqv1.SubmitResponse{Result: sub}), nil
+	resp := connect.NewResponse(&cronoqv1.SubmitResponse{Result: sub})
+	if leaderAddr != "" {
+		resp.Header().Set(apierr.HeaderLeaderAddr, leaderAddr)
+	}
+	return resp, nil
 }
 
 func (s *fakeTasks) SubmitBatch(_ context.Context, req *connect.Request[cronoqv1.SubmitBatchRequest]) (*connect.Response[cronoqv1.SubmitBatchResponse], error) {

@@ -123,7 +123,7 @@ func (c *Client) EnqueueMany(ctx context.Context, specs []TaskSpec) ([]Submitted
 }
 
 func (c *Client) get(ctx context.Context, what string, ref *cronoqv1.TaskRef, stale bool) (*Task, ReadMeta, error) {
-	resp, err := unary(ctx, c, what, idempotent, &cronoqv1.GetRequest{Ref: ref, Stale: stale},
+	resp, err := unaryTo(ctx, c, what, idempotent, stale, &cronoqv1.GetRequest{Ref: ref, Stale: stale},
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.GetRequest]) (*connect.Response[cronoqv1.GetResponse], error) {
 			return ep.tasks.Get
 		})
@@ -175,13 +175,13 @@ func (c *Client) wait(ctx context.Context, what string, ref *cronoqv1.TaskRef) (
 		req := &cronoqv1.WaitRequest{Ref: ref, TimeoutMs: poll.Milliseconds()}
 		var got *cronoqv1.Task
 		start := time.Now()
-		err := c.do(ctx, what, idempotent, poll+c.opts.timeout, func(actx context.Context, ep *endpoint) error {
+		err := c.do(ctx, what, idempotent, false, poll+c.opts.timeout, func(actx context.Context, ep *endpoint) (string, error) {
 			resp, err := ep.tasks.Wait(actx, connect.NewRequest(req))
 			if err != nil {
-				return err
+				return "", err
 			}
 			got = resp.Msg.GetTask()
-			return nil
+			return resp.Header().Get(apierr.HeaderLeaderAddr), nil
 		})
 		if err != nil {
 			return nil, err
@@ -234,7 +234,7 @@ func (c *Client) List(ctx context.Context, opt ListOptions) ([]*Task, string, er
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: %w", what, err)
 	}
-	resp, err := unary(ctx, c, what, idempotent, req,
+	resp, err := unaryTo(ctx, c, what, idempotent, opt.Stale, req,
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.ListRequest]) (*connect.Response[cronoqv1.ListResponse], error) {
 			return ep.tasks.List
 		})
@@ -303,7 +303,7 @@ func (c *Client) runEvents(ctx context.Context, pools []string, ch chan<- Event)
 	}
 	gapMarked := false
 	for n := 0; ; {
-		addr, err := c.pick()
+		addr, err := c.pick(false)
 		if err != nil {
 			return
 		}
@@ -345,7 +345,7 @@ func (c *Client) runEvents(ctx context.Context, pools []string, ch chan<- Event)
 		if errors.As(err, &ae) && ae.Kind == apierr.KindNotLeader {
 			hint = ae.LeaderAddr
 		}
-		c.failed(addr, hint)
+		c.failed(addr, hint, false)
 		c.log.Debug("event stream lost, resubscribing", "addr", addr, "error", err)
 		n++
 		if sleep(ctx, c.backoff(n)) != nil {

@@ -330,7 +330,7 @@ func (r *workerRun) run(ctx context.Context) error {
 // connect opens a stream to the preferred address (leader hint first).
 func (r *workerRun) connect(life context.Context) {
 	c := r.w.c
-	addr, err := c.pick()
+	addr, err := c.pick(false)
 	if err != nil {
 		r.abandon(fmt.Errorf("running worker: %w", err))
 		return
@@ -433,7 +433,7 @@ func (r *workerRun) connFailed(err error) {
 	}
 	clear(r.hbDue)
 	r.offered = 0
-	r.w.c.failed(addr, hint)
+	r.w.c.failed(addr, hint, false)
 	r.failures++
 	var wait time.Duration
 	if hint == "" || hint == r.lastHint {

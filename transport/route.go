@@ -97,8 +97,10 @@ func forwarded(h http.Header) bool { return h.Get(HeaderForwarded) != "" }
 // route serves a call that needs the leader: locally when this node is the
 // ready leader (local returns a *cluster.NotLeaderError or engine.ErrStopped
 // when it turns out it cannot serve, with nothing done), otherwise by
-// forwarding it to the leader with remote. While no leader is known it holds
-// and re-checks with jitter until the hold timeout.
+// forwarding it to the leader with remote; a forwarded answer names the
+// leader in the apierr.HeaderLeader and apierr.HeaderLeaderAddr headers.
+// While no leader is known it holds and re-checks with jitter until the hold
+// timeout.
 func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *connect.Request[Req],
 	local func(context.Context) (*Res, error),
 	remote func(*endpoint) func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
@@ -135,7 +137,12 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 			fwd.Header().Set(HeaderForwarded, s.node.ID())
 			resp, err := remote(s.fwd.endpoint(addr))(ctx, fwd)
 			if err == nil {
-				return connect.NewResponse(resp.Msg), nil
+				// Name the leader so that the client sends its next calls
+				// there instead of through this node.
+				out := connect.NewResponse(resp.Msg)
+				out.Header().Set(apierr.HeaderLeader, id)
+				out.Header().Set(apierr.HeaderLeaderAddr, addr)
+				return out, nil
 			}
 			if ctx.Err() != nil {
 				return nil, s.apiError(ctx.Err())

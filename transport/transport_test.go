@@ -301,6 +301,25 @@ func TestCluster(t *testing.T) {
 		require.Equal(t, leader.addr, addr)
 	})
 
+	t.Run("a forwarded answer names the leader", func(t *testing.T) {
+		req := connect.NewRequest(&cronoqv1.SubmitRequest{Spec: &cronoqv1.TaskSpec{Pool: "p", Kind: "k"}})
+		resp, err := taskClient(t, f1).Submit(ctxT(t, 10*time.Second), req)
+		require.NoError(t, err)
+		require.Equal(t, leader.id, resp.Header().Get(apierr.HeaderLeader))
+		require.Equal(t, leader.addr, resp.Header().Get(apierr.HeaderLeaderAddr))
+
+		get, err := taskClient(t, f2).Get(ctxT(t, 10*time.Second), connect.NewRequest(&cronoqv1.GetRequest{
+			Ref: &cronoqv1.TaskRef{Id: resp.Msg.GetResult().GetId()},
+		}))
+		require.NoError(t, err)
+		require.Equal(t, leader.addr, get.Header().Get(apierr.HeaderLeaderAddr))
+
+		// The leader's own answers need no hint.
+		resp, err = taskClient(t, leader).Submit(ctxT(t, 10*time.Second), req)
+		require.NoError(t, err)
+		require.Empty(t, resp.Header().Get(apierr.HeaderLeaderAddr))
+	})
+
 	t.Run("worker stream on a follower is redirected", func(t *testing.T) {
 		wc := cronoqv1connect.NewWorkerServiceClient(h2c(t), "http://"+f2.addr)
 		stream := wc.Connect(ctxT(t, 10*time.Second))

@@ -21,14 +21,17 @@ import (
 	"connectrpc.com/connect"
 )
 
-// Header names carrying the structured part of an error.
+// Header names carrying the structured part of an error, and the leader
+// hint of a forwarded answer.
 const (
 	// HeaderError carries the detail kind (one of the Kind constants).
 	HeaderError = "Cronoq-Error"
-	// HeaderLeader carries the leader's node id on a not_leader error.
+	// HeaderLeader carries the leader's node id on a not_leader error, and
+	// on a successful answer that a follower forwarded from the leader.
 	HeaderLeader = "Cronoq-Leader"
 	// HeaderLeaderAddr carries the leader's HTTP API address (host:port) on a
-	// not_leader error.
+	// not_leader error, and on a successful answer that a follower forwarded
+	// from the leader, so that clients can send their next calls there.
 	HeaderLeaderAddr = "Cronoq-Leader-Addr"
 	// HeaderField carries the offending field on an invalid-argument error.
 	HeaderField = "Cronoq-Field"
