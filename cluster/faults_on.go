@@ -3,13 +3,17 @@
 package cluster
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/cronoq/cronoq/fsm"
 )
 
 // This file is compiled only into the fault-injection builds (build tag
@@ -47,6 +51,34 @@ func (n *Node) FaultClock() *FaultClock { return n.faults.clock }
 
 // FaultDisk returns the controls of the node's raft store delays.
 func (n *Node) FaultDisk() *FaultDisk { return n.faults.disk }
+
+// ApplyStaleEpochBatch appends through raft, on the leader, a commit batch of
+// muts stamped with the epoch before the current one, as an engine deposed
+// by this leader could have left in flight, and returns the epoch it used and
+// the FSM's answer: nil when the batch was applied, the error it was refused
+// with otherwise (a correct FSM refuses it with fsm.ErrStaleEpoch). The batch
+// time is the engine's clock. The error is about appending the batch: a
+// *NotLeaderError when this node does not lead with a serving engine.
+func (n *Node) ApplyStaleEpochBatch(ctx context.Context, muts []fsm.Mutation) (stale uint64, answer error, err error) {
+	epoch := n.Epoch()
+	if epoch == 0 {
+		return 0, nil, n.notLeader(nil)
+	}
+	stale = epoch - 1
+	data, err := fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: stale, Time: fsm.Nanos(n.now()), Mutations: muts})
+	if err != nil {
+		return stale, nil, fmt.Errorf("encoding a batch of epoch %d: %w", stale, err)
+	}
+	resp, err := n.applyAwait(ctx, data)
+	if err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrLeadershipTransferInProgress) {
+			return stale, nil, n.notLeader(err)
+		}
+		return stale, nil, fmt.Errorf("appending a batch of epoch %d: %w", stale, err)
+	}
+	answer, _ = resp.(error)
+	return stale, answer, nil
+}
 
 // ---------------------------------------------------------------------------
 // Clock

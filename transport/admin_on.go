@@ -5,22 +5,26 @@ package transport
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cronoq/cronoq/cluster"
+	"github.com/cronoq/cronoq/fsm"
 )
 
 // The admin API of the fault-injection builds (build tag jepsenfaults),
 // mounted under /admin/ on the node's API address. The harness reads raft
-// and FSM state with it and injects clock and disk faults.
+// and FSM state with it, injects clock and disk faults, and triggers
+// failpoints.
 
 // adminBarrierTimeout bounds a follower's wait for the index it is asked to
 // reach.
@@ -36,6 +40,7 @@ func mountAdmin(mux *http.ServeMux, node *cluster.Node) {
 	mux.HandleFunc("POST /admin/clock", a.setClock)
 	mux.HandleFunc("GET /admin/disk", a.getDisk)
 	mux.HandleFunc("POST /admin/disk", a.setDisk)
+	mux.HandleFunc("POST /admin/failpoint/stale-insert", a.staleInsert)
 }
 
 type adminAPI struct{ node *cluster.Node }
@@ -229,6 +234,90 @@ func (a *adminAPI) setDisk(w http.ResponseWriter, r *http.Request) {
 	}
 	a.node.FaultDisk().Set(time.Duration(req.FsyncDelayMS)*time.Millisecond, time.Duration(req.StallMS)*time.Millisecond)
 	adminWriteJSON(w, http.StatusOK, a.diskBody())
+}
+
+// StaleProbeKind is the kind of the task the stale-insert failpoint tries to
+// insert.
+const StaleProbeKind = "stale-epoch-probe"
+
+// adminStaleInsertRequest is the body of POST /admin/failpoint/stale-insert.
+type adminStaleInsertRequest struct {
+	Pool string `json:"pool"`
+	Key  string `json:"key"`
+}
+
+// adminStaleInsert is the answer of the stale-insert failpoint: whether the
+// FSM applied the batch and, if not, why.
+type adminStaleInsert struct {
+	Applied bool   `json:"applied"`
+	Error   string `json:"error,omitempty"`
+	ID      string `json:"id"`    // the task the batch inserts
+	Epoch   uint64 `json:"epoch"` // the stale epoch the batch carries
+}
+
+// staleInsert is the stale-insert failpoint (leader only): it appends through
+// raft a commit batch stamped with the epoch before the current one, holding
+// the insert of a queued task of the pool and key in the body, as an engine
+// deposed by this leader could have left in flight. A correct FSM refuses it
+// as stale: {"applied":false,"error":...}. {"applied":true} means the task
+// now exists although no client submitted it.
+func (a *adminAPI) staleInsert(w http.ResponseWriter, r *http.Request) {
+	var req adminStaleInsertRequest
+	if err := adminReadJSON(r, &req); err != nil {
+		adminWriteError(w, http.StatusBadRequest, err)
+		return
+	}
+	if req.Pool == "" {
+		adminWriteError(w, http.StatusBadRequest, errors.New("pool is required"))
+		return
+	}
+	epoch := a.node.Epoch()
+	if epoch == 0 {
+		adminWriteError(w, http.StatusServiceUnavailable, errors.New("not the serving leader"))
+		return
+	}
+	now := fsm.Nanos(a.node.FaultClock().Now())
+	id := staleProbeID(now, epoch-1)
+	task := &fsm.Task{
+		ID: id, Pool: req.Pool, Kind: StaleProbeKind, Key: req.Key, Priority: fsm.PriorityNormal,
+		RunAt: now, MaxAttempts: 1, Status: fsm.StatusQueued, SubmittedAt: now, UpdatedAt: now,
+	}
+	stale, answer, err := a.node.ApplyStaleEpochBatch(r.Context(), []fsm.Mutation{{Insert: task}})
+	if err != nil {
+		adminWriteError(w, http.StatusServiceUnavailable, fmt.Errorf("stale-insert: %w", err))
+		return
+	}
+	out := adminStaleInsert{Applied: answer == nil, ID: id, Epoch: stale}
+	if answer != nil {
+		out.Error = answer.Error()
+	}
+	adminWriteJSON(w, http.StatusOK, out)
+}
+
+// staleProbeID is a task id in the engine's layout (26 Crockford base32
+// characters of [6 bytes unix ms][4 bytes epoch][6 bytes sequence]) for the
+// stale-insert failpoint. Its sequence has the top bit set and random low
+// bits, so no engine's id (sequences count from 1) nor an earlier probe's has
+// it.
+func staleProbeID(nanos int64, epoch uint64) string {
+	const alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+	ms := uint64(nanos / int64(time.Millisecond))
+	seq := 1<<47 | rand.Uint64()&(1<<47-1)
+	var b, tmp [8]byte
+	var id [16]byte
+	binary.BigEndian.PutUint64(tmp[:], ms)
+	copy(id[0:6], tmp[2:8])
+	binary.BigEndian.PutUint32(id[6:10], uint32(epoch))
+	binary.BigEndian.PutUint64(b[:], seq)
+	copy(id[10:16], b[2:8])
+	hi, lo := binary.BigEndian.Uint64(id[:8]), binary.BigEndian.Uint64(id[8:])
+	var out [26]byte
+	for i := len(out) - 1; i >= 0; i-- {
+		out[i] = alphabet[lo&31]
+		lo = lo>>5 | hi<<59
+		hi >>= 5
+	}
+	return string(out[:])
 }
 
 // adminReadJSON decodes the request body into v; an empty body leaves v as it

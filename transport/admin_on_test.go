@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cronoq/cronoq/client"
+	"github.com/cronoq/cronoq/fsm"
+	"github.com/cronoq/cronoq/transport"
 )
 
 // adminCall sends method path with body (none when empty) to node n and
@@ -142,4 +144,84 @@ func TestAdminAPI(t *testing.T) {
 func jsonNum(n uint64) string {
 	b, _ := json.Marshal(n)
 	return string(b)
+}
+
+// The stale-insert failpoint makes the leader append a batch of the epoch
+// before its own. The FSM refuses it as stale on every node; with the
+// noepoch fault it is applied and the task appears although no client
+// submitted it.
+func TestAdminStaleInsertFailpoint(t *testing.T) {
+	c := newTestCluster(t, 3, 3, 2*time.Second)
+	leader, followers := c.leader()
+	cl := c.client(leader)
+	_, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "p", Kind: "k", Key: "before"})
+	require.NoError(t, err)
+	_, r := adminCall(t, leader, http.MethodGet, "/admin/raft", "")
+	epoch := num(t, r, "epoch")
+	require.Positive(t, epoch)
+
+	const key = "stale-epoch-probe"
+	code, out := adminCall(t, leader, http.MethodPost, "/admin/failpoint/stale-insert", `{"pool":"p","key":"`+key+`"}`)
+	require.Equal(t, http.StatusOK, code, "%v", out)
+	require.Equal(t, epoch-1, num(t, out, "epoch"))
+	id, _ := out["id"].(string)
+	require.Len(t, id, 26)
+
+	// Every node has applied as far as the leader has committed.
+	code, lb := adminCall(t, leader, http.MethodPost, "/admin/barrier", "")
+	require.Equal(t, http.StatusOK, code, "%v", lb)
+	_, r = adminCall(t, leader, http.MethodGet, "/admin/raft", "")
+	commit := num(t, r, "commit_index")
+	for _, f := range followers {
+		code, fb := adminCall(t, f, http.MethodPost, "/admin/barrier", `{"index":`+jsonNum(commit)+`}`)
+		require.Equal(t, http.StatusOK, code, "%v", fb)
+		require.Equal(t, lb, fb, "follower %s", f.id)
+	}
+	nodes := append([]*testNode{leader}, followers...)
+
+	if noEpochBug {
+		require.Equal(t, true, out["applied"], "%v", out)
+		require.NotContains(t, out, "error")
+		for _, n := range nodes {
+			st, _ := n.node.StaleState()
+			task, ok := st.Get(id)
+			require.True(t, ok, "node %s lacks the stale task", n.id)
+			require.Equal(t, "p", task.Pool)
+			require.Equal(t, key, task.Key)
+			require.Equal(t, transport.StaleProbeKind, task.Kind)
+			require.Equal(t, fsm.StatusQueued, task.Status)
+		}
+		task, err := cl.Get(ctxT(t, 10*time.Second), id)
+		require.NoError(t, err)
+		require.Equal(t, key, task.Key)
+		res, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "p", Kind: "k", Key: key})
+		require.NoError(t, err)
+		require.True(t, res.Duplicate, "the key is taken by the stale task")
+		require.Equal(t, id, res.ID)
+	} else {
+		require.Equal(t, false, out["applied"], "%v", out)
+		require.Contains(t, out["error"], "stale epoch")
+		for _, n := range nodes {
+			st, _ := n.node.StaleState()
+			_, ok := st.Get(id)
+			require.False(t, ok, "node %s applied the stale task", n.id)
+		}
+		_, err := cl.Get(ctxT(t, 10*time.Second), id)
+		require.ErrorIs(t, err, client.ErrNotFound)
+		res, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "p", Kind: "k", Key: key})
+		require.NoError(t, err)
+		require.False(t, res.Duplicate, "the key was taken by the refused batch")
+		require.NotEqual(t, id, res.ID)
+	}
+	// The engine goes on: the leader still commits.
+	_, err = cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "p", Kind: "k", Key: "after"})
+	require.NoError(t, err)
+
+	code, e := adminCall(t, followers[0], http.MethodPost, "/admin/failpoint/stale-insert", `{"pool":"p","key":"x"}`)
+	require.Equal(t, http.StatusServiceUnavailable, code, "%v", e)
+	code, e = adminCall(t, leader, http.MethodPost, "/admin/failpoint/stale-insert", `{"key":"x"}`)
+	require.Equal(t, http.StatusBadRequest, code, "%v", e)
+	require.Contains(t, e["error"], "pool")
+	code, e = adminCall(t, leader, http.MethodPost, "/admin/failpoint/stale-insert", `{"pool":"p","nope":1}`)
+	require.Equal(t, http.StatusBadRequest, code, "%v", e)
 }

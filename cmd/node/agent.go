@@ -34,6 +34,14 @@ const (
 	defaultGossipAddr      = cluster.DefaultGossipAddr
 	defaultHTTPAddr        = cluster.DefaultHTTPAddr
 	defaultShutdownTimeout = 30 * time.Second
+	// Raft timing of -dev: one node elects itself at once.
+	devHeartbeatTimeout   = 200 * time.Millisecond
+	devElectionTimeout    = 200 * time.Millisecond
+	devLeaderLeaseTimeout = 100 * time.Millisecond
+	devCommitTimeout      = 5 * time.Millisecond
+	// minRaftTimeout is the shortest timeout or snapshot interval raft
+	// accepts.
+	minRaftTimeout = 5 * time.Millisecond
 	// readyPoll is how often the agent checks whether it is ready, to log it.
 	readyPoll = 20 * time.Millisecond
 )
@@ -65,6 +73,14 @@ type agentConfig struct {
 	overflow        string
 	holdTimeout     time.Duration
 	shutdownTimeout time.Duration
+
+	// Raft tuning; 0 keeps the default (raftDefaults).
+	raftHeartbeatTimeout   time.Duration
+	raftElectionTimeout    time.Duration
+	raftLeaderLeaseTimeout time.Duration
+	raftSnapshotThreshold  int
+	raftSnapshotInterval   time.Duration
+	raftTrailingLogs       int
 }
 
 func defaultAgentConfig() agentConfig {
@@ -105,6 +121,16 @@ keys are the flag names with underscores (node_id, data_dir, http_addr,
 bootstrap_expect, join = [...], max_payload = "2MiB", heartbeat_window =
 "15s", ...). Flags given on the command line override the file.
 
+The -raft-* flags tune raft; 0 keeps the default. A follower that hears
+nothing from the leader for -raft-heartbeat-timeout becomes a candidate, a
+candidate elects itself after -raft-election-timeout, and a leader that
+cannot reach a quorum for -raft-leader-lease-timeout steps down; they must
+keep lease <= heartbeat <= election. Every -raft-snapshot-interval (plus up
+to as much again) a node snapshots its state if -raft-snapshot-threshold
+entries were committed since its last snapshot, and keeps the last
+-raft-trailing-logs entries, so that a follower lagging by fewer is caught up
+from the log rather than by sending it the snapshot.
+
 SIZE is a number of bytes with an optional unit: 512KiB, 1MiB, 2MB, 1G.
 
 On SIGINT or SIGTERM the node stops cleanly and exits 0 (1 only if
@@ -139,7 +165,25 @@ func agentFlags(c *cmd, cfg *agentConfig) {
 	fs.Var(enumValue{&cfg.overflow, []string{"reject", "wait"}}, "overflow", "`POLICY` for a submit that does not fit -max-pending: reject (answer overloaded) or wait (park it until there is room)")
 	fs.Var(durationValue{&cfg.holdTimeout, true}, "hold-timeout", "hold calls that need the leader up to `DUR` while none is known")
 	fs.Var(durationValue{&cfg.shutdownTimeout, true}, "shutdown-timeout", "bound the graceful stop to `DUR`")
+
+	rd := raftDefaults
+	fs.Var(durationValue{&cfg.raftHeartbeatTimeout, false}, "raft-heartbeat-timeout",
+		fmt.Sprintf("a follower without contact from the leader for `DUR` becomes a candidate (default %s, %s with -dev)", rd.HeartbeatTimeout, devHeartbeatTimeout))
+	fs.Var(durationValue{&cfg.raftElectionTimeout, false}, "raft-election-timeout",
+		fmt.Sprintf("a candidate without a leader for `DUR` starts an election; at least -raft-heartbeat-timeout (default %s, %s with -dev)", rd.ElectionTimeout, devElectionTimeout))
+	fs.Var(durationValue{&cfg.raftLeaderLeaseTimeout, false}, "raft-leader-lease-timeout",
+		fmt.Sprintf("a leader that cannot reach a quorum for `DUR` steps down; at most -raft-heartbeat-timeout (default %s, %s with -dev)", rd.LeaderLeaseTimeout, devLeaderLeaseTimeout))
+	fs.Var(intValue{&cfg.raftSnapshotThreshold, 0}, "raft-snapshot-threshold",
+		fmt.Sprintf("snapshot once `N` log entries were committed since the last snapshot (default %d)", rd.SnapshotThreshold))
+	fs.Var(durationValue{&cfg.raftSnapshotInterval, false}, "raft-snapshot-interval",
+		fmt.Sprintf("check every `DUR` (plus a random part up to as much again) whether to snapshot (default %s)", rd.SnapshotInterval))
+	fs.Var(intValue{&cfg.raftTrailingLogs, 0}, "raft-trailing-logs",
+		fmt.Sprintf("keep the last `N` log entries after a snapshot, to catch up followers that lag by fewer without sending the snapshot (default %d)", rd.TrailingLogs))
 }
+
+// raftDefaults holds the raft settings a node runs with when its flags
+// leave them at 0.
+var raftDefaults = cluster.Config{}.WithDefaults()
 
 // parseAgentArgs parses the agent's command line and configuration file.
 // The file is read first and the flags given on the command line override
@@ -188,6 +232,42 @@ func (cfg agentConfig) validate() error {
 			return fmt.Errorf("invalid -http-advertise %q: other nodes cannot reach an unspecified address", cfg.httpAdvertise)
 		}
 	}
+	return cfg.validateRaft()
+}
+
+// validateRaft checks the raft settings as raft itself would, with the
+// defaults in place of the settings left at 0, and names the flags in its
+// errors.
+func (cfg agentConfig) validateRaft() error {
+	eff := cfg.clusterConfig("", nil).WithDefaults()
+	type setting struct {
+		flag     string
+		given, v time.Duration
+	}
+	hb := setting{"raft-heartbeat-timeout", cfg.raftHeartbeatTimeout, eff.HeartbeatTimeout}
+	el := setting{"raft-election-timeout", cfg.raftElectionTimeout, eff.ElectionTimeout}
+	lease := setting{"raft-leader-lease-timeout", cfg.raftLeaderLeaseTimeout, eff.LeaderLeaseTimeout}
+	snap := setting{"raft-snapshot-interval", cfg.raftSnapshotInterval, eff.SnapshotInterval}
+	describe := func(s setting) string {
+		switch {
+		case s.given == 0 && cfg.dev:
+			return fmt.Sprintf("-%s %s (the -dev default)", s.flag, s.v)
+		case s.given == 0:
+			return fmt.Sprintf("-%s %s (the default)", s.flag, s.v)
+		}
+		return fmt.Sprintf("-%s %s", s.flag, s.v)
+	}
+	for _, s := range []setting{hb, el, lease, snap} {
+		if s.given != 0 && s.given < minRaftTimeout {
+			return fmt.Errorf("%s is too short: at least %s", describe(s), minRaftTimeout)
+		}
+	}
+	if lease.v > hb.v {
+		return fmt.Errorf("%s is longer than %s: raft needs lease <= heartbeat <= election timeout", describe(lease), describe(hb))
+	}
+	if el.v < hb.v {
+		return fmt.Errorf("%s is shorter than %s: raft needs lease <= heartbeat <= election timeout", describe(el), describe(hb))
+	}
 	return nil
 }
 
@@ -217,6 +297,13 @@ type fileConfig struct {
 	Overflow         *string  `hcl:"overflow,optional"`
 	HoldTimeout      *string  `hcl:"hold_timeout,optional"`
 	ShutdownTimeout  *string  `hcl:"shutdown_timeout,optional"`
+
+	RaftHeartbeatTimeout   *string `hcl:"raft_heartbeat_timeout,optional"`
+	RaftElectionTimeout    *string `hcl:"raft_election_timeout,optional"`
+	RaftLeaderLeaseTimeout *string `hcl:"raft_leader_lease_timeout,optional"`
+	RaftSnapshotThreshold  *int    `hcl:"raft_snapshot_threshold,optional"`
+	RaftSnapshotInterval   *string `hcl:"raft_snapshot_interval,optional"`
+	RaftTrailingLogs       *int    `hcl:"raft_trailing_logs,optional"`
 }
 
 // loadConfigFile reads path and sets the flags it names on fs, as if given
@@ -371,6 +458,44 @@ func (cfg agentConfig) engineConfig() core.Config {
 	return c
 }
 
+// clusterConfig is the node configuration the flags ask for; advertise is
+// the API address given to the other nodes. Raft settings left at 0 are
+// filled in by cluster.Config.WithDefaults (the -dev timings with -dev).
+func (cfg *agentConfig) clusterConfig(advertise string, root hclog.Logger) cluster.Config {
+	c := cluster.Config{
+		NodeID:           cfg.nodeID,
+		DataDir:          cfg.dataDir,
+		Dev:              cfg.dev,
+		RaftAddr:         cfg.raftAddr,
+		GossipAddr:       cfg.gossipAddr,
+		HTTPAddr:         advertise,
+		Version:          agentVersion(),
+		BootstrapExpect:  cfg.bootstrapExpect,
+		Join:             cfg.join,
+		LeaveOnTerminate: cfg.leaveOnTerminate,
+		Logger:           root,
+	}
+	c.Engine.Core = cfg.engineConfig()
+	if cfg.dev {
+		c.HeartbeatTimeout = devHeartbeatTimeout
+		c.ElectionTimeout = devElectionTimeout
+		c.LeaderLeaseTimeout = devLeaderLeaseTimeout
+		c.CommitTimeout = devCommitTimeout
+	}
+	set := func(dst *time.Duration, d time.Duration) {
+		if d > 0 {
+			*dst = d
+		}
+	}
+	set(&c.HeartbeatTimeout, cfg.raftHeartbeatTimeout)
+	set(&c.ElectionTimeout, cfg.raftElectionTimeout)
+	set(&c.LeaderLeaseTimeout, cfg.raftLeaderLeaseTimeout)
+	set(&c.SnapshotInterval, cfg.raftSnapshotInterval)
+	c.SnapshotThreshold = uint64(cfg.raftSnapshotThreshold)
+	c.TrailingLogs = uint64(cfg.raftTrailingLogs)
+	return c
+}
+
 // newAgentLogger is the root logger; components log through named
 // sub-loggers (agent, raft, memberlist, transport, engine).
 func newAgentLogger(cfg *agentConfig, w io.Writer) hclog.Logger {
@@ -415,28 +540,8 @@ func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 
 	m := metrics.New()
 	hooks := transport.NewHooks(m)
-	ccfg := cluster.Config{
-		NodeID:           cfg.nodeID,
-		DataDir:          cfg.dataDir,
-		Dev:              cfg.dev,
-		RaftAddr:         cfg.raftAddr,
-		GossipAddr:       cfg.gossipAddr,
-		HTTPAddr:         advertise,
-		Version:          agentVersion(),
-		BootstrapExpect:  cfg.bootstrapExpect,
-		Join:             cfg.join,
-		LeaveOnTerminate: cfg.leaveOnTerminate,
-		Logger:           root,
-	}
-	ccfg.Engine.Core = cfg.engineConfig()
+	ccfg := cfg.clusterConfig(advertise, root)
 	ccfg.Engine = hooks.Engine(ccfg.Engine)
-	if cfg.dev {
-		// One node: elect it at once.
-		ccfg.HeartbeatTimeout = 200 * time.Millisecond
-		ccfg.ElectionTimeout = 200 * time.Millisecond
-		ccfg.LeaderLeaseTimeout = 100 * time.Millisecond
-		ccfg.CommitTimeout = 5 * time.Millisecond
-	}
 	node, err := cluster.New(ccfg)
 	if err != nil {
 		_ = ln.Close()

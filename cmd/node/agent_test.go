@@ -179,6 +179,151 @@ leave_on_terminate = true
 	}
 }
 
+func TestAgentRaftFlags(t *testing.T) {
+	// Unset: the cluster defaults (raft's), or the -dev timings.
+	cfg, err := parseAgent(t, "-data-dir", "/d")
+	require.NoError(t, err)
+	cc := cfg.clusterConfig("127.0.0.1:8650", nil)
+	require.Zero(t, cc.HeartbeatTimeout)
+	require.Zero(t, cc.ElectionTimeout)
+	require.Zero(t, cc.LeaderLeaseTimeout)
+	require.Zero(t, cc.SnapshotThreshold)
+	require.Zero(t, cc.SnapshotInterval)
+	require.Zero(t, cc.TrailingLogs)
+	d := cc.WithDefaults()
+	require.Equal(t, time.Second, d.HeartbeatTimeout)
+	require.Equal(t, time.Second, d.ElectionTimeout)
+	require.Equal(t, 500*time.Millisecond, d.LeaderLeaseTimeout)
+	require.Equal(t, uint64(8192), d.SnapshotThreshold)
+	require.Equal(t, 2*time.Minute, d.SnapshotInterval)
+	require.Equal(t, uint64(10240), d.TrailingLogs)
+
+	cfg, err = parseAgent(t, "-dev")
+	require.NoError(t, err)
+	cc = cfg.clusterConfig("127.0.0.1:8650", nil)
+	require.Equal(t, devHeartbeatTimeout, cc.HeartbeatTimeout)
+	require.Equal(t, devElectionTimeout, cc.ElectionTimeout)
+	require.Equal(t, devLeaderLeaseTimeout, cc.LeaderLeaseTimeout)
+	require.Equal(t, devCommitTimeout, cc.CommitTimeout)
+
+	// Given: they reach the cluster configuration, which accepts them.
+	raftArgs := []string{"-raft-heartbeat-timeout", "500ms", "-raft-election-timeout", "750ms",
+		"-raft-leader-lease-timeout", "250ms", "-raft-snapshot-threshold", "200",
+		"-raft-snapshot-interval", "2s", "-raft-trailing-logs", "100"}
+	cfg, err = parseAgent(t, append([]string{"-data-dir", "/d"}, raftArgs...)...)
+	require.NoError(t, err)
+	require.Equal(t, 500*time.Millisecond, cfg.raftHeartbeatTimeout)
+	require.Equal(t, 750*time.Millisecond, cfg.raftElectionTimeout)
+	require.Equal(t, 250*time.Millisecond, cfg.raftLeaderLeaseTimeout)
+	require.Equal(t, 200, cfg.raftSnapshotThreshold)
+	require.Equal(t, 2*time.Second, cfg.raftSnapshotInterval)
+	require.Equal(t, 100, cfg.raftTrailingLogs)
+	cc = cfg.clusterConfig("127.0.0.1:8650", nil)
+	require.Equal(t, 500*time.Millisecond, cc.HeartbeatTimeout)
+	require.Equal(t, 750*time.Millisecond, cc.ElectionTimeout)
+	require.Equal(t, 250*time.Millisecond, cc.LeaderLeaseTimeout)
+	require.Equal(t, uint64(200), cc.SnapshotThreshold)
+	require.Equal(t, 2*time.Second, cc.SnapshotInterval)
+	require.Equal(t, uint64(100), cc.TrailingLogs)
+	require.NoError(t, cc.WithDefaults().Validate())
+
+	// Flags override the -dev timings; 0 keeps them.
+	cfg, err = parseAgent(t, "-dev", "-raft-heartbeat-timeout", "150ms", "-raft-election-timeout", "0")
+	require.NoError(t, err)
+	cc = cfg.clusterConfig("127.0.0.1:8650", nil)
+	require.Equal(t, 150*time.Millisecond, cc.HeartbeatTimeout)
+	require.Equal(t, devElectionTimeout, cc.ElectionTimeout)
+	require.Equal(t, devLeaderLeaseTimeout, cc.LeaderLeaseTimeout)
+
+	// The configuration file takes the same settings.
+	hcl := writeFile(t, "raft.hcl", `
+data_dir                  = "/d"
+raft_heartbeat_timeout    = "400ms"
+raft_election_timeout     = "400ms"
+raft_leader_lease_timeout = "200ms"
+raft_snapshot_threshold   = 300
+raft_snapshot_interval    = "3s"
+raft_trailing_logs        = 50
+`)
+	cfg, err = parseAgent(t, "-config", hcl, "-raft-trailing-logs", "60")
+	require.NoError(t, err)
+	cc = cfg.clusterConfig("127.0.0.1:8650", nil)
+	require.Equal(t, 400*time.Millisecond, cc.HeartbeatTimeout)
+	require.Equal(t, 400*time.Millisecond, cc.ElectionTimeout)
+	require.Equal(t, 200*time.Millisecond, cc.LeaderLeaseTimeout)
+	require.Equal(t, uint64(300), cc.SnapshotThreshold)
+	require.Equal(t, 3*time.Second, cc.SnapshotInterval)
+	require.Equal(t, uint64(60), cc.TrailingLogs, "the command line overrides the file")
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		// lease <= heartbeat <= election, with the defaults for what is unset.
+		{[]string{"-raft-heartbeat-timeout", "500ms", "-raft-leader-lease-timeout", "600ms"},
+			"-raft-leader-lease-timeout 600ms is longer than -raft-heartbeat-timeout 500ms"},
+		{[]string{"-raft-heartbeat-timeout", "100ms"},
+			"-raft-leader-lease-timeout 500ms (the default) is longer than -raft-heartbeat-timeout 100ms"},
+		{[]string{"-raft-heartbeat-timeout", "2s", "-raft-leader-lease-timeout", "1s"},
+			"-raft-election-timeout 1s (the default) is shorter than -raft-heartbeat-timeout 2s"},
+		{[]string{"-raft-election-timeout", "300ms", "-raft-heartbeat-timeout", "400ms", "-raft-leader-lease-timeout", "100ms"},
+			"-raft-election-timeout 300ms is shorter than -raft-heartbeat-timeout 400ms"},
+		{[]string{"-raft-election-timeout", "500ms"},
+			"-raft-election-timeout 500ms is shorter than -raft-heartbeat-timeout 1s (the default)"},
+		{[]string{"-dev", "-raft-heartbeat-timeout", "1s"},
+			"-raft-election-timeout 200ms (the -dev default) is shorter than -raft-heartbeat-timeout 1s"},
+		// Raft's lower bounds, and malformed values.
+		{[]string{"-raft-leader-lease-timeout", "1ms"}, "-raft-leader-lease-timeout 1ms is too short: at least 5ms"},
+		{[]string{"-raft-snapshot-interval", "1ms"}, "-raft-snapshot-interval 1ms is too short: at least 5ms"},
+		{[]string{"-raft-heartbeat-timeout", "-1s"}, "must not be negative"},
+		{[]string{"-raft-election-timeout", "soon"}, "not a duration"},
+		{[]string{"-raft-snapshot-threshold", "-1"}, "must be at least 0"},
+		{[]string{"-raft-trailing-logs", "many"}, "not an integer"},
+	} {
+		_, err := parseAgent(t, append([]string{"-data-dir", "/d"}, tc.args...)...)
+		var ue *usageError
+		require.ErrorAs(t, err, &ue, "%v", tc.args)
+		require.ErrorContains(t, err, tc.want, "%v", tc.args)
+	}
+	_, err = parseAgent(t, "-config", writeFile(t, "bad.hcl", `dev = true`+"\n"+`raft_snapshot_interval = "often"`))
+	require.ErrorContains(t, err, `raft_snapshot_interval = "often": not a duration`)
+
+	// Every combination the agent accepts, raft accepts.
+	for _, hb := range []string{"0", "5ms", "100ms", "1s", "3s"} {
+		for _, el := range []string{"0", "5ms", "100ms", "1s", "3s"} {
+			for _, lease := range []string{"0", "5ms", "100ms", "1s", "3s"} {
+				for _, dev := range []bool{false, true} {
+					args := []string{"-data-dir", "/d", "-raft-heartbeat-timeout", hb, "-raft-election-timeout", el, "-raft-leader-lease-timeout", lease}
+					if dev {
+						args = append(args, "-dev")
+					}
+					cfg, err := parseAgent(t, args...)
+					if err != nil {
+						continue
+					}
+					require.NoError(t, cfg.clusterConfig("127.0.0.1:8650", nil).WithDefaults().Validate(), "%v", args)
+				}
+			}
+		}
+	}
+
+	// The help lists every raft flag with its default.
+	var out bytes.Buffer
+	_, err = parseAgentArgs(stdio{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out}, []string{"-h"})
+	require.ErrorIs(t, err, errHelp)
+	help := out.String()
+	for _, want := range []string{
+		"  -raft-heartbeat-timeout DUR\n", "(default 1s, 200ms with -dev)",
+		"  -raft-election-timeout DUR\n",
+		"  -raft-leader-lease-timeout DUR\n", "(default 500ms, 100ms with -dev)",
+		"  -raft-snapshot-threshold N\n", "(default 8192)",
+		"  -raft-snapshot-interval DUR\n", "(default 2m0s)",
+		"  -raft-trailing-logs N\n", "(default 10240)",
+	} {
+		require.Contains(t, help, want)
+	}
+}
+
 func TestParseSize(t *testing.T) {
 	for in, want := range map[string]int{
 		"1": 1, "1048576": 1 << 20, "1MiB": 1 << 20, "1mib": 1 << 20, "512KiB": 512 << 10, "2MB": 2_000_000,

@@ -3,6 +3,7 @@ package nemesis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/cronoq/cronoq/jepsen/history"
@@ -199,7 +200,8 @@ func staleInsert() Step {
 			body := map[string]string{"pool": workload.QueuePool, "key": StaleInsertKey}
 			v := &history.Value{Targets: []string{l}, Pool: workload.QueuePool, Key: StaleInsertKey}
 			done := e.Rec.Invoke(Process, "failpoint", "", v)
-			err = e.Cluster.Admin.Failpoint(ctx, e.Cluster.Node(l).HTTPAddr(), "stale-insert", body)
+			var ans nodes.StaleInsert
+			err = e.Cluster.Admin.Failpoint(ctx, e.Cluster.Node(l).HTTPAddr(), "stale-insert", body, &ans)
 			switch {
 			case errors.Is(err, nodes.ErrNoAdmin):
 				done(history.Info, v, errors.New("this build has no stale-insert failpoint"))
@@ -208,7 +210,15 @@ func staleInsert() Step {
 				done(history.Fail, v, err)
 				return err
 			}
-			done(history.OK, v, nil)
+			// The verdict is the checkers' (an applied batch leaves a task
+			// nobody submitted); the answer is recorded for the report.
+			res := *v
+			res.ID = ans.ID
+			res.Detail = fmt.Sprintf("batch of epoch %d applied=%v", ans.Epoch, ans.Applied)
+			if ans.Error != "" {
+				res.Detail += ": " + ans.Error
+			}
+			done(history.OK, &res, nil)
 			return nil
 		}}
 }

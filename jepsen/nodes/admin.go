@@ -154,8 +154,17 @@ func (a *Admin) Disk(ctx context.Context, addr string, fsyncDelay, stall time.Du
 }
 
 // Failpoint triggers the named failpoint of the node's admin API
-// (POST /admin/failpoint/NAME with body). ErrNoAdmin when the build has no
-// such failpoint.
-func (a *Admin) Failpoint(ctx context.Context, addr, name string, body any) error {
-	return a.do(ctx, http.MethodPost, addr, "/admin/failpoint/"+name, body, nil)
+// (POST /admin/failpoint/NAME with body) and decodes its JSON answer into
+// out (unless nil). ErrNoAdmin when the build has no such failpoint.
+func (a *Admin) Failpoint(ctx context.Context, addr, name string, body, out any) error {
+	return a.do(ctx, http.MethodPost, addr, "/admin/failpoint/"+name, body, out)
+}
+
+// StaleInsert is the answer of the stale-insert failpoint: whether the FSM
+// applied the batch of the stale epoch, and if not, why.
+type StaleInsert struct {
+	Applied bool   `json:"applied"`
+	Error   string `json:"error,omitempty"`
+	ID      string `json:"id,omitempty"`
+	Epoch   uint64 `json:"epoch"`
 }

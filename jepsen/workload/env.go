@@ -39,6 +39,7 @@ type Env struct {
 
 	mu      sync.Mutex
 	clients map[string]*client.Client
+	readers map[string]*http.Client // per source ip, shared by ReadClient's clients
 	rngs    int
 }
 
@@ -97,6 +98,27 @@ func (e *Env) ClientAll(ip string) (*client.Client, error) {
 	return c, nil
 }
 
+// ReadClient returns a new SDK client of a process (source ip) for one
+// read from node, to Close after the call. Unlike Client's, it has followed
+// no leader hint yet, so the read goes to node itself, which must answer
+// linearizably (forward it, or serve it only as the leader): a node that
+// answers from its own replica is caught. Its connections are shared with
+// the other ReadClients of ip.
+func (e *Env) ReadClient(ip string, node Node) (*client.Client, error) {
+	e.mu.Lock()
+	if e.readers == nil {
+		e.readers = make(map[string]*http.Client)
+	}
+	hc, ok := e.readers[ip]
+	if !ok {
+		hc = h2c(ip)
+		e.readers[ip] = hc
+	}
+	e.mu.Unlock()
+	return client.New([]string{node.Addr}, client.WithHTTPClient(hc), client.WithTimeout(2*time.Second),
+		client.WithBackoff(50*time.Millisecond, 400*time.Millisecond), client.WithWaitPoll(2*time.Second))
+}
+
 // Close closes every SDK client.
 func (e *Env) Close() {
 	e.mu.Lock()
@@ -105,6 +127,10 @@ func (e *Env) Close() {
 		_ = c.Close()
 	}
 	e.clients = nil
+	for _, hc := range e.readers {
+		hc.CloseIdleConnections()
+	}
+	e.readers = nil
 }
 
 // NodeByID returns the node named id.

@@ -213,10 +213,12 @@ func taskValue(key string, t *client.Task) *history.Value {
 }
 
 func (r *Register) get(ctx context.Context, p Process, n Node, s *regSlot, key string) {
-	c, err := r.env.Client(p.IP, n)
+	// A fresh client: the read goes to n, not to a leader n named before.
+	c, err := r.env.ReadClient(p.IP, n)
 	if err != nil {
 		return
 	}
+	defer c.Close()
 	done := r.env.Rec.Invoke(p.Name, RegGet, n.ID, &history.Value{Key: key})
 	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	t, err := c.GetByKey(actx, key)
