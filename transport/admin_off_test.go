@@ -25,7 +25,10 @@ func TestNoAdminAPIInReleaseBuilds(t *testing.T) {
 		_ = resp.Body.Close()
 		require.Equal(t, http.StatusNotFound, resp.StatusCode, path)
 	}
+	// The profiler is off unless the agent asks for it (-enable-debug).
+	code, _ := httpGet(t, n, "/debug/pprof/")
+	require.Equal(t, http.StatusNotFound, code, "/debug/pprof/")
 	// The node still serves the rest.
-	code, _ := httpGet(t, n, "/v1/health")
+	code, _ = httpGet(t, n, "/v1/health")
 	require.Equal(t, http.StatusServiceUnavailable, code)
 }

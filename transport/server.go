@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -98,6 +99,9 @@ type Config struct {
 	// MaxRequestBytes bounds one API request (default 64 MiB, at least two
 	// maximal payloads).
 	MaxRequestBytes int
+	// EnableDebug serves Go's profiler under /debug/pprof/ (as Consul's and
+	// Nomad's enable_debug do). Off by default.
+	EnableDebug bool
 }
 
 func (c Config) withDefaults() Config {
@@ -208,6 +212,13 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle(cronoqv1connect.NewOperatorServiceHandler(&operatorService{s}, common...))
 	mux.HandleFunc("GET /v1/health", s.serveHealth)
 	mux.Handle("GET /metrics", s.m.Handler())
+	if cfg.EnableDebug {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mountAdmin(mux, cfg.Node)
 
 	var p http.Protocols

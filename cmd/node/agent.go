@@ -62,6 +62,7 @@ type agentConfig struct {
 	logJSON          bool
 	logLevel         string
 	leaveOnTerminate bool
+	enableDebug      bool
 
 	maxPayload      int
 	maxOutput       int
@@ -155,6 +156,7 @@ func agentFlags(c *cmd, cfg *agentConfig) {
 	fs.BoolVar(&cfg.logJSON, "log-json", cfg.logJSON, "log in JSON")
 	fs.Var(enumValue{&cfg.logLevel, []string{"trace", "debug", "info", "warn", "error"}}, "log-level", "log `LEVEL`: trace, debug, info, warn or error")
 	fs.BoolVar(&cfg.leaveOnTerminate, "leave-on-terminate", cfg.leaveOnTerminate, "leave the cluster (gossip and raft configuration) on SIGINT/SIGTERM")
+	fs.BoolVar(&cfg.enableDebug, "enable-debug", cfg.enableDebug, "serve Go's profiler under /debug/pprof/ on the HTTP address")
 	fs.Var(sizeValue{&cfg.maxPayload}, "max-payload", "largest task payload, `SIZE`; larger submits are refused")
 	fs.Var(sizeValue{&cfg.maxOutput}, "max-output", "largest task output, `SIZE`; a larger output fails the attempt permanently")
 	fs.Var(&fileList{list: &cfg.pools}, "pools", "fixed list of pool `NAMES` (comma-separated); tasks of other pools are refused (default: any pool)")
@@ -287,6 +289,7 @@ type fileConfig struct {
 	LogJSON          *bool    `hcl:"log_json,optional"`
 	LogLevel         *string  `hcl:"log_level,optional"`
 	LeaveOnTerminate *bool    `hcl:"leave_on_terminate,optional"`
+	EnableDebug      *bool    `hcl:"enable_debug,optional"`
 	MaxPayload       *string  `hcl:"max_payload,optional"`
 	MaxOutput        *string  `hcl:"max_output,optional"`
 	Pools            []string `hcl:"pools,optional"`
@@ -557,6 +560,7 @@ func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 		HeartbeatWindow: cfg.heartbeatWindow,
 		MaxPayload:      cfg.maxPayload,
 		MaxOutput:       cfg.maxOutput,
+		EnableDebug:     cfg.enableDebug,
 	})
 	if err == nil {
 		err = srv.Start(ctx)

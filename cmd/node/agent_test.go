@@ -115,6 +115,7 @@ max_output       = 65536
 heartbeat_window = "20s"
 log_json         = true
 leave_on_terminate = true
+enable_debug     = true
 `)
 	cfg, err := parseAgent(t, "-config", hcl)
 	require.NoError(t, err)
@@ -129,6 +130,7 @@ leave_on_terminate = true
 	require.Equal(t, 20*time.Second, cfg.heartbeatWindow)
 	require.True(t, cfg.logJSON)
 	require.True(t, cfg.leaveOnTerminate)
+	require.True(t, cfg.enableDebug)
 	require.Equal(t, "127.0.0.1:8651", cfg.raftAddr, "keys not in the file keep their defaults")
 
 	// Flags override the file, wherever -config appears; a list given on
@@ -423,7 +425,7 @@ func TestAgentDevInProcess(t *testing.T) {
 	start := time.Now()
 	go func() {
 		defer close(exited)
-		code <- run(ctx, append([]string{"agent", "-dev", "-log-level", "debug"}, flags...),
+		code <- run(ctx, append([]string{"agent", "-dev", "-log-level", "debug", "-enable-debug"}, flags...),
 			stdio{Stdin: strings.NewReader(""), Stdout: out, Stderr: out})
 	}()
 	h := healthOK(t, addr, 10*time.Second, exited)
@@ -433,6 +435,12 @@ func TestAgentDevInProcess(t *testing.T) {
 	t.Logf("dev agent ready after %s", ready)
 	require.Equal(t, h["node"], h["leader"])
 	require.Equal(t, true, h["ready"])
+
+	// -enable-debug serves the profiler.
+	resp, err := http.Get("http://" + addr + "/debug/pprof/cmdline")
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 
 	cl, err := client.New([]string{addr})
 	require.NoError(t, err)
