@@ -89,6 +89,9 @@ func (s *cronoqSys) Start(ctx context.Context, dir string) error {
 			"-bootstrap-expect", "3",
 			"-log-level", "warn",
 		}, join...)
+		if s.env.opts.profile > 0 {
+			args = append(args, "-enable-debug")
+		}
 		p, err := s.env.procs.start("cronoq-"+id, logPath(dir, "cronoq-"+id), nil, nil, s.env.opts.cronoqBin, args...)
 		if err != nil {
 			return err
@@ -147,6 +150,30 @@ func (s *cronoqSys) waitReady(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// DebugURLs are the base URLs of the nodes (the profiler is served with
+// -enable-debug), named n1..n3 with the leader's name marked.
+func (s *cronoqSys) DebugURLs() map[string]string {
+	leader := ""
+	hc := &http.Client{Timeout: time.Second}
+	if resp, err := hc.Get("http://" + s.http[0] + "/v1/health"); err == nil {
+		var h struct {
+			Leader string `json:"leader"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&h)
+		resp.Body.Close()
+		leader = h.Leader
+	}
+	urls := make(map[string]string, len(s.http))
+	for i, addr := range s.http {
+		name := fmt.Sprintf("n%d", i+1)
+		if leader == name {
+			name += "-leader"
+		}
+		urls[name] = "http://" + addr
+	}
+	return urls
 }
 
 func (s *cronoqSys) pick() *client.Client {

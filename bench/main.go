@@ -54,6 +54,7 @@ type options struct {
 	noInstall   bool
 	asynqCheck  time.Duration
 	riverConns  int
+	profile     time.Duration
 }
 
 const usage = `Usage: cronoq-bench [-quick] [flags]
@@ -107,6 +108,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.noInstall, "no-install", false, "do not install missing Debian packages")
 	fs.DurationVar(&o.asynqCheck, "asynq-task-check-interval", time.Second, "asynq Config.TaskCheckInterval (library default 1s)")
 	fs.IntVar(&o.riverConns, "river-pool", 32, "River: pgx pool size")
+	fs.DurationVar(&o.profile, "profile", 0, "record CPU profiles of the servers (cronoq: every node, with -enable-debug) and of this process for this `LONG` from the start of W1's burn-down and of W3's window, into profiles/<cell>/ of the results (0 = off)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -149,6 +151,8 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-concurrency must be at least 4")
 	case o.batch < 1 || o.w1Tasks < 1:
 		return o, errors.New("-batch and -w1-tasks must be positive")
+	case o.profile < 0:
+		return o, errors.New("-profile must not be negative")
 	}
 	return o, nil
 }

@@ -286,6 +286,12 @@ func runW1(ctx context.Context, env *Env, sys System, res *CellResult) error {
 	tr := newTracker(n)
 	env.prog.trackCount("burning down", &tr.count, int64(n))
 	cpu0, self0 := treeCPU(sys.ServerPIDs()), selfCPU()
+	waitProf := maybeProfile(ctx, env, sys, res)
+	defer func() {
+		if err := waitProf(); err != nil {
+			env.prog.note("%v", err)
+		}
+	}()
 	start := tr.now()
 	if err := sys.StartWorkers(ctx, tr.complete); err != nil {
 		return err
@@ -457,6 +463,12 @@ func runW3(ctx context.Context, env *Env, sys System, rate int, res *CellResult)
 		tr.sched[warm+i] = t0ns + int64(float64(i)*period)
 	}
 	cpu0, self0 := treeCPU(sys.ServerPIDs()), selfCPU()
+	waitProf := maybeProfile(ctx, env, sys, res)
+	defer func() {
+		if err := waitProf(); err != nil {
+			env.prog.note("%v", err)
+		}
+	}()
 	for s := 0; s < o.w3Submitters; s++ {
 		wg.Add(1)
 		go func() {
