@@ -224,6 +224,10 @@ type workerRun struct {
 	lastHint string
 	offered  int // slots announced on the current stream, not yet granted
 	hbDue    map[uint64]bool
+	// unsentQ holds, oldest first, the leases whose completion waits to be
+	// sent; entries whose lease no longer waits (dropped, or gone) are
+	// skipped where they are met.
+	unsentQ  []uint64
 	flushNow bool
 	window   time.Duration
 	hbEvery  time.Duration
@@ -304,7 +308,7 @@ func (r *workerRun) run(ctx context.Context) error {
 		case <-stop:
 			stop = nil
 			r.stopping = true
-			r.flushNow = r.countUnsent() > 0
+			r.flushNow = r.hasUnsent()
 			r.log.Debug("stopping: no more tasks taken", "running", r.runningN, "in_hand", len(r.leases))
 		case ev := <-r.events:
 			r.onConnEvent(ev)
@@ -420,7 +424,11 @@ func (r *workerRun) connFailed(err error) {
 	// message larger than it reads.
 	tooBig := connect.CodeOf(err) == connect.CodeResourceExhausted
 	r.closeConn()
+	var resend []uint64
 	for _, l := range r.leases {
+		if l.compInFlight {
+			resend = append(resend, l.id)
+		}
 		if l.compInFlight && tooBig && len(l.done.GetOutput()) > bigOutput {
 			l.done = &cronoqv1.Completion{
 				Lease:   l.id,
@@ -431,6 +439,10 @@ func (r *workerRun) connFailed(err error) {
 		l.hbInFlight = false
 		l.compInFlight = false
 	}
+	// Completions that were in flight are older than the ones waiting:
+	// they go first on the next stream.
+	slices.Sort(resend)
+	r.unsentQ = append(resend, r.unsentQ...)
 	clear(r.hbDue)
 	r.offered = 0
 	r.w.c.failed(addr, hint, false)
@@ -489,9 +501,9 @@ func (r *workerRun) onWelcome(wl *cronoqv1.Welcome) {
 		if l.live() {
 			r.hbDue[id] = true
 		}
-		if l.unsent() {
-			r.flushNow = true
-		}
+	}
+	if r.hasUnsent() {
+		r.flushNow = true
 	}
 	r.log.Debug("connected", "addr", r.conn.addr, "node", wl.GetNode(), "epoch", wl.GetEpoch(),
 		"window", r.window, "in_hand", len(r.leases))
@@ -558,7 +570,8 @@ func (r *workerRun) onResult(res taskResult) {
 		return
 	}
 	l.done = completionToProto(l.id, res.output, res.err)
-	if r.countUnsent() >= r.cfg.CompletionBatch || r.stopping {
+	r.unsentQ = append(r.unsentQ, l.id)
+	if len(r.unsentQ) >= r.cfg.CompletionBatch || r.stopping {
 		r.flushNow = true
 	} else {
 		r.armFlush(r.cfg.CompletionDelay)
@@ -573,14 +586,17 @@ func (r *workerRun) armFlush(d time.Duration) {
 	r.flushT.Reset(d)
 }
 
-func (r *workerRun) countUnsent() int {
-	n := 0
-	for _, l := range r.leases {
-		if l.unsent() {
-			n++
+// hasUnsent reports whether a completion waits to be sent, dropping the
+// entries at the front of the queue that no longer wait.
+func (r *workerRun) hasUnsent() bool {
+	for len(r.unsentQ) > 0 {
+		if l := r.leases[r.unsentQ[0]]; l != nil && l.unsent() {
+			return true
 		}
+		r.unsentQ = r.unsentQ[1:]
 	}
-	return n
+	r.unsentQ = nil
+	return false
 }
 
 // lose drops a lease: its attempt's ctx is cancelled and its result (or
@@ -723,11 +739,12 @@ func (r *workerRun) nextMessage() *cronoqv1.WorkerMessage {
 	if !r.conn.welcomed {
 		return nil
 	}
-	if r.flushNow {
+	if r.flushNow && r.hasUnsent() {
 		var batch []*cronoqv1.Completion
 		size := 0
-		for _, l := range r.sortedLeases() {
-			if !l.unsent() {
+		for _, id := range r.unsentQ {
+			l := r.leases[id]
+			if l == nil || !l.unsent() {
 				continue
 			}
 			n := len(l.done.GetOutput()) + len(l.done.GetMessage())
@@ -770,7 +787,15 @@ func (r *workerRun) sent(msg *cronoqv1.WorkerMessage) {
 				delete(r.hbDue, l.id)
 			}
 		}
-		if r.countUnsent() == 0 {
+		// The batch was taken from the front of the queue, skipping only
+		// entries that no longer wait: everything up to its last lease is
+		// sent or stale.
+		comps := m.Complete.GetCompletions()
+		last := comps[len(comps)-1].GetLease()
+		if i := slices.Index(r.unsentQ, last); i >= 0 {
+			r.unsentQ = r.unsentQ[i+1:]
+		}
+		if !r.hasUnsent() {
 			r.flushNow = false
 		}
 	case *cronoqv1.WorkerMessage_Heartbeat:
