@@ -245,6 +245,7 @@ const (
 	opPauseSchedule
 	opCoreStats
 	opDetach
+	opMany // several requests handed over at once: parts
 )
 
 // mutates reports whether a request of this kind changes durable state, so
@@ -272,6 +273,9 @@ type request struct {
 	// opDetach: the request whose caller went away, and why.
 	target *request
 	cause  error
+
+	// opMany: the requests, each answered on its own reply channel.
+	parts []*request
 
 	reply chan response // buffered: the loop never blocks on it
 
@@ -302,6 +306,41 @@ func (e *Engine) call(ctx context.Context, r *request) response {
 	case <-e.done:
 		return response{err: e.stoppedErr()}
 	}
+	return e.await(ctx, r)
+}
+
+// callMany hands rs to the loop in one message, where they are handled one
+// after the other as if each came alone, and waits for each answer as call
+// does.
+func (e *Engine) callMany(ctx context.Context, rs []*request) []response {
+	out := make([]response, len(rs))
+	fail := func(err error) []response {
+		for i := range out {
+			out[i] = response{err: err}
+		}
+		return out
+	}
+	if !e.running.Load() {
+		return fail(e.stoppedErr())
+	}
+	for _, r := range rs {
+		r.reply = make(chan response, 1)
+	}
+	select {
+	case e.in <- &request{op: opMany, parts: rs}:
+	case <-ctx.Done():
+		return fail(ctx.Err())
+	case <-e.done:
+		return fail(e.stoppedErr())
+	}
+	for i, r := range rs {
+		out[i] = e.await(ctx, r)
+	}
+	return out
+}
+
+// await waits for the answer of r, which the loop has.
+func (e *Engine) await(ctx context.Context, r *request) response {
 	select {
 	case resp := <-r.reply:
 		return resp
@@ -372,6 +411,27 @@ func (e *Engine) Heartbeat(ctx context.Context, leases []uint64) ([]error, error
 func (e *Engine) Complete(ctx context.Context, lease uint64, out core.Outcome) error {
 	resp := e.call(ctx, &request{op: opComplete, lease: lease, outcome: out})
 	return resp.err
+}
+
+// Completion is the outcome of the attempt under Lease.
+type Completion struct {
+	Lease   uint64
+	Outcome core.Outcome
+}
+
+// CompleteMany reports several outcomes, as Complete does for each, in one
+// hand-over to the loop (so they usually share an entry). It returns once
+// every outcome is durable, with one error per completion.
+func (e *Engine) CompleteMany(ctx context.Context, cs []Completion) []error {
+	rs := make([]*request, len(cs))
+	for i, c := range cs {
+		rs[i] = &request{op: opComplete, lease: c.Lease, outcome: c.Outcome}
+	}
+	errs := make([]error, len(cs))
+	for i, resp := range e.callMany(ctx, rs) {
+		errs[i] = resp.err
+	}
+	return errs
 }
 
 // Cancel cancels a task. cancelled is true when this call cancelled it,

@@ -783,3 +783,74 @@ func TestTimers(t *testing.T) {
 	}, waitFor, time.Millisecond)
 	require.ErrorIs(t, h.eng.Complete(h.ctx, grants[0].Lease, core.Outcome{}), core.ErrStaleLease)
 }
+
+// CompleteMany answers each completion on its own: the valid ones are
+// durable when it returns, a stale lease is refused, and all of them
+// travel to the log together.
+func TestCompleteMany(t *testing.T) {
+	h := setup(t, engine.Config{}, core.Config{})
+	specs := []core.Spec{spec("a"), spec("b"), spec("c")}
+	_, _, err := h.eng.Submit(h.ctx, core.SubmitBatch, specs)
+	require.NoError(t, err)
+	grants, err := h.eng.Poll(h.ctx, core.Offer{Worker: "w1", Pool: "p", Slots: 3})
+	require.NoError(t, err)
+	require.Len(t, grants, 3)
+	before := len(h.batches())
+
+	errs := h.eng.CompleteMany(h.ctx, []engine.Completion{
+		{Lease: grants[0].Lease, Outcome: core.Outcome{Kind: core.OutcomeSuccess, Output: []byte("0")}},
+		{Lease: grants[1].Lease + 1000, Outcome: core.Outcome{Kind: core.OutcomeSuccess}},
+		{Lease: grants[2].Lease, Outcome: core.Outcome{Kind: core.OutcomePermanent, Message: "no"}},
+		{Lease: grants[0].Lease, Outcome: core.Outcome{Kind: core.OutcomeSuccess}},
+	})
+	require.Len(t, errs, 4)
+	require.NoError(t, errs[0])
+	require.ErrorIs(t, errs[1], core.ErrStaleLease)
+	require.NoError(t, errs[2])
+	require.ErrorIs(t, errs[3], core.ErrStaleLease, "a lease completes once")
+
+	task, _ := h.state.Get(grants[0].ID)
+	require.Equal(t, fsm.StatusSucceeded, task.Status)
+	require.Equal(t, []byte("0"), task.Output)
+	task, _ = h.state.Get(grants[1].ID)
+	require.Equal(t, fsm.StatusRunning, task.Status)
+	task, _ = h.state.Get(grants[2].ID)
+	require.Equal(t, fsm.StatusFailed, task.Status)
+	require.Len(t, h.batches(), before+1, "handed over together, committed in one entry")
+	require.EqualValues(t, 2, h.eng.Stats().Completed)
+}
+
+// A CompleteMany whose caller leaves while the entry is in flight learns,
+// for each completion taken, that its outcome is unknown.
+func TestCompleteManyCanceledIsOutcomeUnknown(t *testing.T) {
+	h := setup(t, engine.Config{}, core.Config{})
+	_, _, err := h.eng.Submit(h.ctx, core.SubmitBatch, []core.Spec{spec("a"), spec("b")})
+	require.NoError(t, err)
+	grants, err := h.eng.Poll(h.ctx, core.Offer{Worker: "w1", Pool: "p", Slots: 2})
+	require.NoError(t, err)
+	require.Len(t, grants, 2)
+	appended := h.log.Appended()
+
+	h.log.Pause()
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan []error, 1)
+	go func() {
+		done <- h.eng.CompleteMany(ctx, []engine.Completion{
+			{Lease: grants[0].Lease, Outcome: core.Outcome{Kind: core.OutcomeSuccess}},
+			{Lease: grants[1].Lease, Outcome: core.Outcome{Kind: core.OutcomeSuccess}},
+		})
+	}()
+	h.waitAppended(appended + 1)
+	cancel()
+	errs := recv(t, done)
+	require.Len(t, errs, 2)
+	for _, err := range errs {
+		require.ErrorIs(t, err, engine.ErrOutcomeUnknown)
+	}
+	h.log.Resume()
+	require.Eventually(t, func() bool {
+		a, _ := h.state.Get(grants[0].ID)
+		b, _ := h.state.Get(grants[1].ID)
+		return a.Status == fsm.StatusSucceeded && b.Status == fsm.StatusSucceeded
+	}, waitFor, time.Millisecond, "the entry did commit")
+}

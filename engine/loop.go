@@ -104,6 +104,12 @@ loop:
 // handle runs one request through the core and collects its output: each
 // step forms its own group, so that entries can be cut between steps.
 func (e *Engine) handle(r *request) {
+	if r.op == opMany {
+		for _, p := range r.parts {
+			e.handle(p)
+		}
+		return
+	}
 	e.step(r)
 	if !e.loop.stopping {
 		e.collect()

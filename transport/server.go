@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -202,7 +203,11 @@ func New(cfg Config) (*Server, error) {
 		// output just over the limit reaches the engine (which fails the
 		// attempt with a clear error) rather than breaking the stream.
 		connect.WithReadMaxBytes(2*cfg.MaxOutput + messageOverhead),
-		connect.WithCompressMinBytes(compressMinBytes),
+		// Worker streams are not compressed: grants carry payloads that
+		// are rarely compressible enough to pay for a gzip pass per
+		// message (which cost a tenth of the leader's CPU under load).
+		// Compressed messages from a worker are still read.
+		connect.WithCompressMinBytes(math.MaxInt),
 		connect.WithInterceptors(&rpcMetrics{m: s.m}),
 	}
 	mux := http.NewServeMux()

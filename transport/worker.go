@@ -329,7 +329,8 @@ func (ws *workerStream) heartbeat(leases []uint64) {
 
 func (ws *workerStream) complete(comps []*cronoqv1.Completion) {
 	ack := &cronoqv1.CompleteAck{Results: make([]*cronoqv1.LeaseResult, len(comps))}
-	var wg sync.WaitGroup
+	valid := make([]engine.Completion, 0, len(comps))
+	at := make([]*cronoqv1.LeaseResult, 0, len(comps))
 	for i, c := range comps {
 		res := &cronoqv1.LeaseResult{Lease: c.GetLease()}
 		ack.Results[i] = res
@@ -338,13 +339,14 @@ func (ws *workerStream) complete(comps []*cronoqv1.Completion) {
 			res.Code, res.Error = ws.s.itemError(err)
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res.Code, res.Error = ws.s.itemError(ws.eng.Complete(ws.reqCtx, c.GetLease(), out))
-		}()
+		valid = append(valid, engine.Completion{Lease: c.GetLease(), Outcome: out})
+		at = append(at, res)
 	}
-	wg.Wait()
+	if len(valid) > 0 {
+		for i, err := range ws.eng.CompleteMany(ws.reqCtx, valid) {
+			at[i].Code, at[i].Error = ws.s.itemError(err)
+		}
+	}
 	ws.emit(&cronoqv1.ServerMessage{Msg: &cronoqv1.ServerMessage_CompleteAck{CompleteAck: ack}})
 }
 
