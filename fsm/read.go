@@ -3,6 +3,7 @@ package fsm
 import (
 	"container/heap"
 	"slices"
+	"strings"
 
 	"github.com/google/btree"
 )
@@ -68,12 +69,13 @@ func (t *tables) tombstones() []Tombstone {
 	return out
 }
 
+// countsList returns the counts of every pool, in pool order.
 func (t *tables) countsList() []PoolCounts {
-	out := make([]PoolCounts, 0, t.counts.Len())
-	t.counts.Ascend(func(pc PoolCounts) bool {
-		out = append(out, pc)
-		return true
-	})
+	out := make([]PoolCounts, 0, len(t.pools))
+	for name, p := range t.pools {
+		out = append(out, PoolCounts{Pool: name, ByStatus: p.counts})
+	}
+	slices.SortFunc(out, func(a, b PoolCounts) int { return strings.Compare(a.Pool, b.Pool) })
 	return out
 }
 
@@ -118,8 +120,8 @@ func (t *tables) listMerge(q ListQuery, want int) []*Task {
 		counts = t.countsList()
 	} else {
 		for _, p := range q.Pools {
-			if pc, ok := t.counts.Get(PoolCounts{Pool: p}); ok && !slices.ContainsFunc(counts, func(c PoolCounts) bool { return c.Pool == p }) {
-				counts = append(counts, pc)
+			if pi, ok := t.pools[p]; ok && !slices.ContainsFunc(counts, func(c PoolCounts) bool { return c.Pool == p }) {
+				counts = append(counts, PoolCounts{Pool: p, ByStatus: pi.counts})
 			}
 		}
 	}
@@ -133,8 +135,8 @@ func (t *tables) listMerge(q ListQuery, want int) []*Task {
 			if pc.ByStatus[st] == 0 {
 				continue
 			}
-			c := &cursor{pool: pc.Pool, status: st, after: q.After}
-			if c.fill(t.pools, chunk) {
+			c := &cursor{idx: t.pools[pc.Pool].byStatus[st], after: q.After}
+			if c.fill(chunk) {
 				h = append(h, c)
 			}
 		}
@@ -144,7 +146,7 @@ func (t *tables) listMerge(q ListQuery, want int) []*Task {
 	for len(h) > 0 && len(out) != want {
 		c := h[0]
 		out = append(out, c.buf[c.pos])
-		if c.next(t.pools, chunk) {
+		if c.next(chunk) {
 			heap.Fix(&h, 0)
 		} else {
 			heap.Pop(&h)
@@ -153,29 +155,24 @@ func (t *tables) listMerge(q ListQuery, want int) []*Task {
 	return out
 }
 
-// cursor walks one (pool, status) range of the pool index in id order,
-// reading it a chunk at a time.
+// cursor walks the tasks of one (pool, status) in id order, reading them a
+// chunk at a time.
 type cursor struct {
-	pool   string
-	status Status
-	after  string  // last id read from the index (exclusive bound of the next fill)
-	buf    []*Task // tasks read and not yet consumed start at buf[pos]
-	pos    int
-	ended  bool // the range has no entries after buf
+	idx   *btree.BTreeG[taskItem]
+	after string  // last id read from the index (exclusive bound of the next fill)
+	buf   []*Task // tasks read and not yet consumed start at buf[pos]
+	pos   int
+	ended bool // the range has no entries after buf
 }
 
 // fill reads up to n more entries after c.after; it reports whether any
 // were found.
-func (c *cursor) fill(idx *btree.BTreeG[poolItem], n int) bool {
+func (c *cursor) fill(n int) bool {
 	c.buf, c.pos = c.buf[:0], 0
 	if c.ended {
 		return false
 	}
-	idx.AscendGreaterOrEqual(poolItem{pool: c.pool, status: c.status, id: c.after}, func(it poolItem) bool {
-		if it.pool != c.pool || it.status != c.status {
-			c.ended = true
-			return false
-		}
+	c.idx.AscendGreaterOrEqual(taskItem{id: c.after}, func(it taskItem) bool {
 		if it.id == c.after {
 			return true
 		}
@@ -192,12 +189,12 @@ func (c *cursor) fill(idx *btree.BTreeG[poolItem], n int) bool {
 }
 
 // next consumes the head; it reports whether the cursor has another.
-func (c *cursor) next(idx *btree.BTreeG[poolItem], n int) bool {
+func (c *cursor) next(n int) bool {
 	c.pos++
 	if c.pos < len(c.buf) {
 		return true
 	}
-	return c.fill(idx, n)
+	return c.fill(n)
 }
 
 // cursorHeap orders cursors by the id of their head.

@@ -25,12 +25,6 @@ type (
 	keyItem struct {
 		key, id string
 	}
-	poolItem struct {
-		pool   string
-		status Status
-		id     string
-		t      *Task
-	}
 	schedItem struct {
 		name string
 		s    *Schedule
@@ -41,18 +35,26 @@ func lessTask(a, b taskItem) bool   { return a.id < b.id }
 func lessKey(a, b keyItem) bool     { return a.key < b.key }
 func lessSched(a, b schedItem) bool { return a.name < b.name }
 func lessTomb(a, b Tombstone) bool  { return a.NodeID < b.NodeID }
-func lessCount(a, b PoolCounts) bool {
-	return a.Pool < b.Pool
+
+// poolIndex indexes the tasks of one pool: by status, each in id order, with
+// their counts. A tree is created on first use.
+type poolIndex struct {
+	counts   [numStatuses]int64
+	byStatus [numStatuses]*btree.BTreeG[taskItem]
 }
-func lessPool(a, b poolItem) bool {
-	if a.pool != b.pool {
-		return a.pool < b.pool
+
+// clone returns a copy-on-write copy of p.
+func (p *poolIndex) clone() *poolIndex {
+	c := *p
+	for i, tr := range p.byStatus {
+		if tr != nil {
+			c.byStatus[i] = tr.Clone()
+		}
 	}
-	if a.status != b.status {
-		return a.status < b.status
-	}
-	return a.id < b.id
+	return &c
 }
+
+func (p *poolIndex) empty() bool { return p.counts == [numStatuses]int64{} }
 
 // tables is the whole replicated state: the primary records, their derived
 // indexes and counters, and the epoch. A View holds a copy-on-write clone.
@@ -61,36 +63,41 @@ type tables struct {
 	epochTerm uint64 // log term of the entry that set epoch
 	applied   uint64 // log index of the last entry applied
 
-	tasks  *btree.BTreeG[taskItem]   // by id: the primary task table
-	keys   *btree.BTreeG[keyItem]    // idempotency key -> id
-	pools  *btree.BTreeG[poolItem]   // (pool, status, id), for List
-	counts *btree.BTreeG[PoolCounts] // by pool; pools with no task are absent
-	scheds *btree.BTreeG[schedItem]  // by name
-	tombs  *btree.BTreeG[Tombstone]  // by node id
+	tasks  *btree.BTreeG[taskItem]  // by id: the primary task table
+	keys   *btree.BTreeG[keyItem]   // idempotency key -> id
+	scheds *btree.BTreeG[schedItem] // by name
+	tombs  *btree.BTreeG[Tombstone] // by node id
+	// pools indexes the tasks by (pool, status), for List and the counts;
+	// pools with no task are absent. A map rather than one tree keyed by
+	// (pool, status, id): there are few pools, and a status change then
+	// costs two lookups by id instead of two by the composite key (which
+	// dominated Apply's CPU). Never iterated where order matters unsorted.
+	pools map[string]*poolIndex
 }
 
 func newTables() *tables {
 	return &tables{
 		tasks:  btree.NewG(btreeDegree, lessTask),
 		keys:   btree.NewG(btreeDegree, lessKey),
-		pools:  btree.NewG(btreeDegree, lessPool),
-		counts: btree.NewG(btreeDegree, lessCount),
 		scheds: btree.NewG(btreeDegree, lessSched),
 		tombs:  btree.NewG(btreeDegree, lessTomb),
+		pools:  make(map[string]*poolIndex),
 	}
 }
 
-// clone returns a copy-on-write copy in O(1). It writes to t (B-tree clones
-// reset the copy-on-write context of both trees), so the caller must hold
-// the write lock.
+// clone returns a copy-on-write copy in O(pools). It writes to t (B-tree
+// clones reset the copy-on-write context of both trees), so the caller must
+// hold the write lock.
 func (t *tables) clone() *tables {
 	c := *t
 	c.tasks = t.tasks.Clone()
 	c.keys = t.keys.Clone()
-	c.pools = t.pools.Clone()
-	c.counts = t.counts.Clone()
 	c.scheds = t.scheds.Clone()
 	c.tombs = t.tombs.Clone()
+	c.pools = make(map[string]*poolIndex, len(t.pools))
+	for name, p := range t.pools {
+		c.pools[name] = p.clone()
+	}
 	return &c
 }
 
@@ -107,35 +114,35 @@ func (t *tables) putTask(old, new *Task) {
 			t.keys.Delete(keyItem{key: old.Key})
 		}
 		if moved {
-			t.pools.Delete(poolItem{pool: old.Pool, status: old.Status, id: old.ID})
-			t.count(old.Pool, old.Status, -1)
+			p := t.pools[old.Pool]
+			p.byStatus[old.Status].Delete(taskItem{id: old.ID})
+			p.counts[old.Status]--
+			if p.empty() {
+				delete(t.pools, old.Pool)
+			}
 		}
 	}
 	if new != nil {
-		t.tasks.ReplaceOrInsert(taskItem{id: new.ID, t: new})
+		item := taskItem{id: new.ID, t: new}
+		t.tasks.ReplaceOrInsert(item)
 		if new.Key != "" && (old == nil || old.Key != new.Key) {
 			t.keys.ReplaceOrInsert(keyItem{key: new.Key, id: new.ID})
 		}
-		t.pools.ReplaceOrInsert(poolItem{pool: new.Pool, status: new.Status, id: new.ID, t: new})
+		p := t.pools[new.Pool]
+		if p == nil {
+			p = &poolIndex{}
+			t.pools[new.Pool] = p
+		}
+		tr := p.byStatus[new.Status]
+		if tr == nil {
+			tr = btree.NewG(btreeDegree, lessTask)
+			p.byStatus[new.Status] = tr
+		}
+		tr.ReplaceOrInsert(item)
 		if moved {
-			t.count(new.Pool, new.Status, 1)
+			p.counts[new.Status]++
 		}
 	}
-}
-
-// count adds d to the counter of (pool, status), dropping pools whose
-// counters all reach zero.
-func (t *tables) count(pool string, status Status, d int64) {
-	pc, ok := t.counts.Get(PoolCounts{Pool: pool})
-	if !ok {
-		pc.Pool = pool
-	}
-	pc.ByStatus[status] += d
-	if pc.ByStatus == [numStatuses]int64{} {
-		t.counts.Delete(pc)
-		return
-	}
-	t.counts.ReplaceOrInsert(pc)
 }
 
 // putSchedule replaces schedule old with new (nil for absent).

@@ -544,6 +544,11 @@ func TestRandomOperations(t *testing.T) {
 	pools := []string{"p0", "p1", "p2", "p3"}
 	var leases uint64
 	accepted, rejected := 0, 0
+	var (
+		frozen    *View
+		frozenQ   ListQuery
+		frozenIDs []string
+	)
 	for round := 0; round < 300; round++ {
 		if round%100 == 50 {
 			require.Equal(t, h.s.Epoch()+1, apply(bumpEntry(t, h.s.Epoch()+1)))
@@ -587,6 +592,17 @@ func TestRandomOperations(t *testing.T) {
 			rejected++
 		}
 		require.Equal(t, recount(h.s.View()), h.s.Counts(), "round %d", round)
+		// The (pool, status) index agrees with the task table, and a view
+		// keeps what it saw while later batches change the index.
+		q := ListQuery{Pools: []string{pools[r.intn(len(pools))]}, Statuses: []Status{AllStatuses[r.intn(len(AllStatuses))]}}
+		require.Equal(t, bruteList(h.s.View(), q), listIDs(h.s, q), "round %d, query %+v", round, q)
+		if frozen != nil {
+			require.Equal(t, frozenIDs, listIDs(frozen, frozenQ), "round %d: a view changed", round)
+		}
+		if round%40 == 0 {
+			frozen, frozenQ = h.s.View(), ListQuery{Pools: pools[:2]}
+			frozenIDs = listIDs(frozen, frozenQ)
+		}
 		snap := snapshotBytes(t, h.s)
 		require.Equal(t, snap, snapshotBytes(t, twin))
 		if round%25 == 0 {
@@ -666,4 +682,32 @@ func FuzzApply(f *testing.F) {
 		require.NoError(t, restored.Restore(bytes.NewReader(after)))
 		require.Equal(t, after, snapshotBytes(t, restored))
 	})
+}
+
+// lister is a State or a View.
+type lister interface {
+	List(ListQuery) ([]*Task, string)
+}
+
+// listIDs returns the ids List returns for q.
+func listIDs(l lister, q ListQuery) []string {
+	tasks, _ := l.List(q)
+	ids := []string{}
+	for _, task := range tasks {
+		ids = append(ids, task.ID)
+	}
+	return ids
+}
+
+// bruteList returns the ids of the tasks of v that q selects (pools and
+// statuses only), in id order, by scanning every task.
+func bruteList(v *View, q ListQuery) []string {
+	ids := []string{}
+	v.EachTask(func(task *Task) bool {
+		if (len(q.Pools) == 0 || contains(q.Pools, task.Pool)) && (len(q.Statuses) == 0 || contains(q.Statuses, task.Status)) {
+			ids = append(ids, task.ID)
+		}
+		return true
+	})
+	return ids
 }
