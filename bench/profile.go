@@ -16,8 +16,9 @@ import (
 // profiler is a system whose servers can be profiled while a workload runs.
 type profiler interface {
 	// DebugURLs are the base URLs of the servers by name: the CPU profile
-	// is read from /debug/pprof/profile?seconds=N, and the Prometheus
-	// metrics from /metrics once it is written.
+	// is read from /debug/pprof/profile?seconds=N, then the Prometheus
+	// metrics from /metrics and the allocation profile from
+	// /debug/pprof/allocs.
 	DebugURLs() map[string]string
 }
 
@@ -45,6 +46,11 @@ func startProfiles(ctx context.Context, sys System, dir string, d time.Duration)
 				}
 				if err := fetchTo(ctx, base+"/metrics", filepath.Join(dir, name+".metrics.txt"), 0); err != nil {
 					fail(fmt.Errorf("reading the metrics of %s: %w", name, err))
+				}
+				// Allocations since the node started (go tool pprof
+				// -sample_index=alloc_space).
+				if err := fetchTo(ctx, base+"/debug/pprof/allocs", filepath.Join(dir, name+".allocs.pprof"), 0); err != nil {
+					fail(fmt.Errorf("reading the allocation profile of %s: %w", name, err))
 				}
 			}()
 		}
