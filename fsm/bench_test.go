@@ -53,6 +53,57 @@ func BenchmarkDecodeEntry1000(b *testing.B) {
 	}
 }
 
+// hotPathBatch returns a batch of n mutations like those a busy leader
+// commits: in turn an insert (26-character ULID, 256-byte payload, the
+// defaults the engine resolves), the start of an attempt and a successful
+// finish.
+func hotPathBatch(n int) *CommitBatch {
+	b := &CommitBatch{Epoch: 3, Time: baseTime, Mutations: make([]Mutation, 0, n)}
+	for i := 0; i < n; i++ {
+		id := taskID(i)
+		at := baseTime + int64(i)
+		switch i % 3 {
+		case 0:
+			b.Mutations = append(b.Mutations, Mutation{Insert: &Task{
+				ID: id, Pool: "default", Kind: "bench.noop", Payload: make([]byte, 256),
+				RunAt: at, MaxAttempts: 3, Backoff: Backoff{Initial: 1e9, Max: 300e9, Jitter: 0.2},
+				Status: StatusQueued, SubmittedAt: at, UpdatedAt: at,
+			}})
+		case 1:
+			b.Mutations = append(b.Mutations, Mutation{Start: &Start{ID: id, Attempt: 1, Lease: lease(3, uint64(i)), Worker: "worker-0001", At: at}})
+		case 2:
+			b.Mutations = append(b.Mutations, Mutation{Finish: &Finish{ID: id, Lease: lease(3, uint64(i)), Status: StatusSucceeded, At: at}})
+		}
+	}
+	return b
+}
+
+func BenchmarkEncodeHotPath1000(b *testing.B) {
+	batch := hotPathBatch(1000)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := EncodeCommitBatch(batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeHotPath1000 decodes into a reused batch, as Apply does.
+func BenchmarkDecodeHotPath1000(b *testing.B) {
+	data, err := EncodeCommitBatch(hotPathBatch(1000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var batch CommitBatch
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := decodeCommitBatch(data[1:], &batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkValidate1000 is the structural check alone, which DecodeEntry
 // runs before the library decodes.
 func BenchmarkValidate1000(b *testing.B) {

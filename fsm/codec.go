@@ -34,57 +34,22 @@ func (e *RejectedError) Error() string {
 }
 
 // The bodies of log entries and snapshot records are the MessagePack
-// encoding of the tagged schema types, written and read by
-// github.com/vmihailenco/msgpack/v5: structs as maps keyed by their tags in
-// declaration order, omitempty fields left out, integers in their shortest
-// form (UseCompactInts), floats as float64. Decoding ignores unknown keys,
-// so a newer version may add fields, and accepts integers of any width
+// encoding of the tagged schema types, as github.com/vmihailenco/msgpack/v5
+// writes and reads them: structs as maps keyed by their tags in declaration
+// order, omitempty fields left out, integers in their shortest form
+// (UseCompactInts), floats as float64. Decoding ignores unknown keys, so a
+// newer version may add fields, and accepts integers of any width
 // (converting them to the field's type as Go conversions do). Every body is
-// checked by validate (wire.go) before the library sees it.
+// checked by validate (wire.go) before it is decoded.
+//
+// The bodies are written by the hand-written appenders of fastcodec.go,
+// which produce the library's bytes exactly. Commit batches are read by the
+// fast decoder of fastcodec.go, which falls back to the library for any
+// form it does not reproduce exactly; other bodies are read by the library.
 
 // maxPooledSize is the largest buffer an encoder or decoder may keep when it
 // goes back to its pool, so that one huge entry does not pin its memory.
 const maxPooledSize = 1 << 20
-
-// encoder writes MessagePack with the options of the format into a buffer
-// that it reuses.
-type encoder struct {
-	buf bytes.Buffer
-	enc *msgpack.Encoder
-}
-
-func newEncoder() *encoder {
-	e := new(encoder)
-	e.enc = msgpack.NewEncoder(&e.buf)
-	e.enc.UseCompactInts(true)
-	return e
-}
-
-// encode returns prefix followed by the encoding of v, in the encoder's
-// buffer: valid until the next call.
-func (e *encoder) encode(prefix []byte, v any) ([]byte, error) {
-	e.buf.Reset()
-	e.buf.Write(prefix)
-	if err := e.enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return e.buf.Bytes(), nil
-}
-
-var encoders = sync.Pool{New: func() any { return newEncoder() }}
-
-// encodeEntry returns a log entry: the type byte and the encoding of v.
-func encodeEntry(typ EntryType, v any) ([]byte, error) {
-	e := encoders.Get().(*encoder)
-	data, err := e.encode([]byte{byte(typ)}, v)
-	if err == nil {
-		data = bytes.Clone(data)
-	}
-	if e.buf.Cap() <= maxPooledSize {
-		encoders.Put(e)
-	}
-	return data, err
-}
 
 // decoder reads validated MessagePack bodies into schema values, reusing
 // its library decoder.
@@ -150,11 +115,7 @@ func EncodeEpochBump(b *EpochBump) ([]byte, error) {
 	if b == nil {
 		return nil, errors.New("encoding epoch bump: nil")
 	}
-	data, err := encodeEntry(EntryEpochBump, b)
-	if err != nil {
-		return nil, fmt.Errorf("encoding epoch bump: %w", err)
-	}
-	return data, nil
+	return appendEntry(EntryEpochBump, func(dst []byte) []byte { return appendEpochBump(dst, b) }), nil
 }
 
 // EncodeCommitBatch encodes a commit batch as a log entry. Every mutation
@@ -168,11 +129,7 @@ func EncodeCommitBatch(b *CommitBatch) ([]byte, error) {
 			return nil, fmt.Errorf("encoding commit batch: mutation %d: %w", i, err)
 		}
 	}
-	data, err := encodeEntry(EntryCommitBatch, b)
-	if err != nil {
-		return nil, fmt.Errorf("encoding commit batch: %w", err)
-	}
-	return data, nil
+	return appendEntry(EntryCommitBatch, func(dst []byte) []byte { return appendCommitBatch(dst, b) }), nil
 }
 
 // DecodeEntry decodes a log entry. It returns the entry's type (without
@@ -221,8 +178,14 @@ func decodeCommitBatch(body []byte, b *CommitBatch) error {
 	ms := b.Mutations[:cap(b.Mutations)]
 	clear(ms)
 	*b = CommitBatch{Mutations: ms[:0]}
-	if err := decodeBody(body, b); err != nil {
-		return fmt.Errorf("%w: commit batch: %v", ErrCorrupt, err)
+	if validate(body) != nil || !fastDecodeCommitBatch(body, b) {
+		// The library decodes what the fast path does not take, from
+		// the same start.
+		clear(ms)
+		*b = CommitBatch{Mutations: ms[:0]}
+		if err := decodeBody(body, b); err != nil {
+			return fmt.Errorf("%w: commit batch: %v", ErrCorrupt, err)
+		}
 	}
 	for i := range b.Mutations {
 		if err := b.Mutations[i].check(); err != nil {

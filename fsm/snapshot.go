@@ -70,13 +70,11 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 		return cw.n, fmt.Errorf("writing snapshot header: %w", err)
 	}
 
-	enc := newEncoder()
-	var err error
-	record := func(typ byte, v any) bool {
-		var body []byte
-		if body, err = enc.encode(nil, v); err != nil {
-			return false
-		}
+	var (
+		body []byte // the record being written, reused
+		err  error
+	)
+	record := func(typ byte) bool {
 		var pre [1 + binary.MaxVarintLen64]byte
 		pre[0] = typ
 		n := binary.PutUvarint(pre[1:], uint64(len(body)))
@@ -85,12 +83,21 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 		}
 		return err == nil
 	}
-	t.tasks.Ascend(func(it taskItem) bool { return record(recTask, it.t) })
+	t.tasks.Ascend(func(it taskItem) bool {
+		body = appendTask(body[:0], it.t)
+		return record(recTask)
+	})
 	if err == nil {
-		t.scheds.Ascend(func(it schedItem) bool { return record(recSchedule, it.s) })
+		t.scheds.Ascend(func(it schedItem) bool {
+			body = appendSchedule(body[:0], it.s)
+			return record(recSchedule)
+		})
 	}
 	if err == nil {
-		t.tombs.Ascend(func(tb Tombstone) bool { return record(recTombstone, &tb) })
+		t.tombs.Ascend(func(tb Tombstone) bool {
+			body = appendTombstone(body[:0], &tb)
+			return record(recTombstone)
+		})
 	}
 	if err != nil {
 		return cw.n, fmt.Errorf("writing snapshot records: %w", err)
