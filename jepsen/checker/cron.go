@@ -65,7 +65,10 @@ func abs64(x int64) int64 {
 func Cron(ops []history.Op, p Params) *Result {
 	r := newResult("cron")
 	pairs := history.Pairs(ops)
-	wall := func(t int64) int64 { return p.StartUnixNano + t }
+	// Pause spans and creation times compare with slots, which the nodes
+	// stamp from their wall clocks: use the harness's wall clock too.
+	start := func(pr history.Pair) int64 { return pr.StartWall(p.StartUnixNano) }
+	end := func(pr history.Pair) int64 { return pr.EndWall(p.StartUnixNano) }
 	skew := int64(ClockSkew(ops)) + int64(time.Second)
 
 	scheds := map[string]*schedInfo{}
@@ -90,19 +93,19 @@ func Cron(ops []history.Op, p Params) *Result {
 			}
 			if !s.created {
 				if s.createFrom == 0 {
-					s.createFrom = wall(pr.Start())
+					s.createFrom = start(pr)
 				}
 				if pr.Type() == history.OK {
-					s.created, s.createTo = true, wall(pr.End())
+					s.created, s.createTo = true, end(pr)
 				}
 			}
 		case workload.CronPause:
 			s := get(v.Schedule)
-			s.lastPauseInvoke = wall(pr.Start())
+			s.lastPauseInvoke = start(pr)
 			switch pr.Type() {
 			case history.OK:
 				if _, open := openPause[v.Schedule]; !open {
-					openPause[v.Schedule] = wall(pr.End())
+					openPause[v.Schedule] = end(pr)
 				}
 			case history.Info:
 				s.uncertain = true
@@ -112,7 +115,7 @@ func Cron(ops []history.Op, p Params) *Result {
 			switch pr.Type() {
 			case history.OK:
 				if from, open := openPause[v.Schedule]; open {
-					s.paused = append(s.paused, span{from, wall(pr.Start())})
+					s.paused = append(s.paused, span{from, start(pr)})
 					delete(openPause, v.Schedule)
 				}
 			case history.Info:
@@ -124,7 +127,7 @@ func Cron(ops []history.Op, p Params) *Result {
 			switch pr.Type() {
 			case history.OK:
 				if s.removedAt == 0 {
-					s.removedAt = wall(pr.End())
+					s.removedAt = end(pr)
 				}
 			case history.Info:
 				s.uncertain = true

@@ -126,3 +126,31 @@ func TestCronWorkerSawTwoTasksForOneSlot(t *testing.T) {
 	require.Equal(t, Invalid, r.Valid)
 	require.True(t, hasInvariant(r, "C1"))
 }
+
+// Pause spans are placed by the wall clock recorded with each op, not by
+// start + monotonic time: when the machine's wall clock ran ahead of the
+// monotonic one, a slot fired just before the pause (by the wall clock)
+// lies after start + the pause's monotonic time, and is no anomaly.
+func TestCronPauseSpansUseTheRecordedWallClock(t *testing.T) {
+	build := func(drift int64) []history.Op {
+		c := newCron()
+		c.fire(2, "a")
+		c.fire(4, "b")
+		c.fire(6, "c")
+		c.fire(8, "d")
+		c.fire(20, "e") // fired at wall 20, when start + t was 7
+		n := len(c.ops)
+		ops := c.finish(7, 20, 5, 5)
+		for i := range ops {
+			ops[i].Wall = cronStart + ops[i].Time
+			if i >= n { // the wall clock was stepped before the pause
+				ops[i].Wall += drift
+			}
+		}
+		return ops
+	}
+	r := Cron(build(sec(14)), cronParams())
+	require.False(t, hasInvariant(r, "C3"), "%+v", r.Anomalies)
+	r = Cron(build(0), cronParams())
+	require.True(t, hasInvariant(r, "C3"), "without the drift, slot 20 is inside the pause: %+v", r.Anomalies)
+}

@@ -58,6 +58,7 @@ func Queue(ops []history.Op, _ Params) *Result {
 	r := newResult("queue")
 	pairs := history.Pairs(ops)
 	const pool = workload.QueuePool
+	issued := tokensIssued(ops)
 
 	type keyInfo struct {
 		attempts []history.Pair
@@ -396,15 +397,21 @@ func Queue(ops []history.Op, _ Params) *Result {
 			r.fail("Q5", idx, "task %s: %d completions accepted (leases %v)", id, len(tokens), keysU64(tokens))
 		}
 		// Q6 (c): nothing is granted after an accepted terminal completion
-		// or an accepted cancel.
+		// or an accepted cancel. A grant is observed when a worker reads
+		// it, which may be long after it was issued (a paused worker reads
+		// what waited in its socket): what dates the issue is the token,
+		// since the cluster issues tokens in rising order. A grant after a
+		// completion has a higher token than the completed lease; a grant
+		// after a cancel has a higher token than every grant read before
+		// the cancel was sent.
 		for _, g := range gs {
 			for _, c := range terminalOK {
-				if c.pair.End() < g.op.Time {
+				if g.token > c.token && c.pair.End() < g.op.Time {
 					r.fail("Q6", []int64{c.pair.Completion.Index, g.op.Index}, "task %s: lease %d granted after its completion under lease %d was accepted", id, g.token, c.token)
 				}
 			}
 			for _, cn := range cancels[id] {
-				if cn.typ == history.OK && cn.cancelled && cn.pair.End() < g.op.Time {
+				if cn.typ == history.OK && cn.cancelled && cn.pair.End() < g.op.Time && g.token > issued.maxBefore(cn.pair.Start()) {
 					r.fail("Q6", []int64{cn.pair.Completion.Index, g.op.Index}, "task %s: lease %d granted after the task was cancelled", id, g.token)
 				}
 			}
@@ -510,4 +517,35 @@ func keysU64(m map[uint64]bool) []uint64 {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
+}
+
+// tokenIndex tells, for an instant of the history, the highest lease token
+// that some worker had read by then (of any pool: every lease of the
+// cluster is drawn from one rising sequence).
+type tokenIndex struct {
+	times []int64  // of the grants read, in history order
+	max   []uint64 // max[i]: the highest token among grants 0..i
+}
+
+func tokensIssued(ops []history.Op) tokenIndex {
+	var ix tokenIndex
+	var hi uint64
+	for _, op := range ops {
+		if op.F != "grant" || op.Type != history.OK || op.Value == nil {
+			continue
+		}
+		hi = max(hi, op.Value.Token)
+		ix.times = append(ix.times, op.Time)
+		ix.max = append(ix.max, hi)
+	}
+	return ix
+}
+
+// maxBefore returns the highest token read strictly before t (0 if none).
+func (ix tokenIndex) maxBefore(t int64) uint64 {
+	i := sort.Search(len(ix.times), func(i int) bool { return ix.times[i] >= t })
+	if i == 0 {
+		return 0
+	}
+	return ix.max[i-1]
 }

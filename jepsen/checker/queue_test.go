@@ -92,6 +92,14 @@ func TestQueueAnomalies(t *testing.T) {
 			h.grant("w2", "A", "p-c1-1", 31, 2)
 			h.final(succeeded("A", "p-c1-1", 10, 2), succeeded("B", "p-c2-1", 12, 2))
 		}, "Q6"},
+		{"lease granted after cancel", func(h *hb) {
+			h.submit("c1", "p-c1-7", "E")
+			h.call("c4", "cancel", &history.Value{Pool: q, ID: "E", Key: "p-c1-7"}, history.OK, &history.Value{ID: "E", Cancelled: ptr(true)})
+			h.grant("w2", "E", "p-c1-7", 40, 1)
+			e := succeeded("E", "p-c1-7", 0, 0)
+			e.Status, e.Output = "cancelled", ""
+			h.final(succeeded("A", "p-c1-1", 10, 1), succeeded("B", "p-c2-1", 12, 2), e)
+		}, "Q6"},
 		{"accepted completion not recorded", func(h *hb) {
 			h.final(succeeded("A", "p-c1-1", 99, 1), succeeded("B", "p-c2-1", 12, 2))
 		}, "Q7"},
@@ -153,3 +161,34 @@ func TestQueueUndrainedIsUnknown(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A grant issued before a task ended but read by its (paused) worker only
+// afterwards is no anomaly: its token dates it.
+func TestQueueLateReadGrantIsValid(t *testing.T) {
+	h := &hb{}
+	h.submit("c1", "p-c1-1", "A")
+	h.submit("c2", "p-c2-1", "B")
+	h.submit("c3", "p-c3-1", "C")
+	h.submit("c4", "p-c4-1", "D")
+	h.grant("w2", "B", "p-c2-1", 11, 1)
+	h.grant("w2", "C", "p-c3-1", 13, 1)
+	// w1 was paused with lease 10 of A in its socket; A was retried under
+	// 12 and completed; C was cancelled while lease 14 waited for w1 too.
+	h.grant("w3", "A", "p-c1-1", 12, 2)
+	h.completeOK("w3", "A", "p-c1-1", 12, "success")
+	h.completeOK("w2", "B", "p-c2-1", 11, "success")
+	h.grant("w3", "C", "p-c3-1", 14, 2)
+	h.grant("w2", "D", "p-c4-1", 15, 1) // another task's grant, read before the cancel
+	h.completeOK("w2", "D", "p-c4-1", 15, "success")
+	h.call("c4", "cancel", &history.Value{Pool: q, ID: "C", Key: "p-c3-1"}, history.OK, &history.Value{ID: "C", Cancelled: ptr(true)})
+	h.grant("w1", "A", "p-c1-1", 10, 1)
+	h.grant("w1", "C", "p-c3-1", 14, 2)
+	c := succeeded("C", "p-c3-1", 0, 2)
+	c.Status, c.Output = "cancelled", ""
+	h.final(succeeded("A", "p-c1-1", 12, 2), succeeded("B", "p-c2-1", 11, 1), c, succeeded("D", "p-c4-1", 15, 1))
+	r := Queue(h.ops, Params{})
+	for _, a := range r.Anomalies {
+		require.NotEqual(t, "Q6", a.Invariant, "%+v", a)
+	}
+	require.NotEqual(t, Invalid, r.Valid, "%+v", r.Anomalies)
+}

@@ -32,8 +32,13 @@ const (
 
 // Op is one line of history.jsonl.
 type Op struct {
-	Index   int64  `json:"i"`
-	Time    int64  `json:"t"` // monotonic nanoseconds since the start of the run
+	Index int64 `json:"i"`
+	Time  int64 `json:"t"` // monotonic nanoseconds since the start of the run
+	// Wall is the harness's wall clock (Unix nanoseconds) when the op was
+	// recorded. It is what compares with instants the nodes read from
+	// their own wall clocks (cron slots): over a long run the wall clock
+	// may drift or be stepped away from start + Time.
+	Wall    int64  `json:"w,omitempty"`
 	Process string `json:"p"`
 	Type    Type   `json:"type"`
 	F       string `json:"f"`
@@ -192,6 +197,9 @@ func (r *Recorder) Add(op Op) Op {
 	defer r.mu.Unlock()
 	if op.Time == 0 {
 		op.Time = int64(time.Since(r.start))
+	}
+	if op.Wall == 0 {
+		op.Wall = time.Now().UnixNano()
 	}
 	if n := len(r.ops); n > 0 && op.Time < r.ops[n-1].Time {
 		// Keep the file ordered by time: a caller that took its timestamp
@@ -355,6 +363,31 @@ func (p Pair) Start() int64 {
 		return p.Invoke.Time
 	}
 	return p.Completion.Time
+}
+
+// StartWall is the wall-clock time of Start: the recorded one, or base +
+// Start for histories without it (base: the wall time of time zero).
+func (p Pair) StartWall(base int64) int64 {
+	op := p.Invoke
+	if op == nil {
+		op = p.Completion
+	}
+	if op.Wall != 0 {
+		return op.Wall
+	}
+	return base + op.Time
+}
+
+// EndWall is the wall-clock time of End (-1 when it never completed), as
+// StartWall.
+func (p Pair) EndWall(base int64) int64 {
+	if p.Completion == nil {
+		return -1
+	}
+	if p.Completion.Wall != 0 {
+		return p.Completion.Wall
+	}
+	return base + p.Completion.Time
 }
 
 // End is when the operation completed, or -1 when it never did.
