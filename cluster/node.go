@@ -190,7 +190,9 @@ func New(cfg Config) (*Node, error) {
 		hasState = true
 	}
 	n.state = fsm.New()
-	r, err := raft.NewRaft(rc, fsm.NewRaftFSM(n.state), logs, stable, snaps, n.trans)
+	rfsm := fsm.NewRaftFSM(n.state)
+	rfsm.SetRestoreGuard(staleSnapshotGuard(logs, n.logger.Named("fsm")))
+	r, err := raft.NewRaft(rc, rfsm, logs, stable, snaps, n.trans)
 	if err != nil {
 		return nil, fmt.Errorf("starting raft: %w", err)
 	}

@@ -11,8 +11,19 @@ import (
 // raft.BatchingFSM. The response of every command entry is the value
 // State.Apply returns.
 type RaftFSM struct {
-	s *State
+	s     *State
+	guard RestoreGuard
 }
+
+// RestoreGuard decides whether a snapshot taken at log index snapshot may
+// replace a state that has applied up to index applied (snapshot <
+// applied): nil to restore, an error to keep the state and fail the
+// restore.
+type RestoreGuard func(snapshot, applied uint64) error
+
+// SetRestoreGuard sets the check Restore runs on a snapshot older than the
+// state it would replace. Without one such a snapshot is restored.
+func (f *RaftFSM) SetRestoreGuard(g RestoreGuard) { f.guard = g }
 
 var (
 	_ raft.FSM         = (*RaftFSM)(nil)
@@ -51,8 +62,25 @@ func (f *RaftFSM) Snapshot() (raft.FSMSnapshot, error) {
 }
 
 // Restore replaces the state with the snapshot read from rc and closes rc.
+//
+// hashicorp/raft installs a snapshot sent by the leader without comparing it
+// with what the node already holds, so a stale InstallSnapshot (one the
+// network delivered late, after a newer snapshot and the entries after it)
+// would move the state back to an index whose following entries the log no
+// longer has, and the next apply would fail on a missing entry. The guard
+// (see SetRestoreGuard) refuses such a snapshot; raft then reports the
+// failure to the sender and leaves its own state as it was.
 func (f *RaftFSM) Restore(rc io.ReadCloser) error {
-	err := f.s.Restore(rc)
+	var accept func(snapshot, applied uint64) error
+	if f.guard != nil {
+		accept = func(snapshot, applied uint64) error {
+			if snapshot >= applied {
+				return nil
+			}
+			return f.guard(snapshot, applied)
+		}
+	}
+	err := f.s.restore(rc, accept)
 	if cerr := rc.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("closing snapshot: %w", cerr)
 	}

@@ -171,3 +171,34 @@ func TestRaftSingleNode(t *testing.T) {
 	require.NoError(t, NewRaftFSM(restored).Restore(rc))
 	require.Equal(t, state.Hash(), restored.Hash())
 }
+
+// A snapshot older than the applied state goes through the restore guard;
+// a refusal leaves the state as it was. A snapshot at or after the applied
+// index never asks the guard.
+func TestRaftFSMRestoreGuard(t *testing.T) {
+	old := richState(t)
+	oldBytes := snapshotBytes(t, old)
+	newer := richState(t)
+	h := &harness{t: t, s: newer, index: newer.AppliedIndex(), term: 3}
+	h.ok(insert("later", "p", ""))
+	newerBytes := snapshotBytes(t, newer)
+
+	dst := NewRaftFSM(New())
+	var asked [][2]uint64
+	refuse := errors.New("refused")
+	dst.SetRestoreGuard(func(snapshot, applied uint64) error {
+		asked = append(asked, [2]uint64{snapshot, applied})
+		return refuse
+	})
+	require.NoError(t, dst.Restore(io.NopCloser(bytes.NewReader(newerBytes))))
+	require.Empty(t, asked, "a snapshot ahead of the state is restored without asking")
+
+	err := dst.Restore(io.NopCloser(bytes.NewReader(oldBytes)))
+	require.ErrorIs(t, err, refuse)
+	require.Equal(t, [][2]uint64{{old.AppliedIndex(), newer.AppliedIndex()}}, asked)
+	require.Equal(t, newerBytes, snapshotBytes(t, dst.State()), "a refused snapshot changes nothing")
+
+	dst.SetRestoreGuard(func(uint64, uint64) error { return nil })
+	require.NoError(t, dst.Restore(io.NopCloser(bytes.NewReader(oldBytes))))
+	require.Equal(t, oldBytes, snapshotBytes(t, dst.State()))
+}

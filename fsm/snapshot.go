@@ -132,12 +132,24 @@ func (s *State) Hash() [32]byte {
 // state is built completely before it is swapped in; if the snapshot cannot
 // be read the state is left as it was and the error wraps ErrBadSnapshot (or
 // is the reader's error). Views taken before keep showing the old state.
-func (s *State) Restore(r io.Reader) error {
+func (s *State) Restore(r io.Reader) error { return s.restore(r, nil) }
+
+// restore is Restore, asking accept (when not nil) before replacing the
+// state, with the snapshot's applied index and the state's.
+func (s *State) restore(r io.Reader, accept func(snapshot, applied uint64) error) error {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
 	t, err := readSnapshot(r)
 	if err != nil {
 		return fmt.Errorf("restoring snapshot: %w", err)
+	}
+	if accept != nil {
+		s.mu.RLock()
+		applied := s.t.applied
+		s.mu.RUnlock()
+		if err := accept(t.applied, applied); err != nil {
+			return fmt.Errorf("restoring snapshot at index %d over applied index %d: %w", t.applied, applied, err)
+		}
 	}
 	s.mu.Lock()
 	s.t = t
