@@ -5,10 +5,18 @@ import (
 	"github.com/cronoq/cronoq/jepsen/workload"
 )
 
-// FSM checks that every node ended with the same replicated state: the
-// same FSM hash at the same applied index.
+// FSM checks that every node ended with the same replicated state (the
+// same FSM hash at the same applied index) and that no node crashed.
 func FSM(ops []history.Op, p Params) *Result {
 	r := newResult("fsm")
+	// A node that exited on its own (a panic, a fatal error) is a finding
+	// whatever else the run shows.
+	for _, op := range ops {
+		if op.F == workload.NodeCrash && op.Value != nil {
+			r.fail("crash", []int64{op.Index}, "node %s exited without being killed or stopped: %s (see nodes/%s.log)",
+				joinStr(op.Value.Targets), op.Value.Detail, joinStr(op.Value.Targets))
+		}
+	}
 	var hashes map[string]history.NodeHash
 	var idx int64
 	found := false

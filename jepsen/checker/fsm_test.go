@@ -62,3 +62,11 @@ func TestCombine(t *testing.T) {
 	require.Equal(t, 1, ExitCode(Invalid))
 	require.Equal(t, 2, ExitCode(Unknown))
 }
+
+func TestFSMReportsCrashedNodes(t *testing.T) {
+	h := &hb{}
+	h.add("harness", history.Info, workload.NodeCrash, &history.Value{Targets: []string{"n1"}, Detail: "exit status 2"})
+	r := FSM(h.ops, Params{Nodes: []string{"n1"}})
+	require.Equal(t, Invalid, r.Valid)
+	require.True(t, hasInvariant(r, "crash"), "%+v", r.Anomalies)
+}

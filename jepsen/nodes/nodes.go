@@ -63,6 +63,14 @@ type Node struct {
 	exited  chan struct{}
 	exitErr error
 	starts  int
+	// stopping is set when the harness kills or stops the process: any
+	// other exit is the node's own doing (a crash).
+	stopping bool
+
+	// OnCrash, when set before Start, is called (from the goroutine that
+	// waited for the process) when the process exits without the harness
+	// having killed or stopped it.
+	OnCrash func(id string, err error)
 }
 
 // New returns a node that runs bin with args (the agent subcommand and its
@@ -132,6 +140,7 @@ func (n *Node) Start() error {
 		n.mu.Lock()
 		n.pid = cmd.Process.Pid
 		n.paused = false
+		n.stopping = false
 		n.exited = exited
 		n.starts++
 		n.mu.Unlock()
@@ -143,7 +152,11 @@ func (n *Node) Start() error {
 		n.pid = 0
 		n.paused = false
 		n.exitErr = werr
+		crashed, onCrash := !n.stopping, n.OnCrash
 		n.mu.Unlock()
+		if crashed && onCrash != nil {
+			onCrash(n.ID, werr)
+		}
 		close(exited)
 	}()
 	if err := <-started; err != nil {
@@ -167,6 +180,8 @@ func (n *Node) signal(sig syscall.Signal) (chan struct{}, error) {
 		n.paused = true
 	case syscall.SIGCONT:
 		n.paused = false
+	case syscall.SIGKILL, syscall.SIGTERM:
+		n.stopping = true
 	}
 	return n.exited, nil
 }

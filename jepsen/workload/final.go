@@ -14,7 +14,10 @@ const (
 	FinalTasks     = "final-tasks"
 	FinalSchedules = "final-schedules"
 	FSMHash        = "fsm-hash"
-	DrainOp        = "drain"
+	// NodeCrash records a node process that exited without the harness
+	// killing or stopping it.
+	NodeCrash = "node-crash"
+	DrainOp   = "drain"
 )
 
 // TaskState converts an SDK task for the history.

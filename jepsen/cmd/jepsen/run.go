@@ -239,6 +239,12 @@ func run(o runOptions) (int, error) {
 	if err != nil {
 		return exitHarness, err
 	}
+	for _, n := range cl.Nodes {
+		n.OnCrash = func(id string, err error) {
+			rec.Add(history.Op{Process: "harness", Type: history.Info, F: workload.NodeCrash,
+				Value: &history.Value{Targets: []string{id}, Detail: fmt.Sprint(err)}})
+		}
+	}
 	// Whatever happens, the nodes die with us: they are killed here, and
 	// the namespace's PID 1 kills anything left.
 	defer func() {
