@@ -60,8 +60,11 @@ type Client struct {
 	endpoints map[string]*endpoint
 	closed    bool
 
-	// base is cancelled by Close; background goroutines (Events) derive from
-	// it and are joined by Close through wg.
+	// coalesce merges concurrent Submit calls (nil: every Submit alone).
+	coalesce *coalescer
+
+	// base is cancelled by Close; background goroutines (Events, coalesced
+	// submits) derive from it and are joined by Close through wg.
 	base       context.Context
 	cancelBase context.CancelFunc
 	wg         sync.WaitGroup
@@ -84,6 +87,7 @@ type options struct {
 	waitPoll   time.Duration
 	backoffMin time.Duration
 	backoffMax time.Duration
+	submitConc int
 }
 
 // Option configures New.
@@ -110,6 +114,15 @@ func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout =
 // DefaultWaitPoll).
 func WithWaitPoll(d time.Duration) Option { return func(o *options) { o.waitPoll = d } }
 
+// WithSubmitConcurrency sets how many Submit calls of the Client go out on
+// their own at once (default DefaultSubmitConcurrency). Submits made while
+// that many are in flight wait, and go out together in one EnqueueMany call
+// as soon as one returns: each is still admitted or refused on its own,
+// under its own key, and returns its own result. Under a light load no
+// submit ever waits; under a heavy one the node handles one call per batch
+// instead of one per task. n <= 0 sends every Submit on its own.
+func WithSubmitConcurrency(n int) Option { return func(o *options) { o.submitConc = n } }
+
 // WithBackoff sets the jittered exponential backoff between retry rounds
 // (default 50ms doubling up to 2s).
 func WithBackoff(min, max time.Duration) Option {
@@ -124,6 +137,7 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 		waitPoll:   DefaultWaitPoll,
 		backoffMin: defaultBackoffMin,
 		backoffMax: defaultBackoffMax,
+		submitConc: DefaultSubmitConcurrency,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -173,6 +187,9 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 		c.httpc = &http.Client{Transport: tr}
 	}
 	c.base, c.cancelBase = context.WithCancel(context.Background())
+	if o.submitConc > 0 {
+		c.coalesce = &coalescer{c: c, limit: o.submitConc}
+	}
 	return c, nil
 }
 

@@ -40,13 +40,24 @@ func withKeys(specs []TaskSpec) ([]*cronoqv1.TaskSpec, []string, []bool, error) 
 // connection, or a node that is not (or has no) leader, moving through the
 // addresses with backoff until ctx ends. Invalid, overloaded and not-found
 // answers are returned at once.
+//
+// Calls made while many others are in flight go out together (see
+// WithSubmitConcurrency).
 func (c *Client) Submit(ctx context.Context, spec TaskSpec) (Submitted, error) {
 	const what = "submitting task"
 	specs, keys, gen, err := withKeys([]TaskSpec{spec})
 	if err != nil {
 		return Submitted{}, fmt.Errorf("%s: %w", what, err)
 	}
-	resp, err := unary(ctx, c, what, idempotent, &cronoqv1.SubmitRequest{Spec: specs[0]},
+	if c.coalesce != nil {
+		return c.coalesce.submit(ctx, what, specs[0], keys[0], gen[0])
+	}
+	return c.submitAlone(ctx, what, specs[0], keys[0], gen[0])
+}
+
+// submitAlone sends one Submit call.
+func (c *Client) submitAlone(ctx context.Context, what string, spec *cronoqv1.TaskSpec, key string, gen bool) (Submitted, error) {
+	resp, err := unary(ctx, c, what, idempotent, &cronoqv1.SubmitRequest{Spec: spec},
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.SubmitRequest]) (*connect.Response[cronoqv1.SubmitResponse], error) {
 			return ep.tasks.Submit
 		})
@@ -56,7 +67,7 @@ func (c *Client) Submit(ctx context.Context, spec TaskSpec) (Submitted, error) {
 	if resp.GetResult().GetId() == "" {
 		return Submitted{}, fmt.Errorf("%s: node answered without a task id", what)
 	}
-	return submittedFromProto(resp.GetResult(), keys[0], gen[0]), nil
+	return submittedFromProto(resp.GetResult(), key, gen), nil
 }
 
 // SubmitBatch submits specs atomically: all are admitted or none, with one

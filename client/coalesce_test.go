@@ -1,0 +1,146 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cronoq/cronoq/transport/gen/cronoqv1/cronoqv1connect"
+)
+
+type submitResult struct {
+	i   int
+	sub Submitted
+	err error
+}
+
+// Submits made while the limit is in flight wait, then go out together in
+// one EnqueueMany call; each gets its own answer.
+func TestSubmitsCoalesceWhileTheLimitIsInFlight(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, fc.addrs(0), WithSubmitConcurrency(1))
+	ctx := testCtx(t)
+
+	fc.mu.Lock()
+	fc.submitHold = make(chan struct{})
+	fc.mu.Unlock()
+	first := make(chan submitResult, 1)
+	go func() {
+		sub, err := c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k"})
+		first <- submitResult{sub: sub, err: err}
+	}()
+	fc.waitUntil("the first submit to reach the node", func() bool {
+		return fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure) == 1
+	})
+
+	// Five more queue behind it; one of them is refused by the node.
+	const n = 5
+	out := make(chan submitResult, n)
+	for i := range n {
+		spec := TaskSpec{Pool: "p", Kind: "k", Payload: []byte{byte(i)}}
+		if i == 3 {
+			spec.Pool = "full" // the fake node's pool at its pending bound
+		}
+		go func() {
+			sub, err := c.Submit(ctx, spec)
+			out <- submitResult{i: i, sub: sub, err: err}
+		}()
+	}
+	require.Eventually(t, func() bool {
+		c.coalesce.mu.Lock()
+		defer c.coalesce.mu.Unlock()
+		return len(c.coalesce.queue) == n
+	}, 10*time.Second, time.Millisecond)
+	close(fc.submitHold)
+
+	r := <-first
+	require.NoError(t, r.err)
+	ids := map[string]bool{r.sub.ID: true}
+	for range n {
+		r := <-out
+		if r.i == 3 {
+			require.ErrorIs(t, r.err, ErrOverloaded)
+			continue
+		}
+		require.NoError(t, r.err, "spec %d", r.i)
+		require.NotEmpty(t, r.sub.ID)
+		require.Len(t, r.sub.Key, 32)
+		ids[r.sub.ID] = true
+	}
+	require.Len(t, ids, n, "one task each (the refused one has none)")
+	require.Equal(t, 1, fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure))
+	require.Equal(t, 1, fc.nodes[0].count(cronoqv1connect.TaskServiceEnqueueManyProcedure), "the queued submits went out in one call")
+
+	c.coalesce.mu.Lock()
+	require.Zero(t, c.coalesce.inflight)
+	c.coalesce.mu.Unlock()
+}
+
+// A queued submit whose caller gives up before it is sent has no effect;
+// one that is in a call in flight may have.
+func TestQueuedSubmitCallerGivesUp(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, fc.addrs(0), WithSubmitConcurrency(1))
+	ctx := testCtx(t)
+
+	fc.mu.Lock()
+	fc.submitHold = make(chan struct{})
+	fc.mu.Unlock()
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k"})
+		first <- err
+	}()
+	fc.waitUntil("the first submit to reach the node", func() bool {
+		return fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure) == 1
+	})
+	short, cancel := context.WithCancel(ctx)
+	gone := make(chan error, 1)
+	go func() {
+		_, err := c.Submit(short, TaskSpec{Pool: "p", Kind: "k", Key: "gone"})
+		gone <- err
+	}()
+	require.Eventually(t, func() bool {
+		c.coalesce.mu.Lock()
+		defer c.coalesce.mu.Unlock()
+		return len(c.coalesce.queue) == 1
+	}, 10*time.Second, time.Millisecond)
+	cancel()
+	err := <-gone
+	require.ErrorIs(t, err, context.Canceled)
+	require.False(t, errors.Is(err, ErrOutcomeUnknown), "it was never sent: %v", err)
+
+	close(fc.submitHold)
+	require.NoError(t, <-first)
+	require.Zero(t, fc.nodes[0].count(cronoqv1connect.TaskServiceEnqueueManyProcedure))
+	fc.mu.Lock()
+	_, sent := fc.byKey["gone"]
+	fc.mu.Unlock()
+	require.False(t, sent)
+}
+
+// Without coalescing every Submit is its own call; with it, a light load
+// never waits.
+func TestSubmitConcurrencyLimit(t *testing.T) {
+	t.Parallel()
+	for _, conc := range []int{0, 4} {
+		t.Run(fmt.Sprint(conc), func(t *testing.T) {
+			fc := newFakeCluster(t, 1, 0)
+			c := newTestClient(t, fc.addrs(0), WithSubmitConcurrency(conc))
+			ctx := testCtx(t)
+			for range 3 {
+				_, err := c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k"})
+				require.NoError(t, err)
+			}
+			require.Equal(t, 3, fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure))
+			require.Zero(t, fc.nodes[0].count(cronoqv1connect.TaskServiceEnqueueManyProcedure))
+			require.Equal(t, conc == 0, c.coalesce == nil)
+		})
+	}
+}
