@@ -204,6 +204,7 @@ func (e *Engine) collect() {
 		for _, a := range out.Held {
 			e.perform(a)
 		}
+		l.core.Recycle(out.Held)
 		return
 	}
 	g := &group{muts: out.Mutations, held: out.Held}
@@ -280,6 +281,8 @@ func (e *Engine) release() {
 		for _, a := range g.held {
 			e.perform(a)
 		}
+		l.core.Recycle(g.held)
+		g.held = nil
 	}
 }
 

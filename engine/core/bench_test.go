@@ -37,6 +37,8 @@ func BenchmarkSubmitDispatchComplete(b *testing.B) {
 				c.Complete(now, req, g.Lease, Outcome{Kind: OutcomeSuccess})
 			}
 		}
-		_ = c.Ready()
+		// As the engine does once the actions are carried out.
+		c.Recycle(o.Held)
+		c.Recycle(c.Ready().Held)
 	}
 }

@@ -57,7 +57,18 @@ type Core struct {
 
 	shutdown bool
 	out      Output
+	// spare holds emptied Held slices handed back by Recycle, reused by
+	// later outputs: an Action is large, and growing a fresh slice for
+	// every step was most of what the core allocated.
+	spare [][]Action
 }
+
+// Bounds of the Held slices the core keeps for reuse.
+const (
+	minHeldCap  = 8
+	maxHeldCap  = 1024
+	maxSpareLen = 64
+)
 
 // counts are pending tasks by class.
 type counts struct {
@@ -221,7 +232,27 @@ func (c *Core) Stats() Stats {
 // ---------------------------------------------------------------------------
 
 func (c *Core) mutate(m fsm.Mutation) { c.out.Mutations = append(c.out.Mutations, m) }
-func (c *Core) hold(a Action)         { c.out.Held = append(c.out.Held, a) }
+func (c *Core) hold(a Action) {
+	if c.out.Held == nil {
+		if n := len(c.spare); n > 0 {
+			c.out.Held, c.spare = c.spare[n-1], c.spare[:n-1]
+		} else {
+			c.out.Held = make([]Action, 0, minHeldCap)
+		}
+	}
+	c.out.Held = append(c.out.Held, a)
+}
+
+// Recycle hands back the Held slice of an Output whose actions have all
+// been carried out, for the core to reuse. The caller must not touch it
+// afterwards.
+func (c *Core) Recycle(held []Action) {
+	if cap(held) < minHeldCap || cap(held) > maxHeldCap || len(c.spare) >= maxSpareLen {
+		return
+	}
+	clear(held[:cap(held)])
+	c.spare = append(c.spare, held[:0])
+}
 func (c *Core) abort(t *task, reason string) {
 	c.out.Immediate = append(c.out.Immediate, Action{
 		Kind: ActAbort, Worker: t.worker, Lease: t.lease, Reason: reason,
