@@ -139,7 +139,7 @@ func (q *coalescer) take() []*queuedSubmit {
 	for n < len(q.queue) && len(batch) < maxCoalescedSpecs {
 		qs := q.queue[n]
 		if qs.ctx.Err() != nil {
-			n++ // its caller is leaving; it removes nothing that was taken
+			n++ // its caller is returning "not sent": drop it unsent
 			continue
 		}
 		s := proto.Size(qs.spec)

@@ -18,14 +18,9 @@ type submitResult struct {
 	err error
 }
 
-// Submits made while the limit is in flight wait, then go out together in
-// one EnqueueMany call; each gets its own answer.
-func TestSubmitsCoalesceWhileTheLimitIsInFlight(t *testing.T) {
-	t.Parallel()
-	fc := newFakeCluster(t, 1, 0)
-	c := newTestClient(t, fc.addrs(0), WithSubmitConcurrency(1))
-	ctx := testCtx(t)
-
+// occupySubmitSlot makes the fake node hold submits (until fc.submitHold is
+// closed) and starts one, which takes the Client's only slot.
+func occupySubmitSlot(ctx context.Context, fc *fakeCluster, c *Client) <-chan submitResult {
 	fc.mu.Lock()
 	fc.submitHold = make(chan struct{})
 	fc.mu.Unlock()
@@ -37,6 +32,27 @@ func TestSubmitsCoalesceWhileTheLimitIsInFlight(t *testing.T) {
 	fc.waitUntil("the first submit to reach the node", func() bool {
 		return fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure) == 1
 	})
+	return first
+}
+
+// waitQueued waits until n submits wait in the Client's queue.
+func waitQueued(t *testing.T, c *Client, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		c.coalesce.mu.Lock()
+		defer c.coalesce.mu.Unlock()
+		return len(c.coalesce.queue) == n
+	}, 10*time.Second, time.Millisecond)
+}
+
+// Submits made while the limit is in flight wait, then go out together in
+// one EnqueueMany call; each gets its own answer.
+func TestSubmitsCoalesceWhileTheLimitIsInFlight(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, fc.addrs(0), WithSubmitConcurrency(1))
+	ctx := testCtx(t)
+	first := occupySubmitSlot(ctx, fc, c)
 
 	// Five more queue behind it; one of them is refused by the node.
 	const n = 5
@@ -51,11 +67,7 @@ func TestSubmitsCoalesceWhileTheLimitIsInFlight(t *testing.T) {
 			out <- submitResult{i: i, sub: sub, err: err}
 		}()
 	}
-	require.Eventually(t, func() bool {
-		c.coalesce.mu.Lock()
-		defer c.coalesce.mu.Unlock()
-		return len(c.coalesce.queue) == n
-	}, 10*time.Second, time.Millisecond)
+	waitQueued(t, c, n)
 	close(fc.submitHold)
 
 	r := <-first
@@ -88,36 +100,21 @@ func TestQueuedSubmitCallerGivesUp(t *testing.T) {
 	fc := newFakeCluster(t, 1, 0)
 	c := newTestClient(t, fc.addrs(0), WithSubmitConcurrency(1))
 	ctx := testCtx(t)
-
-	fc.mu.Lock()
-	fc.submitHold = make(chan struct{})
-	fc.mu.Unlock()
-	first := make(chan error, 1)
-	go func() {
-		_, err := c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k"})
-		first <- err
-	}()
-	fc.waitUntil("the first submit to reach the node", func() bool {
-		return fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure) == 1
-	})
+	first := occupySubmitSlot(ctx, fc, c)
 	short, cancel := context.WithCancel(ctx)
 	gone := make(chan error, 1)
 	go func() {
 		_, err := c.Submit(short, TaskSpec{Pool: "p", Kind: "k", Key: "gone"})
 		gone <- err
 	}()
-	require.Eventually(t, func() bool {
-		c.coalesce.mu.Lock()
-		defer c.coalesce.mu.Unlock()
-		return len(c.coalesce.queue) == 1
-	}, 10*time.Second, time.Millisecond)
+	waitQueued(t, c, 1)
 	cancel()
 	err := <-gone
 	require.ErrorIs(t, err, context.Canceled)
 	require.False(t, errors.Is(err, ErrOutcomeUnknown), "it was never sent: %v", err)
 
 	close(fc.submitHold)
-	require.NoError(t, <-first)
+	require.NoError(t, (<-first).err)
 	require.Zero(t, fc.nodes[0].count(cronoqv1connect.TaskServiceEnqueueManyProcedure))
 	fc.mu.Lock()
 	_, sent := fc.byKey["gone"]
