@@ -120,9 +120,9 @@ func (s *asynqSys) EnqueueBatch(context.Context, []int) error { return errNoBatc
 // asynq's "done" script (which removes the task from the active list) comes
 // back: Redis answers only after the AOF write (and, with appendfsync
 // always, its fsync). A go-redis hook on the server's connection sees it.
-func (s *asynqSys) StartWorkers(ctx context.Context, done func(seq int)) error {
+func (s *asynqSys) StartWorkers(ctx context.Context, h Hooks) error {
 	s.wc = redis.NewClient(&redis.Options{Addr: s.addr})
-	s.wc.AddHook(doneHook{done: done})
+	s.wc.AddHook(doneHook{done: h.Done})
 	s.srv = asynq.NewServerFromRedisClient(s.wc, asynq.Config{
 		Concurrency:       s.env.opts.concurrency,
 		Queues:            map[string]int{asynqQueue: 1},
@@ -131,8 +131,13 @@ func (s *asynqSys) StartWorkers(ctx context.Context, done func(seq int)) error {
 		Logger:            fileLogger{log.New(s.logf, "", log.LstdFlags|log.Lmicroseconds)},
 		LogLevel:          asynq.WarnLevel,
 	})
-	h := asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })
-	if err := s.srv.Start(h); err != nil {
+	handler := asynq.HandlerFunc(func(_ context.Context, t *asynq.Task) error {
+		if seq, err := seqOf(t.Payload()); err == nil {
+			h.Start(seq)
+		}
+		return nil
+	})
+	if err := s.srv.Start(handler); err != nil {
 		return fmt.Errorf("starting asynq server: %w", err)
 	}
 	return nil

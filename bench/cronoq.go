@@ -206,13 +206,13 @@ func (s *cronoqSys) EnqueueBatch(ctx context.Context, seqs []int) error {
 // CompleteAck for its lease reaches the worker: the node sends it only after
 // the completion is committed. The SDK keeps acks to itself, so the worker
 // stream's responses are read on their way in (see ackTap).
-func (s *cronoqSys) StartWorkers(ctx context.Context, done func(seq int)) error {
+func (s *cronoqSys) StartWorkers(ctx context.Context, h Hooks) error {
 	wctx, cancel := context.WithCancel(context.Background())
 	s.stopW = cancel
 	onAck := func(leases []uint64) {
 		for _, l := range leases {
 			if v, ok := s.leases.LoadAndDelete(l); ok {
-				done(v.(int))
+				h.Done(v.(int))
 			}
 		}
 	}
@@ -221,6 +221,7 @@ func (s *cronoqSys) StartWorkers(ctx context.Context, done func(seq int)) error 
 		if err != nil {
 			return nil, client.Permanent(err)
 		}
+		h.Start(seq)
 		s.leases.Store(job.Lease, seq)
 		return nil, nil
 	})

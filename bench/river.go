@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,16 +28,26 @@ type riverArgs struct {
 
 func (riverArgs) Kind() string { return "noop" }
 
+// riverNoop does nothing but report that it began the job.
 type riverNoop struct {
 	river.WorkerDefaults[riverArgs]
+	onStart atomic.Pointer[func(seq int)]
 }
 
-func (riverNoop) Work(context.Context, *river.Job[riverArgs]) error { return nil }
+func (w *riverNoop) Work(_ context.Context, job *river.Job[riverArgs]) error {
+	if f := w.onStart.Load(); f != nil {
+		if seq, err := seqOf([]byte(job.Args.P)); err == nil {
+			(*f)(seq)
+		}
+	}
+	return nil
+}
 
 // riverSys is River on a single PostgreSQL server with synchronous_commit=on
 // and fsync=on.
 type riverSys struct {
 	env    *Env
+	worker *riverNoop
 	dir    string
 	pg     *proc
 	data   string // the cell's PostgreSQL dir, when outside the cell dir
@@ -94,7 +105,8 @@ func (s *riverSys) Start(ctx context.Context, dir string) error {
 		return err
 	}
 	workers := river.NewWorkers()
-	river.AddWorker(workers, &riverNoop{})
+	s.worker = &riverNoop{}
+	river.AddWorker(workers, s.worker)
 	s.client, err = river.NewClient(riverpgxv5.New(s.pool), &river.Config{
 		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: s.env.opts.concurrency}},
 		Workers: workers,
@@ -125,12 +137,13 @@ func (s *riverSys) EnqueueBatch(ctx context.Context, seqs []int) error {
 // StartWorkers starts the River client. A completion counts when River's
 // subscription delivers its JobCompleted event, which the batch completer
 // sends only after the UPDATE marking the job completed has committed.
-func (s *riverSys) StartWorkers(ctx context.Context, done func(seq int)) error {
+func (s *riverSys) StartWorkers(ctx context.Context, h Hooks) error {
 	events, unsub := s.client.SubscribeConfig(&river.SubscribeConfig{
 		ChanSize: 1 << 20,
 		Kinds:    []river.EventKind{river.EventKindJobCompleted},
 	})
 	s.unsub = unsub
+	s.worker.onStart.Store(&h.Start)
 	s.readWG.Add(1)
 	go func() {
 		defer s.readWG.Done()
@@ -145,7 +158,7 @@ func (s *riverSys) StartWorkers(ctx context.Context, done func(seq int)) error {
 				s.strays++
 				continue
 			}
-			done(seq)
+			h.Done(seq)
 		}
 	}()
 	if err := s.client.Start(context.Background()); err != nil {

@@ -40,9 +40,8 @@ type System interface {
 	Batches() bool
 	// EnqueueBatch enqueues the tasks in one call, or returns errNoBatch.
 	EnqueueBatch(ctx context.Context, seqs []int) error
-	// StartWorkers starts no-op workers; done is called for a task once
-	// its completion is durable (as far as the worker can know).
-	StartWorkers(ctx context.Context, done func(seq int)) error
+	// StartWorkers starts no-op workers that report to h.
+	StartWorkers(ctx context.Context, h Hooks) error
 	// StopWorkers stops the workers.
 	StopWorkers() error
 	// Completed is the number of completed tasks as the store reports it.
@@ -91,6 +90,14 @@ func seqOf(p []byte) (int, error) {
 	return int(v), nil
 }
 
+// Hooks are what workers report about a task: Start when a handler begins
+// an attempt of it, Done once its completion is durable (as far as the
+// worker can know).
+type Hooks struct {
+	Start func(seq int)
+	Done  func(seq int)
+}
+
 // tracker records, per task, when it was (to be) submitted and when its
 // completion became durable.
 type tracker struct {
@@ -98,6 +105,7 @@ type tracker struct {
 	n       int
 	sched   []int64 // ns since base: the scheduled (W3) or actual submit time
 	acked   []int64 // ns since base: submit acknowledged; 0 = not
+	started []int64 // ns since base: a handler first began it; 0 = not
 	done    []int64 // ns since base: completion durable; 0 = not
 	count   atomic.Int64
 	dups    atomic.Int64
@@ -113,6 +121,7 @@ func newTracker(n int) *tracker {
 		n:       n,
 		sched:   make([]int64, n),
 		acked:   make([]int64, n),
+		started: make([]int64, n),
 		done:    make([]int64, n),
 		target:  int64(n),
 		reached: make(chan struct{}),
@@ -120,6 +129,16 @@ func newTracker(n int) *tracker {
 }
 
 func (t *tracker) now() int64 { return max(int64(time.Since(t.base)), 1) }
+
+// hooks are the tracker's worker hooks.
+func (t *tracker) hooks() Hooks { return Hooks{Start: t.start, Done: t.complete} }
+
+// start records when a handler first began task seq.
+func (t *tracker) start(seq int) {
+	if seq >= 0 && seq < t.n {
+		atomic.CompareAndSwapInt64(&t.started[seq], 0, t.now())
+	}
+}
 
 // complete records the durable completion of task seq (once).
 func (t *tracker) complete(seq int) {

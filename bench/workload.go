@@ -143,8 +143,11 @@ type W3Result struct {
 	MaxMs       jf      `json:"max_ms"`
 	SubmitP50ms float64 `json:"submit_p50_ms"`
 	SubmitP99ms float64 `json:"submit_p99_ms"`
-	Duplicates  int64   `json:"duplicate_completions"`
-	FirstError  string  `json:"first_submit_error,omitempty"`
+	// Due → a handler began the task (the dispatch part of the latency).
+	StartP50ms float64 `json:"start_p50_ms"`
+	StartP99ms float64 `json:"start_p99_ms"`
+	Duplicates int64   `json:"duplicate_completions"`
+	FirstError string  `json:"first_submit_error,omitempty"`
 }
 
 // runCell starts the system fresh, runs the workload and stops the system.
@@ -293,7 +296,7 @@ func runW1(ctx context.Context, env *Env, sys System, res *CellResult) error {
 		}
 	}()
 	start := tr.now()
-	if err := sys.StartWorkers(ctx, tr.complete); err != nil {
+	if err := sys.StartWorkers(ctx, tr.hooks()); err != nil {
 		return err
 	}
 	var werr error
@@ -405,7 +408,7 @@ func runW3(ctx context.Context, env *Env, sys System, rate int, res *CellResult)
 	w := &W3Result{Offered: total, OfferedRate: rate}
 	res.W3 = w
 	tr := newTracker(warm + total)
-	if err := sys.StartWorkers(ctx, tr.complete); err != nil {
+	if err := sys.StartWorkers(ctx, tr.hooks()); err != nil {
 		return err
 	}
 	// Warm up: the workers are connected and taking tasks.
@@ -519,13 +522,16 @@ func runW3(ctx context.Context, env *Env, sys System, rate int, res *CellResult)
 		w.FirstError = e.Error()
 	}
 	lat := make([]float64, total)
-	var sub []float64
+	var sub, started []float64
 	inWindow := 0
 	for i := 0; i < total; i++ {
 		q := warm + i
 		d := atomic.LoadInt64(&tr.done[q])
 		if tr.acked[q] > 0 {
 			sub = append(sub, float64(tr.acked[q]-tr.sched[q])/1e6)
+		}
+		if s := atomic.LoadInt64(&tr.started[q]); s > 0 {
+			started = append(started, float64(s-tr.sched[q])/1e6)
 		}
 		if d == 0 {
 			lat[i] = math.Inf(1)
@@ -544,6 +550,8 @@ func runW3(ctx context.Context, env *Env, sys System, rate int, res *CellResult)
 	w.MaxMs = jf(percentile(lat, 1))
 	w.SubmitP50ms = percentile(sub, 0.50)
 	w.SubmitP99ms = percentile(sub, 0.99)
+	w.StartP50ms = percentile(started, 0.50)
+	w.StartP99ms = percentile(started, 0.99)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -573,7 +581,9 @@ func (r CellResult) summary() string {
 			s += fmt.Sprintf(", batched %s tasks/s", fmtNum(jf(r.W2.BatchRate)))
 		}
 	case r.W3 != nil:
-		s = fmt.Sprintf("completed %s/s in window, p50 %s ms, p99 %s ms, %d of %d never completed", fmtNum(jf(r.W3.InWindowRate)), fmtMs(r.W3.P50ms), fmtMs(r.W3.P99ms), r.W3.Offered-r.W3.Completed, r.W3.Offered)
+		s = fmt.Sprintf("completed %s/s in window, p50 %s ms, p99 %s ms, %d of %d never completed (submit acked p50 %s / p99 %s ms, handler started p50 %s / p99 %s ms)",
+			fmtNum(jf(r.W3.InWindowRate)), fmtMs(r.W3.P50ms), fmtMs(r.W3.P99ms), r.W3.Offered-r.W3.Completed, r.W3.Offered,
+			fmtMs(jf(r.W3.SubmitP50ms)), fmtMs(jf(r.W3.SubmitP99ms)), fmtMs(jf(r.W3.StartP50ms)), fmtMs(jf(r.W3.StartP99ms)))
 	case r.Raft != nil && r.Raft.Rate > 0:
 		s = fmt.Sprintf("%s applies/s (p50 %s ms, p99 %s ms)", fmtNum(jf(r.Raft.Rate)), fmtMs(jf(r.Raft.P50ms)), fmtMs(jf(r.Raft.P99ms)))
 	}

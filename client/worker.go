@@ -25,7 +25,6 @@ import (
 const (
 	DefaultConcurrency     = 4
 	DefaultCompletionBatch = 64
-	DefaultCompletionDelay = 2 * time.Millisecond
 	// defaultWindow is the heartbeat window assumed until a node's Welcome
 	// says otherwise.
 	defaultWindow = 10 * time.Second
@@ -60,7 +59,9 @@ type WorkerConfig struct {
 	// (default 64).
 	CompletionBatch int
 	// CompletionDelay is how long a completion may wait for others to share
-	// its message (default 2ms).
+	// its message. By default (0) it waits for none: it goes out as soon as
+	// the stream can take it, and the completions that finish while the
+	// stream is busy share the next message.
 	CompletionDelay time.Duration
 }
 
@@ -83,9 +84,6 @@ func (cfg WorkerConfig) withDefaults(c *Client) WorkerConfig {
 	}
 	if cfg.CompletionBatch == 0 {
 		cfg.CompletionBatch = DefaultCompletionBatch
-	}
-	if cfg.CompletionDelay == 0 {
-		cfg.CompletionDelay = DefaultCompletionDelay
 	}
 	cfg.Handlers = maps.Clone(cfg.Handlers)
 	cfg.Labels = maps.Clone(cfg.Labels)
@@ -571,7 +569,7 @@ func (r *workerRun) onResult(res taskResult) {
 	}
 	l.done = completionToProto(l.id, res.output, res.err)
 	r.unsentQ = append(r.unsentQ, l.id)
-	if len(r.unsentQ) >= r.cfg.CompletionBatch || r.stopping {
+	if len(r.unsentQ) >= r.cfg.CompletionBatch || r.stopping || r.cfg.CompletionDelay == 0 {
 		r.flushNow = true
 	} else {
 		r.armFlush(r.cfg.CompletionDelay)

@@ -389,7 +389,7 @@ func TestCommitFailureStopsEngine(t *testing.T) {
 // Entries in flight behind the failing one may still commit: their answers
 // say "outcome unknown" too.
 func TestCommitFailureFailsLaterInFlightAsUnknown(t *testing.T) {
-	h := setup(t, engine.Config{}, core.Config{})
+	h := setup(t, engine.Config{MaxInFlight: 8}, core.Config{})
 	h.log.Pause()
 	h.log.FailWait(2, enginetest.ErrLeadershipLost, false)
 	out := make(chan submitResult, 3)

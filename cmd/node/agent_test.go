@@ -46,6 +46,8 @@ func TestAgentFlags(t *testing.T) {
 	require.Equal(t, 1<<20, def.maxPayload)
 	require.Equal(t, 1<<20, def.maxOutput)
 	require.Equal(t, 5*time.Second, def.holdTimeout)
+	require.Equal(t, 400, def.gcPercent)
+	require.Zero(t, def.memoryLimit, "0: half of the available memory")
 
 	cfg, err := parseAgent(t, "-dev")
 	require.NoError(t, err)
@@ -57,7 +59,8 @@ func TestAgentFlags(t *testing.T) {
 		"-join", "10.0.0.1:3", "-join", "10.0.0.2:3,10.0.0.3:3", "-log-json", "-log-level", "debug",
 		"-leave-on-terminate", "-max-payload", "2MiB", "-max-output", "512KiB", "-pools", "a,b",
 		"-heartbeat-window", "15s", "-retention", "1h", "-max-attempts", "3", "-max-pending", "10",
-		"-overflow", "wait", "-hold-timeout", "2s", "-shutdown-timeout", "9s", "-http-advertise", "10.0.0.1:1")
+		"-overflow", "wait", "-hold-timeout", "2s", "-shutdown-timeout", "9s", "-http-advertise", "10.0.0.1:1",
+		"-gc-percent", "150", "-memory-limit", "2GiB")
 	require.NoError(t, err)
 	want := agentConfig{
 		nodeID: "n1", dataDir: "/d", httpAddr: "10.0.0.1:1", httpAdvertise: "10.0.0.1:1",
@@ -66,6 +69,7 @@ func TestAgentFlags(t *testing.T) {
 		leaveOnTerminate: true, maxPayload: 2 << 20, maxOutput: 512 << 10, pools: []string{"a", "b"},
 		heartbeatWindow: 15 * time.Second, retention: time.Hour, maxAttempts: 3, maxPending: 10,
 		overflow: "wait", holdTimeout: 2 * time.Second, shutdownTimeout: 9 * time.Second,
+		gcPercent: 150, memoryLimit: 2 << 30,
 	}
 	require.Equal(t, want, cfg)
 
@@ -116,6 +120,8 @@ heartbeat_window = "20s"
 log_json         = true
 leave_on_terminate = true
 enable_debug     = true
+gc_percent       = 200
+memory_limit     = "512MiB"
 `)
 	cfg, err := parseAgent(t, "-config", hcl)
 	require.NoError(t, err)
@@ -131,6 +137,8 @@ enable_debug     = true
 	require.True(t, cfg.logJSON)
 	require.True(t, cfg.leaveOnTerminate)
 	require.True(t, cfg.enableDebug)
+	require.Equal(t, 200, cfg.gcPercent)
+	require.Equal(t, 512<<20, cfg.memoryLimit)
 	require.Equal(t, "127.0.0.1:8651", cfg.raftAddr, "keys not in the file keep their defaults")
 
 	// Flags override the file, wherever -config appears; a list given on
@@ -457,6 +465,8 @@ func TestAgentDevInProcess(t *testing.T) {
 	require.ErrorAs(t, err, &ie)
 	require.Equal(t, "payload", ie.Field)
 
+	// The ready line is logged by a poller: wait for it before stopping.
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "agent: agent ready") }, 10*time.Second, 10*time.Millisecond, out.String())
 	cancel() // what the first SIGINT/SIGTERM does
 	select {
 	case c := <-code:
