@@ -315,6 +315,8 @@ func (c Config) raftConfig(id string) *raft.Config {
 	rc.TrailingLogs = c.TrailingLogs
 	rc.ShutdownOnRemove = false
 	rc.RestoreCommittedLogs = false
+	// Telemetry names peers by label only (peer_id), not also in the name.
+	rc.NoLegacyTelemetry = true
 	if c.Logger != nil {
 		rc.Logger = c.Logger.Named("raft")
 	}

@@ -293,7 +293,7 @@ type request struct {
 type response struct {
 	act   core.Action
 	errs  []error
-	stats core.Stats
+	stats *core.Stats // opCoreStats
 	err   error
 }
 
@@ -429,9 +429,11 @@ type Completion struct {
 // hand-over to the loop (so they usually share an entry). It returns once
 // every outcome is durable, with one error per completion.
 func (e *Engine) CompleteMany(ctx context.Context, cs []Completion) []error {
+	reqs := make([]request, len(cs)) // one allocation for all of them
 	rs := make([]*request, len(cs))
 	for i, c := range cs {
-		rs[i] = &request{op: opComplete, lease: c.Lease, outcome: c.Outcome}
+		reqs[i] = request{op: opComplete, lease: c.Lease, outcome: c.Outcome}
+		rs[i] = &reqs[i]
 	}
 	errs := make([]error, len(cs))
 	for i, resp := range e.callMany(ctx, rs) {
@@ -494,5 +496,8 @@ func (e *Engine) PauseSchedule(ctx context.Context, name string, paused bool) (b
 // read on the engine's goroutine.
 func (e *Engine) CoreStats(ctx context.Context) (core.Stats, error) {
 	resp := e.call(ctx, &request{op: opCoreStats})
-	return resp.stats, resp.err
+	if resp.err != nil {
+		return core.Stats{}, resp.err
+	}
+	return *resp.stats, nil
 }

@@ -136,7 +136,8 @@ func (e *Engine) step(r *request) {
 		r.reply <- response{errs: errs}
 		return
 	case opCoreStats:
-		r.reply <- response{stats: l.core.Stats()}
+		st := l.core.Stats()
+		r.reply <- response{stats: &st}
 		return
 	}
 	l.nextReq++

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	gometrics "github.com/hashicorp/go-metrics"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cronoq/cronoq/engine"
@@ -133,4 +135,26 @@ func scrape(t *testing.T, m *Metrics) string {
 	require.NoError(t, err)
 	require.True(t, strings.Contains(string(b), "# TYPE"))
 	return string(b)
+}
+
+func TestRaftTelemetry(t *testing.T) {
+	m := New()
+	require.NoError(t, m.RaftTelemetry())
+	gometrics.MeasureSince([]string{"raft", "commitTime"}, time.Now().Add(-3*time.Millisecond))
+	gometrics.IncrCounter([]string{"raft", "apply"}, 2)
+
+	fams, err := m.Registry().Gather()
+	require.NoError(t, err)
+	found := map[string]*dto.MetricFamily{}
+	for _, f := range fams {
+		found[f.GetName()] = f
+	}
+	commit := found["cronoq_raft_commitTime"]
+	require.NotNil(t, commit, "raft's commit time, named as Consul names it")
+	require.Equal(t, dto.MetricType_SUMMARY, commit.GetType())
+	require.EqualValues(t, 1, commit.GetMetric()[0].GetSummary().GetSampleCount())
+	require.GreaterOrEqual(t, commit.GetMetric()[0].GetSummary().GetSampleSum(), 3.0, "milliseconds")
+	apply := found["cronoq_raft_apply"]
+	require.NotNil(t, apply)
+	require.EqualValues(t, 2, apply.GetMetric()[0].GetCounter().GetValue())
 }

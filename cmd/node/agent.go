@@ -576,6 +576,9 @@ func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 	}
 
 	m := metrics.New()
+	if err := m.RaftTelemetry(); err != nil {
+		log.Warn("raft telemetry is not exported", "error", err)
+	}
 	hooks := transport.NewHooks(m)
 	ccfg := cfg.clusterConfig(advertise, root)
 	ccfg.Engine = hooks.Engine(ccfg.Engine)

@@ -98,7 +98,7 @@ func (c *Core) fireTask(s *schedule, slot time.Time) string {
 	if _, ok := c.keys[key]; ok {
 		return ""
 	}
-	if !c.fits(delta{{s.rec.Pool, s.rec.Priority}: 1}, false) {
+	if !c.fits(delta{{pairKey{s.rec.Pool, s.rec.Priority}, 1}}, false) {
 		return ""
 	}
 	ma := s.rec.MaxAttempts

@@ -272,22 +272,33 @@ func (c *Core) resolve(u *unit, subs []Submitted, err error) {
 	c.reply(u.req, Action{Submitted: subs})
 }
 
-// delta is the number of new tasks per (pool, class) a unit would add.
-type delta map[pairKey]int
+// delta is the number of new tasks per (pool, class) a unit would add, one
+// entry per pair in order of appearance. It is a slice, not a map: a unit
+// nearly always adds to a single pair, and admission runs for every submit.
+type delta []pairCount
+
+type pairCount struct {
+	pair pairKey
+	n    int
+}
+
+// add counts one more new task of pair.
+func (d *delta) add(pair pairKey) {
+	for i := range *d {
+		if (*d)[i].pair == pair {
+			(*d)[i].n++
+			return
+		}
+	}
+	*d = append(*d, pairCount{pair, 1})
+}
 
 // fits reports whether adding d to the current pending counts (or to empty
 // queues) stays within every bound.
 func (c *Core) fits(d delta, empty bool) bool {
 	var global counts
-	pools := make(map[string]*counts)
-	for k, n := range d {
-		global.add(k.class, n)
-		pc, ok := pools[k.pool]
-		if !ok {
-			pc = &counts{}
-			pools[k.pool] = pc
-		}
-		pc.add(k.class, n)
+	for _, pc := range d {
+		global.add(pc.pair.class, pc.n)
 	}
 	within := func(cur, add, limit int) bool { return limit <= 0 || add == 0 || cur+add <= limit }
 	cur := c.global
@@ -302,7 +313,17 @@ func (c *Core) fits(d delta, empty bool) bool {
 			return false
 		}
 	}
-	for name, add := range pools {
+	for i, first := range d {
+		name := first.pair.pool
+		if slices.ContainsFunc(d[:i], func(o pairCount) bool { return o.pair.pool == name }) {
+			continue // counted with the pool's first pair
+		}
+		var add counts
+		for _, pc := range d[i:] {
+			if pc.pair.pool == name {
+				add.add(pc.pair.class, pc.n)
+			}
+		}
 		var pc counts
 		var b Bounds
 		if p, ok := c.pools[name]; ok {
@@ -334,28 +355,38 @@ type planned struct {
 }
 
 // plan sorts the specs of u into duplicates and new tasks, and counts the
-// new ones per (pool, class).
+// new ones per (pool, class). The plan is nil when every spec is new.
 func (c *Core) plan(u *unit) ([]planned, delta) {
-	ps := make([]planned, len(u.specs))
-	d := make(delta)
+	var ps []planned
+	dup := func(i int, p planned) {
+		if ps == nil {
+			ps = make([]planned, len(u.specs))
+			for j := range ps {
+				ps[j].sameAs = -1
+			}
+		}
+		ps[i] = p
+	}
+	var d delta
 	var seen map[string]int
 	for i, s := range u.specs {
-		ps[i].sameAs = -1
 		if s.Key != "" {
 			if t, ok := c.keys[s.Key]; ok {
-				ps[i].existing = t.id
+				dup(i, planned{existing: t.id, sameAs: -1})
 				continue
 			}
 			if j, ok := seen[s.Key]; ok {
-				ps[i].sameAs = j
+				dup(i, planned{sameAs: j})
 				continue
 			}
-			if seen == nil {
-				seen = make(map[string]int)
+			if len(u.specs) > 1 {
+				if seen == nil {
+					seen = make(map[string]int)
+				}
+				seen[s.Key] = i
 			}
-			seen[s.Key] = i
 		}
-		d[pairKey{s.Pool, s.Priority}]++
+		d.add(pairKey{s.Pool, s.Priority})
 	}
 	return ps, d
 }
@@ -374,6 +405,8 @@ func (c *Core) tryAdmit(u *unit) ([]Submitted, bool) {
 	subs := make([]Submitted, len(u.specs))
 	for i, s := range u.specs {
 		switch {
+		case ps == nil:
+			subs[i] = Submitted{ID: c.insert(s).id}
 		case ps[i].existing != "":
 			subs[i] = Submitted{ID: ps[i].existing, Duplicate: true}
 		case ps[i].sameAs >= 0:
