@@ -414,6 +414,14 @@ func (v sizeValue) Set(s string) error {
 // memSizeValue is a sizeValue for memory sizes, which may pass 2GiB.
 type memSizeValue struct{ sizeValue }
 
+// String is empty for 0 (the default: derived from the memory size).
+func (v memSizeValue) String() string {
+	if v.n == nil || *v.n == 0 {
+		return ""
+	}
+	return v.sizeValue.String()
+}
+
 func (v memSizeValue) Set(s string) error {
 	n, err := parseSizeUpTo(s, maxMemoryLimit, "1048576GiB")
 	if err != nil {
