@@ -55,7 +55,7 @@ func (s *cronoqSys) Durability() string {
 }
 func (s *cronoqSys) Config() string {
 	return fmt.Sprintf("3 × `bin/cronoq agent` on 127.0.0.1 with default (production) settings: raft-boltdb with fsync, raft.DefaultConfig timings; "+
-		"Go SDK: %d workers × %d slots (no-op handler), default completion batching; submits with Submit / SubmitBatch (random idempotency key per task, as the SDK does; "+
+		"Go SDK: %d workers × %d slots (no-op handler), completions sent as soon as the stream takes them (the default); submits with Submit / SubmitBatch (random idempotency key per task, as the SDK does; "+
 		"the SDK's default coalescing sends at most 4 Submit calls per client at once and the submits made meanwhile together in one EnqueueMany call)",
 		cronoqWorkers, s.env.opts.concurrency/cronoqWorkers)
 }

@@ -18,6 +18,16 @@ type submitResult struct {
 	err error
 }
 
+// coalescingClient is a Client of one fake node with a single Submit slot,
+// already taken by a submit the node holds until fc.submitHold is closed;
+// first gets that submit's result.
+func coalescingClient(t *testing.T) (fc *fakeCluster, c *Client, ctx context.Context, first <-chan submitResult) {
+	fc = newFakeCluster(t, 1, 0)
+	c = newTestClient(t, fc.addrs(0), WithSubmitConcurrency(1))
+	ctx = testCtx(t)
+	return fc, c, ctx, occupySubmitSlot(ctx, fc, c)
+}
+
 // occupySubmitSlot makes the fake node hold submits (until fc.submitHold is
 // closed) and starts one, which takes the Client's only slot.
 func occupySubmitSlot(ctx context.Context, fc *fakeCluster, c *Client) <-chan submitResult {
@@ -49,10 +59,7 @@ func waitQueued(t *testing.T, c *Client, n int) {
 // one EnqueueMany call; each gets its own answer.
 func TestSubmitsCoalesceWhileTheLimitIsInFlight(t *testing.T) {
 	t.Parallel()
-	fc := newFakeCluster(t, 1, 0)
-	c := newTestClient(t, fc.addrs(0), WithSubmitConcurrency(1))
-	ctx := testCtx(t)
-	first := occupySubmitSlot(ctx, fc, c)
+	fc, c, ctx, first := coalescingClient(t)
 
 	// Five more queue behind it; one of them is refused by the node.
 	const n = 5
@@ -97,10 +104,7 @@ func TestSubmitsCoalesceWhileTheLimitIsInFlight(t *testing.T) {
 // one that is in a call in flight may have.
 func TestQueuedSubmitCallerGivesUp(t *testing.T) {
 	t.Parallel()
-	fc := newFakeCluster(t, 1, 0)
-	c := newTestClient(t, fc.addrs(0), WithSubmitConcurrency(1))
-	ctx := testCtx(t)
-	first := occupySubmitSlot(ctx, fc, c)
+	fc, c, ctx, first := coalescingClient(t)
 	short, cancel := context.WithCancel(ctx)
 	gone := make(chan error, 1)
 	go func() {

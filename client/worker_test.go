@@ -497,3 +497,30 @@ func TestWorkerCancelsAttemptWhenHeartbeatsGoUnacknowledged(t *testing.T) {
 	require.Empty(t, fc.wk.received, "the result of a lost lease is dropped")
 	require.Empty(t, fc.wk.violations)
 }
+
+// By default a finished attempt's completion is due at once; with a delay it
+// waits for the flush timer (or a full batch).
+func TestWorkerCompletionDueAtOnceByDefault(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, fc.addrs(0))
+	handlers := map[string]Handler{"k": HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, nil })}
+	for _, tc := range []struct {
+		delay          time.Duration
+		flushNow, armd bool
+	}{
+		{0, true, false},
+		{time.Hour, false, true},
+	} {
+		w, err := c.NewWorker(WorkerConfig{Pool: "p", CompletionDelay: tc.delay, Handlers: handlers})
+		require.NoError(t, err)
+		r := newWorkerRun(w)
+		r.leases[7] = &lease{id: 7, running: true}
+		r.runningN = 1
+		r.onResult(taskResult{lease: 7, output: []byte("ok")})
+		require.Equal(t, tc.flushNow, r.flushNow, "delay %s", tc.delay)
+		require.Equal(t, tc.armd, r.flushArmed, "delay %s", tc.delay)
+		require.True(t, r.hasUnsent())
+		r.flushT.Stop()
+	}
+}
