@@ -63,6 +63,7 @@ type Metrics struct {
 	leaderChanges  prometheus.Counter
 
 	rpcs       *prometheus.CounterVec
+	rpcSeconds *prometheus.HistogramVec
 	forwarded  *prometheus.CounterVec
 	workers    prometheus.Gauge
 	aborts     prometheus.Counter
@@ -117,6 +118,11 @@ func New() *Metrics {
 		Help: "Changes of the leader observed by this node.",
 	})
 	m.rpcs = counter("rpc_requests_total", "API calls served by this node, by procedure and result code.", "procedure", "code")
+	m.rpcSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "rpc_request_duration_seconds",
+		Help:    "Time this node took to serve unary API calls (forwarding included), by procedure. Long polls and waits last as long as they wait.",
+		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5, 10, 30},
+	}, []string{"procedure"})
 	m.forwarded = counter("rpc_forwarded_total", "API calls this node forwarded to the leader, by procedure.", "procedure")
 	m.workers = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "worker_streams",
@@ -133,7 +139,7 @@ func New() *Metrics {
 	m.reg.MustRegister(
 		m.submitted, m.dispatched, m.completed, m.retried, m.attempts,
 		m.commitSeconds, m.batchMutations, m.batchBytes, m.commitErrors, m.leaderChanges,
-		m.rpcs, m.forwarded, m.workers, m.aborts, m.eventsLost,
+		m.rpcs, m.rpcSeconds, m.forwarded, m.workers, m.aborts, m.eventsLost,
 		&stateCollector{m: m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -219,6 +225,11 @@ func (m *Metrics) LeaderChanged() { m.leaderChanges.Inc() }
 // RPC records one API call served, with its result code ("ok" or a connect
 // code name).
 func (m *Metrics) RPC(procedure, code string) { m.rpcs.WithLabelValues(procedure, code).Inc() }
+
+// RPCDuration records how long one unary API call took to serve.
+func (m *Metrics) RPCDuration(procedure string, took time.Duration) {
+	m.rpcSeconds.WithLabelValues(procedure).Observe(took.Seconds())
+}
 
 // Forwarded records one API call forwarded to the leader.
 func (m *Metrics) Forwarded(procedure string) { m.forwarded.WithLabelValues(procedure).Inc() }

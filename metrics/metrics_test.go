@@ -78,6 +78,7 @@ func TestCommitsAndState(t *testing.T) {
 	m.ObserveCommit(engine.CommitInfo{Mutations: 1, Bytes: 100, Latency: time.Millisecond, Err: errors.New("fenced")})
 	m.LeaderChanged()
 	m.RPC("/x", "ok")
+	m.RPCDuration("/x", 3*time.Millisecond)
 	m.Forwarded("/x")
 	m.WorkerStreams(2)
 	m.WorkerStreams(-1)
@@ -93,6 +94,8 @@ func TestCommitsAndState(t *testing.T) {
 		"cronoq_raft_commit_errors_total 1",
 		"cronoq_leader_changes_total 1",
 		`cronoq_rpc_requests_total{code="ok",procedure="/x"} 1`,
+		`cronoq_rpc_request_duration_seconds_bucket{procedure="/x",le="0.002"} 0`,
+		`cronoq_rpc_request_duration_seconds_bucket{procedure="/x",le="0.005"} 1`,
 		`cronoq_rpc_forwarded_total{procedure="/x"} 1`,
 		"cronoq_worker_streams 1",
 		"cronoq_worker_aborts_total 1",

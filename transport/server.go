@@ -531,7 +531,8 @@ func interrupt(ctx context.Context) {
 // Call metrics
 // ---------------------------------------------------------------------------
 
-// rpcMetrics counts the calls served, by procedure and result code.
+// rpcMetrics counts the calls served, by procedure and result code, and
+// times the unary ones.
 type rpcMetrics struct{ m *metrics.Metrics }
 
 func codeLabel(err error) string {
@@ -543,7 +544,9 @@ func codeLabel(err error) string {
 
 func (r *rpcMetrics) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		start := time.Now()
 		resp, err := next(ctx, req)
+		r.m.RPCDuration(req.Spec().Procedure, time.Since(start))
 		r.m.RPC(req.Spec().Procedure, codeLabel(err))
 		return resp, err
 	}

@@ -578,6 +578,7 @@ func TestCluster(t *testing.T) {
 			`cronoq_raft_applied_index `,
 			`cronoq_worker_streams `,
 			`cronoq_rpc_requests_total{code="ok",procedure="/cronoq.v1.TaskService/Submit"}`,
+			`cronoq_rpc_request_duration_seconds_count{procedure="/cronoq.v1.TaskService/Submit"}`,
 			`go_goroutines `,
 			`process_cpu_seconds_total `,
 		} {
