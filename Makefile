@@ -116,6 +116,6 @@ bench-quick: bench-build
 	./$(BENCH) -quick $(BENCHARGS)
 
 ## bench-compare: every workload, three runs per cell, systems alternated
-## (about 55 minutes on 2 cores).
+## (about 50 minutes on 2 cores).
 bench-compare: bench-build
 	./$(BENCH) $(BENCHARGS)

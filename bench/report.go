@@ -411,8 +411,6 @@ func renderTables(rep *Report) string {
 			}
 		}
 		w("\n")
-	}
-	if has("w3") {
 		w("W3 latencies run from a task's due time: *submit* to the acknowledgement of its submit, *started* to a handler beginning it, and p50/p99 to its durable completion.\n\n")
 	}
 	w("Fsync latency of this disk: p50 %.2f ms, p99 %.2f ms. River and asynq keep one copy of each task; cronoq keeps three.\n", rep.Fsync.P50ms, rep.Fsync.P99ms)

@@ -261,6 +261,30 @@ func TestGroupCommitMergesWhileInFlight(t *testing.T) {
 	require.EqualValues(t, 2, h.eng.Stats().Batches)
 }
 
+// By default two entries are in flight: a third submit waits, queued, for one
+// of them to resolve.
+func TestDefaultTwoEntriesInFlight(t *testing.T) {
+	h := setup(t, engine.Config{}, core.Config{})
+	h.log.Pause()
+	out := make(chan submitResult, 3)
+	for i := range 3 {
+		h.submitAsync(h.ctx, i, spec(fmt.Sprintf("k%d", i)), out)
+		h.waitRequests(i + 1)
+	}
+	h.waitAppended(1 + 2)
+	st := h.eng.Stats()
+	require.Equal(t, engine.DefaultMaxInFlight, st.InFlight)
+	require.Equal(t, 2, st.InFlight)
+	require.Equal(t, 1, st.Queued)
+	require.Equal(t, 1+2, h.log.Appended())
+
+	h.log.Resume()
+	for range 3 {
+		require.NoError(t, recv(t, out).err)
+	}
+	require.EqualValues(t, 3, h.eng.Stats().Batches)
+}
+
 // Many entries in flight: answers are released strictly in log order, each
 // only once its entry is applied.
 func TestManyInFlightReleasedInOrder(t *testing.T) {

@@ -402,8 +402,11 @@ func (v sizeValue) String() string {
 	return formatSize(*v.n)
 }
 
-func (v sizeValue) Set(s string) error {
-	n, err := parseSize(s)
+func (v sizeValue) Set(s string) error { return v.set(s, parseSize) }
+
+// set stores what parse makes of s.
+func (v sizeValue) set(s string, parse func(string) (int, error)) error {
+	n, err := parse(s)
 	if err != nil {
 		return err
 	}
@@ -423,12 +426,7 @@ func (v memSizeValue) String() string {
 }
 
 func (v memSizeValue) Set(s string) error {
-	n, err := parseSizeUpTo(s, maxMemoryLimit, "1048576GiB")
-	if err != nil {
-		return err
-	}
-	*v.n = n
-	return nil
+	return v.set(s, func(s string) (int, error) { return parseSizeUpTo(s, maxMemoryLimit, "1048576GiB") })
 }
 
 var sizeUnits = []struct {
