@@ -47,16 +47,16 @@ fuzz:
 clean:
 	rm -rf bin
 
-## generate: regenerate the API code from transport/proto (needs protoc:
+## generate: regenerate the API code from api/proto (needs protoc:
 ## apt-get install -y protobuf-compiler). The generated code is committed.
 TOOLS := $(CURDIR)/bin/tools
 generate:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 	GOBIN=$(TOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
-	PATH=$(TOOLS):$$PATH protoc -I transport/proto \
-		--go_out=transport/gen --go_opt=module=github.com/cronoq/cronoq/transport/gen \
-		--connect-go_out=transport/gen --connect-go_opt=module=github.com/cronoq/cronoq/transport/gen \
-		transport/proto/cronoq/v1/cronoq.proto
+	PATH=$(TOOLS):$$PATH protoc -I api/proto \
+		--go_out=api --go_opt=module=github.com/cronoq/cronoq/api \
+		--connect-go_out=api --connect-go_opt=module=github.com/cronoq/cronoq/api \
+		api/proto/cronoq/v1/cronoq.proto
 
 ## run: a local three-node cluster on loopback with a worker, doing real work.
 run: build

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
-	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 )
 
 func TestPayloadCarriesItsSequence(t *testing.T) {

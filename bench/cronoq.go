@@ -19,9 +19,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
+	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
 	"github.com/cronoq/cronoq/client"
-	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
-	"github.com/cronoq/cronoq/transport/gen/cronoqv1/cronoqv1connect"
 )
 
 const (

@@ -29,8 +29,8 @@ import (
 	"connectrpc.com/connect"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/cronoq/cronoq/transport/apierr"
-	"github.com/cronoq/cronoq/transport/gen/cronoqv1/cronoqv1connect"
+	"github.com/cronoq/cronoq/api/apierr"
+	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
 )
 
 // Defaults.

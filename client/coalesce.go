@@ -9,7 +9,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
-	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 )
 
 const (

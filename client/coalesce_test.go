@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/cronoq/cronoq/transport/gen/cronoqv1/cronoqv1connect"
+	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
 )
 
 type submitResult struct {

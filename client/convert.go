@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 )
 
 // This file is the one place where SDK types and wire (proto) types meet.

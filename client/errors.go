@@ -7,7 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/cronoq/cronoq/transport/apierr"
+	"github.com/cronoq/cronoq/api/apierr"
 )
 
 // Sentinel errors; check them with errors.Is. Errors returned by the Client

@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cronoq/cronoq/transport/apierr"
-	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
-	"github.com/cronoq/cronoq/transport/gen/cronoqv1/cronoqv1connect"
+	"github.com/cronoq/cronoq/api/apierr"
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
+	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
 )
 
 // fakeCluster models a small cronoq cluster in memory: nodes that serve the

@@ -10,8 +10,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cronoq/cronoq/transport/apierr"
-	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
+	"github.com/cronoq/cronoq/api/apierr"
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 )
 
 // fakeWorkers is the leader's side of the worker protocol, guarded by the

@@ -7,7 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 )
 
 // AddSchedule creates or replaces the recurring schedule s.Name and returns

@@ -17,8 +17,8 @@ import (
 	"connectrpc.com/connect"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/cronoq/cronoq/transport/apierr"
-	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
+	"github.com/cronoq/cronoq/api/apierr"
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 )
 
 // Worker defaults.

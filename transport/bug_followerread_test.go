@@ -10,8 +10,8 @@ import (
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 	"github.com/cronoq/cronoq/client"
-	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
 )
 
 // With the follower-read fault, a read that does not ask for staleness is

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"time"
 
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 	"github.com/cronoq/cronoq/engine/core"
 	"github.com/cronoq/cronoq/engine/core/cron"
 	"github.com/cronoq/cronoq/fsm"
-	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
 )
 
 // This file is where wire (proto) types meet the engine's and the replicated

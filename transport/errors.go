@@ -6,10 +6,10 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/cronoq/cronoq/api/apierr"
 	"github.com/cronoq/cronoq/cluster"
 	"github.com/cronoq/cronoq/engine"
 	"github.com/cronoq/cronoq/engine/core"
-	"github.com/cronoq/cronoq/transport/apierr"
 )
 
 // notServed reports whether err means this node could not serve the call

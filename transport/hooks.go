@@ -3,9 +3,9 @@ package transport
 import (
 	"sync"
 
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 	"github.com/cronoq/cronoq/engine"
 	"github.com/cronoq/cronoq/metrics"
-	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
 )
 
 // Hooks connect the engine a node runs while it leads to the API server:

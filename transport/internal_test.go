@@ -12,11 +12,11 @@ import (
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cronoq/cronoq/api/apierr"
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
+	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
 	"github.com/cronoq/cronoq/engine/core"
 	"github.com/cronoq/cronoq/fsm"
-	"github.com/cronoq/cronoq/transport/apierr"
-	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
-	"github.com/cronoq/cronoq/transport/gen/cronoqv1/cronoqv1connect"
 )
 
 func TestStatusNumbersMatch(t *testing.T) {

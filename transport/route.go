@@ -12,9 +12,9 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/cronoq/cronoq/api/apierr"
+	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
 	"github.com/cronoq/cronoq/cluster"
-	"github.com/cronoq/cronoq/transport/apierr"
-	"github.com/cronoq/cronoq/transport/gen/cronoqv1/cronoqv1connect"
 )
 
 // forwarder holds the connections to other nodes' APIs: one pooled h2c

@@ -5,10 +5,10 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/cronoq/cronoq/api/apierr"
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 	"github.com/cronoq/cronoq/engine"
 	"github.com/cronoq/cronoq/fsm"
-	"github.com/cronoq/cronoq/transport/apierr"
-	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
 )
 
 type scheduleService struct{ s *Server }

@@ -37,12 +37,12 @@ import (
 	"connectrpc.com/connect"
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
 	"github.com/cronoq/cronoq/cluster"
 	"github.com/cronoq/cronoq/engine"
 	"github.com/cronoq/cronoq/engine/core"
 	"github.com/cronoq/cronoq/fsm"
 	"github.com/cronoq/cronoq/metrics"
-	"github.com/cronoq/cronoq/transport/gen/cronoqv1/cronoqv1connect"
 )
 
 // Defaults of Config.

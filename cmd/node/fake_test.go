@@ -15,9 +15,9 @@ import (
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cronoq/cronoq/transport/apierr"
-	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
-	"github.com/cronoq/cronoq/transport/gen/cronoqv1/cronoqv1connect"
+	"github.com/cronoq/cronoq/api/apierr"
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
+	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
 )
 
 // fakeNode is an in-process stand-in for a node's API: it records the

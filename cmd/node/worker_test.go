@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 )
 
 func TestWorkerRunsCommands(t *testing.T) {

@@ -12,9 +12,9 @@ import (
 
 	"connectrpc.com/connect"
 
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
+	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
 	"github.com/cronoq/cronoq/client"
-	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
-	"github.com/cronoq/cronoq/transport/gen/cronoqv1/cronoqv1connect"
 
 	"github.com/cronoq/cronoq/jepsen/history"
 )

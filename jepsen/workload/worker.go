@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
-	"github.com/cronoq/cronoq/transport/gen/cronoqv1/cronoqv1connect"
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
+	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
 
 	"github.com/cronoq/cronoq/jepsen/history"
 )

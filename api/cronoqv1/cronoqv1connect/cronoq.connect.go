@@ -12,7 +12,7 @@ import (
 	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
-	cronoqv1 "github.com/cronoq/cronoq/transport/gen/cronoqv1"
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 	http "net/http"
 	strings "strings"
 )
