@@ -8,16 +8,25 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 CRONOQ_PROPERTY_SEEDS ?= 200
 export CRONOQ_PROPERTY_SEEDS
 
-.PHONY: all build run test test-short lint fmt fmt-check vet staticcheck fuzz clean generate
+.PHONY: all build run test test-short lint fmt fmt-check vet staticcheck fuzz clean generate generate-api generate-codec generate-check
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/node
 
-## test: vet, formatting, the lint rules and every test under the race detector.
+## test: vet, formatting, the lint rules and every test under the race
+## detector, then the tests of the fault-injection builds: the admin API and
+## fault hooks (tag jepsenfaults), and each deliberate bug's own test, and
+## the unit tests of the bench module (its own go.mod).
 test: vet fmt-check
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
+	$(GO) test -race -count=1 -timeout 10m -tags jepsenfaults ./cluster ./transport
+	@for b in $(JEPSEN_BUGS); do \
+		echo "go test -tags jepsenfaults,jepsenbug_$$b -run Bug"; \
+		$(GO) test -count=1 -tags jepsenfaults,jepsenbug_$$b -run Bug ./fsm ./engine/... ./transport || exit 1; \
+	done
 
 ## test-short: the same without the race detector, for a quick loop.
 test-short:
@@ -35,6 +44,7 @@ fmt:
 
 staticcheck:
 	$(GO) run $(STATICCHECK) $(PKGS)
+	cd bench && $(GO) run $(STATICCHECK) ./...
 
 lint: vet fmt-check staticcheck
 
@@ -47,16 +57,27 @@ fuzz:
 clean:
 	rm -rf bin
 
-## generate: regenerate the API code from api/proto (needs protoc:
-## apt-get install -y protobuf-compiler). The generated code is committed.
+## generate: regenerate the committed code: the API from api/proto (needs
+## protoc: apt-get install -y protobuf-compiler) and the log and gossip
+## codecs of fsm and cluster from their struct tags (tinylib/msgp).
 TOOLS := $(CURDIR)/bin/tools
-generate:
+generate: generate-api generate-codec
+
+generate-api:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 	GOBIN=$(TOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
 	PATH=$(TOOLS):$$PATH protoc -I api/proto \
 		--go_out=api --go_opt=module=github.com/cronoq/cronoq/api \
 		--connect-go_out=api --connect-go_opt=module=github.com/cronoq/cronoq/api \
 		api/proto/cronoq/v1/cronoq.proto
+
+generate-codec:
+	$(GO) generate ./fsm ./cluster
+
+## generate-check: regenerating changes nothing (run by CI).
+generate-check: generate
+	@out=$$(git status --porcelain -- api fsm cluster); \
+	if [ -n "$$out" ]; then echo "generated code differs from what is committed (run make generate):"; echo "$$out"; git diff --stat -- api fsm cluster; exit 1; fi
 
 ## run: a local three-node cluster on loopback with a worker, doing real work.
 run: build

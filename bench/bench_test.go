@@ -59,7 +59,7 @@ func (o oneByte) Read(p []byte) (int, error) { return o.r.Read(p[:min(1, len(p))
 func TestEnvelopeTapReportsAcceptedCompletions(t *testing.T) {
 	var stream bytes.Buffer
 	stream.Write(envelope(t, 0, &cronoqv1.ServerMessage{Msg: &cronoqv1.ServerMessage_Grants{Grants: &cronoqv1.Grants{
-		Grants: []*cronoqv1.Grant{{Lease: 99, Task: &cronoqv1.Task{Id: "x", Payload: payload(7)}}},
+		Grants: []*cronoqv1.Grant{{Lease: 99, Task: &cronoqv1.Task{Id: "x", Template: &cronoqv1.TaskTemplate{Payload: payload(7)}}}},
 	}}}))
 	stream.Write(envelope(t, 0, ack(&cronoqv1.LeaseResult{Lease: 1}, &cronoqv1.LeaseResult{Lease: 2, Code: "stale_lease", Error: "stale"})))
 	stream.Write(envelope(t, 0x01, ack(&cronoqv1.LeaseResult{Lease: 3})))

@@ -185,7 +185,7 @@ func (s *cronoqSys) pick() *client.Client {
 }
 
 func spec(seq int) client.TaskSpec {
-	return client.TaskSpec{Pool: cronoqPool, Kind: cronoqKind, Payload: payload(seq)}
+	return client.TaskSpec{Template: client.Template{Pool: cronoqPool, Kind: cronoqKind, Payload: payload(seq)}}
 }
 
 func (s *cronoqSys) Enqueue(ctx context.Context, seq int) error {

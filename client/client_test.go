@@ -10,9 +10,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/cronoq/cronoq/api/apierr"
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
+	"github.com/cronoq/cronoq/client/clienttest"
 )
 
 func TestMain(m *testing.M) {
@@ -28,6 +31,28 @@ func newTestClient(t *testing.T, addrs []string, opts ...Option) *Client {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	return c
+}
+
+// newFakeCluster starts a fake cluster of n nodes in which node leader
+// leads.
+func newFakeCluster(t *testing.T, n, leader int, opts ...clienttest.Option) *clienttest.Cluster {
+	t.Helper()
+	return clienttest.NewCluster(t, append([]clienttest.Option{clienttest.WithNodes(n), clienttest.WithLeader(leader)}, opts...)...)
+}
+
+// addrs returns the addresses of the nodes idx of fc, in that order.
+func addrs(fc *clienttest.Cluster, idx ...int) []string {
+	var out []string
+	for _, i := range idx {
+		out = append(out, fc.Node(i).Addr())
+	}
+	return out
+}
+
+// addTask stores a queued task of pool and kind (with key and payload when
+// given) and returns its id.
+func addTask(fc *clienttest.Cluster, pool, kind, key string, payload []byte) string {
+	return fc.AddTask(&cronoqv1.TaskSpec{Template: &cronoqv1.TaskTemplate{Pool: pool, Kind: kind, Payload: payload}, Key: key})
 }
 
 func testCtx(t *testing.T) context.Context {
@@ -69,56 +94,53 @@ func TestSubmitFollowsLeaderHint(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 2, 1)
 	// The client knows only the follower; the leader is reached via the hint.
-	c := newTestClient(t, fc.addrs(0))
+	c := newTestClient(t, addrs(fc, 0))
 	ctx := testCtx(t)
 
-	sub, err := c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k", Payload: []byte("x")})
+	sub, err := c.Submit(ctx, TaskSpec{Template: Template{Pool: "p", Kind: "k", Payload: []byte("x")}})
 	require.NoError(t, err)
 	require.NotEmpty(t, sub.ID)
 	require.False(t, sub.Duplicate)
 	require.Len(t, sub.Key, 32, "a generated 128-bit hex key")
-	require.Equal(t, 1, fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure))
-	require.Equal(t, 1, fc.nodes[1].count(cronoqv1connect.TaskServiceSubmitProcedure))
+	require.Equal(t, 1, fc.Node(0).Requests(cronoqv1connect.TaskServiceSubmitProcedure))
+	require.Equal(t, 1, fc.Node(1).Requests(cronoqv1connect.TaskServiceSubmitProcedure))
 
 	// The leader is remembered: the next call goes straight there.
 	task, err := c.Get(ctx, sub.ID)
 	require.NoError(t, err)
 	require.Equal(t, sub.Key, task.Key)
 	require.Equal(t, StatusQueued, task.Status)
-	require.Equal(t, 0, fc.nodes[0].count(cronoqv1connect.TaskServiceGetProcedure))
-	require.Equal(t, 1, fc.nodes[1].count(cronoqv1connect.TaskServiceGetProcedure))
+	require.Equal(t, 0, fc.Node(0).Requests(cronoqv1connect.TaskServiceGetProcedure))
+	require.Equal(t, 1, fc.Node(1).Requests(cronoqv1connect.TaskServiceGetProcedure))
 }
 
 func TestSubmitPrefersLeaderNamedByForwardedAnswer(t *testing.T) {
 	t.Parallel()
-	fc := newFakeCluster(t, 2, 1)
-	fc.mu.Lock()
-	fc.forward = true
-	fc.mu.Unlock()
+	fc := newFakeCluster(t, 2, 1, clienttest.WithForwarding())
 	// The client knows only the follower, which serves the first submit by
 	// forwarding it and names the leader in its answer.
-	c := newTestClient(t, fc.addrs(0))
+	c := newTestClient(t, addrs(fc, 0))
 	ctx := testCtx(t)
 
-	sub, err := c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k"})
+	sub, err := c.Submit(ctx, TaskSpec{Template: Template{Pool: "p", Kind: "k"}})
 	require.NoError(t, err)
-	require.Equal(t, 1, fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure))
-	require.Equal(t, 0, fc.nodes[1].count(cronoqv1connect.TaskServiceSubmitProcedure))
+	require.Equal(t, 1, fc.Node(0).Requests(cronoqv1connect.TaskServiceSubmitProcedure))
+	require.Equal(t, 0, fc.Node(1).Requests(cronoqv1connect.TaskServiceSubmitProcedure))
 
 	// Every later call goes straight to the leader.
 	for range 3 {
-		_, err = c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k"})
+		_, err = c.Submit(ctx, TaskSpec{Template: Template{Pool: "p", Kind: "k"}})
 		require.NoError(t, err)
 	}
-	require.Equal(t, 1, fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure))
-	require.Equal(t, 3, fc.nodes[1].count(cronoqv1connect.TaskServiceSubmitProcedure))
+	require.Equal(t, 1, fc.Node(0).Requests(cronoqv1connect.TaskServiceSubmitProcedure))
+	require.Equal(t, 3, fc.Node(1).Requests(cronoqv1connect.TaskServiceSubmitProcedure))
 
 	// A stale read is still served by the node the client talks to.
 	_, meta, err := c.GetStale(ctx, sub.ID)
 	require.NoError(t, err)
-	require.Equal(t, fc.nodes[0].id, meta.Node)
-	require.Equal(t, 1, fc.nodes[0].count(cronoqv1connect.TaskServiceGetProcedure))
-	require.Equal(t, 0, fc.nodes[1].count(cronoqv1connect.TaskServiceGetProcedure))
+	require.Equal(t, fc.Node(0).ID(), meta.Node)
+	require.Equal(t, 1, fc.Node(0).Requests(cronoqv1connect.TaskServiceGetProcedure))
+	require.Equal(t, 0, fc.Node(1).Requests(cronoqv1connect.TaskServiceGetProcedure))
 }
 
 func TestUnreachableForwardedLeaderFallsBackToRotation(t *testing.T) {
@@ -127,54 +149,46 @@ func TestUnreachableForwardedLeaderFallsBackToRotation(t *testing.T) {
 	// The leader's address as the nodes know it is not one this client can
 	// reach.
 	dead := deadAddr(t)
-	fc.mu.Lock()
-	fc.forward = true
-	fc.nodes[1].addr = dead
-	fc.mu.Unlock()
-	c := newTestClient(t, fc.addrs(0))
+	fc.SetForwarding(true)
+	fc.Node(1).Advertise(dead)
+	c := newTestClient(t, addrs(fc, 0))
 	ctx := testCtx(t)
 
 	for range 4 {
-		_, err := c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k"})
+		_, err := c.Submit(ctx, TaskSpec{Template: Template{Pool: "p", Kind: "k"}})
 		require.NoError(t, err)
 	}
 	// The first answer sends the next call to the unreachable address; that
 	// call fails to connect and is served through the follower, and the
 	// client then stops following answers that name the unreachable address.
-	require.Equal(t, 4, fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure))
+	require.Equal(t, 4, fc.Node(0).Requests(cronoqv1connect.TaskServiceSubmitProcedure))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	require.Equal(t, dead, c.badHint)
 	require.Empty(t, c.leader)
-	require.Equal(t, fc.nodes[0].addr, c.preferred)
+	require.Equal(t, fc.Node(0).Addr(), c.preferred)
 }
 
 func TestSubmitRetriesOutcomeUnknownWithSameKey(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 2, 0)
-	c := newTestClient(t, fc.addrs(1, 0))
+	c := newTestClient(t, addrs(fc, 1, 0))
 	ctx := testCtx(t)
 
-	fc.mu.Lock()
-	fc.submitUnknown = 1
-	fc.mu.Unlock()
-	sub, err := c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k"})
+	fc.LoseAnswers(cronoqv1connect.TaskServiceSubmitProcedure, 1, apierr.OutcomeUnknown("leadership lost while committing"))
+	sub, err := c.Submit(ctx, TaskSpec{Template: Template{Pool: "p", Kind: "k"}})
 	require.NoError(t, err)
 
-	fc.mu.Lock()
-	keys := append([]string(nil), fc.submitKeys...)
-	ntasks := len(fc.tasks)
-	stored := fc.byKey[sub.Key]
-	fc.mu.Unlock()
+	keys := fc.SubmitKeys()
 	require.Len(t, keys, 2, "one outcome-unknown answer, one retry")
 	require.Equal(t, keys[0], keys[1], "the retry carries the same key")
 	require.Equal(t, sub.Key, keys[0])
-	require.Equal(t, 1, ntasks, "one task for two submits")
-	require.Equal(t, stored, sub.ID)
+	require.Len(t, fc.Tasks(), 1, "one task for two submits")
+	require.Equal(t, fc.TaskByKey(sub.Key).GetId(), sub.ID)
 	require.False(t, sub.Duplicate, "the duplicate was this call's own first attempt")
 
 	// With a caller's key, a duplicate answer is reported as such.
-	sub2, err := c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k", Key: sub.Key})
+	sub2, err := c.Submit(ctx, TaskSpec{Template: Template{Pool: "p", Kind: "k"}, Key: sub.Key})
 	require.NoError(t, err)
 	require.Equal(t, sub.ID, sub2.ID)
 	require.True(t, sub2.Duplicate)
@@ -183,32 +197,30 @@ func TestSubmitRetriesOutcomeUnknownWithSameKey(t *testing.T) {
 func TestSubmitGivesUpWithOutcomeUnknown(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)
-	c := newTestClient(t, fc.addrs(0))
-	fc.mu.Lock()
-	fc.submitUnknown = 1 << 30
-	fc.mu.Unlock()
+	c := newTestClient(t, addrs(fc, 0))
+	fc.LoseAnswers(cronoqv1connect.TaskServiceSubmitProcedure, -1, apierr.OutcomeUnknown("leadership lost while committing"))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_, err := c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k"})
+	_, err := c.Submit(ctx, TaskSpec{Template: Template{Pool: "p", Kind: "k"}})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
 
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	require.Greater(t, len(fc.submitKeys), 1)
-	for _, k := range fc.submitKeys {
-		require.Equal(t, fc.submitKeys[0], k)
+	keys := fc.SubmitKeys()
+	require.Greater(t, len(keys), 1)
+	for _, k := range keys {
+		require.Equal(t, keys[0], k)
 	}
 }
 
 func TestSubmitDoesNotRetryRefusals(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)
-	c := newTestClient(t, fc.addrs(0))
+	fc.SetPendingLimit("full", 0)
+	c := newTestClient(t, addrs(fc, 0))
 	ctx := testCtx(t)
 
-	_, err := c.Submit(ctx, TaskSpec{Pool: "p"})
+	_, err := c.Submit(ctx, TaskSpec{Template: Template{Pool: "p"}})
 	require.ErrorIs(t, err, ErrInvalid)
 	var inv *InvalidError
 	require.ErrorAs(t, err, &inv)
@@ -217,24 +229,27 @@ func TestSubmitDoesNotRetryRefusals(t *testing.T) {
 	var ae *APIError
 	require.ErrorAs(t, err, &ae)
 	require.Equal(t, "invalid", ae.Kind)
-	require.Equal(t, 1, fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure), "invalid is not retried")
+	require.Equal(t, 1, fc.Node(0).Requests(cronoqv1connect.TaskServiceSubmitProcedure), "invalid is not retried")
 
-	_, err = c.Submit(ctx, TaskSpec{Pool: "full", Kind: "k"})
+	_, err = c.Submit(ctx, TaskSpec{Template: Template{Pool: "full", Kind: "k"}})
 	require.ErrorIs(t, err, ErrOverloaded)
-	require.Equal(t, 2, fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure), "overloaded is not retried")
+	require.Equal(t, 2, fc.Node(0).Requests(cronoqv1connect.TaskServiceSubmitProcedure), "overloaded is not retried")
 
 	// Refused by the SDK itself, nothing sent.
-	_, err = c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k", Priority: "urgent"})
+	_, err = c.Submit(ctx, TaskSpec{Template: Template{Pool: "p", Kind: "k", Priority: "urgent"}})
 	require.ErrorAs(t, err, &inv)
 	require.Equal(t, "priority", inv.Field)
-	_, err = c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k", Delay: -time.Second})
+	require.Equal(t, 2, fc.Node(0).Requests(cronoqv1connect.TaskServiceSubmitProcedure))
+	// What the wire can carry is the cluster's to check: refused by the
+	// node, and not retried either.
+	_, err = c.Submit(ctx, TaskSpec{Template: Template{Pool: "p", Kind: "k"}, Delay: -time.Second})
 	require.ErrorAs(t, err, &inv)
 	require.Equal(t, "delay", inv.Field)
-	require.Equal(t, 2, fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure))
+	require.Equal(t, 3, fc.Node(0).Requests(cronoqv1connect.TaskServiceSubmitProcedure))
 
 	_, err = c.Get(ctx, "T9999")
 	require.ErrorIs(t, err, ErrNotFound)
-	require.Equal(t, 1, fc.nodes[0].count(cronoqv1connect.TaskServiceGetProcedure))
+	require.Equal(t, 1, fc.Node(0).Requests(cronoqv1connect.TaskServiceGetProcedure))
 }
 
 func TestSubmitRotatesPastDeadNode(t *testing.T) {
@@ -242,8 +257,8 @@ func TestSubmitRotatesPastDeadNode(t *testing.T) {
 	fc := newFakeCluster(t, 1, 0)
 	// A closed port first: connection refused, then the live node.
 	dead := deadAddr(t)
-	c := newTestClient(t, []string{dead, fc.nodes[0].addr})
-	sub, err := c.Submit(testCtx(t), TaskSpec{Pool: "p", Kind: "k"})
+	c := newTestClient(t, []string{dead, fc.Node(0).Addr()})
+	sub, err := c.Submit(testCtx(t), TaskSpec{Template: Template{Pool: "p", Kind: "k"}})
 	require.NoError(t, err)
 	require.NotEmpty(t, sub.ID)
 }
@@ -251,19 +266,20 @@ func TestSubmitRotatesPastDeadNode(t *testing.T) {
 func TestSubmitBatchAndEnqueueMany(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 2, 1)
-	c := newTestClient(t, fc.addrs(0))
+	fc.SetPendingLimit("full", 0)
+	c := newTestClient(t, addrs(fc, 0))
 	ctx := testCtx(t)
 
-	subs, err := c.SubmitBatch(ctx, []TaskSpec{{Pool: "p", Kind: "a"}, {Pool: "p", Kind: "b", Key: "mine"}})
+	subs, err := c.SubmitBatch(ctx, []TaskSpec{{Template: Template{Pool: "p", Kind: "a"}}, {Template: Template{Pool: "p", Kind: "b"}, Key: "mine"}})
 	require.NoError(t, err)
 	require.Len(t, subs, 2)
 	require.Equal(t, "mine", subs[1].Key)
 	require.NotEqual(t, subs[0].ID, subs[1].ID)
 
-	_, err = c.SubmitBatch(ctx, []TaskSpec{{Pool: "p", Kind: "a"}, {Pool: "p"}})
+	_, err = c.SubmitBatch(ctx, []TaskSpec{{Template: Template{Pool: "p", Kind: "a"}}, {Template: Template{Pool: "p"}}})
 	require.ErrorIs(t, err, ErrInvalid)
 
-	subs, errs, err := c.EnqueueMany(ctx, []TaskSpec{{Pool: "p", Kind: "a"}, {Pool: "p"}, {Pool: "full", Kind: "a"}, {Pool: "p", Kind: "b", Key: "mine"}})
+	subs, errs, err := c.EnqueueMany(ctx, []TaskSpec{{Template: Template{Pool: "p", Kind: "a"}}, {Template: Template{Pool: "p"}}, {Template: Template{Pool: "full", Kind: "a"}}, {Template: Template{Pool: "p", Kind: "b"}, Key: "mine"}})
 	require.NoError(t, err)
 	require.Len(t, subs, 4)
 	require.Len(t, errs, 4)
@@ -280,8 +296,8 @@ func TestSubmitBatchAndEnqueueMany(t *testing.T) {
 func TestWaitReissuedAfterDroppedConnection(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)
-	c := newTestClient(t, fc.addrs(0))
-	id := fc.addTask("p", "k", "", nil)
+	c := newTestClient(t, addrs(fc, 0))
+	id := addTask(fc, "p", "k", "", nil)
 
 	type result struct {
 		task *Task
@@ -292,10 +308,11 @@ func TestWaitReissuedAfterDroppedConnection(t *testing.T) {
 		task, err := c.Wait(testCtx(t), id)
 		done <- result{task, err}
 	}()
-	fc.waitUntil("the first Wait is held", func() bool { return fc.waitCalls == 1 })
-	fc.nodes[0].dropConns()
-	fc.waitUntil("Wait is re-issued", func() bool { return fc.waitCalls >= 2 })
-	fc.finish(id, cronoqv1.Status_STATUS_SUCCEEDED, "out")
+	waits := func() int { return fc.Calls(cronoqv1connect.TaskServiceWaitProcedure) }
+	fc.WaitUntil("the first Wait is held", func() bool { return waits() == 1 })
+	fc.Node(0).DropConns()
+	fc.WaitUntil("Wait is re-issued", func() bool { return waits() >= 2 })
+	fc.Finish(id, cronoqv1.Status_STATUS_SUCCEEDED, []byte("out"), "")
 	res := <-done
 	require.NoError(t, res.err)
 	require.Equal(t, StatusSucceeded, res.task.Status)
@@ -307,8 +324,8 @@ func TestWaitReissuedAfterDroppedConnection(t *testing.T) {
 func TestWaitAsksAgainAfterNodeHold(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)
-	c := newTestClient(t, fc.addrs(0), WithWaitPoll(20*time.Millisecond))
-	id := fc.addTask("p", "k", "wk", nil)
+	c := newTestClient(t, addrs(fc, 0), WithWaitPoll(20*time.Millisecond))
+	id := addTask(fc, "p", "k", "wk", nil)
 
 	done := make(chan error, 1)
 	go func() {
@@ -318,7 +335,7 @@ func TestWaitAsksAgainAfterNodeHold(t *testing.T) {
 		}
 		done <- err
 	}()
-	fc.waitUntil("several holds expired", func() bool { return fc.waitCalls >= 3 })
+	fc.WaitUntil("several holds expired", func() bool { return fc.Calls(cronoqv1connect.TaskServiceWaitProcedure) >= 3 })
 	cancelled, err := c.Cancel(testCtx(t), id)
 	require.NoError(t, err)
 	require.True(t, cancelled)
@@ -332,7 +349,7 @@ func TestWaitAsksAgainAfterNodeHold(t *testing.T) {
 func TestWaitNotFound(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)
-	c := newTestClient(t, fc.addrs(0))
+	c := newTestClient(t, addrs(fc, 0))
 	_, err := c.Wait(testCtx(t), "nope")
 	require.ErrorIs(t, err, ErrNotFound)
 }
@@ -340,14 +357,14 @@ func TestWaitNotFound(t *testing.T) {
 func TestListPagination(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 2, 0)
-	c := newTestClient(t, fc.addrs(1, 0))
+	c := newTestClient(t, addrs(fc, 1, 0))
 	ctx := testCtx(t)
 	var want []string
 	for range 5 {
-		want = append(want, fc.addTask("p", "k", "", nil))
+		want = append(want, addTask(fc, "p", "k", "", nil))
 	}
-	other := fc.addTask("q", "k", "", nil)
-	fc.finish(want[2], cronoqv1.Status_STATUS_SUCCEEDED, "")
+	other := addTask(fc, "q", "k", "", nil)
+	fc.Finish(want[2], cronoqv1.Status_STATUS_SUCCEEDED, nil, "")
 
 	var got []string
 	var pages int
@@ -386,36 +403,46 @@ func TestListPagination(t *testing.T) {
 	counts, err := c.Counts(ctx)
 	require.NoError(t, err)
 	require.Equal(t, map[string]map[string]int64{
-		"p": {StatusQueued: 4, StatusSucceeded: 1},
-		"q": {StatusQueued: 1},
+		"p": allStatuses(map[string]int64{StatusQueued: 4, StatusSucceeded: 1}),
+		"q": allStatuses(map[string]int64{StatusQueued: 1}),
 	}, counts)
+}
+
+// allStatuses is counts with every other status at 0, as nodes count them.
+func allStatuses(counts map[string]int64) map[string]int64 {
+	out := map[string]int64{}
+	for _, s := range []string{StatusScheduled, StatusQueued, StatusRunning, StatusRetrying,
+		StatusSucceeded, StatusFailed, StatusCancelled, StatusExpired} {
+		out[s] = counts[s]
+	}
+	return out
 }
 
 func TestGetStaleServedByAnyNode(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 2, 1)
-	c := newTestClient(t, fc.addrs(0))
-	id := fc.addTask("p", "k", "", []byte("pl"))
+	fc.Node(0).SetLastContact(7 * time.Millisecond)
+	c := newTestClient(t, addrs(fc, 0))
+	id := addTask(fc, "p", "k", "", []byte("pl"))
 	task, meta, err := c.GetStale(testCtx(t), id)
 	require.NoError(t, err)
 	require.Equal(t, []byte("pl"), task.Payload)
 	require.True(t, meta.Stale)
 	require.Equal(t, "node0", meta.Node)
 	require.Equal(t, 7*time.Millisecond, meta.LastContact)
-	require.EqualValues(t, 42, meta.AppliedIndex)
-	require.Equal(t, 0, fc.nodes[1].count(cronoqv1connect.TaskServiceGetProcedure))
+	require.Equal(t, fc.AppliedIndex(), meta.AppliedIndex)
+	require.Equal(t, 0, fc.Node(1).Requests(cronoqv1connect.TaskServiceGetProcedure))
 }
 
 func TestEventsLaggedAndResubscribe(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 2, 1)
-	c := newTestClient(t, fc.addrs(0))
+	c := newTestClient(t, addrs(fc, 0))
 	at := time.Date(2025, 1, 2, 3, 4, 5, 6, time.UTC)
-	fc.mu.Lock()
-	fc.eventScript = func(n int, send func(*cronoqv1.Event) error) error {
+	fc.ScriptEvents(func(n int, send func(*cronoqv1.Event) error) error {
 		if n == 1 {
 			for _, ev := range []*cronoqv1.Event{
-				{TaskId: "T1", Pool: "p", Kind: "k", Status: cronoqv1.Status_STATUS_QUEUED, At: at.UnixNano()},
+				{TaskId: "T1", Pool: "p", Kind: "k", Status: cronoqv1.Status_STATUS_QUEUED, At: timestamppb.New(at)},
 				{Lagged: true},
 				{TaskId: "T2", Pool: "p", Kind: "k", Status: cronoqv1.Status_STATUS_FAILED, Attempt: 3, Message: "boom"},
 			} {
@@ -427,8 +454,7 @@ func TestEventsLaggedAndResubscribe(t *testing.T) {
 			return errors.New("subscription lost")
 		}
 		return send(&cronoqv1.Event{TaskId: "T3", Status: cronoqv1.Status_STATUS_SUCCEEDED})
-	}
-	fc.mu.Unlock()
+	})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	ch, err := c.Events(ctx, "p")
@@ -450,11 +476,11 @@ func TestEventsLaggedAndResubscribe(t *testing.T) {
 func TestEventsEndWithClientClose(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)
-	c, err := New(fc.addrs(0))
+	c, err := New(addrs(fc, 0))
 	require.NoError(t, err)
 	ch, err := c.Events(context.Background())
 	require.NoError(t, err)
-	fc.waitUntil("subscribed", func() bool { return fc.eventStreams == 1 })
+	fc.WaitUntil("subscribed", func() bool { return fc.Calls(cronoqv1connect.TaskServiceEventsProcedure) == 1 })
 	require.NoError(t, c.Close())
 	_, open := <-ch
 	require.False(t, open)
@@ -464,14 +490,20 @@ func TestEventsEndWithClientClose(t *testing.T) {
 
 func TestSchedules(t *testing.T) {
 	t.Parallel()
-	fc := newFakeCluster(t, 2, 1)
-	c := newTestClient(t, fc.addrs(0))
+	fc := newFakeCluster(t, 2, 1, clienttest.WithStartTime(time.Date(2029, 12, 31, 12, 0, 0, 0, time.UTC)))
+	c := newTestClient(t, addrs(fc, 0))
 	ctx := testCtx(t)
 
 	next, err := c.AddSchedule(ctx, Schedule{Name: "nightly", Cron: "0 3 * * *", TZ: "Europe/Paris",
-		Task: TaskSpec{Pool: "p", Kind: "report", Labels: map[string]string{"b": "2", "a": "1"}}, CatchUp: CatchUpAll, CatchUpLimit: 3})
+		Task: Template{Pool: "p", Kind: "report", Labels: map[string]string{"b": "2", "a": "1"}}, CatchUp: CatchUpAll, CatchUpLimit: 3})
 	require.NoError(t, err)
-	require.Equal(t, time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), next)
+	// 03:00 in Paris is 02:00 UTC in winter.
+	require.Equal(t, time.Date(2030, 1, 1, 2, 0, 0, 0, time.UTC), next)
+	list, err := c.ListSchedules(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, next, list[0].NextFire)
+	require.False(t, list[0].Paused)
 
 	_, err = c.AddSchedule(ctx, Schedule{Name: "bad", Cron: "* *"})
 	var inv *InvalidError
@@ -484,7 +516,7 @@ func TestSchedules(t *testing.T) {
 	_, err = c.PauseSchedule(ctx, "missing", true)
 	require.ErrorIs(t, err, ErrNotFound)
 
-	list, err := c.ListSchedules(ctx)
+	list, err = c.ListSchedules(ctx)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	s := list[0]
@@ -495,7 +527,14 @@ func TestSchedules(t *testing.T) {
 	require.Equal(t, 3, s.CatchUpLimit)
 	require.True(t, s.Paused)
 	require.Equal(t, map[string]string{"a": "1", "b": "2"}, s.Task.Labels)
-	require.Equal(t, next, s.NextFire)
+	require.True(t, s.NextFire.IsZero(), "a paused schedule has no next fire")
+
+	paused, err = c.PauseSchedule(ctx, "nightly", false)
+	require.NoError(t, err)
+	require.False(t, paused)
+	list, err = c.ListSchedules(ctx)
+	require.NoError(t, err)
+	require.Equal(t, next, list[0].NextFire)
 
 	removed, err := c.RemoveSchedule(ctx, "nightly")
 	require.NoError(t, err)
@@ -507,20 +546,26 @@ func TestSchedules(t *testing.T) {
 
 func TestOperator(t *testing.T) {
 	t.Parallel()
-	fc := newFakeCluster(t, 2, 1)
-	c := newTestClient(t, fc.addrs(0))
+	fc := newFakeCluster(t, 3, 1)
+	c := newTestClient(t, addrs(fc, 0))
 	ctx := testCtx(t)
 
 	members, err := c.Members(ctx)
 	require.NoError(t, err)
-	require.Len(t, members, 2)
+	require.Len(t, members, 3)
 	require.Equal(t, "alive", members[0].Status)
 
 	peers, err := c.Peers(ctx)
 	require.NoError(t, err)
 	require.True(t, peers[1].Leader)
 
-	require.NoError(t, c.RemovePeer(ctx, "node9"))
+	require.NoError(t, c.RemovePeer(ctx, "node2"))
+	err = c.RemovePeer(ctx, "node9")
+	require.ErrorIs(t, err, ErrNotFound)
+	peers, err = c.Peers(ctx)
+	require.NoError(t, err)
+	require.Len(t, peers, 2)
+
 	leader, err := c.TransferLeadership(ctx, "node0")
 	require.NoError(t, err)
 	require.Equal(t, "node0", leader)
@@ -529,13 +574,13 @@ func TestOperator(t *testing.T) {
 
 	h, err := c.Health(ctx)
 	require.NoError(t, err)
-	require.Equal(t, Health{Node: "node0", Leader: "node0", Epoch: 3, Status: "ok"}, h)
+	require.Equal(t, Health{Node: "node0", Leader: "node0", Epoch: 2, Status: "ok"}, h)
 }
 
 func TestHealthTriesNodesInOrder(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)
-	c := newTestClient(t, []string{deadAddr(t), fc.nodes[0].addr})
+	c := newTestClient(t, []string{deadAddr(t), fc.Node(0).Addr()})
 	h, err := c.Health(testCtx(t))
 	require.NoError(t, err)
 	require.Equal(t, "node0", h.Node)
@@ -549,10 +594,10 @@ func TestWithLocalAddrBindsSource(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)
 	for _, ip := range []string{"127.0.0.2", "127.0.0.3"} {
-		c := newTestClient(t, fc.addrs(0), WithLocalAddr(ip))
+		c := newTestClient(t, addrs(fc, 0), WithLocalAddr(ip))
 		_, err := c.Health(testCtx(t))
 		require.NoError(t, err)
-		hosts := fc.nodes[0].remoteHosts()
+		hosts := fc.Node(0).RemoteHosts()
 		require.Equal(t, ip, hosts[len(hosts)-1])
 	}
 }
@@ -571,10 +616,10 @@ func deadAddr(t *testing.T) string {
 // a connection that was never made carried no request.
 func TestOperatorWritesRotatePastDeadNode(t *testing.T) {
 	t.Parallel()
-	fc := newFakeCluster(t, 1, 0)
-	c := newTestClient(t, []string{deadAddr(t), fc.nodes[0].addr})
-	require.NoError(t, c.RemovePeer(testCtx(t), "node9"))
-	c = newTestClient(t, []string{deadAddr(t), fc.nodes[0].addr})
+	fc := newFakeCluster(t, 2, 0)
+	c := newTestClient(t, []string{deadAddr(t), fc.Node(0).Addr()})
+	require.NoError(t, c.RemovePeer(testCtx(t), "node1"))
+	c = newTestClient(t, []string{deadAddr(t), fc.Node(0).Addr()})
 	leader, err := c.TransferLeadership(testCtx(t), "node0")
 	require.NoError(t, err)
 	require.Equal(t, "node0", leader)
@@ -585,16 +630,14 @@ func TestOperatorWritesRotatePastDeadNode(t *testing.T) {
 func TestSubmitCutOffInFlightIsOutcomeUnknown(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)
-	c := newTestClient(t, fc.addrs(0))
-	fc.mu.Lock()
-	fc.submitHold = make(chan struct{}) // the node never answers
-	fc.mu.Unlock()
-	t.Cleanup(func() { close(fc.submitHold) })
+	c := newTestClient(t, addrs(fc, 0))
+	release := fc.Hold(cronoqv1connect.TaskServiceSubmitProcedure) // the node never answers
+	t.Cleanup(release)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	_, err := c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k"})
+	_, err := c.Submit(ctx, TaskSpec{Template: Template{Pool: "p", Kind: "k"}})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
-	require.Equal(t, 1, fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure))
+	require.Equal(t, 1, fc.Node(0).Requests(cronoqv1connect.TaskServiceSubmitProcedure))
 }

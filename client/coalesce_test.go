@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
+	"github.com/cronoq/cronoq/client/clienttest"
 )
 
 type submitResult struct {
@@ -19,30 +20,30 @@ type submitResult struct {
 }
 
 // coalescingClient is a Client of one fake node with a single Submit slot,
-// already taken by a submit the node holds until fc.submitHold is closed;
-// first gets that submit's result.
-func coalescingClient(t *testing.T) (fc *fakeCluster, c *Client, ctx context.Context, first <-chan submitResult) {
+// already taken by a submit the node holds until release is called; first
+// gets that submit's result.
+func coalescingClient(t *testing.T) (fc *clienttest.Cluster, c *Client, ctx context.Context, release func(), first <-chan submitResult) {
 	fc = newFakeCluster(t, 1, 0)
-	c = newTestClient(t, fc.addrs(0), WithSubmitConcurrency(1))
+	c = newTestClient(t, addrs(fc, 0), WithSubmitConcurrency(1))
 	ctx = testCtx(t)
-	return fc, c, ctx, occupySubmitSlot(ctx, fc, c)
+	release, first = occupySubmitSlot(ctx, fc, c)
+	t.Cleanup(release)
+	return fc, c, ctx, release, first
 }
 
-// occupySubmitSlot makes the fake node hold submits (until fc.submitHold is
-// closed) and starts one, which takes the Client's only slot.
-func occupySubmitSlot(ctx context.Context, fc *fakeCluster, c *Client) <-chan submitResult {
-	fc.mu.Lock()
-	fc.submitHold = make(chan struct{})
-	fc.mu.Unlock()
-	first := make(chan submitResult, 1)
+// occupySubmitSlot makes the fake node hold submits (until release is
+// called) and starts one, which takes the Client's only slot.
+func occupySubmitSlot(ctx context.Context, fc *clienttest.Cluster, c *Client) (release func(), first <-chan submitResult) {
+	release = fc.Hold(cronoqv1connect.TaskServiceSubmitProcedure)
+	out := make(chan submitResult, 1)
 	go func() {
-		sub, err := c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k"})
-		first <- submitResult{sub: sub, err: err}
+		sub, err := c.Submit(ctx, TaskSpec{Template: Template{Pool: "p", Kind: "k"}})
+		out <- submitResult{sub: sub, err: err}
 	}()
-	fc.waitUntil("the first submit to reach the node", func() bool {
-		return fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure) == 1
+	fc.WaitUntil("the first submit to reach the node", func() bool {
+		return fc.Node(0).Requests(cronoqv1connect.TaskServiceSubmitProcedure) == 1
 	})
-	return first
+	return release, out
 }
 
 // waitQueued waits until n submits wait in the Client's queue.
@@ -59,13 +60,14 @@ func waitQueued(t *testing.T, c *Client, n int) {
 // one EnqueueMany call; each gets its own answer.
 func TestSubmitsCoalesceWhileTheLimitIsInFlight(t *testing.T) {
 	t.Parallel()
-	fc, c, ctx, first := coalescingClient(t)
+	fc, c, ctx, release, first := coalescingClient(t)
+	fc.SetPendingLimit("full", 0)
 
 	// Five more queue behind it; one of them is refused by the node.
 	const n = 5
 	out := make(chan submitResult, n)
 	for i := range n {
-		spec := TaskSpec{Pool: "p", Kind: "k", Payload: []byte{byte(i)}}
+		spec := TaskSpec{Template: Template{Pool: "p", Kind: "k", Payload: []byte{byte(i)}}}
 		if i == 3 {
 			spec.Pool = "full" // the fake node's pool at its pending bound
 		}
@@ -75,7 +77,7 @@ func TestSubmitsCoalesceWhileTheLimitIsInFlight(t *testing.T) {
 		}()
 	}
 	waitQueued(t, c, n)
-	close(fc.submitHold)
+	release()
 
 	r := <-first
 	require.NoError(t, r.err)
@@ -92,8 +94,8 @@ func TestSubmitsCoalesceWhileTheLimitIsInFlight(t *testing.T) {
 		ids[r.sub.ID] = true
 	}
 	require.Len(t, ids, n, "one task each (the refused one has none)")
-	require.Equal(t, 1, fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure))
-	require.Equal(t, 1, fc.nodes[0].count(cronoqv1connect.TaskServiceEnqueueManyProcedure), "the queued submits went out in one call")
+	require.Equal(t, 1, fc.Node(0).Requests(cronoqv1connect.TaskServiceSubmitProcedure))
+	require.Equal(t, 1, fc.Node(0).Requests(cronoqv1connect.TaskServiceEnqueueManyProcedure), "the queued submits went out in one call")
 
 	c.coalesce.mu.Lock()
 	require.Zero(t, c.coalesce.inflight)
@@ -104,11 +106,11 @@ func TestSubmitsCoalesceWhileTheLimitIsInFlight(t *testing.T) {
 // one that is in a call in flight may have.
 func TestQueuedSubmitCallerGivesUp(t *testing.T) {
 	t.Parallel()
-	fc, c, ctx, first := coalescingClient(t)
+	fc, c, ctx, release, first := coalescingClient(t)
 	short, cancel := context.WithCancel(ctx)
 	gone := make(chan error, 1)
 	go func() {
-		_, err := c.Submit(short, TaskSpec{Pool: "p", Kind: "k", Key: "gone"})
+		_, err := c.Submit(short, TaskSpec{Template: Template{Pool: "p", Kind: "k"}, Key: "gone"})
 		gone <- err
 	}()
 	waitQueued(t, c, 1)
@@ -117,13 +119,10 @@ func TestQueuedSubmitCallerGivesUp(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.False(t, errors.Is(err, ErrOutcomeUnknown), "it was never sent: %v", err)
 
-	close(fc.submitHold)
+	release()
 	require.NoError(t, (<-first).err)
-	require.Zero(t, fc.nodes[0].count(cronoqv1connect.TaskServiceEnqueueManyProcedure))
-	fc.mu.Lock()
-	_, sent := fc.byKey["gone"]
-	fc.mu.Unlock()
-	require.False(t, sent)
+	require.Zero(t, fc.Node(0).Requests(cronoqv1connect.TaskServiceEnqueueManyProcedure))
+	require.Nil(t, fc.TaskByKey("gone"), "never sent")
 }
 
 // Without coalescing every Submit is its own call; with it, a light load
@@ -133,14 +132,14 @@ func TestSubmitConcurrencyLimit(t *testing.T) {
 	for _, conc := range []int{0, 4} {
 		t.Run(fmt.Sprint(conc), func(t *testing.T) {
 			fc := newFakeCluster(t, 1, 0)
-			c := newTestClient(t, fc.addrs(0), WithSubmitConcurrency(conc))
+			c := newTestClient(t, addrs(fc, 0), WithSubmitConcurrency(conc))
 			ctx := testCtx(t)
 			for range 3 {
-				_, err := c.Submit(ctx, TaskSpec{Pool: "p", Kind: "k"})
+				_, err := c.Submit(ctx, TaskSpec{Template: Template{Pool: "p", Kind: "k"}})
 				require.NoError(t, err)
 			}
-			require.Equal(t, 3, fc.nodes[0].count(cronoqv1connect.TaskServiceSubmitProcedure))
-			require.Zero(t, fc.nodes[0].count(cronoqv1connect.TaskServiceEnqueueManyProcedure))
+			require.Equal(t, 3, fc.Node(0).Requests(cronoqv1connect.TaskServiceSubmitProcedure))
+			require.Zero(t, fc.Node(0).Requests(cronoqv1connect.TaskServiceEnqueueManyProcedure))
 			require.Equal(t, conc == 0, c.coalesce == nil)
 		})
 	}

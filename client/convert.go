@@ -3,38 +3,15 @@ package client
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 )
 
-// This file is the one place where SDK types and wire (proto) types meet.
-// Task instants travel as Unix nanoseconds; spec instants and durations as
-// milliseconds.
-
-func priorityToProto(p string) (cronoqv1.Priority, error) {
-	switch p {
-	case "", PriorityNormal:
-		return cronoqv1.Priority_PRIORITY_NORMAL, nil
-	case PriorityHigh:
-		return cronoqv1.Priority_PRIORITY_HIGH, nil
-	case PriorityLow:
-		return cronoqv1.Priority_PRIORITY_LOW, nil
-	}
-	return 0, &InvalidError{Field: "priority", Reason: fmt.Sprintf("%q is not high, normal or low", p)}
-}
-
-func priorityFromProto(p cronoqv1.Priority) string {
-	switch p {
-	case cronoqv1.Priority_PRIORITY_HIGH:
-		return PriorityHigh
-	case cronoqv1.Priority_PRIORITY_LOW:
-		return PriorityLow
-	default:
-		return PriorityNormal
-	}
-}
+// This file and template.go are where SDK types and wire (proto) types meet.
+// Instants travel as Timestamps and durations as Durations, unset when zero.
 
 var statusNames = map[cronoqv1.Status]string{
 	cronoqv1.Status_STATUS_SCHEDULED: StatusScheduled,
@@ -58,141 +35,34 @@ func statusToProto(s string) (cronoqv1.Status, error) {
 	return 0, &InvalidError{Field: "status", Reason: fmt.Sprintf("unknown status %q", s)}
 }
 
-// kvsToProto turns a map into KV pairs sorted by key, so the same map always
-// encodes the same way.
-func kvsToProto(m map[string]string) []*cronoqv1.KV {
-	if len(m) == 0 {
-		return nil
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	out := make([]*cronoqv1.KV, len(keys))
-	for i, k := range keys {
-		out[i] = &cronoqv1.KV{Key: k, Value: m[k]}
-	}
-	return out
-}
-
-func kvsFromProto(kvs []*cronoqv1.KV) map[string]string {
-	if len(kvs) == 0 {
-		return nil
-	}
-	m := make(map[string]string, len(kvs))
-	for _, kv := range kvs {
-		m[kv.GetKey()] = kv.GetValue()
-	}
-	return m
-}
-
-// nsTime reads a Unix-nanosecond instant; 0 is the zero time.
-func nsTime(ns int64) time.Time {
-	if ns == 0 {
+// timeFromProto reads a timestamp; unset is the zero time.
+func timeFromProto(ts *timestamppb.Timestamp) time.Time {
+	if ts == nil {
 		return time.Time{}
 	}
-	return time.Unix(0, ns).UTC()
+	return ts.AsTime().UTC()
 }
 
-// msTime reads a Unix-millisecond instant; 0 is the zero time.
-func msTime(ms int64) time.Time {
-	if ms == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(ms).UTC()
-}
-
-// timeToMs writes an instant as Unix milliseconds; the zero time is 0.
-func timeToMs(field string, t time.Time) (int64, error) {
+// timeToProto writes an instant; the zero time is unset.
+func timeToProto(t time.Time) *timestamppb.Timestamp {
 	if t.IsZero() {
-		return 0, nil
+		return nil
 	}
-	ms := t.UnixMilli()
-	if ms <= 0 {
-		return 0, &InvalidError{Field: field, Reason: "must be after 1970-01-01"}
-	}
-	return ms, nil
-}
-
-// durationToMs writes a duration as milliseconds, rounding up so that a
-// positive duration never becomes 0 ("none").
-func durationToMs(field string, d time.Duration) (int64, error) {
-	if d < 0 {
-		return 0, &InvalidError{Field: field, Reason: "must not be negative"}
-	}
-	return int64((d + time.Millisecond - 1) / time.Millisecond), nil
+	return timestamppb.New(t)
 }
 
 func specToProto(s TaskSpec) (*cronoqv1.TaskSpec, error) {
-	prio, err := priorityToProto(s.Priority)
+	tpl, err := templateToProto(&s.Template)
 	if err != nil {
 		return nil, err
 	}
-	out := &cronoqv1.TaskSpec{
-		Pool:     s.Pool,
-		Kind:     s.Kind,
+	return &cronoqv1.TaskSpec{
+		Template: tpl,
 		Key:      s.Key,
-		Priority: prio,
-		Payload:  s.Payload,
-		Labels:   kvsToProto(s.Labels),
-		Tags:     kvsToProto(s.Tags),
-	}
-	if out.RunAtMs, err = timeToMs("run_at", s.RunAt); err != nil {
-		return nil, err
-	}
-	if out.DelayMs, err = durationToMs("delay", s.Delay); err != nil {
-		return nil, err
-	}
-	if out.DeadlineMs, err = timeToMs("deadline", s.Deadline); err != nil {
-		return nil, err
-	}
-	if out.TimeoutMs, err = durationToMs("timeout", s.Timeout); err != nil {
-		return nil, err
-	}
-	if s.MaxAttempts < 0 || int64(s.MaxAttempts) > int64(^uint32(0)) {
-		return nil, &InvalidError{Field: "max_attempts", Reason: "out of range"}
-	}
-	out.MaxAttempts = uint32(s.MaxAttempts)
-	if s.Backoff != nil {
-		b := &cronoqv1.Backoff{Jitter: s.Backoff.Jitter}
-		if b.InitialMs, err = durationToMs("backoff.initial", s.Backoff.Initial); err != nil {
-			return nil, err
-		}
-		if b.MaxMs, err = durationToMs("backoff.max", s.Backoff.Max); err != nil {
-			return nil, err
-		}
-		out.Backoff = b
-	}
-	return out, nil
-}
-
-func specFromProto(p *cronoqv1.TaskSpec) TaskSpec {
-	if p == nil {
-		return TaskSpec{}
-	}
-	s := TaskSpec{
-		Pool:        p.GetPool(),
-		Kind:        p.GetKind(),
-		Key:         p.GetKey(),
-		Priority:    priorityFromProto(p.GetPriority()),
-		Payload:     p.GetPayload(),
-		Labels:      kvsFromProto(p.GetLabels()),
-		Tags:        kvsFromProto(p.GetTags()),
-		RunAt:       msTime(p.GetRunAtMs()),
-		Delay:       time.Duration(p.GetDelayMs()) * time.Millisecond,
-		Deadline:    msTime(p.GetDeadlineMs()),
-		Timeout:     time.Duration(p.GetTimeoutMs()) * time.Millisecond,
-		MaxAttempts: int(p.GetMaxAttempts()),
-	}
-	if b := p.GetBackoff(); b != nil {
-		s.Backoff = &Backoff{
-			Initial: time.Duration(b.GetInitialMs()) * time.Millisecond,
-			Max:     time.Duration(b.GetMaxMs()) * time.Millisecond,
-			Jitter:  b.GetJitter(),
-		}
-	}
-	return s
+		RunAt:    timeToProto(s.RunAt),
+		Delay:    durationToProto(s.Delay),
+		Deadline: timeToProto(s.Deadline),
+	}, nil
 }
 
 func taskFromProto(p *cronoqv1.Task) *Task {
@@ -201,28 +71,21 @@ func taskFromProto(p *cronoqv1.Task) *Task {
 	}
 	return &Task{
 		ID:          p.GetId(),
-		Pool:        p.GetPool(),
-		Kind:        p.GetKind(),
+		Template:    templateFromProto(p.GetTemplate()),
 		Key:         p.GetKey(),
 		Status:      statusFromProto(p.GetStatus()),
-		Priority:    priorityFromProto(p.GetPriority()),
 		Attempt:     int(p.GetAttempt()),
-		MaxAttempts: int(p.GetMaxAttempts()),
 		Lease:       p.GetLease(),
-		Labels:      kvsFromProto(p.GetLabels()),
-		Tags:        kvsFromProto(p.GetTags()),
-		Payload:     p.GetPayload(),
 		Output:      p.GetOutput(),
 		Error:       p.GetError(),
-		SubmittedAt: nsTime(p.GetSubmittedAt()),
-		RunAt:       nsTime(p.GetRunAt()),
-		StartedAt:   nsTime(p.GetStartedAt()),
-		FinishedAt:  nsTime(p.GetFinishedAt()),
-		UpdatedAt:   nsTime(p.GetUpdatedAt()),
-		Deadline:    nsTime(p.GetDeadline()),
-		Timeout:     time.Duration(p.GetTimeoutMs()) * time.Millisecond,
+		SubmittedAt: timeFromProto(p.GetSubmittedAt()),
+		RunAt:       timeFromProto(p.GetRunAt()),
+		StartedAt:   timeFromProto(p.GetStartedAt()),
+		FinishedAt:  timeFromProto(p.GetFinishedAt()),
+		UpdatedAt:   timeFromProto(p.GetUpdatedAt()),
+		Deadline:    timeFromProto(p.GetDeadline()),
 		Schedule:    p.GetSchedule(),
-		Slot:        nsTime(p.GetSlot()),
+		Slot:        timeFromProto(p.GetSlot()),
 	}
 }
 
@@ -235,13 +98,17 @@ func submittedFromProto(p *cronoqv1.Submitted, key string, generatedKey bool) Su
 }
 
 func readMetaFromProto(p *cronoqv1.ReadMeta) ReadMeta {
-	return ReadMeta{
+	m := ReadMeta{
 		Stale:        p.GetStale(),
 		Node:         p.GetNode(),
 		KnownLeader:  p.GetKnownLeader(),
-		LastContact:  time.Duration(p.GetLastContactMs()) * time.Millisecond,
+		LastContact:  -1,
 		AppliedIndex: p.GetAppliedIndex(),
 	}
+	if lc := p.GetLastContact(); lc != nil {
+		m.LastContact = lc.AsDuration()
+	}
+	return m
 }
 
 func listToProto(o ListOptions) (*cronoqv1.ListRequest, error) {
@@ -315,7 +182,7 @@ func catchUpFromProto(c cronoqv1.CatchUp) string {
 }
 
 func scheduleToProto(s Schedule) (*cronoqv1.Schedule, error) {
-	spec, err := specToProto(s.Task)
+	tpl, err := templateToProto(&s.Task)
 	if err != nil {
 		return nil, err
 	}
@@ -334,7 +201,7 @@ func scheduleToProto(s Schedule) (*cronoqv1.Schedule, error) {
 		Name:         s.Name,
 		Cron:         s.Cron,
 		Tz:           s.TZ,
-		Task:         spec,
+		Task:         tpl,
 		Overlap:      ov,
 		CatchUp:      cu,
 		CatchUpLimit: uint32(s.CatchUpLimit),
@@ -347,13 +214,13 @@ func scheduleFromProto(p *cronoqv1.Schedule) Schedule {
 		Name:         p.GetName(),
 		Cron:         p.GetCron(),
 		TZ:           p.GetTz(),
-		Task:         specFromProto(p.GetTask()),
+		Task:         templateFromProto(p.GetTask()),
 		Overlap:      overlapFromProto(p.GetOverlap()),
 		CatchUp:      catchUpFromProto(p.GetCatchUp()),
 		CatchUpLimit: int(p.GetCatchUpLimit()),
 		Paused:       p.GetPaused(),
-		NextFire:     nsTime(p.GetNextFire()),
-		LastFire:     nsTime(p.GetLastFire()),
+		NextFire:     timeFromProto(p.GetNextFire()),
+		LastFire:     timeFromProto(p.GetLastFire()),
 		Fires:        p.GetFires(),
 		Skipped:      p.GetSkipped(),
 		LastTask:     p.GetLastTask(),
@@ -368,7 +235,7 @@ func eventFromProto(p *cronoqv1.Event) Event {
 		Status:  statusFromProto(p.GetStatus()),
 		Attempt: int(p.GetAttempt()),
 		Message: p.GetMessage(),
-		At:      nsTime(p.GetAt()),
+		At:      timeFromProto(p.GetAt()),
 		Lagged:  p.GetLagged(),
 	}
 }
@@ -432,7 +299,7 @@ func completionToProto(lease uint64, output []byte, err error) *cronoqv1.Complet
 	case errors.As(err, &retry):
 		c.Outcome = cronoqv1.OutcomeKind_OUTCOME_RETRYABLE
 		if retry.After > 0 {
-			c.RetryAfterMs, _ = durationToMs("retry_after", retry.After)
+			c.RetryAfter = durationToProto(retry.After)
 		}
 	default:
 		c.Outcome = cronoqv1.OutcomeKind_OUTCOME_RETRYABLE

@@ -6,52 +6,59 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
+	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
 )
 
 func TestSpecToProto(t *testing.T) {
 	t.Parallel()
 	runAt := time.Date(2026, 3, 4, 5, 6, 7, 890_123_456, time.UTC)
 	deadline := runAt.Add(time.Hour)
-	p, err := specToProto(TaskSpec{
-		Pool: "p", Kind: "k", Key: "key", Priority: PriorityHigh, Payload: []byte("pl"),
+	p, err := specToProto(TaskSpec{Template: Template{Pool: "p", Kind: "k", Priority: PriorityHigh, Payload: []byte("pl"),
 		Labels: map[string]string{"z": "1", "a": "2"}, Tags: map[string]string{"traceparent": "00-x"},
-		RunAt: runAt, Delay: 1500 * time.Microsecond, Timeout: 2 * time.Second, Deadline: deadline, MaxAttempts: 7,
-		Backoff: &Backoff{Initial: time.Second, Max: time.Minute, Jitter: 0.2},
+		Timeout: 2 * time.Second, MaxAttempts: 7,
+		Backoff: &Backoff{Initial: time.Second, Max: time.Minute, Jitter: 0.2}}, Key: "key",
+		RunAt: runAt, Delay: 1500 * time.Microsecond, Deadline: deadline,
 	})
 	require.NoError(t, err)
-	require.Equal(t, cronoqv1.Priority_PRIORITY_HIGH, p.GetPriority())
-	require.Equal(t, runAt.UnixMilli(), p.GetRunAtMs(), "spec instants are Unix ms")
-	require.EqualValues(t, 2, p.GetDelayMs(), "a positive duration rounds up, never to 0")
-	require.EqualValues(t, 2000, p.GetTimeoutMs())
-	require.Equal(t, deadline.UnixMilli(), p.GetDeadlineMs())
-	require.EqualValues(t, 7, p.GetMaxAttempts())
-	require.Equal(t, []*cronoqv1.KV{{Key: "a", Value: "2"}, {Key: "z", Value: "1"}}, p.GetLabels(), "sorted by key")
-	require.EqualValues(t, 1000, p.GetBackoff().GetInitialMs())
-	require.EqualValues(t, 60000, p.GetBackoff().GetMaxMs())
+	tpl := p.GetTemplate()
+	require.Equal(t, cronoqv1.Priority_PRIORITY_HIGH, tpl.GetPriority())
+	require.Equal(t, runAt, p.GetRunAt().AsTime(), "spec instants are Timestamps, to the nanosecond")
+	require.Equal(t, 1500*time.Microsecond, p.GetDelay().AsDuration(), "durations are Durations, to the nanosecond")
+	require.Equal(t, 2*time.Second, tpl.GetTimeout().AsDuration())
+	require.Equal(t, deadline, p.GetDeadline().AsTime())
+	require.EqualValues(t, 7, tpl.GetMaxAttempts())
+	require.Equal(t, []*cronoqv1.KV{{Key: "a", Value: "2"}, {Key: "z", Value: "1"}}, tpl.GetLabels(), "sorted by key")
+	require.Equal(t, time.Second, tpl.GetBackoff().GetInitial().AsDuration())
+	require.Equal(t, time.Minute, tpl.GetBackoff().GetMax().AsDuration())
+	require.Equal(t, 0.2, tpl.GetBackoff().GetJitter())
+	require.Equal(t, "key", p.GetKey())
 
-	back := specFromProto(p)
-	require.Equal(t, runAt.Truncate(time.Millisecond), back.RunAt)
+	back := templateFromProto(tpl)
+	require.Equal(t, runAt, timeFromProto(p.GetRunAt()))
 	require.Equal(t, map[string]string{"z": "1", "a": "2"}, back.Labels)
 	require.Equal(t, PriorityHigh, back.Priority)
+	require.Equal(t, &Backoff{Initial: time.Second, Max: time.Minute, Jitter: 0.2}, back.Backoff)
 
-	zero, err := specToProto(TaskSpec{Pool: "p", Kind: "k"})
+	zero, err := specToProto(TaskSpec{Template: Template{Pool: "p", Kind: "k"}})
 	require.NoError(t, err)
-	require.Zero(t, zero.GetRunAtMs())
-	require.Zero(t, zero.GetDeadlineMs())
-	require.Equal(t, cronoqv1.Priority_PRIORITY_NORMAL, zero.GetPriority())
+	require.Nil(t, zero.GetRunAt(), "the zero time is unset")
+	require.Nil(t, zero.GetDeadline())
+	require.Nil(t, zero.GetDelay(), "a zero duration is unset")
+	require.Nil(t, zero.GetTemplate().GetTimeout())
+	require.Equal(t, cronoqv1.Priority_PRIORITY_NORMAL, zero.GetTemplate().GetPriority())
 
+	// The SDK refuses only what the wire cannot carry; the rest is the
+	// cluster's to check (see TestClusterRefusesSpecs).
 	for _, tc := range []struct {
 		spec  TaskSpec
 		field string
 	}{
-		{TaskSpec{Priority: "urgent"}, "priority"},
-		{TaskSpec{Delay: -1}, "delay"},
-		{TaskSpec{Timeout: -1}, "timeout"},
-		{TaskSpec{RunAt: time.Unix(-5, 0)}, "run_at"},
-		{TaskSpec{MaxAttempts: -1}, "max_attempts"},
-		{TaskSpec{Backoff: &Backoff{Initial: -1}}, "backoff.initial"},
+		{TaskSpec{Template: Template{Priority: "urgent"}}, "priority"},
+		{TaskSpec{Template: Template{MaxAttempts: -1}}, "max_attempts"},
 	} {
 		_, err := specToProto(tc.spec)
 		var inv *InvalidError
@@ -61,22 +68,59 @@ func TestSpecToProto(t *testing.T) {
 	}
 }
 
+// What the SDK sends as is, the cluster refuses, naming the field; the
+// refusal is final (not retried).
+func TestClusterRefusesSpecs(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, addrs(fc, 0))
+	ctx := testCtx(t)
+	ok := Template{Pool: "p", Kind: "k"}
+	withTimeout, withBackoff := ok, ok
+	withTimeout.Timeout = -1
+	withBackoff.Backoff = &Backoff{Initial: -1}
+	for i, tc := range []struct {
+		spec  TaskSpec
+		field string
+	}{
+		{TaskSpec{Template: ok, Delay: -1}, "delay"},
+		{TaskSpec{Template: withTimeout}, "timeout"},
+		{TaskSpec{Template: ok, RunAt: time.Unix(-5, 0)}, "run_at"},
+		{TaskSpec{Template: withBackoff}, "backoff"},
+		{TaskSpec{Template: ok, RunAt: time.Now().Add(time.Hour), Delay: time.Second}, "run_at"},
+		{TaskSpec{Template: ok, Deadline: time.Unix(1, 0)}, "deadline"},
+	} {
+		_, err := c.Submit(ctx, tc.spec)
+		var inv *InvalidError
+		require.ErrorAs(t, err, &inv, "spec %d", i)
+		require.Equal(t, tc.field, inv.Field, "spec %d", i)
+		require.True(t, errors.Is(err, ErrInvalid))
+		require.Equal(t, i+1, fc.Node(0).Requests(cronoqv1connect.TaskServiceSubmitProcedure), "spec %d was sent once", i)
+	}
+	require.Empty(t, fc.Tasks())
+}
+
 func TestTaskFromProto(t *testing.T) {
 	t.Parallel()
 	sub := time.Date(2026, 1, 2, 3, 4, 5, 123_456_789, time.UTC)
 	task := taskFromProto(&cronoqv1.Task{
-		Id: "01J", Pool: "p", Kind: "k", Key: "key", Priority: cronoqv1.Priority_PRIORITY_LOW,
-		Status: cronoqv1.Status_STATUS_RETRYING, Attempt: 2, MaxAttempts: 5, Lease: 1<<32 | 9,
-		Labels: []*cronoqv1.KV{{Key: "a", Value: "1"}}, Output: []byte("o"), Error: "e",
-		SubmittedAt: sub.UnixNano(), RunAt: sub.Add(time.Second).UnixNano(), TimeoutMs: 1500,
-		Schedule: "nightly", Slot: sub.UnixNano(),
+		Id: "01J", Key: "key", Template: &cronoqv1.TaskTemplate{
+			Pool: "p", Kind: "k", Priority: cronoqv1.Priority_PRIORITY_LOW, MaxAttempts: 5,
+			Labels: []*cronoqv1.KV{{Key: "a", Value: "1"}}, Timeout: durationpb.New(1500 * time.Millisecond),
+		},
+		Status: cronoqv1.Status_STATUS_RETRYING, Attempt: 2, Lease: 1<<32 | 9,
+		Output: []byte("o"), Error: "e",
+		SubmittedAt: timestamppb.New(sub), RunAt: timestamppb.New(sub.Add(time.Second)),
+		Schedule: "nightly", Slot: timestamppb.New(sub),
 	})
 	require.Equal(t, &Task{
-		ID: "01J", Pool: "p", Kind: "k", Key: "key", Status: StatusRetrying, Priority: PriorityLow,
-		Attempt: 2, MaxAttempts: 5, Lease: 1<<32 | 9, Labels: map[string]string{"a": "1"},
+		ID: "01J", Key: "key", Status: StatusRetrying,
+		Template: Template{Pool: "p", Kind: "k", Priority: PriorityLow, MaxAttempts: 5,
+			Labels: map[string]string{"a": "1"}, Timeout: 1500 * time.Millisecond},
+		Attempt: 2, Lease: 1<<32 | 9,
 		Output: []byte("o"), Error: "e", SubmittedAt: sub, RunAt: sub.Add(time.Second),
-		Timeout: 1500 * time.Millisecond, Schedule: "nightly", Slot: sub,
-	}, task, "task instants are Unix ns, 0 is the zero time")
+		Schedule: "nightly", Slot: sub,
+	}, task, "task instants are Timestamps to the nanosecond, unset is the zero time")
 	require.False(t, task.Terminal())
 	require.Nil(t, taskFromProto(nil))
 }
@@ -102,11 +146,11 @@ func TestCompletionToProto(t *testing.T) {
 		name    string
 		err     error
 		outcome cronoqv1.OutcomeKind
-		after   int64
+		after   time.Duration
 	}{
 		{"success", nil, cronoqv1.OutcomeKind_OUTCOME_SUCCESS, 0},
 		{"plain", base, cronoqv1.OutcomeKind_OUTCOME_RETRYABLE, 0},
-		{"retryable", Retryable(base, 250*time.Millisecond), cronoqv1.OutcomeKind_OUTCOME_RETRYABLE, 250},
+		{"retryable", Retryable(base, 250*time.Millisecond), cronoqv1.OutcomeKind_OUTCOME_RETRYABLE, 250 * time.Millisecond},
 		{"wrapped permanent", errors.Join(errors.New("ctx"), Permanent(base)), cronoqv1.OutcomeKind_OUTCOME_PERMANENT, 0},
 		{"panic", &PanicError{Value: "boom"}, cronoqv1.OutcomeKind_OUTCOME_RETRYABLE, 0},
 	} {
@@ -114,7 +158,8 @@ func TestCompletionToProto(t *testing.T) {
 			c := completionToProto(5, []byte("out"), tc.err)
 			require.EqualValues(t, 5, c.GetLease())
 			require.Equal(t, tc.outcome, c.GetOutcome())
-			require.Equal(t, tc.after, c.GetRetryAfterMs())
+			require.Equal(t, tc.after, c.GetRetryAfter().AsDuration())
+			require.Equal(t, tc.after == 0, c.GetRetryAfter() == nil, "no hint is unset")
 			if tc.err == nil {
 				require.Equal(t, []byte("out"), c.GetOutput())
 			} else {

@@ -27,7 +27,7 @@ func (c *Client) AddSchedule(ctx context.Context, s Schedule) (next time.Time, e
 	if err != nil {
 		return time.Time{}, err
 	}
-	return nsTime(resp.GetNextFire()), nil
+	return timeFromProto(resp.GetNextFire()), nil
 }
 
 // ListSchedules lists the recurring schedules.

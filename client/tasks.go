@@ -183,7 +183,7 @@ func (c *Client) wait(ctx context.Context, what string, ref *cronoqv1.TaskRef) (
 		if dl, ok := ctx.Deadline(); ok {
 			poll = max(min(poll, time.Until(dl)), time.Millisecond)
 		}
-		req := &cronoqv1.WaitRequest{Ref: ref, TimeoutMs: poll.Milliseconds()}
+		req := &cronoqv1.WaitRequest{Ref: ref, Timeout: durationToProto(poll)}
 		var got *cronoqv1.Task
 		start := time.Now()
 		err := c.do(ctx, what, idempotent, false, poll+c.opts.timeout, func(actx context.Context, ep *endpoint) (string, error) {

@@ -31,56 +31,34 @@ const (
 	CatchUpAll  = "all"
 )
 
-// TaskSpec describes a task to submit.
+// TaskSpec describes a task to submit: its template, plus what only a
+// submit carries.
 type TaskSpec struct {
-	Pool string
-	Kind string
+	Template
 	// Key is the idempotency key. Submit fills it with a random key when it
 	// is empty, so that its own retries are safe.
 	Key string
-	// Priority is PriorityHigh, PriorityNormal (also "") or PriorityLow.
-	Priority string
-	Payload  []byte
-	Labels   map[string]string
-	Tags     map[string]string
-	// RunAt, when set, is when the task becomes ready (ms precision).
+	// RunAt, when set, is when the task becomes ready.
 	RunAt time.Time
 	// Delay, when RunAt is zero, delays the task from its submission.
 	Delay time.Duration
-	// Timeout bounds each attempt; 0 means none.
-	Timeout time.Duration
 	// Deadline, when set, expires the task if it has not succeeded by then.
-	Deadline    time.Time
-	MaxAttempts int
-	// Backoff overrides the cluster's retry backoff when non-nil.
-	Backoff *Backoff
+	Deadline time.Time
 }
 
-// Backoff is a retry backoff policy: exponential from Initial, capped at Max,
-// with ±Jitter (a fraction, 0.2 = 20 %).
-type Backoff struct {
-	Initial time.Duration
-	Max     time.Duration
-	Jitter  float64
-}
-
-// Task is a task as the cluster stores it.
+// Task is a task as the cluster stores it. Its template holds the defaults
+// the cluster resolved (max attempts, backoff).
 type Task struct {
-	ID          string
-	Pool        string
-	Kind        string
-	Key         string
-	Status      string
-	Priority    string
-	Attempt     int
-	MaxAttempts int
+	ID string
+	Template
+	Key    string
+	Status string
+	// Attempt counts the attempts started.
+	Attempt int
 	// Lease is the current attempt's fencing token (0 when none runs).
-	Lease   uint64
-	Labels  map[string]string
-	Tags    map[string]string
-	Payload []byte
-	Output  []byte
-	Error   string
+	Lease  uint64
+	Output []byte
+	Error  string
 
 	SubmittedAt time.Time
 	RunAt       time.Time
@@ -88,7 +66,6 @@ type Task struct {
 	FinishedAt  time.Time
 	UpdatedAt   time.Time
 	Deadline    time.Time
-	Timeout     time.Duration
 
 	// Schedule and Slot name the recurring schedule and the fire instant
 	// that created the task, if one did.
@@ -120,9 +97,11 @@ type Submitted struct {
 
 // ReadMeta tells how fresh a read served by a node's own replica is.
 type ReadMeta struct {
-	Stale        bool
-	Node         string
-	KnownLeader  bool
+	Stale       bool
+	Node        string
+	KnownLeader bool
+	// LastContact is the time since the node last heard from the leader: 0
+	// on the leader, negative when it never has.
 	LastContact  time.Duration
 	AppliedIndex uint64
 }
@@ -145,8 +124,9 @@ type Schedule struct {
 	// or a descriptor such as "@hourly" or "@every 30s".
 	Cron string
 	// TZ is an IANA zone name; "" means UTC.
-	TZ   string
-	Task TaskSpec
+	TZ string
+	// Task is what each fire submits.
+	Task Template
 	// Overlap is OverlapSkip (also "") or OverlapAllow.
 	Overlap string
 	// CatchUp is CatchUpOnce (also ""), CatchUpSkip or CatchUpAll.

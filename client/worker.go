@@ -11,7 +11,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -114,12 +113,18 @@ func (cfg WorkerConfig) validate() error {
 }
 
 // Worker takes tasks of one pool from the cluster's leader and runs them
-// with its handlers. Create it with Client.NewWorker; run it with Run.
+// with its handlers. Create it with Client.NewWorker; run it with Start and
+// Stop (Done and Err tell when and why it stopped), or with Run.
 type Worker struct {
-	c       *Client
-	cfg     WorkerConfig
-	log     hclog.Logger
-	running atomic.Bool
+	c   *Client
+	cfg WorkerConfig
+	log hclog.Logger
+
+	mu      sync.Mutex
+	running bool
+	stop    context.CancelFunc // ends the current run
+	done    chan struct{}      // closed when the current run has ended
+	err     error              // why the last run ended
 }
 
 // NewWorker returns a Worker for cfg, which it copies.
@@ -134,19 +139,81 @@ func (c *Client) NewWorker(cfg WorkerConfig) (*Worker, error) {
 // ID returns the worker's id.
 func (w *Worker) ID() string { return w.cfg.ID }
 
-// Run connects to the leader and runs tasks until ctx ends. Then it stops
-// asking for tasks, lets running ones finish (their ctx is not cancelled)
-// and delivers their completions, and returns nil once nothing is left in
-// hand. Results that can no longer be delivered are dropped once their lease
-// is lost (no acknowledged heartbeat for one heartbeat window). Run joins
-// all of its goroutines before returning. A Worker runs once at a time.
-func (w *Worker) Run(ctx context.Context) error {
-	if !w.running.CompareAndSwap(false, true) {
-		return errors.New("running worker: already running")
+// Start connects to the leader and runs tasks until Stop is called or ctx
+// ends. Then the worker stops asking for tasks, lets running ones finish
+// (their ctx is not cancelled) and delivers their completions, and is done
+// once nothing is left in hand. Results that can no longer be delivered are
+// dropped once their lease is lost (no acknowledged heartbeat for one
+// heartbeat window). A Worker runs once at a time; it may start again once
+// done.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.running {
+		return errors.New("starting worker: already running")
 	}
-	defer w.running.Store(false)
-	r := newWorkerRun(w)
-	return r.run(ctx)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	w.running, w.stop, w.done, w.err = true, stop, make(chan struct{}), nil
+	done := w.done
+	go func() {
+		err := newWorkerRun(w).run(runCtx)
+		stop()
+		w.mu.Lock()
+		w.running, w.err = false, err
+		w.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+// Stop stops the worker as described at Start and waits until it is done,
+// or returns ctx's error if ctx ends first (the worker then finishes
+// stopping on its own). It is idempotent, and does nothing to a worker that
+// is not running.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	stop, done := w.stop, w.done
+	w.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	stop()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stopping worker: %w", ctx.Err())
+	}
+}
+
+// Done is closed once the current (or last) run has ended; nil before the
+// first Start.
+func (w *Worker) Done() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.done
+}
+
+// Err returns why the last run ended: nil after a clean stop, the error
+// that ended it otherwise; nil while it runs.
+func (w *Worker) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// Run is Start followed by waiting until the worker is done: it runs tasks
+// until ctx ends, stops as Start describes, joins every goroutine of the
+// run, and returns Err.
+func (w *Worker) Run(ctx context.Context) error {
+	if err := w.Start(ctx); err != nil {
+		return fmt.Errorf("running worker: %w", err)
+	}
+	<-w.Done()
+	return w.Err()
 }
 
 var (
@@ -486,8 +553,8 @@ func (r *workerRun) onWelcome(wl *cronoqv1.Welcome) {
 	r.welcomeT.Stop()
 	r.failures, r.lastHint = 0, ""
 	r.w.c.succeeded(r.conn.addr)
-	if wl.GetHeartbeatWindowMs() > 0 {
-		r.window = time.Duration(wl.GetHeartbeatWindowMs()) * time.Millisecond
+	if w := wl.GetHeartbeatWindow().AsDuration(); w > 0 {
+		r.window = w
 	}
 	if p := r.heartbeatPeriod(); p != r.hbEvery {
 		r.hbEvery = p

@@ -14,6 +14,7 @@ import (
 	"github.com/cronoq/cronoq/api/apierr"
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
+	"github.com/cronoq/cronoq/client/clienttest"
 )
 
 // releaser returns a channel and an idempotent func closing it; register
@@ -83,7 +84,7 @@ func TestWorkerOutcomes(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 2, 1)
 	// Only the follower is known: the worker must follow the not_leader hint.
-	c := newTestClient(t, fc.addrs(0))
+	c := newTestClient(t, addrs(fc, 0))
 	handlers := map[string]Handler{
 		"ok": HandlerFunc(func(_ context.Context, job *Job) ([]byte, error) {
 			if job.Lease == 0 || job.Lease != job.Task.Lease || job.Attempt != 1 {
@@ -120,34 +121,32 @@ func TestWorkerOutcomes(t *testing.T) {
 		if k == "badtyped" {
 			kind = "typed"
 		}
-		ids[k] = fc.addTask("p", kind, "", payload)
-		fc.enqueue(ids[k])
+		ids[k] = addTask(fc, "p", kind, "", payload)
 	}
-	fc.waitUntil("every task completed", func() bool {
+	fc.WaitUntil("every task completed", func() bool {
 		for _, id := range ids {
-			if fc.acceptedFor(id) == nil {
+			if fc.Accepted(id) == nil {
 				return false
 			}
 		}
 		return true
 	})
 
-	fc.mu.Lock()
 	got := map[string]*cronoqv1.Completion{}
 	for k, id := range ids {
-		got[k] = fc.acceptedFor(id)
+		got[k] = fc.Accepted(id)
 	}
-	hello := fc.wk.hellos[0]
-	violations := fc.wk.violations
-	fc.mu.Unlock()
+	wl := fc.Workers()
+	hello := wl.Hellos[0]
+	violations := wl.Violations
 
 	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_SUCCESS, got["ok"].GetOutcome())
 	require.Equal(t, []byte("done:x"), got["ok"].GetOutput())
 	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_RETRYABLE, got["retry"].GetOutcome())
-	require.EqualValues(t, 1500, got["retry"].GetRetryAfterMs())
+	require.Equal(t, 1500*time.Millisecond, got["retry"].GetRetryAfter().AsDuration())
 	require.Equal(t, "later", got["retry"].GetMessage())
 	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_RETRYABLE, got["plain"].GetOutcome())
-	require.Zero(t, got["plain"].GetRetryAfterMs())
+	require.Nil(t, got["plain"].GetRetryAfter())
 	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_PERMANENT, got["perm"].GetOutcome())
 	require.Equal(t, "bad input", got["perm"].GetMessage())
 	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_RETRYABLE, got["panic"].GetOutcome())
@@ -162,14 +161,14 @@ func TestWorkerOutcomes(t *testing.T) {
 	require.Equal(t, "p", hello.GetPool())
 	require.Equal(t, []*cronoqv1.KV{{Key: "zone", Value: "a"}}, hello.GetLabels())
 	require.Empty(t, violations)
-	require.GreaterOrEqual(t, fc.nodes[0].count(cronoqv1connect.WorkerServiceConnectProcedure), 1, "asked the follower first")
+	require.GreaterOrEqual(t, fc.Node(0).Requests(cronoqv1connect.WorkerServiceConnectProcedure), 1, "asked the follower first")
 	require.NoError(t, stop())
 }
 
 func TestWorkerAbortCancelsAttempt(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)
-	c := newTestClient(t, fc.addrs(0))
+	c := newTestClient(t, addrs(fc, 0))
 	causes := make(chan error, 1)
 	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 1, Handlers: map[string]Handler{
 		"wait": HandlerFunc(func(ctx context.Context, _ *Job) ([]byte, error) {
@@ -181,27 +180,25 @@ func TestWorkerAbortCancelsAttempt(t *testing.T) {
 	require.NoError(t, err)
 	stop := runWorker(t, w)
 
-	id := fc.addTask("p", "wait", "", nil)
-	fc.enqueue(id)
-	fc.waitUntil("granted", func() bool { _, ok := fc.wk.byTask[id]; return ok })
-	fc.abort(id, "cancelled by user")
+	id := addTask(fc, "p", "wait", "", nil)
+	fc.WaitUntil("granted", func() bool { return fc.LeaseOf(id) != 0 })
+	fc.Finish(id, cronoqv1.Status_STATUS_CANCELLED, nil, "cancelled by user")
 	cause := <-causes
 	require.ErrorIs(t, cause, errAborted)
 	require.ErrorContains(t, cause, "cancelled by user")
 	// The slot is offered again once the attempt returned.
-	fc.waitUntil("slot offered again", func() bool { return len(fc.wk.polls) == 2 })
+	fc.WaitUntil("slot offered again", func() bool { return len(fc.Workers().Polls) == 2 })
 	require.NoError(t, stop())
 
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	require.Equal(t, []int32{1, 1}, fc.wk.polls)
-	require.Empty(t, fc.wk.received, "an aborted attempt's result is dropped")
+	wl := fc.Workers()
+	require.Equal(t, []int32{1, 1}, wl.Polls)
+	require.Empty(t, wl.Received, "an aborted attempt's result is dropped")
 }
 
 func TestWorkerHeartbeatRefusalCancelsAttempt(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)
-	c := newTestClient(t, fc.addrs(0))
+	c := newTestClient(t, addrs(fc, 0))
 	causes := make(chan error, 1)
 	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 1, HeartbeatEvery: 5 * time.Millisecond, Handlers: map[string]Handler{
 		"wait": HandlerFunc(func(ctx context.Context, _ *Job) ([]byte, error) {
@@ -211,24 +208,21 @@ func TestWorkerHeartbeatRefusalCancelsAttempt(t *testing.T) {
 		}),
 	}})
 	require.NoError(t, err)
+	// The task is there before the worker: its heartbeats are refused from
+	// the first.
+	id := addTask(fc, "p", "wait", "", nil)
+	fc.RefuseHeartbeats(id, apierr.KindStaleLease)
 	stop := runWorker(t, w)
 
-	id := fc.addTask("p", "wait", "", nil)
-	fc.mu.Lock()
-	fc.wk.refuseHeartbeat[id] = apierr.KindStaleLease
-	fc.mu.Unlock()
-	fc.enqueue(id)
 	require.ErrorIs(t, <-causes, ErrStaleLease)
 	require.NoError(t, stop())
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	require.Empty(t, fc.wk.received)
+	require.Empty(t, fc.Workers().Received)
 }
 
 func TestWorkerGracefulStopLetsRunningFinish(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)
-	c := newTestClient(t, fc.addrs(0))
+	c := newTestClient(t, addrs(fc, 0))
 	runCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	started := make(chan struct{})
@@ -246,15 +240,12 @@ func TestWorkerGracefulStopLetsRunningFinish(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(runCtx) }()
 
-	id := fc.addTask("p", "slow", "", nil)
-	fc.enqueue(id)
+	id := addTask(fc, "p", "slow", "", nil)
 	<-started
 	cancel()
 	require.NoError(t, <-done)
 
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	comp := fc.acceptedFor(id)
+	comp := fc.Accepted(id)
 	require.NotNil(t, comp, "the completion was delivered before Run returned")
 	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_SUCCESS, comp.GetOutcome())
 	require.Equal(t, []byte("finished"), comp.GetOutput())
@@ -263,7 +254,7 @@ func TestWorkerGracefulStopLetsRunningFinish(t *testing.T) {
 func TestWorkerReconnectKeepsLeasesAndResendsCompletions(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)
-	c := newTestClient(t, fc.addrs(0))
+	c := newTestClient(t, addrs(fc, 0))
 	release, releaseAll := releaser()
 	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 2, HeartbeatEvery: 5 * time.Millisecond, Handlers: map[string]Handler{
 		"block": HandlerFunc(func(ctx context.Context, job *Job) ([]byte, error) {
@@ -277,37 +268,34 @@ func TestWorkerReconnectKeepsLeasesAndResendsCompletions(t *testing.T) {
 		"quick": HandlerFunc(func(context.Context, *Job) ([]byte, error) { return []byte("quick done"), nil }),
 	}})
 	require.NoError(t, err)
+	// Both tasks are there before the worker, so that quick's completion
+	// cannot arrive before the drop is set up.
+	blockID := addTask(fc, "p", "block", "", nil)
+	quickID := addTask(fc, "p", "quick", "", nil)
+	fc.DropStreamOnCompletion(quickID) // lost with its stream, never acknowledged
 	stop := runWorker(t, w)
 	t.Cleanup(releaseAll)
 
-	blockID := fc.addTask("p", "block", "", nil)
-	quickID := fc.addTask("p", "quick", "", nil)
-	fc.mu.Lock()
-	fc.wk.dropOnCompletion[quickID] = true // lost with its stream, never acknowledged
-	fc.mu.Unlock()
-	fc.enqueue(blockID, quickID)
-
 	// The stream drops when quick's completion arrives; on the new stream the
 	// completion is sent again and accepted.
-	fc.waitUntil("quick accepted on the second stream", func() bool { return fc.acceptedFor(quickID) != nil })
-	fc.waitUntil("block heartbeated on the second stream", func() bool { return heartbeated(fc, 2, fc.wk.byTask[blockID]) })
+	fc.WaitUntil("quick accepted on the second stream", func() bool { return fc.Accepted(quickID) != nil })
+	fc.WaitUntil("block heartbeated on the second stream", func() bool { return heartbeated(fc, 2, fc.LeaseOf(blockID)) })
 
 	// Now the TCP connection dies; the worker reconnects again and keeps
 	// heartbeating the running attempt under its lease.
-	fc.nodes[0].dropConns()
-	fc.waitUntil("block heartbeated on the third stream", func() bool { return heartbeated(fc, 3, fc.wk.byTask[blockID]) })
+	fc.Node(0).DropConns()
+	fc.WaitUntil("block heartbeated on the third stream", func() bool { return heartbeated(fc, 3, fc.LeaseOf(blockID)) })
 	releaseAll()
-	fc.waitUntil("block accepted", func() bool { return fc.acceptedFor(blockID) != nil })
+	fc.WaitUntil("block accepted", func() bool { return fc.Accepted(blockID) != nil })
 	require.NoError(t, stop())
 
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	require.Len(t, fc.wk.hellos, 3, "Hello re-sent on every stream")
-	require.EqualValues(t, 2, fc.wk.nextLease, "no attempt was granted twice")
+	wl := fc.Workers()
+	require.Len(t, wl.Hellos, 3, "Hello re-sent on every stream")
+	require.Len(t, wl.Grants, 2, "no attempt was granted twice")
 	var quickSends []int
-	for _, r := range fc.wk.received {
-		if r.c.GetLease() == fc.wk.byTask[quickID] {
-			quickSends = append(quickSends, r.stream)
+	for _, r := range wl.Received {
+		if r.GetLease() == fc.LeaseOf(quickID) {
+			quickSends = append(quickSends, r.Stream)
 		}
 	}
 	// Sent on the first stream (lost with it), accepted on the second. The
@@ -316,16 +304,16 @@ func TestWorkerReconnectKeepsLeasesAndResendsCompletions(t *testing.T) {
 	require.GreaterOrEqual(t, len(quickSends), 2)
 	require.Equal(t, []int{1, 2}, quickSends[:2])
 	require.LessOrEqual(t, len(quickSends), 3)
-	require.Equal(t, []byte("quick done"), fc.acceptedFor(quickID).GetOutput())
-	require.Equal(t, []byte("block done"), fc.acceptedFor(blockID).GetOutput())
-	require.Empty(t, fc.wk.violations)
+	require.Equal(t, []byte("quick done"), fc.Accepted(quickID).GetOutput())
+	require.Equal(t, []byte("block done"), fc.Accepted(blockID).GetOutput())
+	require.Empty(t, wl.Violations)
 }
 
-// heartbeated reports (c.mu held) whether lease was heartbeated on stream.
-func heartbeated(fc *fakeCluster, stream int, lease uint64) bool {
-	for _, hb := range fc.wk.heartbeats {
-		if hb.stream == stream {
-			for _, l := range hb.leases {
+// heartbeated reports whether lease was heartbeated on stream.
+func heartbeated(fc *clienttest.Cluster, stream int, lease uint64) bool {
+	for _, hb := range fc.Workers().Heartbeats {
+		if hb.Stream == stream {
+			for _, l := range hb.Leases {
 				if l == lease {
 					return true
 				}
@@ -338,10 +326,8 @@ func heartbeated(fc *fakeCluster, stream int, lease uint64) bool {
 func TestWorkerHeartbeatsCoalesced(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)
-	fc.mu.Lock()
-	fc.wk.ackDelay = 25 * time.Millisecond // many ticks pass while an ack is pending
-	fc.mu.Unlock()
-	c := newTestClient(t, fc.addrs(0))
+	fc.DelayHeartbeatAcks(25 * time.Millisecond) // many ticks pass while an ack is pending
+	c := newTestClient(t, addrs(fc, 0))
 	release, releaseAll := releaser()
 	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 3, HeartbeatEvery: 2 * time.Millisecond, Handlers: map[string]Handler{
 		"block": HandlerFunc(func(context.Context, *Job) ([]byte, error) {
@@ -352,32 +338,28 @@ func TestWorkerHeartbeatsCoalesced(t *testing.T) {
 	require.NoError(t, err)
 	stop := runWorker(t, w)
 	t.Cleanup(releaseAll)
-	var ids []string
 	for range 3 {
-		ids = append(ids, fc.addTask("p", "block", "", nil))
+		addTask(fc, "p", "block", "", nil)
 	}
-	fc.enqueue(ids...)
-	fc.waitUntil("several heartbeats per lease", func() bool {
+	fc.WaitUntil("several heartbeats per lease", func() bool {
 		n := 0
-		for _, hb := range fc.wk.heartbeats {
-			if len(hb.leases) == 3 {
+		for _, hb := range fc.Workers().Heartbeats {
+			if len(hb.Leases) == 3 {
 				n++
 			}
 		}
 		return n >= 4
 	})
 	releaseAll()
-	fc.waitUntil("all accepted", func() bool { return len(fc.wk.accepted) == 3 })
+	fc.WaitUntil("all accepted", func() bool { return len(fc.Workers().Accepted) == 3 })
 	require.NoError(t, stop())
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	require.Empty(t, fc.wk.violations)
+	require.Empty(t, fc.Workers().Violations)
 }
 
 func TestWorkerCompletionsBatched(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)
-	c := newTestClient(t, fc.addrs(0))
+	c := newTestClient(t, addrs(fc, 0))
 	release, releaseAll := releaser()
 	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 4, CompletionDelay: time.Hour, CompletionBatch: 4,
 		Handlers: map[string]Handler{
@@ -389,42 +371,36 @@ func TestWorkerCompletionsBatched(t *testing.T) {
 	require.NoError(t, err)
 	stop := runWorker(t, w)
 	t.Cleanup(releaseAll)
-	var ids []string
 	for range 4 {
-		ids = append(ids, fc.addTask("p", "k", "", nil))
+		addTask(fc, "p", "k", "", nil)
 	}
-	fc.enqueue(ids...)
-	fc.waitUntil("all granted", func() bool { return fc.wk.nextLease == 4 })
+	fc.WaitUntil("all granted", func() bool { return len(fc.Workers().Grants) == 4 })
 	releaseAll()
 	// With an hour of delay, only a full batch of 4 can be sent.
-	fc.waitUntil("all accepted", func() bool { return len(fc.wk.accepted) == 4 })
+	fc.WaitUntil("all accepted", func() bool { return len(fc.Workers().Accepted) == 4 })
 	require.NoError(t, stop())
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	require.Len(t, fc.wk.received, 4)
-	for _, r := range fc.wk.received {
-		require.Equal(t, 1, r.stream)
+	wl := fc.Workers()
+	require.Len(t, wl.Received, 4)
+	for _, r := range wl.Received {
+		require.Equal(t, 1, r.Stream)
 	}
 }
 
 func TestWorkerSendsLargeOutputWhole(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)
-	c := newTestClient(t, fc.addrs(0))
+	c := newTestClient(t, addrs(fc, 0))
 	big := bytes.Repeat([]byte("0123456789abcdef"), 3<<16) // 3 MiB
 	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 2, Handlers: map[string]Handler{
 		"big": HandlerFunc(func(context.Context, *Job) ([]byte, error) { return big, nil }),
 	}})
 	require.NoError(t, err)
 	stop := runWorker(t, w)
-	a, b := fc.addTask("p", "big", "", nil), fc.addTask("p", "big", "", nil)
-	fc.enqueue(a, b)
-	fc.waitUntil("both accepted", func() bool { return fc.acceptedFor(a) != nil && fc.acceptedFor(b) != nil })
+	a, b := addTask(fc, "p", "big", "", nil), addTask(fc, "p", "big", "", nil)
+	fc.WaitUntil("both accepted", func() bool { return fc.Accepted(a) != nil && fc.Accepted(b) != nil })
 	require.NoError(t, stop())
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	require.Equal(t, big, fc.acceptedFor(a).GetOutput())
-	require.Equal(t, big, fc.acceptedFor(b).GetOutput())
+	require.Equal(t, big, fc.Accepted(a).GetOutput())
+	require.Equal(t, big, fc.Accepted(b).GetOutput())
 }
 
 func TestWorkerStopsWithoutCluster(t *testing.T) {
@@ -444,8 +420,8 @@ func TestWorkerOutputRefusedAsTooLargeFailsPermanently(t *testing.T) {
 	t.Parallel()
 	// The node reads at most 1 MiB per message: a 3 MiB output ends the
 	// stream; the worker replaces it by a permanent failure and re-sends.
-	fc := newFakeCluster(t, 1, 0, connect.WithReadMaxBytes(1<<20))
-	c := newTestClient(t, fc.addrs(0))
+	fc := newFakeCluster(t, 1, 0, clienttest.WithHandlerOptions(connect.WithReadMaxBytes(1<<20)))
+	c := newTestClient(t, addrs(fc, 0))
 	big := bytes.Repeat([]byte("x"), 3<<20)
 	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 2, Handlers: map[string]Handler{
 		"big":   HandlerFunc(func(context.Context, *Job) ([]byte, error) { return big, nil }),
@@ -453,31 +429,28 @@ func TestWorkerOutputRefusedAsTooLargeFailsPermanently(t *testing.T) {
 	}})
 	require.NoError(t, err)
 	stop := runWorker(t, w)
-	bigID := fc.addTask("p", "big", "", nil)
-	fc.enqueue(bigID)
-	fc.waitUntil("big accepted", func() bool { return fc.acceptedFor(bigID) != nil })
-	smallID := fc.addTask("p", "small", "", nil)
-	fc.enqueue(smallID)
-	fc.waitUntil("small accepted", func() bool { return fc.acceptedFor(smallID) != nil })
+	bigID := addTask(fc, "p", "big", "", nil)
+	fc.WaitUntil("big accepted", func() bool { return fc.Accepted(bigID) != nil })
+	smallID := addTask(fc, "p", "small", "", nil)
+	fc.WaitUntil("small accepted", func() bool { return fc.Accepted(smallID) != nil })
 	require.NoError(t, stop())
 
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	comp := fc.acceptedFor(bigID)
+	comp := fc.Accepted(bigID)
 	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_PERMANENT, comp.GetOutcome())
 	require.Empty(t, comp.GetOutput())
 	require.Contains(t, comp.GetMessage(), "output of 3145728 bytes refused by the node")
-	require.Equal(t, []byte("ok"), fc.acceptedFor(smallID).GetOutput())
+	require.Equal(t, []byte("ok"), fc.Accepted(smallID).GetOutput())
 }
 
 func TestWorkerCancelsAttemptWhenHeartbeatsGoUnacknowledged(t *testing.T) {
 	t.Parallel()
-	fc := newFakeCluster(t, 1, 0)
-	fc.mu.Lock()
-	fc.wk.window = 150 * time.Millisecond
-	fc.wk.ackDelay = time.Hour // the node never acknowledges
-	fc.mu.Unlock()
-	c := newTestClient(t, fc.addrs(0))
+	// The cluster's clock stands still, so that the cluster never finds the
+	// lease lost itself: only the worker can.
+	frozen := time.Now()
+	fc := newFakeCluster(t, 1, 0, clienttest.WithHeartbeatWindow(150*time.Millisecond),
+		clienttest.WithClock(func() time.Time { return frozen }))
+	fc.DelayHeartbeatAcks(time.Hour) // the node never acknowledges
+	c := newTestClient(t, addrs(fc, 0))
 	causes := make(chan error, 1)
 	w, err := c.NewWorker(WorkerConfig{Pool: "p", Concurrency: 1, HeartbeatEvery: 10 * time.Millisecond, Handlers: map[string]Handler{
 		"wait": HandlerFunc(func(ctx context.Context, _ *Job) ([]byte, error) {
@@ -488,14 +461,12 @@ func TestWorkerCancelsAttemptWhenHeartbeatsGoUnacknowledged(t *testing.T) {
 	}})
 	require.NoError(t, err)
 	stop := runWorker(t, w)
-	id := fc.addTask("p", "wait", "", nil)
-	fc.enqueue(id)
+	addTask(fc, "p", "wait", "", nil)
 	require.ErrorIs(t, <-causes, errLeaseLost)
 	require.NoError(t, stop())
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	require.Empty(t, fc.wk.received, "the result of a lost lease is dropped")
-	require.Empty(t, fc.wk.violations)
+	wl := fc.Workers()
+	require.Empty(t, wl.Received, "the result of a lost lease is dropped")
+	require.Empty(t, wl.Violations)
 }
 
 // By default a finished attempt's completion is due at once; with a delay it
@@ -503,7 +474,7 @@ func TestWorkerCancelsAttemptWhenHeartbeatsGoUnacknowledged(t *testing.T) {
 func TestWorkerCompletionDueAtOnceByDefault(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)
-	c := newTestClient(t, fc.addrs(0))
+	c := newTestClient(t, addrs(fc, 0))
 	handlers := map[string]Handler{"k": HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, nil })}
 	for _, tc := range []struct {
 		delay          time.Duration

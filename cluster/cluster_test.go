@@ -1,4 +1,4 @@
-package cluster
+package cluster_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/cronoq/cronoq/cluster"
 	"github.com/cronoq/cronoq/engine"
 	"github.com/cronoq/cronoq/engine/core"
 	"github.com/cronoq/cronoq/fsm"
@@ -32,7 +33,7 @@ func TestFormElectAndServe(t *testing.T) {
 				return false
 			}
 			for _, m := range ms {
-				if m.Status != StatusAlive || m.RaftAddr != c.node(m.Name).RaftAddr() || m.HTTPAddr != c.node(m.Name).HTTPAddr() {
+				if m.Status != cluster.StatusAlive || m.RaftAddr != c.node(m.Name).RaftAddr() || m.HTTPAddr != c.node(m.Name).HTTPAddr() {
 					return false
 				}
 			}
@@ -45,14 +46,14 @@ func TestFormElectAndServe(t *testing.T) {
 		if n == leader {
 			continue
 		}
-		_, err := n.Engine()
-		var nle *NotLeaderError
+		_, err := n.TestEngine()
+		var nle *cluster.NotLeaderError
 		require.ErrorAs(t, err, &nle)
 		require.Equal(t, leader.ID(), nle.LeaderID)
 		require.Equal(t, leader.HTTPAddr(), nle.LeaderHTTPAddr)
-		_, err = n.ConsistentState(context.Background())
+		_, err = n.ConsistentRead(context.Background())
 		require.ErrorAs(t, err, &nle)
-		_, st := n.StaleState()
+		_, st := n.StaleRead()
 		require.False(t, st.IsLeader)
 		require.True(t, st.KnownLeader)
 	}
@@ -61,7 +62,7 @@ func TestFormElectAndServe(t *testing.T) {
 	defer cancel()
 	id, err := c.submitKey(ctx, "k1")
 	require.NoError(t, err)
-	state, err := leader.ConsistentState(ctx)
+	state, err := leader.ConsistentRead(ctx)
 	require.NoError(t, err)
 	task, ok := state.Get(id)
 	require.True(t, ok)
@@ -71,17 +72,17 @@ func TestFormElectAndServe(t *testing.T) {
 	idx, bh, err := leader.Barrier(ctx)
 	require.NoError(t, err)
 	require.Equal(t, h, bh)
-	require.Equal(t, leader.state.AppliedIndex(), idx)
+	require.Equal(t, leader.FSM().AppliedIndex(), idx)
 	require.Equal(t, "Leader", leader.RaftStats()["state"])
 	_, _, err = c.node(followerOf(t, c, leader)).Barrier(ctx)
-	require.ErrorAs(t, err, new(*NotLeaderError))
+	require.ErrorAs(t, err, new(*cluster.NotLeaderError))
 
 	for _, n := range nodes {
 		h := n.Health()
 		require.Equal(t, n.ID(), h.Node)
 		require.Equal(t, leader.ID(), h.Leader)
 		require.Equal(t, state.Epoch(), h.Epoch)
-		require.Equal(t, HealthOK, h.Status, "%v", h.Reasons)
+		require.Equal(t, cluster.HealthOK, h.Status, "%v", h.Reasons)
 	}
 }
 
@@ -141,7 +142,7 @@ func testFailover(t *testing.T, isolate bool) {
 					if isolate {
 						// Cut every raft link first: entries in flight
 						// end with an unknown outcome.
-						first.stream.block(true)
+						first.IsolateRaft(true)
 						require.Eventually(t, func() bool { return !first.IsLeader() }, 10*time.Second, time.Millisecond)
 					}
 					c.stop(first.ID())
@@ -170,7 +171,7 @@ func testFailover(t *testing.T, isolate bool) {
 
 	// Every acknowledged task is on every live node, once.
 	for _, n := range c.live() {
-		state, _ := n.StaleState()
+		state, _ := n.StaleRead()
 		var sum int64
 		for _, pc := range state.Counts() {
 			for _, v := range pc.ByStatus {
@@ -192,7 +193,7 @@ func testFailover(t *testing.T, isolate bool) {
 	unknown := make(map[string]bool)
 	succeeded := func() int {
 		n := c.leader()
-		state, _ := n.StaleState()
+		state, _ := n.StaleRead()
 		var done int
 		for _, pc := range state.Counts() {
 			done += int(pc.ByStatus[fsm.StatusSucceeded])
@@ -201,7 +202,7 @@ func testFailover(t *testing.T, isolate bool) {
 	}
 	for succeeded() < total {
 		n := c.leader()
-		eng, err := n.Engine()
+		eng, err := n.TestEngine()
 		if err != nil {
 			require.True(t, retryable(err), "engine: %v", err)
 			continue
@@ -225,7 +226,7 @@ func testFailover(t *testing.T, isolate bool) {
 	}
 	c.converged()
 	for _, n := range c.live() {
-		state, _ := n.StaleState()
+		state, _ := n.StaleRead()
 		for key, id := range acked {
 			task, ok := state.GetByKey(key)
 			require.True(t, ok)
@@ -238,7 +239,7 @@ func testFailover(t *testing.T, isolate bool) {
 	// The old leader comes back on its data dir and catches up.
 	back := c.restart(first.ID())
 	c.converged()
-	state, _ := back.StaleState()
+	state, _ := back.StaleRead()
 	for key, id := range acked {
 		task, ok := state.GetByKey(key)
 		require.True(t, ok)
@@ -252,7 +253,7 @@ func testFailover(t *testing.T, isolate bool) {
 // keeps installs a snapshot and ends with the same FSM hash.
 func TestSnapshotInstall(t *testing.T) {
 	c := newTestCluster(t)
-	var cfgs []Config
+	var cfgs []cluster.Config
 	var join []string
 	for _, name := range []string{"n1", "n2", "n3"} {
 		cfg := c.config(name)
@@ -277,7 +278,7 @@ func TestSnapshotInstall(t *testing.T) {
 	}
 	lagging := c.node(follower)
 	c.stop(follower)
-	lastSeen := lagging.raft.LastIndex()
+	lastSeen := lagging.Raft().LastIndex()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -286,19 +287,19 @@ func TestSnapshotInstall(t *testing.T) {
 		require.NoError(t, err)
 	}
 	// The leader compacted its log past what the follower has.
-	require.NoError(t, leader.raft.Snapshot().Error())
+	require.NoError(t, leader.Raft().Snapshot().Error())
 	require.Eventually(t, func() bool {
-		first, err := leader.store.FirstIndex()
+		first, err := leader.LogStore().FirstIndex()
 		return err == nil && first > lastSeen+1
 	}, 10*time.Second, 10*time.Millisecond)
 
 	back := c.restart(follower)
 	h := c.converged()
-	require.Equal(t, h, back.state.Hash())
-	task, ok := back.state.GetByKey("s-199")
+	require.Equal(t, h, back.FSM().Hash())
+	task, ok := back.FSM().GetByKey("s-199")
 	require.True(t, ok)
 	require.Equal(t, fsm.StatusQueued, task.Status)
-	require.Equal(t, leader.state.Epoch(), back.state.Epoch())
+	require.Equal(t, leader.FSM().Epoch(), back.FSM().Epoch())
 }
 
 // TestStaleEpochFenced: after leadership moves away and back, a batch cut by
@@ -315,10 +316,10 @@ func TestStaleEpochFenced(t *testing.T) {
 	now := time.Now()
 	cc, err := core.New(core.Config{Seed: 7}.WithDefaults(), oldEpoch, now)
 	require.NoError(t, err)
-	cc.Submit(now, 1, core.SubmitOne, []core.Spec{{Pool: "p", Kind: "k", Key: "fenced"}})
+	cc.Submit(now, 1, core.SubmitOne, []core.Spec{{Template: fsm.Template{Pool: "p", Kind: "k"}, Key: "fenced"}})
 	out := cc.Ready()
 	require.NotEmpty(t, out.Mutations)
-	stale, err := fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: oldEpoch, Time: fsm.Nanos(now), Mutations: out.Mutations})
+	stale, err := fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: oldEpoch, Time: fsm.InstantOf(now), Mutations: out.Mutations})
 	require.NoError(t, err)
 
 	// Lose leadership and regain it: two new epochs.
@@ -336,26 +337,26 @@ func TestStaleEpochFenced(t *testing.T) {
 	require.Greater(t, first.Epoch(), oldEpoch+1)
 
 	// The old batch reaches the log now: every FSM refuses it.
-	f := first.raft.Apply(stale, 0)
+	f := first.Raft().Apply(stale, 0)
 	require.NoError(t, f.Error())
 	rerr, _ := f.Response().(error)
 	require.ErrorIs(t, rerr, fsm.ErrStaleEpoch)
 	c.converged()
 	for _, n := range c.live() {
-		_, ok := n.state.GetByKey("fenced")
+		_, ok := n.FSM().GetByKey("fenced")
 		require.False(t, ok, "node %s applied a fenced batch", n.ID())
 	}
 
 	// Control: the same mutations under the current epoch are accepted, so
 	// the refusal above was the epoch's doing.
-	current, err := fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: first.state.Epoch(), Time: fsm.Nanos(now), Mutations: out.Mutations})
+	current, err := fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: first.FSM().Epoch(), Time: fsm.InstantOf(now), Mutations: out.Mutations})
 	require.NoError(t, err)
-	f = first.raft.Apply(current, 0)
+	f = first.Raft().Apply(current, 0)
 	require.NoError(t, f.Error())
 	require.Nil(t, f.Response())
 	c.converged()
 	for _, n := range c.live() {
-		_, ok := n.state.GetByKey("fenced")
+		_, ok := n.FSM().GetByKey("fenced")
 		require.True(t, ok)
 	}
 }
@@ -368,8 +369,12 @@ func TestDataDirOfAnotherNodeRefused(t *testing.T) {
 	c.stop(n.ID())
 
 	cfg.NodeID = "n2"
-	_, err := New(cfg)
-	var mismatch *IdentityMismatchError
+	n2, err := cluster.New(cfg)
+	require.NoError(t, err, "cluster.New opens nothing")
+	err = n2.Start(context.Background())
+	<-n2.Done()
+	require.ErrorIs(t, n2.Err(), err, "a failed Start is why the node stopped")
+	var mismatch *cluster.IdentityMismatchError
 	require.ErrorAs(t, err, &mismatch)
 	require.Equal(t, "n1", mismatch.Stored)
 	require.Equal(t, "n2", mismatch.Requested)
@@ -390,7 +395,7 @@ func TestDevMode(t *testing.T) {
 	eng, err := func() (*engine.Engine, error) {
 		var eng *engine.Engine
 		var err error
-		require.Eventually(t, func() bool { eng, err = n.Engine(); return err == nil }, 5*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { eng, err = n.TestEngine(); return err == nil }, 5*time.Second, 5*time.Millisecond)
 		return eng, err
 	}()
 	require.NoError(t, err)
@@ -398,34 +403,37 @@ func TestDevMode(t *testing.T) {
 	dir := n.DataDir()
 	require.DirExists(t, dir)
 
-	subs, errs, err := eng.Submit(context.Background(), core.SubmitOne, []core.Spec{{Pool: "p", Kind: "k"}})
+	subs, errs, err := submitted(eng.Submit(context.Background(), core.SubmitOne, []core.Spec{{Template: fsm.Template{Pool: "p", Kind: "k"}}}))
 	require.NoError(t, err)
 	require.Empty(t, errs)
-	state, err := n.ConsistentState(context.Background())
+	state, err := n.ConsistentRead(context.Background())
 	require.NoError(t, err)
 	_, ok := state.Get(subs[0].ID)
 	require.True(t, ok)
-	require.Equal(t, HealthOK, n.Health().Status, "%v", n.Health().Reasons)
+	require.Equal(t, cluster.HealthOK, n.Health().Status, "%v", n.Health().Reasons)
 
 	c.stop(n.ID())
 	require.NoDirExists(t, dir)
-	require.NoError(t, n.Shutdown(context.Background()), "shutdown is idempotent")
-	_, err = n.Engine()
+	require.NoError(t, n.Stop(context.Background()), "stop is idempotent")
+	<-n.Done()
+	require.NoError(t, n.Err())
+	require.Error(t, n.Start(context.Background()), "a stopped node does not start again")
+	_, err = n.TestEngine()
 	require.Error(t, err)
-	require.True(t, errors.As(err, new(*NotLeaderError)))
+	require.True(t, errors.As(err, new(*cluster.NotLeaderError)))
 }
 
 // reconcilePasses waits until the leader has run at least k more
 // reconciliation passes.
-func reconcilePasses(t *testing.T, leader *Node, k uint64) {
+func reconcilePasses(t *testing.T, leader *cluster.Node, k uint64) {
 	t.Helper()
-	start := leader.reconcileRuns.Load()
-	require.Eventually(t, func() bool { return leader.reconcileRuns.Load() >= start+k }, 10*time.Second, 5*time.Millisecond)
+	start := leader.ReconcileRuns()
+	require.Eventually(t, func() bool { return leader.ReconcileRuns() >= start+k }, 10*time.Second, 5*time.Millisecond)
 }
 
 func TestMembership(t *testing.T) {
 	c := newTestCluster(t)
-	var cfgs []Config
+	var cfgs []cluster.Config
 	var join []string
 	for _, name := range []string{"n1", "n2", "n3"} {
 		cfg := c.config(name)
@@ -456,26 +464,26 @@ func TestMembership(t *testing.T) {
 	}, 10*time.Second, 2*time.Millisecond, "n4 never seen as a non-voter")
 	require.Eventually(t, func() bool { return peerMap(t, leader)["n4"] }, 10*time.Second, 10*time.Millisecond, "n4 not promoted")
 	c.converged()
-	_, ok := n4.state.GetByKey("before-n4")
+	_, ok := n4.FSM().GetByKey("before-n4")
 	require.True(t, ok, "n4 caught up")
 
 	// remove-peer: refused for an unknown id; shrinks the configuration;
 	// the node, still gossiping, is not added back.
 	err = leader.RemovePeer(ctx, "nope")
-	require.ErrorIs(t, err, ErrUnknownPeer)
-	var nle *NotLeaderError
+	require.ErrorIs(t, err, cluster.ErrUnknownPeer)
+	var nle *cluster.NotLeaderError
 	require.ErrorAs(t, n4.RemovePeer(ctx, "n4"), &nle, "only the leader removes peers")
 	require.Equal(t, leader.ID(), nle.LeaderID)
 	require.NoError(t, leader.RemovePeer(ctx, "n4"))
 	require.Equal(t, map[string]bool{"n1": true, "n2": true, "n3": true}, peerMap(t, leader))
 	reconcilePasses(t, leader, 3)
 	require.Equal(t, map[string]bool{"n1": true, "n2": true, "n3": true}, peerMap(t, leader))
-	m, ok := leader.members.get("n4")
+	m, ok := leader.Member("n4")
 	require.True(t, ok)
-	require.Equal(t, StatusAlive, m.Status, "n4 still gossips")
+	require.Equal(t, cluster.StatusAlive, m.Status, "n4 still gossips")
 	c.converged()
 	for _, n := range c.live() {
-		require.True(t, n.state.Tombstoned("n4"), "tombstone on %s", n.ID())
+		require.True(t, n.FSM().Tombstoned("n4"), "tombstone on %s", n.ID())
 	}
 
 	// Readmitted, it comes back as a voter.
@@ -493,7 +501,7 @@ func TestMembership(t *testing.T) {
 		target = "n2"
 	}
 	_, err = leader.TransferLeadership(ctx, "ghost")
-	require.ErrorIs(t, err, ErrUnknownPeer)
+	require.ErrorIs(t, err, cluster.ErrUnknownPeer)
 	got, err := leader.TransferLeadership(ctx, target)
 	require.NoError(t, err)
 	require.Equal(t, target, got)
@@ -513,8 +521,8 @@ func TestMembership(t *testing.T) {
 	c.stop("n5")
 	require.Eventually(t, func() bool {
 		_, in := peerMap(t, leader)["n5"]
-		m, _ := leader.members.get("n5")
-		return !in && m.Status == StatusLeft
+		m, _ := leader.Member("n5")
+		return !in && m.Status == cluster.StatusLeft
 	}, 10*time.Second, 10*time.Millisecond, "n5 did not leave")
 
 	// Four voters: a killed follower shows failed within seconds and is
@@ -523,19 +531,19 @@ func TestMembership(t *testing.T) {
 	c.stop(victim)
 	killedAt := time.Now()
 	require.Eventually(t, func() bool {
-		m, _ := leader.members.get(victim)
-		return m.Status == StatusFailed
+		m, _ := leader.Member(victim)
+		return m.Status == cluster.StatusFailed
 	}, 10*time.Second, 10*time.Millisecond, "%s not failed", victim)
 	t.Logf("failure detected after %s", time.Since(killedAt))
 	h := leader.Health()
-	require.Equal(t, HealthDegraded, h.Status)
+	require.Equal(t, cluster.HealthDegraded, h.Status)
 	require.Contains(t, fmt.Sprint(h.Reasons), "voter n4 is failed")
 	require.Eventually(t, func() bool {
 		_, in := peerMap(t, leader)[victim]
 		return !in
 	}, 15*time.Second, 10*time.Millisecond, "%s not removed", victim)
 	require.GreaterOrEqual(t, time.Since(killedAt), 2*time.Second, "removed before DeadServerTimeout")
-	require.Eventually(t, func() bool { return leader.Health().Status == HealthOK }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return leader.Health().Status == cluster.HealthOK }, 5*time.Second, 10*time.Millisecond)
 
 	// Three voters: a killed follower stays a voter (MinVoters 3).
 	var follower string
@@ -547,8 +555,8 @@ func TestMembership(t *testing.T) {
 	}
 	c.stop(follower)
 	require.Eventually(t, func() bool {
-		m, _ := leader.members.get(follower)
-		return m.Status == StatusFailed && time.Since(m.Since) > 2*time.Second
+		m, _ := leader.Member(follower)
+		return m.Status == cluster.StatusFailed && time.Since(m.Since) > 2*time.Second
 	}, 15*time.Second, 10*time.Millisecond)
 	reconcilePasses(t, leader, 3)
 	require.True(t, peerMap(t, leader)[follower], "%s removed below MinVoters", follower)
@@ -566,15 +574,15 @@ func TestEngineFailureReestablishes(t *testing.T) {
 	epoch := leader.Epoch()
 
 	// Move the epoch under the engine's feet: its next batch is fenced.
-	bump, err := fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: epoch + 1, Leader: "intruder", Time: fsm.Nanos(time.Now())})
+	bump, err := fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: epoch + 1, Leader: "intruder", Time: fsm.InstantOf(time.Now())})
 	require.NoError(t, err)
-	f := leader.raft.Apply(bump, 0)
+	f := leader.Raft().Apply(bump, 0)
 	require.NoError(t, f.Error())
 	require.Equal(t, epoch+1, f.Response())
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, _, err = eng.Submit(ctx, core.SubmitOne, []core.Spec{{Pool: "p", Kind: "k", Key: "fenced"}})
+	_, _, err = submitted(eng.Submit(ctx, core.SubmitOne, []core.Spec{{Template: fsm.Template{Pool: "p", Kind: "k"}, Key: "fenced"}}))
 	require.ErrorIs(t, err, fsm.ErrStaleEpoch, "the fenced batch fails its submitter")
 	<-eng.Done()
 	require.ErrorIs(t, eng.Err(), fsm.ErrStaleEpoch)
@@ -585,7 +593,7 @@ func TestEngineFailureReestablishes(t *testing.T) {
 	require.NotSame(t, eng, eng2)
 	id, err := c.submitKey(ctx, "fenced")
 	require.NoError(t, err)
-	state, err := leader.ConsistentState(ctx)
+	state, err := leader.ConsistentRead(ctx)
 	require.NoError(t, err)
 	task, ok := state.Get(id)
 	require.True(t, ok)
@@ -594,7 +602,7 @@ func TestEngineFailureReestablishes(t *testing.T) {
 	c.converged()
 }
 
-func countKeys(s *fsm.State, key string) int {
+func countKeys(s fsm.Reader, key string) int {
 	n := 0
 	tasks, _ := s.List(fsm.ListQuery{Limit: 1 << 20})
 	for _, t := range tasks {
@@ -606,7 +614,7 @@ func countKeys(s *fsm.State, key string) int {
 }
 
 // followerOf returns the id of a live node other than leader.
-func followerOf(t *testing.T, c *testCluster, leader *Node) string {
+func followerOf(t *testing.T, c *testCluster, leader *cluster.Node) string {
 	for _, n := range c.live() {
 		if n != leader {
 			return n.ID()
@@ -626,16 +634,13 @@ func TestLeaderLeaves(t *testing.T) {
 	defer cancel()
 	require.NoError(t, leader.Leave(ctx))
 	require.False(t, leader.IsLeader())
-	c.mu.Lock()
-	delete(c.nodes, leader.ID())
-	c.mu.Unlock()
+	c.stop(leader.ID())
 	next := c.leader()
 	require.NotContains(t, peerMap(t, next), leader.ID())
 	require.Eventually(t, func() bool {
-		m, _ := next.members.get(leader.ID())
-		return m.Status == StatusLeft
+		m, _ := next.Member(leader.ID())
+		return m.Status == cluster.StatusLeft
 	}, 10*time.Second, 10*time.Millisecond)
-	require.NoError(t, leader.Shutdown(ctx))
 	_, err := c.submitKey(ctx, "after-leave")
 	require.NoError(t, err)
 }

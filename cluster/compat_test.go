@@ -1,4 +1,4 @@
-package cluster
+package cluster_test
 
 import (
 	"archive/tar"
@@ -89,7 +89,7 @@ func TestV1DataDirStarts(t *testing.T) {
 	wantJSON, err := json.Marshal(want.records)
 	require.NoError(t, err)
 
-	v := n.state.View()
+	v := n.FSM().View()
 	require.Equal(t, want.Epoch+1, v.Epoch(), "the new leader bumped the epoch once")
 	require.JSONEq(t, string(wantJSON), recordsJSON(t, v))
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/cronoq/cronoq/engine"
+	"github.com/cronoq/cronoq/fsm"
+	"github.com/cronoq/cronoq/metrics"
 )
 
 // Default addresses of a node (CONTRACT.md).
@@ -116,6 +118,15 @@ type Config struct {
 
 	// Engine configures the engine the leader runs.
 	Engine engine.Config
+	// LogVersion is the newest log format the node understands and
+	// advertises (default fsm.LogVersion). Upgrade tests lower it to play a
+	// node of an older release: its state halts on entries that need more,
+	// and a leader does not write those while it is in the cluster.
+	LogVersion uint16
+	// Metrics, when set, receives the node's metrics: the replicated state
+	// at scrape time, leader changes, commits, and the status events of the
+	// terms this node leads.
+	Metrics *metrics.Metrics
 	// Logger is the root logger; raft, memberlist and the engine log
 	// through named sub-loggers. Default: hclog.Default().
 	Logger hclog.Logger
@@ -191,6 +202,9 @@ func (c Config) WithDefaults() Config {
 
 	if c.Logger == nil {
 		c.Logger = hclog.Default()
+	}
+	if c.LogVersion == 0 {
+		c.LogVersion = fsm.LogVersion
 	}
 	c.Join = append([]string(nil), c.Join...)
 	return c
@@ -272,6 +286,9 @@ func (c Config) Validate() error {
 		if j == "" {
 			return invalid(fmt.Sprintf("Join[%d]", i), "empty address")
 		}
+	}
+	if c.LogVersion > fsm.LogVersion {
+		return invalid("LogVersion", "%d is newer than this release's %d", c.LogVersion, fsm.LogVersion)
 	}
 	if c.MinVoters < 1 {
 		return invalid("MinVoters", "must be at least 1")

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
 
@@ -106,12 +107,24 @@ func (f fakeApply) Index() uint64 { return 0 }
 
 var _ raft.ApplyFuture = fakeApply{}
 
+// devNode starts a dev node on ports the kernel picks, stopped when the
+// test ends, and waits until it serves as leader.
+func devNode(t *testing.T) *Node {
+	cfg := Config{
+		NodeID: "m1", DataDir: t.TempDir(), Dev: true,
+		RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:1",
+		NoSync: true, Logger: hclog.NewNullLogger(),
+	}.WithTestTimings()
+	n, err := New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, n.Start(context.Background()))
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	require.Eventually(t, func() bool { _, err := n.Leading(); return err == nil }, 10*time.Second, 5*time.Millisecond)
+	return n
+}
+
 func TestApplyErrorMapping(t *testing.T) {
-	c := newTestCluster(t)
-	cfg := c.config("m1")
-	cfg.Dev = true
-	n := c.start(cfg)
-	c.leader()
+	n := devNode(t)
 
 	rejected := errors.New("rejected by the FSM")
 	for _, tc := range []struct {

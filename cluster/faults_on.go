@@ -4,9 +4,11 @@ package cluster
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,32 +54,71 @@ func (n *Node) FaultClock() *FaultClock { return n.faults.clock }
 // FaultDisk returns the controls of the node's raft store delays.
 func (n *Node) FaultDisk() *FaultDisk { return n.faults.disk }
 
-// ApplyStaleEpochBatch appends through raft, on the leader, a commit batch of
-// muts stamped with the epoch before the current one, as an engine deposed
-// by this leader could have left in flight, and returns the epoch it used and
-// the FSM's answer: nil when the batch was applied, the error it was refused
-// with otherwise (a correct FSM refuses it with fsm.ErrStaleEpoch). The batch
-// time is the engine's clock. The error is about appending the batch: a
-// *NotLeaderError when this node does not lead with a serving engine.
-func (n *Node) ApplyStaleEpochBatch(ctx context.Context, muts []fsm.Mutation) (stale uint64, answer error, err error) {
+// StaleInsert is what ApplyStaleInsert did.
+type StaleInsert struct {
+	ID     string // the task the batch inserts
+	Epoch  uint64 // the stale epoch the batch carries
+	Answer error  // the FSM's answer: nil when it applied the batch
+}
+
+// ApplyStaleInsert is the stale-insert failpoint (leader only): it appends
+// through raft a commit batch stamped with the epoch before the current one,
+// holding the insert of a queued task of pool, key and kind, as an engine
+// deposed by this leader could have left in flight. A correct FSM refuses it
+// as stale; an Answer of nil means the task now exists although no client
+// submitted it.
+func (n *Node) ApplyStaleInsert(ctx context.Context, pool, key, kind string) (StaleInsert, error) {
 	epoch := n.Epoch()
 	if epoch == 0 {
-		return 0, nil, n.notLeader(nil)
+		return StaleInsert{}, n.notLeader(nil)
 	}
-	stale = epoch - 1
-	data, err := fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: stale, Time: fsm.Nanos(n.now()), Mutations: muts})
+	out := StaleInsert{Epoch: epoch - 1}
+	now := fsm.InstantOf(n.now())
+	out.ID = staleProbeID(now, out.Epoch)
+	task := &fsm.Task{
+		ID:       out.ID,
+		Template: fsm.Template{Pool: pool, Kind: kind, Priority: fsm.PriorityNormal, MaxAttempts: 1},
+		Key:      key, RunAt: now, Status: fsm.StatusQueued, SubmittedAt: now, UpdatedAt: now,
+	}
+	data, err := fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: out.Epoch, Time: now, Mutations: []fsm.Mutation{{Insert: task}}})
 	if err != nil {
-		return stale, nil, fmt.Errorf("encoding a batch of epoch %d: %w", stale, err)
+		return out, fmt.Errorf("encoding a batch of epoch %d: %w", out.Epoch, err)
 	}
 	resp, err := n.applyAwait(ctx, data)
 	if err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrLeadershipTransferInProgress) {
-			return stale, nil, n.notLeader(err)
+			return out, n.notLeader(err)
 		}
-		return stale, nil, fmt.Errorf("appending a batch of epoch %d: %w", stale, err)
+		return out, fmt.Errorf("appending a batch of epoch %d: %w", out.Epoch, err)
 	}
-	answer, _ = resp.(error)
-	return stale, answer, nil
+	out.Answer, _ = resp.(error)
+	return out, nil
+}
+
+// staleProbeID is a task id in the engine's layout (26 Crockford base32
+// characters of [6 bytes unix ms][4 bytes epoch][6 bytes sequence]) for the
+// stale-insert failpoint. Its sequence has the top bit set and random low
+// bits, so no engine's id (sequences count from 1) nor an earlier probe's has
+// it.
+func staleProbeID(at fsm.Instant, epoch uint64) string {
+	const alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+	ms := uint64(int64(at) / int64(time.Millisecond))
+	seq := 1<<47 | rand.Uint64()&(1<<47-1)
+	var b, tmp [8]byte
+	var id [16]byte
+	binary.BigEndian.PutUint64(tmp[:], ms)
+	copy(id[0:6], tmp[2:8])
+	binary.BigEndian.PutUint32(id[6:10], uint32(epoch))
+	binary.BigEndian.PutUint64(b[:], seq)
+	copy(id[10:16], b[2:8])
+	hi, lo := binary.BigEndian.Uint64(id[:8]), binary.BigEndian.Uint64(id[8:])
+	var out [26]byte
+	for i := len(out) - 1; i >= 0; i-- {
+		out[i] = alphabet[lo&31]
+		lo = lo>>5 | hi<<59
+		hi >>= 5
+	}
+	return string(out[:])
 }
 
 // ---------------------------------------------------------------------------

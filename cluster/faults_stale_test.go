@@ -16,30 +16,23 @@ import (
 // A batch stamped with the epoch before the leader's goes through raft and
 // the FSM refuses it as stale: nothing of it is applied, and the engine
 // goes on committing.
-func TestApplyStaleEpochBatchRefused(t *testing.T) {
-	c := newTestCluster(t)
-	cfg := c.config("d1")
-	cfg.DataDir = ""
-	cfg.Dev = true
-	n := c.start(cfg)
+func TestApplyStaleInsertRefused(t *testing.T) {
+	n := devNode(t)
 	eng := waitEngine(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	epoch := n.Epoch()
 	require.Positive(t, epoch)
 
-	now := fsm.Nanos(time.Now())
-	id := "01J00000000000000000000001"
-	ins := fsm.Mutation{Insert: &fsm.Task{ID: id, Pool: "p", Kind: "k", Key: "stale", Status: fsm.StatusQueued, SubmittedAt: now}}
-	stale, answer, err := n.ApplyStaleEpochBatch(ctx, []fsm.Mutation{ins})
+	probe, err := n.ApplyStaleInsert(ctx, "p", "stale", "probe")
 	require.NoError(t, err)
-	require.Equal(t, epoch-1, stale)
-	require.ErrorIs(t, answer, fsm.ErrStaleEpoch)
-	_, ok := n.state.Get(id)
+	require.Equal(t, epoch-1, probe.Epoch)
+	require.ErrorIs(t, probe.Answer, fsm.ErrStaleEpoch)
+	_, ok := n.state.Get(probe.ID)
 	require.False(t, ok)
 	require.Equal(t, epoch, n.state.Epoch())
 
-	subs, _, err := eng.Submit(ctx, core.SubmitOne, []core.Spec{{Pool: "p", Kind: "k", Key: "stale"}})
+	subs, _, err := submitted(eng.Submit(ctx, core.SubmitOne, []core.Spec{{Template: fsm.Template{Pool: "p", Kind: "k"}, Key: "stale"}}))
 	require.NoError(t, err)
 	require.False(t, subs[0].Duplicate)
 	require.Equal(t, epoch, n.Epoch())

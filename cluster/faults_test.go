@@ -78,15 +78,11 @@ func TestFaultClockOffsetAndRate(t *testing.T) {
 // The injected offset is what the engine sees as now: a task delayed by an
 // hour becomes due as soon as the clock is moved two hours ahead.
 func TestFaultClockFeedsEngine(t *testing.T) {
-	c := newTestCluster(t)
-	cfg := c.config("d1")
-	cfg.DataDir = ""
-	cfg.Dev = true
-	n := c.start(cfg)
+	n := devNode(t)
 	eng := waitEngine(t, n)
 	ctx := context.Background()
 
-	subs, _, err := eng.Submit(ctx, core.SubmitOne, []core.Spec{{Pool: "p", Kind: "later", Delay: time.Hour}})
+	subs, _, err := submitted(eng.Submit(ctx, core.SubmitOne, []core.Spec{{Template: fsm.Template{Pool: "p", Kind: "later"}, Delay: time.Hour}}))
 	require.NoError(t, err)
 	later := subs[0].ID
 	task, ok := n.state.Get(later)
@@ -96,14 +92,14 @@ func TestFaultClockFeedsEngine(t *testing.T) {
 	require.NoError(t, n.FaultClock().Set(2*time.Hour, 1))
 	// The engine reads the clock at its next step.
 	before := time.Now()
-	subs, _, err = eng.Submit(ctx, core.SubmitOne, []core.Spec{{Pool: "p", Kind: "now"}})
+	subs, _, err = submitted(eng.Submit(ctx, core.SubmitOne, []core.Spec{{Template: fsm.Template{Pool: "p", Kind: "now"}}}))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		task, _ := n.state.Get(later)
 		return task.Status == fsm.StatusQueued
 	}, 5*time.Second, 5*time.Millisecond, "the delayed task did not become due")
 	task, _ = n.state.Get(subs[0].ID)
-	require.False(t, fsm.Time(task.SubmittedAt).Before(before.Add(2*time.Hour)), "submitted at %s", fsm.Time(task.SubmittedAt))
+	require.False(t, task.SubmittedAt.Time().Before(before.Add(2*time.Hour)), "submitted at %s", task.SubmittedAt.Time())
 
 	require.NoError(t, n.FaultClock().Set(0, 1))
 	require.WithinDuration(t, time.Now(), n.now(), time.Minute)
@@ -114,7 +110,7 @@ func waitEngine(t *testing.T, n *Node) *engine.Engine {
 	var eng *engine.Engine
 	require.Eventually(t, func() bool {
 		var err error
-		eng, err = n.Engine()
+		eng, err = n.engine()
 		return err == nil
 	}, 10*time.Second, 5*time.Millisecond, "node never served")
 	return eng
@@ -123,14 +119,10 @@ func waitEngine(t *testing.T, n *Node) *engine.Engine {
 // Every raft log write of the node waits the injected delay, so every
 // commit takes at least that long.
 func TestFaultDiskDelaysCommits(t *testing.T) {
-	c := newTestCluster(t)
-	cfg := c.config("d1")
-	cfg.DataDir = ""
-	cfg.Dev = true
-	n := c.start(cfg)
+	n := devNode(t)
 	eng := waitEngine(t, n)
 	ctx := context.Background()
-	_, _, err := eng.Submit(ctx, core.SubmitOne, []core.Spec{{Pool: "p", Kind: "k"}})
+	_, _, err := submitted(eng.Submit(ctx, core.SubmitOne, []core.Spec{{Template: fsm.Template{Pool: "p", Kind: "k"}}}))
 	require.NoError(t, err)
 
 	const delay = 30 * time.Millisecond
@@ -139,7 +131,7 @@ func TestFaultDiskDelaysCommits(t *testing.T) {
 	before, disk0 := eng.Stats(), d.Stats()
 	const commits = 3
 	for range commits {
-		_, _, err := eng.Submit(ctx, core.SubmitOne, []core.Spec{{Pool: "p", Kind: "k"}})
+		_, _, err := submitted(eng.Submit(ctx, core.SubmitOne, []core.Spec{{Template: fsm.Template{Pool: "p", Kind: "k"}}}))
 		require.NoError(t, err)
 	}
 	after, disk1 := eng.Stats(), d.Stats()
@@ -154,7 +146,7 @@ func TestFaultDiskDelaysCommits(t *testing.T) {
 	// Reset: writes go straight through again.
 	d.Set(0, 0)
 	disk2 := d.Stats()
-	_, _, err = eng.Submit(ctx, core.SubmitOne, []core.Spec{{Pool: "p", Kind: "k"}})
+	_, _, err = submitted(eng.Submit(ctx, core.SubmitOne, []core.Spec{{Template: fsm.Template{Pool: "p", Kind: "k"}}}))
 	require.NoError(t, err)
 	disk3 := d.Stats()
 	require.Greater(t, disk3.Writes, disk2.Writes)
@@ -205,4 +197,12 @@ func TestFaultDiskStall(t *testing.T) {
 	require.Zero(t, s.StallRemaining)
 	require.NoError(t, stable.Set([]byte("k"), []byte("v2")))
 	require.Equal(t, s.Stalled, d.Stats().Stalled, "a stall blocks only until it ends")
+}
+
+// submitted splits a submit's answer the way the tests read it.
+func submitted(res *core.SubmitResult, err error) ([]core.Submitted, []error, error) {
+	if res == nil {
+		return nil, nil, err
+	}
+	return res.Tasks, res.Errs, err
 }

@@ -89,11 +89,15 @@ type Health struct {
 const (
 	HealthOK       = "ok"
 	HealthDegraded = "degraded"
+	// HealthFailed: the node stopped applying the raft log at an entry it
+	// cannot apply (a newer release wrote it); it must be upgraded.
+	HealthFailed = "failed"
 )
 
-// Health reports this node's health. Status is degraded, with reasons, when
-// no leader is known, this leader is not serving yet, a voter is not alive
-// in gossip, or a background loop keeps failing.
+// Health reports this node's health. Status is failed when the node
+// stopped applying the raft log (see fsm.HaltError), degraded, with
+// reasons, when no leader is known, this leader is not serving yet, a voter
+// is not alive in gossip, or a background loop keeps failing.
 func (n *Node) Health() Health {
 	leader, leaderHTTP := n.Leader()
 	state := n.raft.State()
@@ -143,6 +147,10 @@ func (n *Node) Health() Health {
 	h.Status = HealthOK
 	if len(h.Reasons) > 0 {
 		h.Status = HealthDegraded
+	}
+	if halt := n.state.Halted(); halt != nil {
+		h.Status = HealthFailed
+		h.Reasons = append([]string{halt.Error()}, h.Reasons...)
 	}
 	return h
 }

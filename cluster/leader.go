@@ -85,6 +85,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 	var (
 		eng     *engine.Engine
 		engDone <-chan struct{}
+		version versionSync
 	)
 	for {
 		if engDone == nil {
@@ -109,6 +110,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 			}
 			n.loops.leadership.ok()
 			engDone = eng.Done()
+			version = versionSync{}
 		}
 
 		if err := n.reconcile(ctx, rs); err != nil && ctx.Err() == nil {
@@ -117,6 +119,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		} else if err == nil {
 			n.loops.reconcile.ok()
 		}
+		version.sync(ctx, n, eng)
 
 		select {
 		case <-ctx.Done():
@@ -191,7 +194,7 @@ func (n *Node) establish(ctx context.Context) (*engine.Engine, error) {
 		return nil, fmt.Errorf("barrier: %w", err)
 	}
 	next := n.state.Epoch() + 1
-	data, err := fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: next, Leader: n.id, Time: fsm.Nanos(n.now())})
+	data, err := fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: next, Leader: n.id, Time: fsm.InstantOf(n.now())})
 	if err != nil {
 		return nil, fmt.Errorf("encoding epoch bump: %w", err)
 	}
@@ -213,6 +216,7 @@ func (n *Node) establish(ctx context.Context) (*engine.Engine, error) {
 	if ccfg.Seed == 0 {
 		ccfg.Seed = randomSeed()
 	}
+	ccfg.LogVersion = n.logVersion()
 	c, err := core.Recover(ccfg, n.state.View(), epoch, n.now())
 	if err != nil {
 		return nil, fmt.Errorf("recovering engine at epoch %d: %w", epoch, err)
@@ -222,26 +226,46 @@ func (n *Node) establish(ctx context.Context) (*engine.Engine, error) {
 	if ecfg.Logger == nil {
 		ecfg.Logger = n.logger.Named("engine")
 	}
+	if m := n.cfg.Metrics; m != nil {
+		onCommit := ecfg.OnCommit
+		ecfg.OnCommit = func(ci engine.CommitInfo) {
+			observeCommit(m, ci)
+			if onCommit != nil {
+				onCommit(ci)
+			}
+		}
+	}
 	eng := engine.New(ecfg, c, raftLog{n: n})
+	var feed *termFeed
+	if n.cfg.Metrics != nil {
+		feed = feedTerm(eng, n.cfg.Metrics) // subscribed before any event
+	}
 	if err := eng.Start(ctx); err != nil {
+		_ = eng.Stop(ctx)
+		if feed != nil {
+			feed.wait()
+		}
 		return nil, fmt.Errorf("starting engine at epoch %d: %w", epoch, err)
 	}
 	n.mu.Lock()
-	n.eng, n.epoch, n.ready = eng, epoch, true
+	n.eng, n.epoch, n.ready, n.feed = eng, epoch, true, feed
 	n.mu.Unlock()
 	n.logger.Info("leadership established", "epoch", epoch)
 	return eng, nil
 }
 
 // revoke stops serving: it clears readiness, then stops the engine and waits
-// for it.
+// for it and for the term's metrics feed.
 func (n *Node) revoke() {
 	n.mu.Lock()
-	eng := n.eng
-	n.eng, n.ready = nil, false
+	eng, feed := n.eng, n.feed
+	n.eng, n.ready, n.feed = nil, false, nil
 	n.mu.Unlock()
 	if eng != nil {
-		eng.Stop()
+		_ = eng.Stop(context.Background()) // bounded by the engine's stop grace
+	}
+	if feed != nil {
+		feed.wait()
 	}
 }
 
@@ -253,18 +277,6 @@ func randomSeed() uint64 {
 		return uint64(time.Now().UnixNano())
 	}
 	return binary.LittleEndian.Uint64(b[:])
-}
-
-// Engine returns the engine of this node while it is the leader and ready
-// to serve, or a *NotLeaderError naming the leader.
-func (n *Node) Engine() (*engine.Engine, error) {
-	n.mu.Lock()
-	eng, ready := n.eng, n.ready
-	n.mu.Unlock()
-	if eng != nil && ready && n.raft.State() == raft.Leader {
-		return eng, nil
-	}
-	return nil, n.notLeader(nil)
 }
 
 // Epoch returns the epoch of this node's engine while it leads and is ready
@@ -298,7 +310,7 @@ func (n *Node) notLeader(cause error) *NotLeaderError {
 
 // requireReady returns nil when this node leads and its engine is serving.
 func (n *Node) requireReady() error {
-	_, err := n.Engine()
+	_, err := n.engine()
 	return err
 }
 

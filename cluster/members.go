@@ -38,6 +38,7 @@ type Member struct {
 	BootstrapExpect int
 	HasRaftState    bool
 	Applied         uint64 // raft applied index, published while not a voter
+	LogVersion      uint16 // newest log format it understands (1 for releases that did not say)
 
 	leaving bool      // its last metadata announced a leave
 	lastAck time.Time // this node's last direct probe ack from it
@@ -102,12 +103,13 @@ func (t *memberTable) observe(n *memberlist.Node, status MemberStatus) {
 		m.BootstrapExpect = meta.Expect
 		m.HasRaftState = meta.HasState
 		m.Applied = meta.Applied
+		m.LogVersion = max(meta.LogVersion, 1)
 		m.leaving = meta.Leaving
 	} else if status == StatusAlive {
 		// An alive node reports its current metadata; one that is not
 		// decodable is not a cronoq node (or is broken).
 		m.RaftAddr, m.HTTPAddr, m.Version = "", "", ""
-		m.BootstrapExpect, m.HasRaftState, m.Applied, m.leaving = 0, false, 0, false
+		m.BootstrapExpect, m.HasRaftState, m.Applied, m.LogVersion, m.leaving = 0, false, 0, 0, false
 	}
 	if status == StatusFailed && m.leaving {
 		status = StatusLeft

@@ -1,11 +1,12 @@
 package cluster
 
+//go:generate go run github.com/tinylib/msgp@v1.6.5 -file meta.go -o meta_gen.go -tests=false -io=false -unexported
+
 import (
 	"errors"
 	"fmt"
 
 	"github.com/hashicorp/memberlist"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // metaVersion is the first byte of the gossip metadata of a cronoq node. A
@@ -35,17 +36,17 @@ type nodeMeta struct {
 	// publishes this intent before it leaves, as serf does with its leave
 	// intents, and others record it as left rather than failed.
 	Leaving bool `msgpack:"lv,omitempty"`
+	// LogVersion is the newest log format the node understands (see
+	// fsm.LogVersion). Releases before it advertised none: 1.
+	LogVersion uint16 `msgpack:"fv,omitempty"`
 }
 
 // encodeMeta encodes m and checks that it fits memberlist's limit.
 func encodeMeta(m nodeMeta) ([]byte, error) {
-	b, err := msgpack.Marshal(&m)
+	out, err := m.MarshalMsg([]byte{metaVersion})
 	if err != nil {
 		return nil, fmt.Errorf("encoding node meta: %w", err)
 	}
-	out := make([]byte, 0, len(b)+1)
-	out = append(out, metaVersion)
-	out = append(out, b...)
 	if len(out) > memberlist.MetaMaxSize {
 		return nil, fmt.Errorf("encoding node meta: %d bytes exceeds the gossip limit of %d (shorten the node id or addresses)",
 			len(out), memberlist.MetaMaxSize)
@@ -59,8 +60,12 @@ func decodeMeta(b []byte) (nodeMeta, error) {
 	if len(b) == 0 || b[0] != metaVersion {
 		return m, errNotCronoq
 	}
-	if err := msgpack.Unmarshal(b[1:], &m); err != nil {
+	rest, err := m.UnmarshalMsg(b[1:])
+	if err != nil {
 		return m, fmt.Errorf("decoding node meta: %w", err)
+	}
+	if len(rest) != 0 {
+		return m, fmt.Errorf("decoding node meta: %d bytes after it", len(rest))
 	}
 	if m.ID == "" || m.RaftAddr == "" {
 		return m, fmt.Errorf("decoding node meta: %w: missing id or raft address", errNotCronoq)

@@ -64,26 +64,35 @@ type Node struct {
 	bootstrapCh chan struct{}
 	transferCh  chan transferRequest
 
-	shutdownCh   chan struct{}
-	loopsWG      sync.WaitGroup // join, bootstrap and meta loops
-	leaderWG     sync.WaitGroup // the leadership monitor
-	futures      waiters        // goroutines waiting on raft futures
-	shutdownOnce sync.Once
-	shutdownErr  error
+	shutdownCh chan struct{}
+	loopsWG    sync.WaitGroup // join, bootstrap and meta loops
+	leaderWG   sync.WaitGroup // the leadership monitor
+	futures    waiters        // goroutines waiting on raft futures
+
+	// Lifecycle: lifeMu serializes Start and Stop; stopped is closed once
+	// the node has stopped (or its Start failed).
+	lifeMu   sync.Mutex
+	started  bool
+	startErr error
+	stopErr  error
+	stopOnce sync.Once
+	stopped  chan struct{}
 
 	mu    sync.Mutex // guards the leader state below
 	eng   *engine.Engine
+	feed  *termFeed // the metrics feed of the term
 	ready bool
 	epoch uint64
+
+	leaderWatch *leaderWatch // counts leader changes into the metrics
 
 	loops         loopSet
 	reconcileRuns atomic.Uint64
 	left          atomic.Bool
 }
 
-// New starts a node: it opens (or creates) the data directory, starts raft
-// and gossip, and begins joining, bootstrapping and watching leadership. It
-// returns once the node is running; it does not wait for a cluster to form.
+// New builds a node from cfg (with defaults applied) after checking it. It
+// opens nothing: Start does.
 func New(cfg Config) (*Node, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -96,11 +105,40 @@ func New(cfg Config) (*Node, error) {
 		bootstrapCh: make(chan struct{}, 1),
 		transferCh:  make(chan transferRequest),
 		shutdownCh:  make(chan struct{}),
+		stopped:     make(chan struct{}),
 	}
 	n.futures.init()
 	n.faults = newFaults(&n.cfg)
 	n.loops = newLoopSet(time.Now)
+	return n, nil
+}
 
+// Start opens (or creates) the data directory, starts raft and gossip, and
+// begins joining, bootstrapping and watching leadership. It returns once the
+// node runs; it does not wait for a cluster to form. It may be called once;
+// a node whose Start failed holds nothing open. ctx bounds nothing after
+// Start returns: Stop stops the node.
+func (n *Node) Start(ctx context.Context) error {
+	n.lifeMu.Lock()
+	defer n.lifeMu.Unlock()
+	if n.started {
+		return errors.New("starting node: already started or stopped")
+	}
+	n.started = true
+	err := ctx.Err()
+	if err == nil {
+		err = n.open()
+	}
+	if err != nil {
+		n.startErr = err
+		n.stopOnce.Do(func() { close(n.stopped) })
+	}
+	return err
+}
+
+// open does the work of Start.
+func (n *Node) open() error {
+	cfg := n.cfg
 	var cleanup []func()
 	ok := false
 	defer func() {
@@ -115,17 +153,17 @@ func New(cfg Config) (*Node, error) {
 	if n.dataDir == "" {
 		dir, err := os.MkdirTemp("", "cronoq-dev-")
 		if err != nil {
-			return nil, fmt.Errorf("creating dev data dir: %w", err)
+			return fmt.Errorf("creating dev data dir: %w", err)
 		}
 		n.dataDir, n.removeDataDir = dir, true
 		cleanup = append(cleanup, func() { os.RemoveAll(dir) })
 	}
 	if err := os.MkdirAll(n.dataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating data dir: %w", err)
+		return fmt.Errorf("creating data dir: %w", err)
 	}
 	id, err := resolveNodeID(n.dataDir, cfg.NodeID)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	n.id = id
 	n.logger = cfg.Logger.With("node", id)
@@ -133,7 +171,7 @@ func New(cfg Config) (*Node, error) {
 	// Raft storage.
 	raftDir := filepath.Join(n.dataDir, "raft")
 	if err := os.MkdirAll(raftDir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating raft dir: %w", err)
+		return fmt.Errorf("creating raft dir: %w", err)
 	}
 	store, err := raftboltdb.New(raftboltdb.Options{
 		Path:                    filepath.Join(raftDir, "raft.db"),
@@ -142,24 +180,24 @@ func New(cfg Config) (*Node, error) {
 		MsgpackUseNewTimeFormat: true,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("opening raft log store: %w", err)
+		return fmt.Errorf("opening raft log store: %w", err)
 	}
 	n.store = store
 	cleanup = append(cleanup, func() { store.Close() })
 	logs, err := raft.NewLogCache(raftLogCacheSize, n.faults.logStore(store))
 	if err != nil {
-		return nil, fmt.Errorf("creating raft log cache: %w", err)
+		return fmt.Errorf("creating raft log cache: %w", err)
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(raftDir, snapshotsRetained, n.logger.Named("snapshot"))
 	if err != nil {
-		return nil, fmt.Errorf("opening snapshot store: %w", err)
+		return fmt.Errorf("opening snapshot store: %w", err)
 	}
 
 	// Raft transport.
 	raftBind, _ := parseHostPort(cfg.RaftAddr) // checked by Validate
 	stream, err := newStreamLayer(raftBind)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	n.stream = stream
 	n.raftAddr = stream.Addr().String()
@@ -178,23 +216,27 @@ func New(cfg Config) (*Node, error) {
 	stable := n.faults.stableStore(store)
 	hasState, err := raft.HasExistingState(logs, stable, snaps)
 	if err != nil {
-		return nil, fmt.Errorf("checking raft state: %w", err)
+		return fmt.Errorf("checking raft state: %w", err)
 	}
 	if cfg.Dev && !hasState {
 		conf := raft.Configuration{Servers: []raft.Server{{
 			Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(n.raftAddr),
 		}}}
 		if err := raft.BootstrapCluster(rc, logs, stable, snaps, n.trans, conf); err != nil {
-			return nil, fmt.Errorf("bootstrapping dev node: %w", err)
+			return fmt.Errorf("bootstrapping dev node: %w", err)
 		}
 		hasState = true
 	}
-	n.state = fsm.New()
+	n.state = fsm.NewVersion(cfg.LogVersion)
 	rfsm := fsm.NewRaftFSM(n.state)
 	rfsm.SetRestoreGuard(staleSnapshotGuard(logs, n.logger.Named("fsm")))
+	rfsm.SetHaltHandler(func(h *fsm.HaltError) {
+		n.logger.Error("FATAL: this node cannot apply the raft log and stops applying it until it runs a release that can",
+			"index", h.Index, "needs_log_version", h.Need, "log_version", h.Version, "error", h.Err)
+	})
 	r, err := raft.NewRaft(rc, rfsm, logs, stable, snaps, n.trans)
 	if err != nil {
-		return nil, fmt.Errorf("starting raft: %w", err)
+		return fmt.Errorf("starting raft: %w", err)
 	}
 	n.raft = r
 	cleanup = append(cleanup, func() { r.Shutdown().Error() })
@@ -206,19 +248,19 @@ func New(cfg Config) (*Node, error) {
 	n.gossip = &gossipDelegate{table: n.members}
 	n.meta = nodeMeta{
 		ID: id, RaftAddr: n.raftAddr, HTTPAddr: cfg.HTTPAddr, Version: cfg.Version,
-		Expect: cfg.BootstrapExpect, HasState: hasState,
+		Expect: cfg.BootstrapExpect, HasState: hasState, LogVersion: cfg.LogVersion,
 	}
 	if cfg.Dev {
 		n.meta.Expect = 0 // bootstrapped above; never counted by others
 	}
 	if err := n.publishMeta(n.meta); err != nil {
-		return nil, err
+		return err
 	}
 	gossipBind, _ := parseHostPort(cfg.GossipAddr)
 	mlLogger := n.logger.Named("memberlist").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
 	gt, err := newGossipTransport(gossipBind, mlLogger)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = id
@@ -246,7 +288,7 @@ func New(cfg Config) (*Node, error) {
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		gt.Shutdown()
-		return nil, fmt.Errorf("starting gossip: %w", err)
+		return fmt.Errorf("starting gossip: %w", err)
 	}
 	n.ml = ml
 
@@ -254,6 +296,10 @@ func New(cfg Config) (*Node, error) {
 	n.logger.Info("node started", "raft_addr", n.raftAddr, "gossip_addr", n.gossipAddr,
 		"http_addr", cfg.HTTPAddr, "has_state", hasState, "dev", cfg.Dev)
 
+	if m := cfg.Metrics; m != nil {
+		m.SetSource(metricsSource{n})
+		n.leaderWatch = watchLeader(n.raft, m)
+	}
 	n.leaderWG.Add(1)
 	go n.monitorLeadership()
 	n.loopsWG.Add(1)
@@ -266,7 +312,7 @@ func New(cfg Config) (*Node, error) {
 		n.loopsWG.Add(1)
 		go n.joinLoop(cfg.Join)
 	}
-	return n, nil
+	return nil
 }
 
 // ID returns the node id.
@@ -328,15 +374,37 @@ func (n *Node) membershipChanged() {
 	}
 }
 
-// Shutdown stops the node. If it leads, it first hands leadership to another
+// Stop stops the node. If it leads, it first hands leadership to another
 // voter; it stops the engine, leaves the cluster if LeaveOnTerminate (gossip
 // leave and removal from the raft configuration), then stops gossip and raft
 // and closes the stores. The node stays in the raft configuration otherwise.
-// Shutdown is idempotent; later calls return the first call's result. ctx
+// Stop is idempotent; later calls return the first call's result. ctx
 // bounds the hand-off and the leave, not the closing of local resources.
-func (n *Node) Shutdown(ctx context.Context) error {
-	n.shutdownOnce.Do(func() { n.shutdownErr = n.shutdown(ctx) })
-	return n.shutdownErr
+func (n *Node) Stop(ctx context.Context) error {
+	n.lifeMu.Lock()
+	defer n.lifeMu.Unlock()
+	n.stopOnce.Do(func() {
+		if n.started && n.startErr == nil {
+			n.stopErr = n.shutdown(ctx)
+		}
+		n.started = true // a later Start is refused
+		close(n.stopped)
+	})
+	return n.stopErr
+}
+
+// Done is closed once the node has stopped (or its Start failed).
+func (n *Node) Done() <-chan struct{} { return n.stopped }
+
+// Err returns why the node stopped: the error of its Start or of its Stop;
+// nil while it runs and after a clean stop.
+func (n *Node) Err() error {
+	n.lifeMu.Lock()
+	defer n.lifeMu.Unlock()
+	if n.startErr != nil {
+		return n.startErr
+	}
+	return n.stopErr
 }
 
 func (n *Node) shutdown(ctx context.Context) error {
@@ -369,6 +437,9 @@ func (n *Node) shutdown(ctx context.Context) error {
 	}
 	if err := n.raft.Shutdown().Error(); err != nil {
 		errs = append(errs, fmt.Errorf("stopping raft: %w", err))
+	}
+	if n.leaderWatch != nil {
+		n.leaderWatch.stop()
 	}
 	select {
 	case <-drain:

@@ -101,9 +101,9 @@ func (n *Node) commitTombstone(ctx context.Context, id string, clear bool) error
 		var data []byte
 		data, err = fsm.EncodeCommitBatch(&fsm.CommitBatch{
 			Epoch: epoch,
-			Time:  fsm.Nanos(now),
+			Time:  fsm.InstantOf(now),
 			Mutations: []fsm.Mutation{{Tombstone: &fsm.Tombstone{
-				NodeID: id, At: fsm.Nanos(now), Remove: clear,
+				NodeID: id, At: fsm.InstantOf(now), Remove: clear,
 			}}},
 		})
 		if err != nil {
@@ -145,7 +145,8 @@ func (n *Node) configServer(id string) (raft.Server, bool) {
 
 // TransferLeadership hands leadership to voter id, or to the most up to date
 // voter when id is empty (leader only), and returns the id of the new
-// leader once one is known. The engine stops before the transfer (writes
+// leader once one is known. An id that is not in the configuration is
+// refused with ErrUnknownPeer, one that is not a voter as invalid. The engine stops before the transfer (writes
 // during a transfer fail); if the transfer fails this node re-establishes
 // its leadership. Transferring to the current leader is a no-op.
 func (n *Node) TransferLeadership(ctx context.Context, id string) (string, error) {
@@ -162,7 +163,7 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) (string, error
 			return "", fmt.Errorf("transferring leadership to %q: %w", id, ErrUnknownPeer)
 		}
 		if s.Suffrage != raft.Voter {
-			return "", fmt.Errorf("transferring leadership to %q: not a voter", id)
+			return "", Invalid("id", "%s is not a voter", id)
 		}
 		req.id, req.addr = s.ID, s.Address
 	}
@@ -193,10 +194,10 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) (string, error
 	return leader, nil
 }
 
-// ConsistentState returns the replicated state for a linearizable read:
+// consistentState returns the replicated state for a linearizable read:
 // this node must lead, be ready (its barrier passed) and still hold a
 // quorum (VerifyLeader). Otherwise a *NotLeaderError.
-func (n *Node) ConsistentState(ctx context.Context) (*fsm.State, error) {
+func (n *Node) consistentState(ctx context.Context) (*fsm.State, error) {
 	if err := n.requireReady(); err != nil {
 		return nil, err
 	}
@@ -222,9 +223,9 @@ type Staleness struct {
 	AppliedIndex uint64
 }
 
-// StaleState returns the local replicated state, which may lag the leader,
+// staleState returns the local replicated state, which may lag the leader,
 // with how stale it may be.
-func (n *Node) StaleState() (*fsm.State, Staleness) {
+func (n *Node) staleState() (*fsm.State, Staleness) {
 	_, leader := n.raft.LeaderWithID()
 	st := Staleness{
 		IsLeader:     n.raft.State() == raft.Leader,
@@ -254,6 +255,13 @@ func (n *Node) Barrier(ctx context.Context) (uint64, [32]byte, error) {
 		}
 		return 0, [32]byte{}, fmt.Errorf("barrier: %w", err)
 	}
+	return n.Hash()
+}
+
+// Hash returns the applied index of this node's replica and the SHA-256 of
+// its snapshot encoding there: nodes that applied the same log have the
+// same hash.
+func (n *Node) Hash() (uint64, [32]byte, error) {
 	v := n.state.View()
 	h := sha256.New()
 	if _, err := v.WriteTo(h); err != nil {

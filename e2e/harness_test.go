@@ -17,8 +17,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -32,6 +30,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/cronoq/cronoq/internal/testcluster"
 
 	// Zones for checking schedule times, whatever the host's tzdata.
 	_ "time/tzdata"
@@ -171,56 +171,6 @@ func (p *proc) logText() string {
 }
 
 // ---------------------------------------------------------------------------
-// Ports
-
-var (
-	portMu    sync.Mutex
-	usedPorts = map[int]bool{}
-)
-
-// freePort returns a loopback port free for both TCP and UDP, below the
-// kernel's ephemeral range (so no outgoing connection takes it before the
-// agent binds it) and never handed out before in this process.
-func freePort(t testing.TB) int {
-	t.Helper()
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil && n > 12000 {
-				low = n
-			}
-		}
-	}
-	portMu.Lock()
-	defer portMu.Unlock()
-	for range 1000 {
-		port := 10000 + rand.IntN(low-10000)
-		if usedPorts[port] {
-			continue
-		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		u, err := net.ListenPacket("udp", addr)
-		_ = l.Close()
-		if err != nil {
-			continue
-		}
-		_ = u.Close()
-		usedPorts[port] = true
-		return port
-	}
-	t.Fatal("no free port found")
-	return 0
-}
-
-func freeAddr(t testing.TB) string {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
-}
-
-// ---------------------------------------------------------------------------
 // Cluster
 
 // node is one `cronoq agent` of a test cluster.
@@ -257,7 +207,8 @@ func withAgentFlags(flags ...string) clusterOption {
 	return func(o *clusterOptions) { o.extra = append(o.extra, flags...) }
 }
 
-// newCluster starts a three-node cluster (random free ports on 127.0.0.1,
+// newCluster starts a three-node cluster (each node on a loopback IP of its
+// own, see testcluster.NewAddrs,
 // -bootstrap-expect 3, the same -join list for every node, data dirs in
 // t.TempDir()) and waits until it has a leader every node knows. Every
 // process is killed when the test ends; on failure their logs are dumped.
@@ -273,11 +224,12 @@ func newCluster(t *testing.T, opts ...clusterOption) *cluster {
 
 	var join []string
 	for i := range o.size {
+		a := testcluster.NewAddrs()
 		n := &node{
 			id:         fmt.Sprintf("node%d", i+1),
-			httpAddr:   freeAddr(t),
-			raftAddr:   freeAddr(t),
-			gossipAddr: freeAddr(t),
+			httpAddr:   a.HTTP,
+			raftAddr:   a.Raft,
+			gossipAddr: a.Gossip,
 			dataDir:    filepath.Join(c.logDir, fmt.Sprintf("data%d", i+1)),
 		}
 		n.logPath = filepath.Join(c.logDir, n.id+".log")

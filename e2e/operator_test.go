@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/cronoq/cronoq/internal/testcluster"
 )
 
 // peers lists the raft configuration as node n sees it.
@@ -243,11 +245,12 @@ func TestClusterCrashAndRestart(t *testing.T) {
 func TestAgentDev(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	httpAddr := freeAddr(t)
+	a := testcluster.NewAddrs()
+	httpAddr := a.HTTP
 	c := &cluster{t: t, logDir: dir}
 	t.Cleanup(c.cleanup)
 	n := &node{id: "dev", httpAddr: httpAddr, logPath: filepath.Join(dir, "dev.log"), args: []string{"agent", "-dev",
-		"-http-addr", httpAddr, "-raft-addr", freeAddr(t), "-gossip-addr", freeAddr(t)}}
+		"-http-addr", httpAddr, "-raft-addr", a.Raft, "-gossip-addr", a.Gossip}}
 	c.nodes = []*node{n}
 	start := time.Now()
 	c.start(n)

@@ -105,31 +105,31 @@ func TestBadInput(t *testing.T) {
 		field string
 	}{
 		{"sdk_unknown_pool", func(ctx context.Context) error {
-			_, err := cl.Submit(ctx, client.TaskSpec{Pool: "gamma", Kind: "k"})
+			_, err := cl.Submit(ctx, client.TaskSpec{Template: client.Template{Pool: "gamma", Kind: "k"}})
 			return err
 		}, "pool"},
 		{"sdk_empty_pool", func(ctx context.Context) error {
-			_, err := cl.Submit(ctx, client.TaskSpec{Pool: "", Kind: "k"})
+			_, err := cl.Submit(ctx, client.TaskSpec{Template: client.Template{Pool: "", Kind: "k"}})
 			return err
 		}, "pool"},
 		{"sdk_empty_kind", func(ctx context.Context) error {
-			_, err := cl.Submit(ctx, client.TaskSpec{Pool: "alpha", Kind: ""})
+			_, err := cl.Submit(ctx, client.TaskSpec{Template: client.Template{Pool: "alpha", Kind: ""}})
 			return err
 		}, "kind"},
 		{"sdk_payload_over_limit", func(ctx context.Context) error {
-			_, err := cl.Submit(ctx, client.TaskSpec{Pool: "alpha", Kind: "k", Payload: make([]byte, 65)})
+			_, err := cl.Submit(ctx, client.TaskSpec{Template: client.Template{Pool: "alpha", Kind: "k", Payload: make([]byte, 65)}})
 			return err
 		}, "payload"},
 		{"sdk_bad_cron", func(ctx context.Context) error {
-			_, err := cl.AddSchedule(ctx, client.Schedule{Name: "bad", Cron: "61 * * * *", Task: client.TaskSpec{Pool: "alpha", Kind: "k"}})
+			_, err := cl.AddSchedule(ctx, client.Schedule{Name: "bad", Cron: "61 * * * *", Task: client.Template{Pool: "alpha", Kind: "k"}})
 			return err
 		}, "cron"},
 		{"sdk_bad_tz", func(ctx context.Context) error {
-			_, err := cl.AddSchedule(ctx, client.Schedule{Name: "bad", Cron: "@daily", TZ: "Mars/Olympus_Mons", Task: client.TaskSpec{Pool: "alpha", Kind: "k"}})
+			_, err := cl.AddSchedule(ctx, client.Schedule{Name: "bad", Cron: "@daily", TZ: "Mars/Olympus_Mons", Task: client.Template{Pool: "alpha", Kind: "k"}})
 			return err
 		}, "tz"},
 		{"sdk_schedule_empty_kind", func(ctx context.Context) error {
-			_, err := cl.AddSchedule(ctx, client.Schedule{Name: "bad", Cron: "@daily", Task: client.TaskSpec{Pool: "alpha"}})
+			_, err := cl.AddSchedule(ctx, client.Schedule{Name: "bad", Cron: "@daily", Task: client.Template{Pool: "alpha"}})
 			return err
 		}, "kind"},
 	}

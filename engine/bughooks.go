@@ -3,22 +3,21 @@ package engine
 import "github.com/cronoq/cronoq/engine/core"
 
 // ackEarly is the early-ack fault of the fault-injection harness's self-test
-// builds (bug_ackearly_on.go): it answers the submits of g at once, before
-// g's entry is durable, and keeps the rest of g's held actions. It does
+// builds (bug_ackearly_on.go): it answers the submits of s at once, before
+// s's entry is durable, and keeps the rest of s's held actions. It does
 // nothing in release builds.
-func (e *Engine) ackEarly(g *group) {
+func (e *Engine) ackEarly(s *pendingStep) {
 	if !bugAckEarly {
 		return
 	}
-	l := &e.loop
-	held := g.held[:0]
-	for _, a := range g.held {
-		if r := l.reqs[a.Req]; a.Kind == core.ActReply && r != nil && r.op == opSubmit {
-			e.perform(a)
+	kept := s.out.Replies[:0]
+	for _, r := range s.out.Replies {
+		if _, submit := r.Value.(*core.SubmitResult); submit {
+			e.answer(r.Req, r.Value, r.Err)
 			continue
 		}
-		held = append(held, a)
+		kept = append(kept, r)
 	}
-	clear(g.held[len(held):])
-	g.held = held
+	clear(s.out.Replies[len(kept):])
+	s.out.Replies = kept
 }

@@ -4,10 +4,15 @@
 // that depends on durability (replies, dispatches, status events) is held with
 // its batch and released, strictly in log order, once the entry is applied.
 //
-// Several batches may be in flight at once. Any commit failure stops the
+// Several entries may be in flight at once. Any commit failure stops the
 // engine: a replicated log cannot retry an entry in place because later
 // entries may already be ahead of it. Whoever owns the engine (the cluster's
 // leadership loop) then re-establishes with a new epoch and a fresh core.
+//
+// Words used below: a step is the output of one core call (its mutations
+// and the actions they hold); an entry is one appended log entry, the commit
+// batch of one or more steps; the resolver is the goroutine that waits for
+// entries in append order.
 package engine
 
 import (
@@ -21,9 +26,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/cronoq/cronoq/engine/core"
+	"github.com/cronoq/cronoq/fsm"
 )
 
-// Log is where the engine commits its batches.
+// Log is where the engine commits its entries.
 type Log interface {
 	// Append hands one encoded entry to the log without waiting for commit.
 	// Entries are applied in the order of Append calls. An error means the
@@ -47,7 +53,7 @@ var (
 	// retry with the same idempotency key.
 	ErrOutcomeUnknown = errors.New("outcome unknown: the entry may or may not commit")
 
-	// errUnresolved is the cause given to batches still in flight when a
+	// errUnresolved is the cause given to entries still in flight when a
 	// stop's grace period ends.
 	errUnresolved = errors.New("stopped before the commit resolved")
 )
@@ -60,15 +66,15 @@ const (
 	DefaultSubscriptionBuffer = 256
 )
 
-// maxDrain bounds the commands handled per loop iteration, so that commit
+// maxDrain bounds the messages handled per loop iteration, so that commit
 // results and timers stay responsive under a flood of requests.
 const maxDrain = 256
 
 // Config configures an Engine. Zero fields take the defaults.
 type Config struct {
 	// Core is the configuration the core was built with (core.New or
-	// core.Recover). The driver itself reads none of it; it travels here so
-	// that whoever builds engines keeps one configuration.
+	// core.Recover). The driver reads its LogVersion; the rest travels here
+	// so that whoever builds engines keeps one configuration.
 	Core core.Config
 	// MaxBatchBytes caps the encoded size of one entry (512 KiB). The
 	// mutations of one core step are never split: a step larger than the
@@ -82,7 +88,7 @@ type Config struct {
 	// while they commit goes into the next entry, so entries grow with the
 	// load (group commit).
 	MaxInFlight int
-	// StopGrace bounds how long Stop waits for entries in flight (5s).
+	// StopGrace bounds how long stopping waits for entries in flight (5s).
 	StopGrace time.Duration
 	// Logger receives the engine's logs (none by default).
 	Logger hclog.Logger
@@ -121,16 +127,19 @@ func (c Config) WithDefaults() Config {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	c.Core = c.Core.WithDefaults()
 	return c
 }
 
-// Engine drives one core.Core. Its methods are safe for concurrent use.
+// Engine drives one core.Core. Its methods are safe for concurrent use. Its
+// lifecycle is New, Start, Stop: Start runs it until Stop, the context of
+// Start, or a commit failure ends it; Done and Err tell when and why.
 type Engine struct {
 	cfg    Config
 	logger hclog.Logger
 	log    Log
 
-	in     chan *request
+	in     chan message
 	stopCh chan struct{}
 	done   chan struct{}
 
@@ -157,12 +166,13 @@ func New(cfg Config, c *core.Core, log Log) *Engine {
 		cfg:    cfg,
 		logger: cfg.Logger,
 		log:    log,
-		in:     make(chan *request, maxDrain),
+		in:     make(chan message, maxDrain),
 		stopCh: make(chan struct{}),
 		done:   make(chan struct{}),
 	}
 	e.loop.core = c
-	e.loop.reqs = make(map[core.ReqID]*request)
+	e.loop.calls = make(map[core.ReqID]*call)
+	e.loop.logVersion = cfg.Core.LogVersion
 	return e
 }
 
@@ -182,18 +192,19 @@ func (e *Engine) Start(ctx context.Context) error {
 		return errors.New("starting engine: no log")
 	}
 	e.started = true
-	w := newWaiter(e.cfg.MaxInFlight)
-	e.loop.waiter = w
+	r := newResolver(e.cfg.MaxInFlight)
+	e.loop.resolver = r
 	e.running.Store(true)
-	go w.run()
+	go r.run()
 	go e.run(ctx)
 	return nil
 }
 
-// Stop stops admitting work, waits (up to Config.StopGrace) for the entries
-// in flight, fails whatever is left, and returns once every goroutine of the
-// engine has exited. It is idempotent.
-func (e *Engine) Stop() {
+// Stop stops admitting work, lets the entries in flight resolve (up to
+// Config.StopGrace), fails whatever is left, and returns once every
+// goroutine of the engine has exited, or ctx's error if ctx ends first (the
+// engine then finishes stopping on its own). It is idempotent.
+func (e *Engine) Stop(ctx context.Context) error {
 	e.mu.Lock()
 	e.stopped = true
 	started := e.started
@@ -205,7 +216,12 @@ func (e *Engine) Stop() {
 			close(e.done)
 		}
 	})
-	<-e.done
+	select {
+	case <-e.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stopping engine: %w", ctx.Err())
+	}
 }
 
 // Done is closed once the engine has stopped and its goroutines exited.
@@ -234,189 +250,192 @@ func (e *Engine) stoppedErr() error {
 }
 
 // ---------------------------------------------------------------------------
-// Calls
+// Calls: what a method hands to the loop.
 // ---------------------------------------------------------------------------
 
-type opKind uint8
+// message is what the loop receives: a *call, a batch of calls, a query, or
+// a detach.
+type message interface{ isMessage() }
 
-const (
-	opSubmit opKind = iota + 1
-	opPoll
-	opHeartbeat
-	opComplete
-	opCancel
-	opWait
-	opAddSchedule
-	opRemoveSchedule
-	opPauseSchedule
-	opCoreStats
-	opDetach
-	opMany // several requests handed over at once: parts
-)
+// step runs one request against the core on the loop goroutine. The core
+// answers req in its output (a Reply or a Dispatch).
+type step func(c *core.Core, now time.Time, req core.ReqID)
 
-// mutates reports whether a request of this kind changes durable state, so
-// that a caller who leaves while its answer is held learns that the outcome
-// is unknown.
-func (o opKind) mutates() bool {
-	return o != opWait && o != opHeartbeat && o != opCoreStats
-}
-
-// request is one call handed to the loop.
-type request struct {
-	op opKind
-
-	mode    core.SubmitMode
-	specs   []core.Spec
-	offer   core.Offer
-	leases  []uint64
-	lease   uint64
-	outcome core.Outcome
-	ref     core.TaskRef
-	sched   core.ScheduleSpec
-	name    string
-	paused  bool
-
-	// opDetach: the request whose caller went away, and why.
-	target *request
-	cause  error
-
-	// opMany: the requests, each answered on its own reply channel.
-	parts []*request
-
-	reply chan response // buffered: the loop never blocks on it
+// call is one request whose answer the core holds until its entry is
+// durable.
+type call struct {
+	step    step
+	mutates bool // a caller who leaves while the answer is held learns its outcome is unknown
+	slot    int  // which answer of its caller this is (calls handed over together)
+	reply   chan answer
 
 	// Owned by the loop.
 	id   core.ReqID
-	held bool // its answer is held with a group
+	held bool // its answer is held with a step
 }
 
-type response struct {
-	act   core.Action
-	errs  []error
-	stats *core.Stats // opCoreStats
+// answer is the outcome of a call: the value of the core's Reply (the
+// grants of a Dispatch), or an error.
+type answer struct {
+	slot  int
+	value any
 	err   error
 }
 
-// call hands r to the loop and waits for its answer. When ctx ends first the
-// loop is told to drop the request (Detach / CancelPoll), and the caller gets
-// the answer if it was already sent, ctx's error otherwise.
-func (e *Engine) call(ctx context.Context, r *request) response {
-	if !e.running.Load() {
-		return response{err: e.stoppedErr()}
-	}
-	r.reply = make(chan response, 1)
-	select {
-	case e.in <- r:
-	case <-ctx.Done():
-		return response{err: ctx.Err()}
-	case <-e.done:
-		return response{err: e.stoppedErr()}
-	}
-	return e.await(ctx, r)
+// calls are requests handed over in one message, each handled as if it
+// came alone.
+type calls []*call
+
+// query runs at once on the loop goroutine, between two requests; done
+// gets nil once it ran, ErrStopped when the engine was stopping instead.
+type query struct {
+	run  func(c *core.Core, now time.Time)
+	done chan error
 }
 
-// callMany hands rs to the loop in one message, where they are handled one
-// after the other as if each came alone, and waits for each answer as call
-// does.
-func (e *Engine) callMany(ctx context.Context, rs []*request) []response {
-	out := make([]response, len(rs))
-	fail := func(err error) []response {
-		for i := range out {
-			out[i] = response{err: err}
+// detach tells the loop that target's caller went away.
+type detach struct {
+	target *call
+	cause  error
+}
+
+func (*call) isMessage()  {}
+func (calls) isMessage()  {}
+func (query) isMessage()  {}
+func (detach) isMessage() {}
+
+// send hands a request to the loop and waits for its answer, of type T.
+// When ctx ends first the loop is told to drop the request, and the caller
+// gets the answer if it was already sent, else ctx's error (or "outcome
+// unknown" for a mutating request whose answer was held).
+func send[T any](ctx context.Context, e *Engine, mutates bool, s step) (T, error) {
+	var zero T
+	c := &call{step: s, mutates: mutates, reply: make(chan answer, 1)}
+	if err := e.handOver(ctx, c); err != nil {
+		return zero, err
+	}
+	a := e.await(ctx, c)
+	if a.err != nil {
+		return zero, a.err
+	}
+	v, _ := a.value.(T)
+	return v, nil
+}
+
+// ask runs q on the loop goroutine and waits until it ran.
+func (e *Engine) ask(ctx context.Context, q func(c *core.Core, now time.Time)) error {
+	done := make(chan error, 1)
+	if err := e.handOver(ctx, query{run: q, done: done}); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-e.done:
+		select {
+		case err := <-done:
+			return err
+		default:
+			return e.stoppedErr()
 		}
-		return out
 	}
-	if !e.running.Load() {
-		return fail(e.stoppedErr())
-	}
-	for _, r := range rs {
-		r.reply = make(chan response, 1)
-	}
-	select {
-	case e.in <- &request{op: opMany, parts: rs}:
-	case <-ctx.Done():
-		return fail(ctx.Err())
-	case <-e.done:
-		return fail(e.stoppedErr())
-	}
-	for i, r := range rs {
-		out[i] = e.await(ctx, r)
-	}
-	return out
 }
 
-// await waits for the answer of r, which the loop has.
-func (e *Engine) await(ctx context.Context, r *request) response {
+// handOver puts m in the loop's queue.
+func (e *Engine) handOver(ctx context.Context, m message) error {
+	if !e.running.Load() {
+		return e.stoppedErr()
+	}
 	select {
-	case resp := <-r.reply:
-		return resp
+	case e.in <- m:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	case <-e.done:
-		return e.late(r)
+		return e.stoppedErr()
+	}
+}
+
+// await waits for the answer of c, which the loop has.
+func (e *Engine) await(ctx context.Context, c *call) answer {
+	select {
+	case a := <-c.reply:
+		return a
+	case <-e.done:
+		return e.late(c)
 	case <-ctx.Done():
 	}
-	detach := &request{op: opDetach, target: r, cause: ctx.Err()}
 	select {
-	case e.in <- detach:
-	case resp := <-r.reply:
-		return resp
+	case e.in <- detach{target: c, cause: ctx.Err()}:
+	case a := <-c.reply:
+		return a
 	case <-e.done:
-		return e.late(r)
+		return e.late(c)
 	}
 	select {
-	case resp := <-r.reply:
-		return resp
+	case a := <-c.reply:
+		return a
 	case <-e.done:
-		return e.late(r)
+		return e.late(c)
 	}
 }
 
 // late answers a caller that saw the engine finish: the loop answers every
 // request it knew before it finishes, so an answer may be waiting.
-func (e *Engine) late(r *request) response {
+func (e *Engine) late(c *call) answer {
 	select {
-	case resp := <-r.reply:
-		return resp
+	case a := <-c.reply:
+		return a
 	default:
-		return response{err: e.stoppedErr()}
+		return answer{slot: c.slot, err: e.stoppedErr()}
 	}
 }
 
-// Submit submits specs in one of the three forms. With SubmitMany the
-// per-item errors come back in the second result (nil where admitted); the
-// third result is an error of the whole call.
-func (e *Engine) Submit(ctx context.Context, mode core.SubmitMode, specs []core.Spec) ([]core.Submitted, []error, error) {
-	resp := e.call(ctx, &request{op: opSubmit, mode: mode, specs: specs})
-	if resp.err != nil {
-		return nil, nil, resp.err
+// ---------------------------------------------------------------------------
+// The operations of the leader
+// ---------------------------------------------------------------------------
+
+// Submit submits specs in one of the three forms (see core.Core.Submit);
+// with SubmitMany the result holds an error per refused item.
+func (e *Engine) Submit(ctx context.Context, mode core.SubmitMode, specs []core.Spec) (*core.SubmitResult, error) {
+	res, err := send[*core.SubmitResult](ctx, e, true, func(c *core.Core, now time.Time, req core.ReqID) {
+		c.Submit(now, req, mode, specs)
+	})
+	if err == nil {
+		e.stats.countSubmitted(res)
 	}
-	return resp.act.Submitted, resp.act.Errs, nil
+	return res, err
 }
 
 // Poll offers a worker's capacity and waits until at least one attempt is
 // granted or ctx ends.
 func (e *Engine) Poll(ctx context.Context, offer core.Offer) ([]core.Grant, error) {
-	resp := e.call(ctx, &request{op: opPoll, offer: offer})
-	if resp.err != nil {
-		return nil, resp.err
-	}
-	return resp.act.Grants, nil
+	grants, err := send[[]core.Grant](ctx, e, true, func(c *core.Core, now time.Time, req core.ReqID) {
+		c.Poll(now, req, offer)
+	})
+	e.stats.dispatched.Add(uint64(len(grants)))
+	return grants, err
 }
 
 // Heartbeat extends leases. It is answered at once (heartbeats are not
 // logged): one error per lease, nil or core.ErrStaleLease.
 func (e *Engine) Heartbeat(ctx context.Context, leases []uint64) ([]error, error) {
-	resp := e.call(ctx, &request{op: opHeartbeat, leases: leases})
-	if resp.err != nil {
-		return nil, resp.err
+	errs := make([]error, len(leases))
+	err := e.ask(ctx, func(c *core.Core, now time.Time) {
+		for i, lease := range leases {
+			errs[i] = c.Heartbeat(now, lease)
+		}
+	})
+	if err != nil {
+		return nil, err
 	}
-	return resp.errs, nil
+	return errs, nil
 }
 
 // Complete reports the outcome of the attempt under lease. It returns once
 // the outcome is durable.
 func (e *Engine) Complete(ctx context.Context, lease uint64, out core.Outcome) error {
-	resp := e.call(ctx, &request{op: opComplete, lease: lease, outcome: out})
-	return resp.err
+	return e.CompleteMany(ctx, []Completion{{Lease: lease, Outcome: out}})[0]
 }
 
 // Completion is the outcome of the attempt under Lease.
@@ -429,75 +448,120 @@ type Completion struct {
 // hand-over to the loop (so they usually share an entry). It returns once
 // every outcome is durable, with one error per completion.
 func (e *Engine) CompleteMany(ctx context.Context, cs []Completion) []error {
-	reqs := make([]request, len(cs)) // one allocation for all of them
-	rs := make([]*request, len(cs))
-	for i, c := range cs {
-		reqs[i] = request{op: opComplete, lease: c.Lease, outcome: c.Outcome}
-		rs[i] = &reqs[i]
-	}
 	errs := make([]error, len(cs))
-	for i, resp := range e.callMany(ctx, rs) {
-		errs[i] = resp.err
+	all := make([]call, len(cs)) // one allocation for all of them
+	msg := make(calls, len(cs))
+	reply := make(chan answer, len(cs)) // shared: answers carry their slot
+	for i, cp := range cs {
+		all[i] = call{slot: i, mutates: true, reply: reply, step: func(c *core.Core, now time.Time, req core.ReqID) {
+			c.Complete(now, req, cp.Lease, cp.Outcome)
+		}}
+		msg[i] = &all[i]
+	}
+	if err := e.handOver(ctx, msg); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	// Each call is answered exactly once: by the core, by its detach, or
+	// by the loop as it finishes.
+	got := make([]bool, len(cs))
+	take := func(a answer) {
+		got[a.slot] = true
+		errs[a.slot] = a.err
+		if a.err == nil {
+			e.stats.completed.Add(1)
+		}
+	}
+	ctxDone := ctx.Done()
+	for pending := len(msg); pending > 0; {
+		select {
+		case a := <-reply:
+			take(a)
+			pending--
+		case <-ctxDone:
+			ctxDone = nil
+			for _, c := range msg {
+				select {
+				case e.in <- detach{target: c, cause: ctx.Err()}:
+				case <-e.done:
+				}
+			}
+		case <-e.done:
+			// The loop answered every call it knew before it finished.
+			for ; pending > 0; pending-- {
+				select {
+				case a := <-reply:
+					take(a)
+				default:
+					err := e.stoppedErr()
+					for i := range errs {
+						if !got[i] {
+							errs[i] = err
+						}
+					}
+					return errs
+				}
+			}
+		}
 	}
 	return errs
 }
 
-// Cancel cancels a task. cancelled is true when this call cancelled it,
-// false when it had already ended.
-func (e *Engine) Cancel(ctx context.Context, ref core.TaskRef) (id string, cancelled bool, err error) {
-	resp := e.call(ctx, &request{op: opCancel, ref: ref})
-	if resp.err != nil {
-		return "", false, resp.err
-	}
-	return resp.act.TaskID, resp.act.Cancelled, nil
+// Cancel cancels a task (see core.Cancelled).
+func (e *Engine) Cancel(ctx context.Context, ref core.TaskRef) (core.Cancelled, error) {
+	return send[core.Cancelled](ctx, e, true, func(c *core.Core, now time.Time, req core.ReqID) {
+		c.Cancel(now, req, ref)
+	})
 }
 
 // Wait returns the id of the task once it is terminal and durable; the
 // caller reads the task from the FSM.
-func (e *Engine) Wait(ctx context.Context, ref core.TaskRef) (id string, err error) {
-	resp := e.call(ctx, &request{op: opWait, ref: ref})
-	if resp.err != nil {
-		return "", resp.err
-	}
-	return resp.act.TaskID, nil
+func (e *Engine) Wait(ctx context.Context, ref core.TaskRef) (string, error) {
+	return send[string](ctx, e, false, func(c *core.Core, now time.Time, req core.ReqID) {
+		c.Attach(now, req, ref)
+	})
 }
 
 // AddSchedule creates or replaces a recurring schedule and returns its next
-// fire instant.
-func (e *Engine) AddSchedule(ctx context.Context, spec core.ScheduleSpec) (time.Time, error) {
-	resp := e.call(ctx, &request{op: opAddSchedule, sched: spec})
-	if resp.err != nil {
-		return time.Time{}, resp.err
-	}
-	return resp.act.NextFire, nil
+// fire instant (0 while paused).
+func (e *Engine) AddSchedule(ctx context.Context, spec core.ScheduleSpec) (fsm.Instant, error) {
+	return send[fsm.Instant](ctx, e, true, func(c *core.Core, now time.Time, req core.ReqID) {
+		c.AddSchedule(now, req, spec)
+	})
 }
 
 // RemoveSchedule removes a recurring schedule; removed is false when there
 // was none.
 func (e *Engine) RemoveSchedule(ctx context.Context, name string) (removed bool, err error) {
-	resp := e.call(ctx, &request{op: opRemoveSchedule, name: name})
-	if resp.err != nil {
-		return false, resp.err
-	}
-	return resp.act.Removed, nil
+	return send[bool](ctx, e, true, func(c *core.Core, now time.Time, req core.ReqID) {
+		c.RemoveSchedule(now, req, name)
+	})
 }
 
 // PauseSchedule pauses or resumes a recurring schedule and returns its new
 // state.
 func (e *Engine) PauseSchedule(ctx context.Context, name string, paused bool) (bool, error) {
-	resp := e.call(ctx, &request{op: opPauseSchedule, name: name, paused: paused})
-	if resp.err != nil {
-		return false, resp.err
-	}
-	return resp.act.Paused, nil
+	return send[bool](ctx, e, true, func(c *core.Core, now time.Time, req core.ReqID) {
+		c.PauseSchedule(now, req, name, paused)
+	})
 }
 
 // CoreStats returns the core's gauges (pending, running, parked, polls...),
 // read on the engine's goroutine.
 func (e *Engine) CoreStats(ctx context.Context) (core.Stats, error) {
-	resp := e.call(ctx, &request{op: opCoreStats})
-	if resp.err != nil {
-		return core.Stats{}, resp.err
-	}
-	return *resp.stats, nil
+	var st core.Stats
+	err := e.ask(ctx, func(c *core.Core, _ time.Time) { st = c.Stats() })
+	return st, err
+}
+
+// SetLogVersion sets the newest log format every server of the cluster
+// understands: operations that need a newer one are refused, and the engine
+// never appends an entry that needs one.
+func (e *Engine) SetLogVersion(ctx context.Context, v uint16) error {
+	return e.ask(ctx, func(c *core.Core, _ time.Time) {
+		c.SetLogVersion(v)
+		e.loop.logVersion = min(max(v, 1), fsm.LogVersion)
+	})
 }

@@ -18,6 +18,19 @@ import (
 	"github.com/cronoq/cronoq/fsm"
 )
 
+// submitted splits a submit's answer the way the tests read it.
+func submitted(res *core.SubmitResult, err error) ([]core.Submitted, []error, error) {
+	if res == nil {
+		return nil, nil, err
+	}
+	return res.Tasks, res.Errs, err
+}
+
+// cancelled splits a cancel's answer the way the tests read it.
+func cancelled(c core.Cancelled, err error) (string, bool, error) {
+	return c.ID, c.Cancelled, err
+}
+
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
@@ -51,14 +64,14 @@ func setup(t *testing.T, cfg engine.Config, ccfg core.Config) *harness {
 	require.NoError(t, eng.Start(ctx))
 	t.Cleanup(func() {
 		log.Resume()
-		eng.Stop()
+		_ = eng.Stop(context.Background())
 		log.Close()
 	})
 	return &harness{t: t, ctx: ctx, state: state, log: log, eng: eng}
 }
 
 func spec(kind string) core.Spec {
-	return core.Spec{Pool: "p", Kind: kind}
+	return core.Spec{Template: fsm.Template{Pool: "p", Kind: kind}}
 }
 
 type submitResult struct {
@@ -70,7 +83,7 @@ type submitResult struct {
 // submitAsync submits one spec from a goroutine and reports on out.
 func (h *harness) submitAsync(ctx context.Context, n int, s core.Spec, out chan<- submitResult) {
 	go func() {
-		subs, _, err := h.eng.Submit(ctx, core.SubmitOne, []core.Spec{s})
+		subs, _, err := submitted(h.eng.Submit(ctx, core.SubmitOne, []core.Spec{s}))
 		r := submitResult{n: n, err: err}
 		if err == nil {
 			r.id = subs[0].ID
@@ -142,7 +155,7 @@ func TestSubmitPollCompleteWait(t *testing.T) {
 	events := h.eng.Subscribe(64)
 	defer events.Close()
 
-	subs, errs, err := h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("a")})
+	subs, errs, err := submitted(h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("a")}))
 	require.NoError(t, err)
 	require.Nil(t, errs)
 	require.Len(t, subs, 1)
@@ -181,11 +194,11 @@ func TestSubmitPollCompleteWait(t *testing.T) {
 
 	require.ErrorIs(t, h.eng.Complete(h.ctx, grants[0].Lease, core.Outcome{}), core.ErrStaleLease)
 
-	id2, cancelled, err := h.eng.Cancel(h.ctx, core.TaskRef{ID: id})
+	id2, didCancel, err := cancelled(h.eng.Cancel(h.ctx, core.TaskRef{ID: id}))
 	require.NoError(t, err)
 	require.Equal(t, id, id2)
-	require.False(t, cancelled, "it had already ended")
-	_, _, err = h.eng.Cancel(h.ctx, core.TaskRef{Key: "nope"})
+	require.False(t, didCancel, "it had already ended")
+	_, _, err = cancelled(h.eng.Cancel(h.ctx, core.TaskRef{Key: "nope"}))
 	require.ErrorIs(t, err, core.ErrNotFound)
 
 	var statuses []fsm.Status
@@ -208,7 +221,7 @@ func TestSubmitPollCompleteWait(t *testing.T) {
 
 func TestSchedules(t *testing.T) {
 	h := setup(t, engine.Config{}, core.Config{})
-	next, err := h.eng.AddSchedule(h.ctx, core.ScheduleSpec{Name: "s", Cron: "@every 1h", Task: spec("cron")})
+	next, err := h.eng.AddSchedule(h.ctx, core.ScheduleSpec{Name: "s", Cron: "@every 1h", Task: spec("cron").Template})
 	require.NoError(t, err)
 	require.False(t, next.IsZero())
 	sc, ok := h.state.Schedule("s")
@@ -362,7 +375,7 @@ func TestRepliesWaitForDurability(t *testing.T) {
 // entries say "outcome unknown", everything else "stopped".
 func TestCommitFailureStopsEngine(t *testing.T) {
 	h := setup(t, engine.Config{MaxInFlight: 1}, core.Config{})
-	first, _, err := h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("k0")})
+	first, _, err := submitted(h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("k0")}))
 	require.NoError(t, err)
 
 	polled := make(chan error, 1)
@@ -399,7 +412,7 @@ func TestCommitFailureStopsEngine(t *testing.T) {
 
 	<-h.eng.Done()
 	require.ErrorIs(t, h.eng.Err(), enginetest.ErrLeadershipLost)
-	_, _, err = h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("late")})
+	_, _, err = submitted(h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("late")}))
 	require.ErrorIs(t, err, engine.ErrStopped)
 	_, err = h.eng.Heartbeat(h.ctx, []uint64{1})
 	require.ErrorIs(t, err, engine.ErrStopped)
@@ -433,7 +446,7 @@ func TestCommitFailureFailsLaterInFlightAsUnknown(t *testing.T) {
 func TestAppendFailureIsRetryable(t *testing.T) {
 	h := setup(t, engine.Config{}, core.Config{})
 	h.log.FailAppend(2, enginetest.ErrNotLeader)
-	_, _, err := h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("a")})
+	_, _, err := submitted(h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("a")}))
 	require.ErrorIs(t, err, engine.ErrStopped)
 	require.ErrorIs(t, err, enginetest.ErrNotLeader)
 	require.NotErrorIs(t, err, engine.ErrOutcomeUnknown)
@@ -550,10 +563,10 @@ func TestStopIsIdempotentAndFailsInFlight(t *testing.T) {
 
 	var wg sync.WaitGroup
 	for range 3 {
-		wg.Go(h.eng.Stop)
+		wg.Go(func() { _ = h.eng.Stop(context.Background()) })
 	}
 	wg.Wait()
-	h.eng.Stop()
+	_ = h.eng.Stop(context.Background())
 	<-h.eng.Done()
 	require.NoError(t, h.eng.Err(), "a clean stop")
 
@@ -577,14 +590,14 @@ func TestStopWaitsForInFlight(t *testing.T) {
 	h.waitAppended(2)
 	stopped := make(chan struct{})
 	go func() {
-		h.eng.Stop()
+		_ = h.eng.Stop(context.Background())
 		close(stopped)
 	}()
 	require.Eventually(t, func() bool {
 		_, err := h.eng.Heartbeat(h.ctx, []uint64{1})
 		return errors.Is(err, engine.ErrStopped)
 	}, waitFor, time.Millisecond, "no longer admitting")
-	_, _, err := h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("b")})
+	_, _, err := submitted(h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("b")}))
 	require.ErrorIs(t, err, engine.ErrStopped)
 	requireNone(t, out)
 	h.log.Resume()
@@ -601,10 +614,10 @@ func TestStopBeforeStart(t *testing.T) {
 	log := enginetest.New(fsm.New())
 	defer log.Close()
 	eng := engine.New(engine.Config{}, c, log)
-	_, _, err = eng.Submit(context.Background(), core.SubmitOne, []core.Spec{spec("a")})
+	_, _, err = submitted(eng.Submit(context.Background(), core.SubmitOne, []core.Spec{spec("a")}))
 	require.ErrorIs(t, err, engine.ErrStopped, "not started")
-	eng.Stop()
-	eng.Stop()
+	_ = eng.Stop(context.Background())
+	_ = eng.Stop(context.Background())
 	<-eng.Done()
 	require.ErrorIs(t, eng.Start(context.Background()), engine.ErrStopped)
 }
@@ -620,12 +633,12 @@ func TestStartContextStopsEngine(t *testing.T) {
 	eng := engine.New(engine.Config{}, c, log)
 	require.NoError(t, eng.Start(ctx))
 	require.Error(t, eng.Start(ctx), "once")
-	_, _, err = eng.Submit(context.Background(), core.SubmitOne, []core.Spec{spec("a")})
+	_, _, err = submitted(eng.Submit(context.Background(), core.SubmitOne, []core.Spec{spec("a")}))
 	require.NoError(t, err)
 	cancel()
 	<-eng.Done()
 	require.NoError(t, eng.Err())
-	eng.Stop()
+	_ = eng.Stop(context.Background())
 }
 
 // A parked submitter (overflow policy wait) whose context ends leaves the
@@ -633,7 +646,7 @@ func TestStartContextStopsEngine(t *testing.T) {
 func TestCanceledParkedSubmitDetaches(t *testing.T) {
 	ccfg := core.Config{Overflow: core.OverflowWait, DefaultPool: core.PoolConfig{Bounds: core.Bounds{MaxPending: 1}}}
 	h := setup(t, engine.Config{}, ccfg)
-	subs, _, err := h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("first")})
+	subs, _, err := submitted(h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("first")}))
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithCancel(h.ctx)
@@ -652,10 +665,10 @@ func TestCanceledParkedSubmitDetaches(t *testing.T) {
 	require.Zero(t, st.Parked)
 
 	// Space frees: had the submitter stayed parked, it would be admitted now.
-	_, cancelled, err := h.eng.Cancel(h.ctx, core.TaskRef{ID: subs[0].ID})
+	_, cancelled, err := cancelled(h.eng.Cancel(h.ctx, core.TaskRef{ID: subs[0].ID}))
 	require.NoError(t, err)
 	require.True(t, cancelled)
-	subs2, _, err := h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("next")})
+	subs2, _, err := submitted(h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("next")}))
 	require.NoError(t, err)
 	var kinds []string
 	tasks, _ := h.state.List(fsm.ListQuery{Limit: 10})
@@ -679,7 +692,7 @@ func TestCanceledPollIsWithdrawn(t *testing.T) {
 	require.Zero(t, h.eng.Stats().Requests)
 
 	// The task goes to the next poller, not to the withdrawn one.
-	_, _, err = h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("a")})
+	_, _, err = submitted(h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("a")}))
 	require.NoError(t, err)
 	grants, err := h.eng.Poll(h.ctx, core.Offer{Worker: "w2", Pool: "p", Slots: 1})
 	require.NoError(t, err)
@@ -710,7 +723,7 @@ func TestLaggingSubscriber(t *testing.T) {
 	slow := h.eng.Subscribe(1)
 	fast := h.eng.Subscribe(16)
 	for i := range 3 {
-		_, _, err := h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec(fmt.Sprintf("k%d", i))})
+		_, _, err := submitted(h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec(fmt.Sprintf("k%d", i))}))
 		require.NoError(t, err)
 	}
 	for range 3 {
@@ -741,14 +754,14 @@ func TestAbortIsImmediate(t *testing.T) {
 		mu.Unlock()
 	}}
 	h := setup(t, cfg, core.Config{})
-	subs, _, err := h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("a")})
+	subs, _, err := submitted(h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("a")}))
 	require.NoError(t, err)
 	grants, err := h.eng.Poll(h.ctx, core.Offer{Worker: "w", Pool: "p", Slots: 1})
 	require.NoError(t, err)
 	h.log.Pause()
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := h.eng.Cancel(h.ctx, core.TaskRef{ID: subs[0].ID})
+		_, _, err := cancelled(h.eng.Cancel(h.ctx, core.TaskRef{ID: subs[0].ID}))
 		done <- err
 	}()
 	require.Eventually(t, func() bool {
@@ -765,7 +778,7 @@ func TestAbortIsImmediate(t *testing.T) {
 // A waiter whose context ends is dropped from the core.
 func TestCanceledWaitDetaches(t *testing.T) {
 	h := setup(t, engine.Config{}, core.Config{})
-	subs, _, err := h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("a")})
+	subs, _, err := submitted(h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("a")}))
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Millisecond)
 	defer cancel()
@@ -790,7 +803,7 @@ func TestTimers(t *testing.T) {
 	s := spec("later")
 	s.Delay = 20 * time.Millisecond
 	start := time.Now()
-	subs, _, err := h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{s})
+	subs, _, err := submitted(h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{s}))
 	require.NoError(t, err)
 	task, _ := h.state.Get(subs[0].ID)
 	require.Equal(t, fsm.StatusScheduled, task.Status)
@@ -814,7 +827,7 @@ func TestTimers(t *testing.T) {
 func TestCompleteMany(t *testing.T) {
 	h := setup(t, engine.Config{}, core.Config{})
 	specs := []core.Spec{spec("a"), spec("b"), spec("c")}
-	_, _, err := h.eng.Submit(h.ctx, core.SubmitBatch, specs)
+	_, _, err := submitted(h.eng.Submit(h.ctx, core.SubmitBatch, specs))
 	require.NoError(t, err)
 	grants, err := h.eng.Poll(h.ctx, core.Offer{Worker: "w1", Pool: "p", Slots: 3})
 	require.NoError(t, err)
@@ -848,7 +861,7 @@ func TestCompleteMany(t *testing.T) {
 // for each completion taken, that its outcome is unknown.
 func TestCompleteManyCanceledIsOutcomeUnknown(t *testing.T) {
 	h := setup(t, engine.Config{}, core.Config{})
-	_, _, err := h.eng.Submit(h.ctx, core.SubmitBatch, []core.Spec{spec("a"), spec("b")})
+	_, _, err := submitted(h.eng.Submit(h.ctx, core.SubmitBatch, []core.Spec{spec("a"), spec("b")}))
 	require.NoError(t, err)
 	grants, err := h.eng.Poll(h.ctx, core.Offer{Worker: "w1", Pool: "p", Slots: 2})
 	require.NoError(t, err)

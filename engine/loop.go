@@ -10,37 +10,41 @@ import (
 	"github.com/cronoq/cronoq/fsm"
 )
 
+// entryOverhead bounds what an entry adds around its mutations: the type
+// byte, the batch's map and array headers, its epoch, time and version.
+const entryOverhead = 64
+
 // loopState is everything the loop goroutine owns.
 type loopState struct {
-	core    *core.Core
-	waiter  *waiter
-	reqs    map[core.ReqID]*request // requests not answered yet
-	nextReq core.ReqID
+	core       *core.Core
+	resolver   *resolver
+	calls      map[core.ReqID]*call // requests not answered yet
+	nextReq    core.ReqID
+	logVersion uint16 // no entry may need a newer log format
 
-	// order holds every unreleased group in production order; unsent the
-	// groups with mutations not yet appended; inflight the appended entries
-	// not yet resolved, in append order.
-	order    []*group
-	unsent   []*group
-	inflight []*batch
+	// held holds every step not released yet, in production order; unsent
+	// the steps whose mutations are not appended yet; inflight the appended
+	// entries not resolved yet, in append order.
+	held     []*pendingStep
+	unsent   []*pendingStep
+	inflight []*entry
 
-	seq      uint64 // of the last appended entry
-	lastTime int64  // batch time of the last entry: batch times never go back
+	seq      uint64      // of the last appended entry
+	lastTime fsm.Instant // time of the last entry: entry times never go back
 	stopping bool
 }
 
-// group is the output of one or more core steps: its mutations commit in
-// one entry and its held actions are released once that entry (and every
-// entry before it) is applied.
-type group struct {
-	muts  []fsm.Mutation
-	held  []core.Action
-	size  int    // estimated encoded size of muts
-	batch *batch // the entry it went into; nil until appended
+// pendingStep is the output of one core call waiting for its entry: its
+// mutations commit in one entry and its held actions are released once
+// that entry (and every entry before it) is applied.
+type pendingStep struct {
+	out   core.Output
+	size  int    // upper bound of the encoded size of out.Mutations
+	entry *entry // the entry it went into; nil until appended
 }
 
-// batch is one appended entry.
-type batch struct {
+// entry is one appended log entry.
+type entry struct {
 	seq      uint64
 	muts     int
 	bytes    int
@@ -61,18 +65,18 @@ func (e *Engine) run(ctx context.Context) {
 loop:
 	for !l.stopping || len(l.inflight) > 0 {
 		select {
-		case r := <-e.in:
-			e.handle(r)
+		case m := <-e.in:
+			e.handle(m)
 		drain:
 			for i := 1; i < maxDrain; i++ {
 				select {
-				case r = <-e.in:
-					e.handle(r)
+				case m = <-e.in:
+					e.handle(m)
 				default:
 					break drain
 				}
 			}
-		case res := <-l.waiter.results:
+		case res := <-l.resolver.results:
 			if cause = e.resolved(res); cause != nil {
 				break loop
 			}
@@ -91,176 +95,154 @@ loop:
 			break loop
 		}
 		if !l.stopping {
-			if cause = e.flush(); cause != nil {
+			if cause = e.appendEntries(); cause != nil {
 				break loop
 			}
 		}
 		e.arm(timer)
-		e.stats.requests.Store(int64(len(l.reqs)))
+		e.stats.requests.Store(int64(len(l.calls)))
 	}
 	e.finish(cause)
 }
 
-// handle runs one request through the core and collects its output: each
-// step forms its own group, so that entries can be cut between steps.
-func (e *Engine) handle(r *request) {
-	if r.op == opMany {
-		for _, p := range r.parts {
-			e.handle(p)
+// handle runs one message. Each request's core step forms its own pending
+// step, so that entries can be cut between steps.
+func (e *Engine) handle(m message) {
+	l := &e.loop
+	switch m := m.(type) {
+	case *call:
+		e.start(m)
+	case calls:
+		for _, c := range m {
+			e.start(c)
 		}
-		return
-	}
-	e.step(r)
-	if !e.loop.stopping {
+	case query:
+		if l.stopping {
+			m.done <- ErrStopped
+			return
+		}
+		m.run(l.core, e.cfg.Now())
 		e.collect()
+		m.done <- nil
+	case detach:
+		e.detach(m.target, m.cause)
 	}
 }
 
-func (e *Engine) step(r *request) {
+// start runs c against the core and collects the step's output.
+func (e *Engine) start(c *call) {
 	l := &e.loop
-	if r.op == opDetach {
-		e.detach(r.target, r.cause)
-		return
-	}
 	if l.stopping {
-		r.reply <- response{err: ErrStopped}
-		return
-	}
-	now := e.cfg.Now()
-	switch r.op {
-	case opHeartbeat:
-		errs := make([]error, len(r.leases))
-		for i, lease := range r.leases {
-			errs[i] = l.core.Heartbeat(now, lease)
-		}
-		r.reply <- response{errs: errs}
-		return
-	case opCoreStats:
-		st := l.core.Stats()
-		r.reply <- response{stats: &st}
+		c.reply <- answer{slot: c.slot, err: ErrStopped}
 		return
 	}
 	l.nextReq++
-	r.id = l.nextReq
-	l.reqs[r.id] = r
-	switch r.op {
-	case opSubmit:
-		l.core.Submit(now, r.id, r.mode, r.specs)
-	case opPoll:
-		l.core.Poll(now, r.id, r.offer)
-	case opComplete:
-		l.core.Complete(now, r.id, r.lease, r.outcome)
-	case opCancel:
-		l.core.Cancel(now, r.id, r.ref)
-	case opWait:
-		l.core.Attach(now, r.id, r.ref)
-	case opAddSchedule:
-		l.core.AddSchedule(now, r.id, r.sched)
-	case opRemoveSchedule:
-		l.core.RemoveSchedule(now, r.id, r.name)
-	case opPauseSchedule:
-		l.core.PauseSchedule(now, r.id, r.name, r.paused)
-	default:
-		delete(l.reqs, r.id)
-		r.reply <- response{err: fmt.Errorf("engine: unknown request kind %d", r.op)}
-	}
+	c.id = l.nextReq
+	l.calls[c.id] = c
+	c.step(l.core, e.cfg.Now(), c.id)
+	e.collect()
 }
 
 // detach drops a request whose caller went away. If its answer is already
-// held with a group, the request has taken effect (or will, or may): a
+// held with a step, the request has taken effect (or will, or may): a
 // mutating request learns that its outcome is unknown. Otherwise the core
 // forgets it (a parked submitter, an open poll, a waiter).
-func (e *Engine) detach(r *request, cause error) {
+func (e *Engine) detach(c *call, cause error) {
 	l := &e.loop
-	if r.id == 0 || l.reqs[r.id] != r {
+	if c.id == 0 || l.calls[c.id] != c {
 		return // answered already
 	}
-	delete(l.reqs, r.id)
+	delete(l.calls, c.id)
 	err := cause
 	switch {
-	case r.held && r.op.mutates():
+	case c.held && c.mutates:
 		err = fmt.Errorf("%w: %w", ErrOutcomeUnknown, cause)
-	case r.held || l.stopping:
-	case r.op == opPoll:
-		l.core.CancelPoll(r.id)
+	case c.held || l.stopping:
 	default:
-		l.core.Detach(r.id)
+		l.core.Detach(c.id)
+		e.collect()
 	}
-	r.reply <- response{err: err}
+	c.reply <- answer{slot: c.slot, err: err}
 }
 
-// collect takes the core's output: immediate actions run now; mutations and
-// held actions form a group, released at once when it has no mutations and
-// nothing is ahead of it.
+// collect takes the core's output: aborts go out now; mutations and held
+// actions form a pending step, released at once when it has no mutations
+// and nothing is ahead of it.
 func (e *Engine) collect() {
 	l := &e.loop
 	out := l.core.Ready()
-	for _, a := range out.Immediate {
-		e.perform(a)
+	for _, a := range out.Aborts {
+		if e.cfg.OnAbort != nil {
+			e.cfg.OnAbort(a.Worker, a.Lease, a.Reason)
+		}
 	}
-	if len(out.Mutations) == 0 && len(out.Held) == 0 {
+	if len(out.Mutations) == 0 && !out.Holds() {
 		return
 	}
-	if len(out.Mutations) == 0 && len(l.order) == 0 {
-		for _, a := range out.Held {
-			e.perform(a)
-		}
-		l.core.Recycle(out.Held)
+	if len(out.Mutations) == 0 && len(l.held) == 0 {
+		e.release(&out)
 		return
 	}
-	g := &group{muts: out.Mutations, held: out.Held}
-	e.ackEarly(g)
-	for _, a := range out.Held {
-		if a.Kind != core.ActReply && a.Kind != core.ActDispatch {
-			continue
-		}
-		if r := l.reqs[a.Req]; r != nil {
-			r.held = true
+	s := &pendingStep{out: out}
+	e.ackEarly(s)
+	for _, r := range out.Replies {
+		if c := l.calls[r.Req]; c != nil {
+			c.held = true
 		}
 	}
-	l.order = append(l.order, g)
-	if len(g.muts) > 0 {
-		g.size = mutationsSize(g.muts)
-		l.unsent = append(l.unsent, g)
+	for _, d := range out.Dispatches {
+		if c := l.calls[d.Req]; c != nil {
+			c.held = true
+		}
+	}
+	l.held = append(l.held, s)
+	if len(out.Mutations) > 0 {
+		for i := range out.Mutations {
+			s.size += out.Mutations[i].Msgsize()
+		}
+		l.unsent = append(l.unsent, s)
 		e.stats.queued.Add(1)
 	}
 }
 
-// perform carries out one action.
-func (e *Engine) perform(a core.Action) {
-	l := &e.loop
-	switch a.Kind {
-	case core.ActReply, core.ActDispatch:
-		r := l.reqs[a.Req]
-		if r == nil {
-			if len(a.Grants) > 0 {
-				e.stats.droppedDispatches.Add(uint64(len(a.Grants)))
-				e.logger.Debug("dispatch dropped: the poller went away", "grants", len(a.Grants))
+// release carries out the held actions of out, then hands its slices back
+// to the core.
+func (e *Engine) release(out *core.Output) {
+	for _, r := range out.Replies {
+		if res, ok := r.Value.(*core.SubmitResult); ok {
+			for i, err := range res.Errs {
+				res.Errs[i] = stoppedIfShuttingDown(err)
 			}
-			return
 		}
-		delete(l.reqs, a.Req)
-		e.stats.count(r.op, &a)
-		a.Err = stoppedIfShuttingDown(a.Err)
-		if len(a.Errs) > 0 {
-			errs := make([]error, len(a.Errs))
-			for i, err := range a.Errs {
-				errs[i] = stoppedIfShuttingDown(err)
-			}
-			a.Errs = errs
-		}
-		r.reply <- response{act: a, err: a.Err}
-	case core.ActAbort:
-		if e.cfg.OnAbort != nil {
-			e.cfg.OnAbort(a.Worker, a.Lease, a.Reason)
-		}
-	case core.ActEvent:
-		e.hub.publish(a.Event)
+		e.answer(r.Req, r.Value, r.Err)
 	}
+	for _, d := range out.Dispatches {
+		if e.loop.calls[d.Req] == nil && len(d.Grants) > 0 {
+			e.stats.droppedDispatches.Add(uint64(len(d.Grants)))
+			e.logger.Debug("dispatch dropped: the poller went away", "grants", len(d.Grants))
+			continue
+		}
+		e.answer(d.Req, d.Grants, d.Err)
+	}
+	for _, ev := range out.Events {
+		e.hub.publish(ev)
+	}
+	e.loop.core.Recycle(out)
+}
+
+// answer sends the answer of request req to its caller, if it still waits.
+func (e *Engine) answer(req core.ReqID, v any, err error) {
+	c := e.loop.calls[req]
+	if c == nil {
+		return
+	}
+	delete(e.loop.calls, req)
+	c.reply <- answer{slot: c.slot, value: v, err: stoppedIfShuttingDown(err)}
 }
 
 // stoppedIfShuttingDown makes the core's "shutting down" an ErrStopped as
-// well, so callers test one error for "retry elsewhere".
+// well, so callers test one error for "retry elsewhere". Per-item errors
+// of an enqueue-many answer are converted the same way.
 func stoppedIfShuttingDown(err error) error {
 	if errors.Is(err, core.ErrShuttingDown) && !errors.Is(err, ErrStopped) {
 		return fmt.Errorf("%w: %w", ErrStopped, err)
@@ -268,43 +250,40 @@ func stoppedIfShuttingDown(err error) error {
 	return err
 }
 
-// release performs the held actions of every group at the front whose
-// entry is applied (or that has no mutations), in order.
-func (e *Engine) release() {
+// releaseApplied releases, in order, every pending step at the front whose
+// entry is applied (or that has no mutations).
+func (e *Engine) releaseApplied() {
 	l := &e.loop
-	for len(l.order) > 0 {
-		g := l.order[0]
-		if len(g.muts) > 0 && (g.batch == nil || !g.batch.applied) {
+	for len(l.held) > 0 {
+		s := l.held[0]
+		if len(s.out.Mutations) > 0 && (s.entry == nil || !s.entry.applied) {
 			return
 		}
-		l.order[0] = nil
-		l.order = l.order[1:]
-		for _, a := range g.held {
-			e.perform(a)
-		}
-		l.core.Recycle(g.held)
-		g.held = nil
+		l.held[0] = nil
+		l.held = l.held[1:]
+		e.release(&s.out)
 	}
 }
 
-// flush appends entries while there are groups to commit and room in flight.
-func (e *Engine) flush() error {
+// appendEntries appends entries while there are steps to commit and room in
+// flight.
+func (e *Engine) appendEntries() error {
 	l := &e.loop
 	for len(l.unsent) > 0 && len(l.inflight) < e.cfg.MaxInFlight {
-		if err := e.appendBatch(); err != nil {
+		if err := e.appendEntry(); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// appendBatch cuts one entry from the front of unsent and appends it. Groups
-// are taken whole while the entry stays under MaxBatchBytes; a group larger
+// appendEntry cuts one entry from the front of unsent and appends it. Steps
+// are taken whole while the entry stays under MaxBatchBytes; a step larger
 // than that goes alone.
-func (e *Engine) appendBatch() error {
+func (e *Engine) appendEntry() error {
 	l := &e.loop
 	limit := e.cfg.MaxBatchBytes
-	n, size := 0, batchOverhead
+	n, size := 0, entryOverhead
 	for n < len(l.unsent) {
 		s := l.unsent[n].size
 		if n > 0 && size+s > limit {
@@ -313,7 +292,7 @@ func (e *Engine) appendBatch() error {
 		size += s
 		n++
 	}
-	t := fsm.Nanos(e.cfg.Now())
+	t := fsm.InstantOf(e.cfg.Now())
 	if t < l.lastTime {
 		t = l.lastTime
 	}
@@ -322,17 +301,24 @@ func (e *Engine) appendBatch() error {
 		nmuts int
 	)
 	for {
-		muts := l.unsent[0].muts
+		muts := l.unsent[0].out.Mutations
 		if n > 1 {
 			muts = nil
-			for _, g := range l.unsent[:n] {
-				muts = append(muts, g.muts...)
+			for _, s := range l.unsent[:n] {
+				muts = append(muts, s.out.Mutations...)
 			}
 		}
+		b := &fsm.CommitBatch{Epoch: l.core.Epoch(), Time: t, Mutations: muts}
 		var err error
-		data, err = fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: l.core.Epoch(), Time: t, Mutations: muts})
+		data, err = fsm.EncodeCommitBatch(b)
 		if err != nil {
-			return fmt.Errorf("encoding batch %d: %w", l.seq+1, err)
+			return fmt.Errorf("encoding entry %d: %w", l.seq+1, err)
+		}
+		if b.Version > l.logVersion {
+			// The core refuses what needs a newer format than the cluster
+			// understands; reaching here is a bug, and appending would stop
+			// the servers that cannot apply it.
+			return fmt.Errorf("entry %d needs log format version %d, the cluster understands %d", l.seq+1, b.Version, l.logVersion)
 		}
 		nmuts = len(muts)
 		if len(data) <= limit || n == 1 {
@@ -346,61 +332,61 @@ func (e *Engine) appendBatch() error {
 	}
 	p, err := e.log.Append(data)
 	if err != nil {
-		return fmt.Errorf("appending batch %d: %w", l.seq+1, err)
+		return fmt.Errorf("appending entry %d: %w", l.seq+1, err)
 	}
 	l.seq++
 	l.lastTime = t
-	b := &batch{seq: l.seq, muts: nmuts, bytes: len(data)}
-	for i, g := range l.unsent[:n] {
-		g.batch = b
+	ent := &entry{seq: l.seq, muts: nmuts, bytes: len(data)}
+	for i, s := range l.unsent[:n] {
+		s.entry = ent
 		l.unsent[i] = nil
 	}
 	l.unsent = l.unsent[n:]
-	l.inflight = append(l.inflight, b)
+	l.inflight = append(l.inflight, ent)
 	e.stats.queued.Add(-int64(n))
 	e.stats.inFlight.Add(1)
 	e.stats.batches.Add(1)
 	e.stats.mutations.Add(uint64(nmuts))
 	e.stats.batchBytes.Add(uint64(len(data)))
-	l.waiter.items <- waitItem{seq: b.seq, pending: p, at: time.Now()}
+	l.resolver.items <- resolveItem{seq: ent.seq, pending: p, at: time.Now()}
 	return nil
 }
 
 // resolved takes the outcome of the oldest entry in flight. A failure is
 // returned: it stops the engine.
-func (e *Engine) resolved(res waitResult) error {
+func (e *Engine) resolved(res resolveResult) error {
 	l := &e.loop
 	if len(l.inflight) == 0 || l.inflight[0].seq != res.seq {
-		return fmt.Errorf("engine: outcome of batch %d out of order", res.seq)
+		return fmt.Errorf("engine: outcome of entry %d out of order", res.seq)
 	}
-	b := l.inflight[0]
+	ent := l.inflight[0]
 	l.inflight[0] = nil
 	l.inflight = l.inflight[1:]
 	e.stats.inFlight.Add(-1)
 	if e.cfg.OnCommit != nil {
-		e.cfg.OnCommit(CommitInfo{Mutations: b.muts, Bytes: b.bytes, Latency: res.latency, Err: res.err})
+		e.cfg.OnCommit(CommitInfo{Mutations: ent.muts, Bytes: ent.bytes, Latency: res.latency, Err: res.err})
 	}
 	if res.err == nil {
-		b.applied = true
+		ent.applied = true
 		e.stats.committed.Add(1)
 		e.stats.commitNanos.Add(int64(res.latency))
-		e.release()
+		e.releaseApplied()
 		return nil
 	}
 	var rejected *fsm.RejectedError
 	switch {
 	case errors.Is(res.err, fsm.ErrStaleEpoch):
 		// Epochs only grow: every later entry of this engine is fenced too.
-		b.rejected = true
+		ent.rejected = true
 		for _, o := range l.inflight {
 			o.rejected = true
 		}
-		return fmt.Errorf("batch %d fenced: %w", b.seq, res.err)
+		return fmt.Errorf("entry %d fenced: %w", ent.seq, res.err)
 	case errors.As(res.err, &rejected):
-		b.rejected = true
-		return fmt.Errorf("batch %d rejected: %w", b.seq, res.err)
+		ent.rejected = true
+		return fmt.Errorf("entry %d rejected: %w", ent.seq, res.err)
 	default:
-		return fmt.Errorf("committing batch %d: %w", b.seq, res.err)
+		return fmt.Errorf("committing entry %d: %w", ent.seq, res.err)
 	}
 }
 
@@ -438,7 +424,7 @@ func (e *Engine) arm(t *time.Timer) {
 // finish fails everything still held or waiting and ends the engine: held
 // answers of entries that were appended and may still commit get
 // ErrOutcomeUnknown, everything else ErrStopped; dispatches and events of
-// unreleased groups are dropped.
+// unreleased steps are dropped.
 func (e *Engine) finish(cause error) {
 	l := &e.loop
 	l.stopping = true
@@ -459,31 +445,28 @@ func (e *Engine) finish(cause error) {
 		unresolved = errUnresolved
 	}
 	unknown := fmt.Errorf("%w: %w", ErrOutcomeUnknown, unresolved)
-	for _, g := range l.order {
+	for _, s := range l.held {
 		err := stopped
-		if len(g.muts) > 0 && g.batch != nil && !g.batch.rejected {
+		if len(s.out.Mutations) > 0 && s.entry != nil && !s.entry.rejected {
 			err = unknown
 		}
-		for _, a := range g.held {
-			if a.Kind != core.ActReply && a.Kind != core.ActDispatch {
-				continue
-			}
-			if r := l.reqs[a.Req]; r != nil {
-				delete(l.reqs, a.Req)
-				r.reply <- response{err: err}
-			}
+		for _, r := range s.out.Replies {
+			e.answer(r.Req, nil, err)
+		}
+		for _, d := range s.out.Dispatches {
+			e.answer(d.Req, nil, err)
 		}
 	}
-	for id, r := range l.reqs {
-		delete(l.reqs, id)
-		r.reply <- response{err: stopped}
+	for id, c := range l.calls {
+		delete(l.calls, id)
+		c.reply <- answer{slot: c.slot, err: stopped}
 	}
-	l.order, l.unsent, l.inflight = nil, nil, nil
+	l.held, l.unsent, l.inflight = nil, nil, nil
 	e.stats.requests.Store(0)
 	e.stats.queued.Store(0)
 	e.stats.inFlight.Store(0)
 
-	l.waiter.stop()
+	l.resolver.stop()
 	e.hub.close()
 	close(e.done)
 }

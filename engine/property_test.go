@@ -176,7 +176,7 @@ func (s *sim) randomConfig() core.Config {
 	cfg := core.Config{
 		HeartbeatWindow: time.Duration(3+r.IntN(10)) * time.Second,
 		MaxAttempts:     uint32(1 + r.IntN(4)),
-		Backoff:         fsm.Backoff{Initial: int64(time.Second), Max: int64(20 * time.Second), Jitter: 0.2},
+		Backoff:         fsm.Backoff{Initial: time.Second, Max: 20 * time.Second, Jitter: 0.2},
 		Retention:       time.Duration(30+r.IntN(600)) * time.Second,
 		Seed:            s.seed,
 		Pools:           map[string]core.PoolConfig{"p2": {MaxRunning: 1, Bounds: core.Bounds{MaxPending: 4}}},
@@ -261,7 +261,7 @@ func (s *sim) step() {
 		}
 		req := s.polls[s.pick(len(s.polls))]
 		s.logf("cancel-poll %d", req)
-		c.CancelPoll(req)
+		c.Detach(req)
 		delete(s.open, req)
 	case opCompleteLease:
 		lease := s.someLease()
@@ -316,7 +316,7 @@ func (s *sim) step() {
 		spec := core.ScheduleSpec{
 			Name:         fmt.Sprintf("s%d", s.pick(4)),
 			Cron:         crons[s.pick(len(crons))],
-			Task:         s.randomSpec(),
+			Task:         s.randomSpec().Template,
 			Overlap:      fsm.Overlap(s.pick(2)),
 			CatchUp:      fsm.CatchUp(s.pick(3)),
 			CatchUpLimit: uint32(s.pick(4)),
@@ -325,9 +325,6 @@ func (s *sim) step() {
 		if s.pick(4) == 0 {
 			spec.TZ = "Europe/Berlin"
 		}
-		spec.Task.Key = ""
-		spec.Task.Delay = 0
-		spec.Task.Deadline = time.Time{}
 		req := s.nextReq()
 		s.logf("req %d add-schedule %s %q", req, spec.Name, spec.Cron)
 		c.AddSchedule(s.now, req, spec)
@@ -354,11 +351,10 @@ func (s *sim) bytes(n int) []byte {
 }
 
 func (s *sim) randomSpec() core.Spec {
-	sp := core.Spec{
-		Pool:     fmt.Sprintf("p%d", s.pick(3)),
+	sp := core.Spec{Template: fsm.Template{Pool: fmt.Sprintf("p%d", s.pick(3)),
 		Kind:     []string{"email", "resize", "report"}[s.pick(3)],
 		Priority: fsm.Priority(s.pick(fsm.NumPriorities)),
-		Payload:  s.bytes(s.pick(64)),
+		Payload:  s.bytes(s.pick(64))},
 	}
 	if s.pick(3) == 0 {
 		sp.Key = fmt.Sprintf("key%d", s.pick(12))
@@ -367,7 +363,7 @@ func (s *sim) randomSpec() core.Spec {
 		sp.Delay = time.Duration(s.pick(20000)) * time.Millisecond
 	}
 	if s.pick(8) == 0 {
-		sp.Deadline = s.now.Add(sp.Delay + time.Duration(1+s.pick(60))*time.Second)
+		sp.Deadline = fsm.InstantOf(s.now.Add(sp.Delay + time.Duration(1+s.pick(60))*time.Second))
 	}
 	if s.pick(6) == 0 {
 		sp.Timeout = time.Duration(1+s.pick(8)) * time.Second
@@ -434,9 +430,6 @@ func (s *sim) advance(d time.Duration) {
 func (s *sim) commit() {
 	t := s.t
 	out := s.core.Ready()
-	for _, a := range out.Immediate {
-		s.check(a.Kind == core.ActAbort, "only aborts are immediate, got %+v", a)
-	}
 	if len(out.Mutations) > 0 {
 		for _, m := range out.Mutations {
 			switch {
@@ -450,15 +443,22 @@ func (s *sim) commit() {
 				s.maxLease = m.Start.Lease
 			}
 		}
-		data, err := fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: s.core.Epoch(), Time: fsm.Nanos(s.now), Mutations: out.Mutations})
+		data, err := fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: s.core.Epoch(), Time: fsm.InstantOf(s.now), Mutations: out.Mutations})
 		s.check(err == nil, "encoding: %v", err)
 		s.apply(data, nil)
 		if t.Failed() {
 			return
 		}
 	}
-	for _, a := range out.Held {
-		s.release(a)
+	for _, r := range out.Replies {
+		s.releaseReply(r)
+	}
+	for _, d := range out.Dispatches {
+		s.releaseDispatch(d)
+	}
+	for _, ev := range out.Events {
+		_, ok := s.a.Get(ev.TaskID)
+		s.check(ok, "event for %s, which is not durable", ev.TaskID)
 	}
 	s.checkCounts()
 }
@@ -474,45 +474,50 @@ func (s *sim) apply(data []byte, want any) {
 	s.check(rb == want, "entry %d on state b: %v, want %v", s.index, rb, want)
 }
 
-func (s *sim) release(a core.Action) {
-	switch a.Kind {
-	case core.ActReply, core.ActDispatch:
-		s.check(s.open[a.Req], "answer to request %d, which is not open", a.Req)
-		delete(s.open, a.Req)
-	}
-	switch a.Kind {
-	case core.ActReply:
-		s.logf("  reply %d: err=%v subs=%d cancelled=%v", a.Req, a.Err, len(a.Submitted), a.Cancelled)
-		for i, sub := range a.Submitted {
+func (s *sim) answered(req core.ReqID) {
+	s.check(s.open[req], "answer to request %d, which is not open", req)
+	delete(s.open, req)
+}
+
+func (s *sim) releaseReply(r core.Reply) {
+	s.answered(r.Req)
+	switch v := r.Value.(type) {
+	case *core.SubmitResult:
+		s.logf("  reply %d: err=%v subs=%d", r.Req, r.Err, len(v.Tasks))
+		for i, sub := range v.Tasks {
 			if sub.ID == "" {
-				s.check(i < len(a.Errs) && a.Errs[i] != nil, "request %d: item %d has neither id nor error", a.Req, i)
+				s.check(i < len(v.Errs) && v.Errs[i] != nil, "request %d: item %d has neither id nor error", r.Req, i)
 				continue
 			}
-			s.check(s.inserted[sub.ID], "submitted %s of request %d was inserted", sub.ID, a.Req)
-			if !s.many[a.Req] {
+			s.check(s.inserted[sub.ID], "submitted %s of request %d was inserted", sub.ID, r.Req)
+			if !s.many[r.Req] {
 				// Answered in the step that admitted it. (An enqueue-many is
 				// answered with its last item: an early one may be purged by
 				// then.)
 				_, ok := s.a.Get(sub.ID)
-				s.check(ok, "submitted %s (duplicate %v) of request %d is durable", sub.ID, sub.Duplicate, a.Req)
+				s.check(ok, "submitted %s (duplicate %v) of request %d is durable", sub.ID, sub.Duplicate, r.Req)
 			}
 			s.ids = append(s.ids, sub.ID)
 		}
-		if a.TaskID != "" && a.Err == nil && !a.Cancelled && s.isWait(a.Req) {
-			task, ok := s.a.Get(a.TaskID)
-			s.check(ok && task.Status.Terminal(), "waiter %d answered before task %s ended", a.Req, a.TaskID)
+	case string: // a waiter's or a completion's task
+		s.logf("  reply %d: task %s", r.Req, v)
+		if s.isWait(r.Req) {
+			task, ok := s.a.Get(v)
+			s.check(ok && task.Status.Terminal(), "waiter %d answered before task %s ended", r.Req, v)
 		}
-	case core.ActDispatch:
-		s.logf("  dispatch %d: err=%v grants=%d", a.Req, a.Err, len(a.Grants))
-		for _, g := range a.Grants {
-			task, ok := s.a.Get(g.ID)
-			s.check(ok && task.Status == fsm.StatusRunning && task.Lease == g.Lease && task.Attempt == g.Attempt,
-				"grant %+v dispatched before durable: %+v", g, task)
-			s.leases = append(s.leases, g.Lease)
-		}
-	case core.ActEvent:
-		_, ok := s.a.Get(a.Event.TaskID)
-		s.check(ok, "event for %s, which is not durable", a.Event.TaskID)
+	default:
+		s.logf("  reply %d: err=%v value=%v", r.Req, r.Err, v)
+	}
+}
+
+func (s *sim) releaseDispatch(d core.Dispatch) {
+	s.answered(d.Req)
+	s.logf("  dispatch %d: err=%v grants=%d", d.Req, d.Err, len(d.Grants))
+	for _, g := range d.Grants {
+		task, ok := s.a.Get(g.ID)
+		s.check(ok && task.Status == fsm.StatusRunning && task.Lease == g.Lease && task.Attempt == g.Attempt,
+			"grant %+v dispatched before durable: %+v", g, task)
+		s.leases = append(s.leases, g.Lease)
 	}
 }
 
@@ -544,7 +549,7 @@ func (s *sim) checkCounts() {
 
 // bump commits an epoch bump to both states.
 func (s *sim) bump(epoch uint64) {
-	data, err := fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: epoch, Leader: fmt.Sprintf("n%d", epoch), Time: fsm.Nanos(s.now)})
+	data, err := fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: epoch, Leader: fmt.Sprintf("n%d", epoch), Time: fsm.InstantOf(s.now)})
 	require.NoError(s.t, err)
 	s.apply(data, epoch)
 }
@@ -570,10 +575,10 @@ func (s *sim) recoverLeader() {
 // one more batch: every state refuses it identically and changes nothing.
 func (s *sim) deposedWrite() {
 	old := s.core
-	old.AddSchedule(s.now, s.nextReq(), core.ScheduleSpec{Name: "late", Cron: "@every 1h", Task: core.Spec{Pool: "p0", Kind: "late"}})
+	old.AddSchedule(s.now, s.nextReq(), core.ScheduleSpec{Name: "late", Cron: "@every 1h", Task: fsm.Template{Pool: "p0", Kind: "late"}})
 	out := old.Ready()
 	s.check(len(out.Mutations) > 0, "the deposed core produced no mutation: %+v", out)
-	data, err := fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: old.Epoch(), Time: fsm.Nanos(s.now), Mutations: out.Mutations})
+	data, err := fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: old.Epoch(), Time: fsm.InstantOf(s.now), Mutations: out.Mutations})
 	s.check(err == nil, "encoding: %v", err)
 	before, applied := s.a.Hash(), s.a.AppliedIndex()
 	s.index++

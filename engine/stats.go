@@ -21,7 +21,7 @@ type Stats struct {
 	CommitLatency time.Duration // total Append-to-applied time of the committed entries
 
 	InFlight int // entries appended and not resolved
-	Queued   int // groups waiting for an entry
+	Queued   int // pending steps waiting for an entry slot
 	Requests int // calls taken by the core and not answered yet (parked, polling, held)
 
 	DroppedDispatches uint64 // grants whose poller had gone away (their leases expire)
@@ -36,26 +36,16 @@ type counters struct {
 	droppedDispatches                            atomic.Uint64
 }
 
-// count records a released answer.
-func (c *counters) count(op opKind, a *core.Action) {
-	if a.Err != nil {
-		return
-	}
-	switch op {
-	case opSubmit:
-		for _, s := range a.Submitted {
-			switch {
-			case s.ID == "":
-			case s.Duplicate:
-				c.duplicates.Add(1)
-			default:
-				c.submitted.Add(1)
-			}
+// countSubmitted records the tasks an answered submit admitted.
+func (c *counters) countSubmitted(res *core.SubmitResult) {
+	for _, s := range res.Tasks {
+		switch {
+		case s.ID == "":
+		case s.Duplicate:
+			c.duplicates.Add(1)
+		default:
+			c.submitted.Add(1)
 		}
-	case opPoll:
-		c.dispatched.Add(uint64(len(a.Grants)))
-	case opComplete:
-		c.completed.Add(1)
 	}
 }
 

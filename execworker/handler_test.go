@@ -28,8 +28,7 @@ func newHandler(t *testing.T, command string, mod ...func(*Config)) (*Handler, s
 func job(id string, payload string) *client.Job {
 	return &client.Job{
 		Task: &client.Task{
-			ID: id, Pool: "billing", Kind: "invoice", Payload: []byte(payload),
-			Status: client.StatusRunning, Attempt: 3, Lease: 4294967301,
+			ID: id, Template: client.Template{Pool: "billing", Kind: "invoice", Payload: []byte(payload)}, Status: client.StatusRunning, Attempt: 3, Lease: 4294967301,
 		},
 		Lease:   4294967301,
 		Attempt: 3,

@@ -15,10 +15,13 @@ func benchBatch(n int) *CommitBatch {
 		switch i % 3 {
 		case 0:
 			b.Mutations = append(b.Mutations, Mutation{Insert: &Task{
-				ID: id, Pool: "default", Kind: "email.send", Key: "key-" + id,
-				Payload: make([]byte, 100), Status: StatusQueued, SubmittedAt: baseTime,
-				MaxAttempts: 5, Backoff: Backoff{Initial: 1e9, Max: 300e9, Jitter: 0.2},
-				Tags: []KV{{K: "traceparent", V: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
+				ID: id, Key: "key-" + id,
+				Template: Template{
+					Pool: "default", Kind: "email.send", Payload: make([]byte, 100),
+					MaxAttempts: 5, Backoff: Backoff{Initial: 1e9, Max: 300e9, Jitter: 0.2},
+					Tags: []KV{{K: "traceparent", V: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
+				},
+				Status: StatusQueued, SubmittedAt: baseTime,
 			}})
 		case 1:
 			b.Mutations = append(b.Mutations, start(id, 1, lease(1, uint64(i+1))))
@@ -61,13 +64,16 @@ func hotPathBatch(n int) *CommitBatch {
 	b := &CommitBatch{Epoch: 3, Time: baseTime, Mutations: make([]Mutation, 0, n)}
 	for i := 0; i < n; i++ {
 		id := taskID(i)
-		at := baseTime + int64(i)
+		at := baseTime + Instant(i)
 		switch i % 3 {
 		case 0:
 			b.Mutations = append(b.Mutations, Mutation{Insert: &Task{
-				ID: id, Pool: "default", Kind: "bench.noop", Payload: make([]byte, 256),
-				RunAt: at, MaxAttempts: 3, Backoff: Backoff{Initial: 1e9, Max: 300e9, Jitter: 0.2},
-				Status: StatusQueued, SubmittedAt: at, UpdatedAt: at,
+				ID: id,
+				Template: Template{
+					Pool: "default", Kind: "bench.noop", Payload: make([]byte, 256),
+					MaxAttempts: 3, Backoff: Backoff{Initial: 1e9, Max: 300e9, Jitter: 0.2},
+				},
+				RunAt: at, Status: StatusQueued, SubmittedAt: at, UpdatedAt: at,
 			}})
 		case 1:
 			b.Mutations = append(b.Mutations, Mutation{Start: &Start{ID: id, Attempt: 1, Lease: lease(3, uint64(i)), Worker: "worker-0001", At: at}})
@@ -105,7 +111,7 @@ func BenchmarkDecodeHotPath1000(b *testing.B) {
 }
 
 // BenchmarkValidate1000 is the structural check alone, which DecodeEntry
-// runs before the library decodes.
+// runs before the generated decoder reads the body.
 func BenchmarkValidate1000(b *testing.B) {
 	data, err := EncodeCommitBatch(benchBatch(1000))
 	if err != nil {

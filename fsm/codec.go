@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 var (
@@ -19,6 +17,12 @@ var (
 	// ErrUnknownEntry is returned for an entry of an unknown type that does
 	// not carry IgnoreUnknownFlag.
 	ErrUnknownEntry = errors.New("fsm: unknown entry type")
+	// ErrUnknownMutation is returned for a commit batch holding a mutation
+	// of a kind this release does not know.
+	ErrUnknownMutation = errors.New("fsm: unknown mutation kind")
+	// ErrNewerVersion is returned for an entry or a snapshot that needs a
+	// newer log format than this release understands.
+	ErrNewerVersion = errors.New("fsm: newer log format")
 )
 
 // RejectedError reports a commit batch that was not applied because the
@@ -34,80 +38,29 @@ func (e *RejectedError) Error() string {
 }
 
 // The bodies of log entries and snapshot records are the MessagePack
-// encoding of the tagged schema types, as github.com/vmihailenco/msgpack/v5
-// writes and reads them: structs as maps keyed by their tags in declaration
-// order, omitempty fields left out, integers in their shortest form
-// (UseCompactInts), floats as float64. Decoding ignores unknown keys, so a
-// newer version may add fields, and accepts integers of any width
-// (converting them to the field's type as Go conversions do). Every body is
-// checked by validate (wire.go) before it is decoded.
-//
-// The bodies are written by the hand-written appenders of fastcodec.go,
-// which produce the library's bytes exactly. Commit batches are read by the
-// fast decoder of fastcodec.go, which falls back to the library for any
-// form it does not reproduce exactly; other bodies are read by the library.
+// encoding written by the generated codec (types_gen.go). Every body is
+// checked by validate (wire.go) before it is decoded, which bounds what the
+// decoder allocates by the size of the input.
 
-// maxPooledSize is the largest buffer an encoder or decoder may keep when it
-// goes back to its pool, so that one huge entry does not pin its memory.
-const maxPooledSize = 1 << 20
-
-// decoder reads validated MessagePack bodies into schema values, reusing
-// its library decoder.
-type decoder struct {
-	r   bytes.Reader
-	dec *msgpack.Decoder
-}
-
-func newDecoder() *decoder {
-	d := new(decoder)
-	d.dec = msgpack.NewDecoder(&d.r)
-	return d
-}
-
-// errDecoderPanic reports a panic of the library decoder.
-var errDecoderPanic = errors.New("decoder panic")
-
-// decode validates body, which must hold one MessagePack map, and decodes it
-// into v, a pointer to a schema struct. Fields absent from body are left as
-// they are in *v.
-func (d *decoder) decode(body []byte, v any) (err error) {
+// decodeBody validates body, which must hold exactly one MessagePack map,
+// and decodes it into v. Fields absent from body are left as they are.
+func decodeBody(body []byte, v interface {
+	UnmarshalMsg([]byte) ([]byte, error)
+}) error {
 	if err := validate(body); err != nil {
 		return err
 	}
 	if c := body[0]; !(c >= mpFixMap && c <= mpFixMapMax || c == mpMap16 || c == mpMap32) {
 		return fmt.Errorf("type code 0x%02x, want a map", c)
 	}
-	// The library is not expected to panic on validated input; if it ever
-	// does, the input is corrupt, not the node.
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %v", errDecoderPanic, p)
-		}
-	}()
-	d.r.Reset(body)
-	d.dec.Reset(&d.r)
-	if err := d.dec.Decode(v); err != nil {
+	rest, err := v.UnmarshalMsg(body)
+	if err != nil {
 		return err
 	}
-	if d.r.Len() != 0 {
-		return fmt.Errorf("%d bytes left after decoding", d.r.Len())
+	if len(rest) != 0 {
+		return fmt.Errorf("%d bytes left after decoding", len(rest))
 	}
 	return nil
-}
-
-var decoders = sync.Pool{New: func() any { return newDecoder() }}
-
-// decodeBody decodes body into v with a pooled decoder.
-func decodeBody(body []byte, v any) error {
-	d := decoders.Get().(*decoder)
-	err := d.decode(body, v)
-	d.r.Reset(nil)
-	// A decoder keeps a buffer as long as the longest string it read; one
-	// that panicked may be in any state.
-	if len(body) <= maxPooledSize && !errors.Is(err, errDecoderPanic) {
-		decoders.Put(d)
-	}
-	return err
 }
 
 // EncodeEpochBump encodes an epoch bump as a log entry.
@@ -115,29 +68,71 @@ func EncodeEpochBump(b *EpochBump) ([]byte, error) {
 	if b == nil {
 		return nil, errors.New("encoding epoch bump: nil")
 	}
-	return appendEntry(EntryEpochBump, func(dst []byte) []byte { return appendEpochBump(dst, b) }), nil
+	data, err := encode(EntryEpochBump, b)
+	if err != nil {
+		return nil, fmt.Errorf("encoding epoch bump: %w", err)
+	}
+	return data, nil
 }
 
-// EncodeCommitBatch encodes a commit batch as a log entry. Every mutation
-// must have exactly one field set.
+// scratch holds encoding buffers for reuse: Msgsize is an upper bound, so
+// entries are encoded into scratch space and copied out at their size (raft
+// keeps entries in memory).
+var scratch = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledSize is the largest buffer put back in scratch, so that one huge
+// entry does not pin its memory.
+const maxPooledSize = 1 << 20
+
+// encode returns the entry of type typ with body v, at its exact size.
+func encode(typ EntryType, v interface {
+	MarshalMsg([]byte) ([]byte, error)
+	Msgsize() int
+}) ([]byte, error) {
+	bp := scratch.Get().(*[]byte)
+	buf := append((*bp)[:0], byte(typ))
+	buf, err := v.MarshalMsg(buf)
+	var out []byte
+	if err == nil {
+		out = bytes.Clone(buf)
+	}
+	if cap(buf) <= maxPooledSize {
+		*bp = buf
+		scratch.Put(bp)
+	}
+	return out, err
+}
+
+// EncodeCommitBatch encodes a commit batch as a log entry, setting its
+// Version to what its mutations need. Every mutation must have exactly one
+// field set.
 func EncodeCommitBatch(b *CommitBatch) ([]byte, error) {
 	if b == nil {
 		return nil, errors.New("encoding commit batch: nil")
 	}
+	b.Version = 0
 	for i := range b.Mutations {
-		if err := b.Mutations[i].check(); err != nil {
+		m := &b.Mutations[i]
+		if err := m.check(); err != nil {
 			return nil, fmt.Errorf("encoding commit batch: mutation %d: %w", i, err)
 		}
+		if v := m.Version(); v > 1 && v > b.Version {
+			b.Version = v
+		}
 	}
-	return appendEntry(EntryCommitBatch, func(dst []byte) []byte { return appendCommitBatch(dst, b) }), nil
+	data, err := encode(EntryCommitBatch, b)
+	if err != nil {
+		return nil, fmt.Errorf("encoding commit batch: %w", err)
+	}
+	return data, nil
 }
 
 // DecodeEntry decodes a log entry. It returns the entry's type (without
 // IgnoreUnknownFlag for known types) and a *EpochBump or a *CommitBatch.
 // For an unknown type with IgnoreUnknownFlag it returns the raw type and a
 // nil value and error; without the flag, an error wrapping ErrUnknownEntry.
-// Undecodable bytes give an error wrapping ErrCorrupt; a commit batch
-// decodes only if every mutation has exactly one field set.
+// Undecodable bytes give an error wrapping ErrCorrupt, a mutation of no
+// known kind one wrapping ErrUnknownMutation.
 func DecodeEntry(data []byte) (EntryType, any, error) {
 	if len(data) == 0 {
 		return 0, nil, fmt.Errorf("%w: empty entry", ErrCorrupt)
@@ -178,42 +173,18 @@ func decodeCommitBatch(body []byte, b *CommitBatch) error {
 	ms := b.Mutations[:cap(b.Mutations)]
 	clear(ms)
 	*b = CommitBatch{Mutations: ms[:0]}
-	if validate(body) != nil || !fastDecodeCommitBatch(body, b) {
-		// The library decodes what the fast path does not take, from
-		// the same start.
-		clear(ms)
-		*b = CommitBatch{Mutations: ms[:0]}
-		if err := decodeBody(body, b); err != nil {
-			return fmt.Errorf("%w: commit batch: %v", ErrCorrupt, err)
-		}
+	if err := decodeBody(body, b); err != nil {
+		return fmt.Errorf("%w: commit batch: %v", ErrCorrupt, err)
 	}
 	for i := range b.Mutations {
-		if err := b.Mutations[i].check(); err != nil {
-			return fmt.Errorf("%w: commit batch: mutation %d: %v", ErrCorrupt, i, err)
+		switch n := b.Mutations[i].fields(); {
+		case n == 0:
+			// A well-formed mutation whose only key this release does not
+			// know: a kind added by a newer one.
+			return fmt.Errorf("%w: commit batch: mutation %d", ErrUnknownMutation, i)
+		case n > 1:
+			return fmt.Errorf("%w: commit batch: mutation %d: %d fields set, want exactly 1", ErrCorrupt, i, n)
 		}
-	}
-	return nil
-}
-
-// fields reports how many fields of m are set.
-func (m *Mutation) fields() int {
-	n := 0
-	for _, set := range [...]bool{
-		m.Insert != nil, m.Ready != nil, m.Start != nil, m.Retry != nil,
-		m.Finish != nil, m.Purge != nil, m.PutSchedule != nil,
-		m.DelSchedule != nil, m.PauseSchedule != nil, m.Fire != nil,
-		m.Tombstone != nil,
-	} {
-		if set {
-			n++
-		}
-	}
-	return n
-}
-
-func (m *Mutation) check() error {
-	if n := m.fields(); n != 1 {
-		return fmt.Errorf("%d fields set, want exactly 1", n)
 	}
 	return nil
 }

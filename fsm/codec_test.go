@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"math"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"strings"
@@ -12,13 +14,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/vmihailenco/msgpack/v5"
+	"github.com/tinylib/msgp/msgp"
 )
 
-// fillValue sets v to random content. With prob 1 every field is set, else
+// fillValue sets v to random content. With all every field is set, else
 // each field is set or left zero at random, so that every combination of
 // omitted fields gets exercised. Slices are nil or non-empty (never empty
-// and non-nil) so that decoded values compare equal.
+// and non-nil) so that decoded values compare equal. Instants and durations
+// are int64s to it.
 func fillValue(r *prng, v reflect.Value, all bool) {
 	set := all || r.coin()
 	switch v.Kind() {
@@ -32,7 +35,7 @@ func fillValue(r *prng, v reflect.Value, all bool) {
 		if set {
 			v.SetInt(randInt(r))
 		}
-	case reflect.Uint8, reflect.Uint32, reflect.Uint64:
+	case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		if set {
 			bits := v.Type().Bits()
 			n := randUint(r)
@@ -91,13 +94,13 @@ func randString(r *prng) string {
 
 // randInt covers every integer encoding class.
 func randInt(r *prng) int64 {
-	classes := []int64{0, 1, 127, 128, 255, 256, 65535, 65536, 1 << 32, baseTime, 1<<63 - 1,
-		-1, -32, -33, -128, -129, -32768, -32769, -1 << 31, -1<<31 - 1, -1 << 63}
+	classes := []int64{0, 1, 127, 128, 255, 256, 32767, 32768, 65535, 65536, 1<<31 - 1, 1 << 31, 1 << 32,
+		int64(baseTime), 1<<63 - 1, -1, -32, -33, -128, -129, -32768, -32769, -1 << 31, -1<<31 - 1, -1 << 63}
 	return classes[r.intn(len(classes))]
 }
 
 func randUint(r *prng) uint64 {
-	classes := []uint64{1, 127, 128, 255, 256, 65535, 65536, 1<<32 - 1, 1 << 32, 1<<64 - 1}
+	classes := []uint64{1, 127, 128, 255, 256, 65535, 65536, 1<<32 - 1, 1 << 32, 1<<63 - 1, 1 << 63, 1<<64 - 1}
 	return classes[r.intn(len(classes))]
 }
 
@@ -113,37 +116,54 @@ func randMutation(r *prng, k int, all bool) Mutation {
 
 var numMutationKinds = reflect.TypeOf(Mutation{}).NumField()
 
-// libraryEncode encodes v with a plain library encoder: with compact
-// integers as the format does, or with fixed-width integers as another
-// writer might.
-func libraryEncode(t testing.TB, v any, compact bool) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
-	enc.UseCompactInts(compact)
-	require.NoError(t, enc.Encode(v))
-	return buf.Bytes()
+// randBatch returns a batch of random mutations of random kinds.
+func randBatch(r *prng, all bool) *CommitBatch {
+	b := &CommitBatch{Epoch: randUint(r), Time: Instant(randInt(r))}
+	for i := 0; i < 1+r.intn(2*numMutationKinds); i++ {
+		b.Mutations = append(b.Mutations, randMutation(r, r.intn(numMutationKinds), all))
+	}
+	return b
+}
+
+// wantVersion is the Version EncodeCommitBatch must write for b, worked out
+// from the definition of the log formats (see LogVersion): 2 when a
+// schedule carries a backoff, else none (0).
+func wantVersion(b *CommitBatch) uint16 {
+	for _, m := range b.Mutations {
+		if m.PutSchedule != nil && m.PutSchedule.Backoff != (Backoff{}) {
+			return 2
+		}
+	}
+	return 0
 }
 
 // goldenBatch returns a batch with one mutation of every kind, every field
-// set, and integers of every encoded width.
+// set, and integers of every encoded width. No schedule has a backoff: the
+// batch is of log format 1.
 func goldenBatch() *CommitBatch {
 	task := &Task{
-		ID: "01J00000000000000000000001", Pool: "email", Kind: "send", Key: "order-1",
-		Priority: PriorityLow, Payload: []byte{0, 1, 2}, Labels: []KV{{K: "gpu", V: "yes"}},
-		Tags:  []KV{{K: "traceparent", V: "00-1-2-01"}, {K: "z", V: ""}},
-		RunAt: baseTime + 1, Deadline: -1, Timeout: 70_000, MaxAttempts: 300,
-		Backoff:  Backoff{Initial: 1e9, Max: 300e9, Jitter: 0.2},
+		ID: "01J00000000000000000000001",
+		Template: Template{
+			Pool: "email", Kind: "send", Priority: PriorityLow, Payload: []byte{0, 1, 2},
+			Labels:  []KV{{K: "gpu", V: "yes"}},
+			Tags:    []KV{{K: "traceparent", V: "00-1-2-01"}, {K: "z", V: ""}},
+			Timeout: 70_000, MaxAttempts: 300,
+			Backoff: Backoff{Initial: time.Second, Max: 300 * time.Second, Jitter: 0.2},
+		},
+		Key: "order-1", RunAt: baseTime + 1, Deadline: -1,
 		Schedule: "nightly", Slot: -200, Status: StatusRunning, Attempt: 200,
 		Lease: 1<<32 | 7, LastLease: 1<<32 | 7, Worker: "w-1", Output: []byte("out"),
 		Error: "boom", SubmittedAt: baseTime, StartedAt: -40_000, UpdatedAt: -1 << 40,
 		FinishedAt: 127, CreateIndex: 128, ModifyIndex: 1<<64 - 1,
 	}
 	sched := &Schedule{
-		Name: "nightly", Cron: "0 3 * * *", TZ: "Europe/Paris", Pool: "email", Kind: "send",
-		Payload: []byte("p"), Priority: PriorityHigh, Labels: []KV{{K: "a", V: "b"}},
-		Tags: []KV{{K: "c", V: "d"}}, Timeout: 60e9, MaxAttempts: 3, Overlap: OverlapAllow,
-		CatchUp: CatchUpAll, CatchUpLimit: 10, Paused: true, CreatedAt: baseTime,
+		Name: "nightly", Cron: "0 3 * * *", TZ: "Europe/Paris",
+		Template: Template{
+			Pool: "email", Kind: "send", Payload: []byte("p"), Priority: PriorityHigh,
+			Labels: []KV{{K: "a", V: "b"}}, Tags: []KV{{K: "c", V: "d"}},
+			Timeout: 60 * time.Second, MaxAttempts: 3,
+		},
+		Overlap: OverlapAllow, CatchUp: CatchUpAll, CatchUpLimit: 10, Paused: true, CreatedAt: baseTime,
 		LastFire: baseTime + 5, LastTask: "01J00000000000000000000001", Fires: 1 << 20,
 		Skipped: 65_535, CreateIndex: 2, ModifyIndex: 65_536,
 	}
@@ -162,175 +182,324 @@ func goldenBatch() *CommitBatch {
 	}}
 }
 
-// TestFormatIsStable pins the bytes of log entries and snapshot records:
-// nodes of different versions read each other's logs and snapshots, and all
-// nodes must write identical snapshots.
-func TestFormatIsStable(t *testing.T) {
-	sum := func(b []byte) string {
-		s := sha256.Sum256(b)
-		return hex.EncodeToString(s[:])
+// backoffSchedule returns a schedule whose template carries a retry
+// backoff: a record of log format 2.
+func backoffSchedule(name string) *Schedule {
+	return &Schedule{
+		Name: name, Cron: "@hourly", CreatedAt: baseTime,
+		Template: Template{Pool: "p", Kind: "k", Backoff: Backoff{Initial: time.Second, Max: time.Minute, Jitter: 0.5}},
 	}
-	data, err := EncodeCommitBatch(goldenBatch())
+}
+
+// goldenV2Batch returns a batch of log format 2.
+func goldenV2Batch() *CommitBatch {
+	return &CommitBatch{Epoch: 3, Time: baseTime, Mutations: []Mutation{
+		{PutSchedule: backoffSchedule("s")},
+		{Ready: &Ready{ID: "r", At: baseTime}},
+	}}
+}
+
+// goldenState returns a small state of every record type, with a schedule
+// of log format 2.
+func goldenState(t testing.TB) *State {
+	h := newHarness(t)
+	h.ok(insert("a", "p", "ka"), start("a", 1, l1), insertScheduled("b", "q", baseTime+9))
+	h.ok(Mutation{PutSchedule: backoffSchedule("s")}, tombstone("n1", false))
+	return h.s
+}
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// TestFormatIsStable pins the bytes of log entries and snapshot records.
+// Nodes of different releases read each other's log entries and snapshots,
+// and every node must write byte-identical snapshots of the same log: THE
+// BYTES BELOW MUST NEVER CHANGE FOR EXISTING TYPES. Adding a field or a
+// kind adds bytes to new values only (and a LogVersion when older nodes
+// must not skip it); a change to an existing value's encoding is a format
+// break, not a new golden value. Short values are pinned as hex, long ones
+// by their SHA-256.
+func TestFormatIsStable(t *testing.T) {
+	// An epoch bump: type 1, {"e": 7, "l": "node-a", "t": baseTime}. msgp
+	// writes a non-negative int64 as an int code (0xd3), uint64s as uint
+	// codes.
+	bump, err := EncodeEpochBump(&EpochBump{Epoch: 7, Leader: "node-a", Time: baseTime})
 	require.NoError(t, err)
-	require.Len(t, data, 1426)
-	require.Equal(t, "f9d5d71f8fd24e904b5b5f51eaa217aa886e7b312f221969748789d2a09f74bc", sum(data))
+	require.Equal(t, "0183a16507a16ca66e6f64652d61a174d317979cfe362a0000", hex.EncodeToString(bump))
 
-	b := goldenBatch()
-	require.Equal(t, "8e7035890620bd240433baa85bf949363fd23b50aae03d2792827937b4f45a05", sum(recordBody(b.Mutations[0].Insert)))
-	require.Equal(t, "525ba5504e0a0d52ef210b7fcecdf795834e3b2cee027256473ee1239ce3cf01", sum(recordBody(b.Mutations[6].PutSchedule)))
-	require.Equal(t, "82a16ea26e33a26174cf17979cfe362a0000", hex.EncodeToString(recordBody(&Tombstone{NodeID: "n3", At: baseTime})))
-
+	// A small batch of format 1 (no "v" key): an insert, a start, a finish.
 	small, err := EncodeCommitBatch(&CommitBatch{Epoch: 3, Time: baseTime, Mutations: []Mutation{
 		insert("t1", "p", "k1"), start("t1", 1, lease(3, 1)), finish("t1", lease(3, 1), StatusSucceeded),
 	}})
 	require.NoError(t, err)
-	require.Equal(t, "0283a16503a174cf17979cfe362a0000a16d9381a2696e8aa26964a27431a170a170a16ba16ba36b6579a26b31"+
-		"a2706cc40a7061796c6f61642d7431a2737402a27361cf17979cfe362a0000a2756100a2636900a26d690081a2737285"+
-		"a26964a27431a16101a16ccf0000000300000001a177a27731a26174cf17979cfe362a000281a2666e85a26964a27431"+
-		"a16ccf0000000300000001a17305a16fc4036f7574a26174cf17979cfe362a0004", hex.EncodeToString(small))
-	bump, err := EncodeEpochBump(&EpochBump{Epoch: 7, Leader: "node-a", Time: baseTime})
-	require.NoError(t, err)
-	require.Equal(t, "0183a16507a16ca66e6f64652d61a174cf17979cfe362a0000", hex.EncodeToString(bump))
+	require.Equal(t, smallBatchHex, hex.EncodeToString(small))
 
-	// The body is what the library writes with compact integers.
-	require.Equal(t, libraryEncode(t, goldenBatch(), true), data[1:])
+	// One mutation of every kind, every field set.
+	data, err := EncodeCommitBatch(goldenBatch())
+	require.NoError(t, err)
+	require.Len(t, data, goldenBatchLen)
+	require.Equal(t, goldenBatchSHA256, sha256Hex(data))
+
+	// A batch of format 2: a schedule with a backoff, and "v": 2 at the end.
+	v2, err := EncodeCommitBatch(goldenV2Batch())
+	require.NoError(t, err)
+	require.Equal(t, v2BatchHex, hex.EncodeToString(v2))
+	require.True(t, bytes.HasSuffix(v2, []byte{0xa1, 'v', 0x02}))
+
+	// Snapshot records.
+	b := goldenBatch()
+	require.Equal(t, goldenTaskSHA256, sha256Hex(recordBody(b.Mutations[0].Insert)))
+	require.Equal(t, goldenScheduleSHA256, sha256Hex(recordBody(b.Mutations[6].PutSchedule)))
+	require.Equal(t, v2ScheduleHex, hex.EncodeToString(recordBody(backoffSchedule("s"))))
+	require.Equal(t, "82a16ea26e33a26174fe", hex.EncodeToString(recordBody(&Tombstone{NodeID: "n3", At: -2})))
+	require.Equal(t, "82a16ea26e33a26174d317979cfe362a0000", hex.EncodeToString(recordBody(&Tombstone{NodeID: "n3", At: baseTime})))
+
+	// A whole snapshot: header (magic, version 2 for the schedule's
+	// backoff, epoch 1, epoch term 1, applied index 3), records, end.
+	snap := snapshotBytes(t, goldenState(t))
+	require.Equal(t, "43525153"+"0002"+"0000000000000001"+"0000000000000001"+"0000000000000003",
+		hex.EncodeToString(snap[:30]))
+	require.Len(t, snap, goldenSnapshotLen)
+	require.Equal(t, goldenSnapshotSHA256, sha256Hex(snap))
+
+	// And the pinned bytes read back as what was written.
+	_, v, err := DecodeEntry(data)
+	require.NoError(t, err)
+	require.Equal(t, goldenBatch(), v)
+	_, v, err = DecodeEntry(v2)
+	require.NoError(t, err)
+	want := goldenV2Batch()
+	want.Version = 2
+	require.Equal(t, want, v)
+	restored := New()
+	require.NoError(t, restored.Restore(bytes.NewReader(snap)))
+	require.Equal(t, snap, snapshotBytes(t, restored))
 }
 
+// The golden values of TestFormatIsStable, computed from the encoder of
+// the release that introduced them (msgp v1.6.5, log format 2). Never
+// update them to make the test pass.
+const (
+	smallBatchHex = "0283a16503a174d317979cfe362a0000a16d9381a2696e8aa26964a27431a170a170a16ba16ba2706cc40a7061796c6f61642d7431" +
+		"a36b6579a26b31a2737402a27361d317979cfe362a0000a2756100a2636900a26d690081a2737285a26964a27431a16101a16ccf0000000300000001" +
+		"a177a27731a26174d317979cfe362a000281a2666e85a26964a27431a16ccf0000000300000001a17305a16fc4036f7574a26174d317979cfe362a0004"
+	goldenBatchLen    = 1426
+	goldenBatchSHA256 = "274a6c9ac56a3e2d19a4690da60d7f9246f1b80bee2fb6bdd5587162a640c155"
+	v2BatchHex        = "0284a16503a174d317979cfe362a0000a16d9281a2707388a16ea173a163a740686f75726c79a170a170a16ba16b" +
+		"a2626f83a169d23b9aca00a16dd30000000df8475800a16acb3fe0000000000000a26361d317979cfe362a0000a2636900a26d6900" +
+		"81a2726482a26964a172a26174d317979cfe362a0000a17602"
+	goldenTaskSHA256     = "03f59296445e19c3ce4f23ab75c2c95f3eb138cdfd455d1aa289fad4dc4930c2"
+	goldenScheduleSHA256 = "0eded8a580639a5da36ce38ee0637a69ca5dde117e5a6ccedd2a73dfd0b27d5f"
+	v2ScheduleHex        = "88a16ea173a163a740686f75726c79a170a170a16ba16ba2626f83a169d23b9aca00a16dd30000000df8475800" +
+		"a16acb3fe0000000000000a26361d317979cfe362a0000a2636900a26d6900"
+	goldenSnapshotLen    = 351
+	goldenSnapshotSHA256 = "7f14264af1c26f3156c39ab2cccd6b7edfb88b2864ea74c41e5b2b34d7a0b833"
+)
+
+// intRewrites are the ways of writing the same body that the decoder must
+// all read alike: the integers of every writer, wide headers and narrow
+// floats.
+var intRewrites = []rewrite{
+	{ints: intsV1}, {ints: intsUint}, {ints: intsInt}, {ints: intsUint64},
+	{ints: intsInt64, wide: true, float32: true}, {wide: true},
+}
+
+// TestCodecRoundTrip holds random batches of every kind and every
+// combination of omitted fields to decode to what was encoded, also when
+// another writer wrote the same values with other integer codes, wider
+// headers or float32s; and EncodeCommitBatch to set the batch's Version.
 func TestCodecRoundTrip(t *testing.T) {
 	r := &prng{s: 1}
+	v2 := 0
 	for round := 0; round < 300; round++ {
-		all := round%10 == 0
-		b := &CommitBatch{Epoch: randUint(r), Time: randInt(r)}
-		for i := 0; i < 1+r.intn(2*numMutationKinds); i++ {
-			b.Mutations = append(b.Mutations, randMutation(r, r.intn(numMutationKinds), all))
-		}
+		b := randBatch(r, round%10 == 0)
 		data, err := EncodeCommitBatch(b)
 		require.NoError(t, err)
 		require.Equal(t, byte(EntryCommitBatch), data[0])
+		require.Equal(t, wantVersion(b), b.Version, "round %d", round)
+		if b.Version == 2 {
+			v2++
+		}
+		require.Equal(t, data[1:], rewrite{}.apply(t, data[1:]), "the rewriter keeps what it is not told to change")
 		typ, v, err := DecodeEntry(data)
 		require.NoError(t, err)
 		require.Equal(t, EntryCommitBatch, typ)
 		require.Equal(t, b, v, "round %d", round)
 
-		// Integers written in other widths read the same.
-		wide := append([]byte{byte(EntryCommitBatch)}, libraryEncode(t, b, false)...)
-		_, v, err = DecodeEntry(wide)
-		require.NoError(t, err)
-		require.Equal(t, b, v, "round %d", round)
+		for _, w := range intRewrites {
+			other := append([]byte{byte(EntryCommitBatch)}, w.apply(t, data[1:])...)
+			_, v, err = DecodeEntry(other)
+			require.NoError(t, err, "round %d, %+v", round, w)
+			require.Equal(t, b, v, "round %d, %+v", round, w)
+		}
 	}
+	require.Greater(t, v2, 10, "batches of format 2 were drawn")
 }
 
+// TestSnapshotRecordsRoundTrip holds every snapshot record type to decode to
+// what was encoded, in every writer's encoding.
 func TestSnapshotRecordsRoundTrip(t *testing.T) {
 	r := &prng{s: 2}
-	d := newDecoder()
 	for round := 0; round < 200; round++ {
 		all := round%10 == 0
-		for _, v := range []any{new(Task), new(Schedule), new(Tombstone)} {
+		for _, v := range []interface {
+			msgp.Marshaler
+			msgp.Unmarshaler
+		}{new(Task), new(Schedule), new(Tombstone)} {
 			fillValue(r, reflect.ValueOf(v).Elem(), all)
-			got := reflect.New(reflect.TypeOf(v).Elem()).Interface()
-			require.NoError(t, d.decode(recordBody(v), got))
-			require.Equal(t, v, got)
+			body := recordBody(v)
+			for _, w := range append([]rewrite{{}}, intRewrites...) {
+				got := reflect.New(reflect.TypeOf(v).Elem()).Interface().(msgp.Unmarshaler)
+				require.NoError(t, decodeBody(w.apply(t, body), got), "%T %+v", v, w)
+				require.Equal(t, v, got, "%T %+v", v, w)
+			}
 		}
 	}
 }
 
 func TestEpochBumpRoundTrip(t *testing.T) {
-	in := &EpochBump{Epoch: 7, Leader: "node-a", Time: baseTime}
-	data, err := EncodeEpochBump(in)
-	require.NoError(t, err)
-	typ, v, err := DecodeEntry(data)
-	require.NoError(t, err)
-	require.Equal(t, EntryEpochBump, typ)
-	require.Equal(t, in, v)
+	r := &prng{s: 3}
+	for round := 0; round < 50; round++ {
+		in := &EpochBump{Epoch: randUint(r), Leader: randString(r), Time: Instant(randInt(r))}
+		data, err := EncodeEpochBump(in)
+		require.NoError(t, err)
+		for _, w := range append([]rewrite{{}}, intRewrites...) {
+			typ, v, err := DecodeEntry(append([]byte{byte(EntryEpochBump)}, w.apply(t, data[1:])...))
+			require.NoError(t, err)
+			require.Equal(t, EntryEpochBump, typ)
+			require.Equal(t, in, v)
+		}
+	}
 }
 
-func TestDecodeSkipsUnknownFields(t *testing.T) {
-	// A newer writer may add fields at the end of any struct.
-	type newerStart struct {
-		Start
-		Extra map[string][]int `msgpack:"zz"`
+// mpMap returns a map of the given keys (strings) and encoded values.
+func mpMap(kv ...any) []byte {
+	b := msgp.AppendMapHeader(nil, uint32(len(kv)/2))
+	for i := 0; i < len(kv); i += 2 {
+		b = msgp.AppendString(b, kv[i].(string))
+		b = append(b, kv[i+1].([]byte)...)
 	}
-	type newerMutation struct {
-		Start *newerStart `msgpack:"sr"`
-		Later *Purge      `msgpack:"zz"` // a kind of mutation added later, unset here
-	}
-	nb := struct {
-		Epoch     uint64          `msgpack:"e"`
-		Time      int64           `msgpack:"t"`
-		Mutations []newerMutation `msgpack:"m"`
-		Note      string          `msgpack:"note"`
-	}{Epoch: 3, Time: 9, Note: "hi", Mutations: []newerMutation{{Start: &newerStart{
-		Start: Start{ID: "a", Attempt: 1, Lease: 5, At: 2},
-		Extra: map[string][]int{"x": {1, 2, 3}},
-	}}}}
-	data := append([]byte{byte(EntryCommitBatch)}, libraryEncode(t, nb, false)...)
-	_, v, err := DecodeEntry(data)
-	require.NoError(t, err)
-	require.Equal(t, &CommitBatch{Epoch: 3, Time: 9, Mutations: []Mutation{{Start: &Start{ID: "a", Attempt: 1, Lease: 5, At: 2}}}}, v)
-
-	// A mutation of a kind this version does not know is no mutation at all.
-	nb.Mutations[0] = newerMutation{Later: &Purge{ID: "x"}}
-	data = append([]byte{byte(EntryCommitBatch)}, libraryEncode(t, nb, false)...)
-	_, v, err = DecodeEntry(data)
-	require.ErrorIs(t, err, ErrCorrupt)
-	require.Nil(t, v)
-
-	// Snapshot records too.
-	type newerTombstone struct {
-		Tombstone
-		Why []string `msgpack:"why"`
-	}
-	var tb Tombstone
-	require.NoError(t, newDecoder().decode(libraryEncode(t, newerTombstone{Tombstone{NodeID: "n", At: 4}, []string{"gone"}}, true), &tb))
-	require.Equal(t, Tombstone{NodeID: "n", At: 4}, tb)
+	return b
 }
 
-func TestDecodeSkipsValuesOfEveryType(t *testing.T) {
-	extra := []any{
-		nil, true, false, int8(-5), int16(-300), int32(-70000), int64(-1 << 40),
-		uint8(200), uint16(60000), uint32(1 << 31), uint64(1 << 60), -1, 100,
-		float32(1.5), 2.25, strings.Repeat("a", 40), strings.Repeat("b", 300),
-		strings.Repeat("c", 70000), []byte{1, 2, 3}, bytes.Repeat([]byte{9}, 300),
-		make([]int, 20), map[string]int{"a": 1}, time.Unix(1, 2), time.Unix(1<<40, 0),
+// mpArray returns an array of encoded values.
+func mpArray(vs ...[]byte) []byte {
+	return append(msgp.AppendArrayHeader(nil, uint32(len(vs))), bytes.Join(vs, nil)...)
+}
+
+func mpUint(u uint64) []byte { return msgp.AppendUint64(nil, u) }
+func mpInt(i int64) []byte   { return msgp.AppendInt64(nil, i) }
+func mpStr(s string) []byte  { return msgp.AppendString(nil, s) }
+
+// TestIntegersOfEveryWidth writes one unsigned field (the epoch) and one
+// signed field (the time) of an epoch bump with every integer code that
+// can hold each value: the previous release wrote uint codes for values
+// >= 0 in signed fields, msgp writes int codes, both must read.
+func TestIntegersOfEveryWidth(t *testing.T) {
+	values := []int64{0, 1, 31, 127, 128, 200, 255, 256, 32767, 32768, 65535, 65536,
+		1<<31 - 1, 1 << 31, 1<<32 - 1, 1 << 32, int64(baseTime), math.MaxInt64,
+		-1, -32, -33, -128, -129, -32768, -32769, math.MinInt32, math.MinInt32 - 1, math.MinInt64}
+	seen := map[byte]bool{}
+	for _, x := range values {
+		for _, f := range intForms[1:] {
+			neg := x < 0
+			enc := appendIntAs(nil, f, neg, uint64(x))
+			seen[enc[0]] = true
+			want := &EpochBump{Time: Instant(x)}
+			epoch := mpUint(0)
+			if !neg {
+				want.Epoch, epoch = uint64(x), enc
+			}
+			data := append([]byte{byte(EntryEpochBump)}, mpMap("e", epoch, "t", enc)...)
+			_, v, err := DecodeEntry(data)
+			require.NoError(t, err, "%d as %v: % x", x, f, enc)
+			require.Equal(t, want, v, "%d as %v", x, f)
+		}
 	}
-	big := map[string]int{}
-	for i := 0; i < 20; i++ {
-		big[strings.Repeat("k", i+1)] = i
-	}
-	extra = append(extra, big)
-	type jitter32 struct {
-		Initial int64   `msgpack:"i"`
-		Jitter  float32 `msgpack:"j"`
-	}
-	type intJitter struct {
-		Jitter int64 `msgpack:"j"`
-	}
-	type newerTask struct {
-		ID      string   `msgpack:"id"`
-		Status  Status   `msgpack:"st"`
-		Backoff jitter32 `msgpack:"bo"`
-		Extra   []any    `msgpack:"zz"`
-	}
-	body := map[string]any{
-		"e": 1,
-		"m": []any{
-			map[string]any{"in": newerTask{ID: "a", Status: StatusQueued, Backoff: jitter32{Initial: 7, Jitter: 0.5}, Extra: extra}},
-			map[string]any{"in": map[string]any{"id": "b", "st": 2, "bo": intJitter{Jitter: -3}}},
-		},
-	}
-	data := append([]byte{byte(EntryCommitBatch)}, libraryEncode(t, body, false)...)
-	_, v, err := DecodeEntry(data)
+	// Above MaxInt64 only the unsigned field can hold it.
+	_, v, err := DecodeEntry(append([]byte{byte(EntryEpochBump)}, mpMap("e", mpUint(math.MaxUint64))...))
 	require.NoError(t, err)
-	b := v.(*CommitBatch)
-	require.Equal(t, &Task{ID: "a", Status: StatusQueued, Backoff: Backoff{Initial: 7, Jitter: 0.5}}, b.Mutations[0].Insert)
-	require.Equal(t, &Task{ID: "b", Status: StatusQueued, Backoff: Backoff{Jitter: -3}}, b.Mutations[1].Insert)
+	require.Equal(t, &EpochBump{Epoch: math.MaxUint64}, v)
+	for _, code := range []byte{0xcc, 0xcd, 0xce, 0xcf, 0xd0, 0xd1, 0xd2, 0xd3, 0x00, 0x7f, 0xe0, 0xff} {
+		require.True(t, seen[code], "code 0x%02x written", code)
+	}
+}
+
+// TestEveryTypeCoversEveryCode holds everyType to what it claims: a value
+// of every MessagePack type code but the unused 0xc1.
+func TestEveryTypeCoversEveryCode(t *testing.T) {
+	class := func(c byte) byte {
+		switch {
+		case c <= 0x7f:
+			return 0x00 // positive fixint
+		case c <= 0x8f:
+			return 0x80 // fixmap
+		case c <= 0x9f:
+			return 0x90 // fixarray
+		case c <= 0xbf:
+			return 0xa0 // fixstr
+		case c >= 0xe0:
+			return 0xe0 // negative fixint
+		}
+		return c
+	}
+	seen := map[byte]bool{}
+	for _, v := range everyType() {
+		seen[class(v.data[0])] = true
+	}
+	for c := 0; c < 256; c++ {
+		if c != 0xc1 && class(byte(c)) == byte(c) {
+			require.True(t, seen[byte(c)], "no value of type code 0x%02x", c)
+		}
+	}
+}
+
+// TestDecodeSkipsUnknownFieldsOfEveryType adds fields unknown to this
+// release, holding values of every MessagePack type, to every struct of
+// every entry and record type: a newer writer may add fields anywhere, and
+// they are skipped whatever they hold.
+func TestDecodeSkipsUnknownFieldsOfEveryType(t *testing.T) {
+	bump, err := EncodeEpochBump(&EpochBump{Epoch: 7, Leader: "node-a", Time: baseTime})
+	require.NoError(t, err)
+	batch, err := EncodeCommitBatch(goldenBatch())
+	require.NoError(t, err)
+	v2, err := EncodeCommitBatch(goldenV2Batch())
+	require.NoError(t, err)
+	entries := [][]byte{bump, batch, v2}
+	records := []msgp.Marshaler{goldenBatch().Mutations[0].Insert, goldenBatch().Mutations[6].PutSchedule,
+		backoffSchedule("s"), &Tombstone{NodeID: "n", At: 4}}
+
+	var all [][]byte
+	check := func(extra [][]byte, what string) {
+		w := rewrite{extra: extra}
+		for _, data := range entries {
+			_, want, err := DecodeEntry(data)
+			require.NoError(t, err)
+			other := append([]byte{data[0]}, w.apply(t, data[1:])...)
+			_, got, err := DecodeEntry(other)
+			require.NoError(t, err, what)
+			require.Equal(t, want, got, what)
+		}
+		for _, rec := range records {
+			got := reflect.New(reflect.TypeOf(rec).Elem()).Interface().(msgp.Unmarshaler)
+			require.NoError(t, decodeBody(w.apply(t, recordBody(rec)), got), "%T: %s", rec, what)
+			require.Equal(t, rec, got, "%T: %s", rec, what)
+		}
+	}
+	for _, v := range everyType() {
+		check([][]byte{v.data, v.data}, v.name)
+		all = append(all, v.data)
+	}
+	check(all, "every type at once")
 }
 
 // claim returns the header of a value of the given kind ("array", "map",
 // "str", "bin", "ext") claiming n elements or bytes, in its 32-bit form.
 func claim(kind string, n uint32) []byte {
 	code := map[string]byte{"array": 0xdd, "map": 0xdf, "str": 0xdb, "bin": 0xc6, "ext": 0xc9}[kind]
-	h := []byte{code, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
+	h := appendCode(nil, code, 4, uint64(n))
 	if kind == "ext" {
 		h = append(h, 1) // the ext type
 	}
@@ -366,6 +535,7 @@ func TestValidate(t *testing.T) {
 		{"map16 of 2", []byte{0xde, 0x00, 0x02, 1, 2, 3, 4}, true},
 		{"huge array", cat(claim("array", 1<<32-1), []byte{1, 2, 3}), false},
 		{"huge map", cat(claim("map", 1<<32-1), []byte{1, 2, 3}), false},
+		{"huge map nested", cat([]byte{0x91}, claim("map", 1<<31), []byte{1, 2, 3}), false},
 		{"huge str", cat(claim("str", 1<<32-1), []byte("abc")), false},
 		{"huge bin", cat(claim("bin", 1<<32-1), []byte("abc")), false},
 		{"huge ext", cat(claim("ext", 1<<32-1), []byte("abc")), false},
@@ -384,6 +554,10 @@ func TestValidate(t *testing.T) {
 			} else {
 				require.Error(t, err)
 			}
+			if strings.HasPrefix(tc.name, "huge array") || strings.HasPrefix(tc.name, "huge map") || strings.Contains(tc.name, "claiming") {
+				// Refused at the header, before walking what follows.
+				require.ErrorContains(t, err, "container of")
+			}
 			allocs := testing.AllocsPerRun(10, func() { _ = validate(tc.data) })
 			if tc.ok {
 				require.Zero(t, allocs)
@@ -392,42 +566,39 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestValidateAcceptsLibraryOutput(t *testing.T) {
-	values := []any{
-		nil, true, false, int8(-5), int16(-300), int32(-70000), int64(-1 << 40),
-		uint8(200), uint16(60000), uint32(1 << 31), uint64(1 << 60), -1, 100,
-		float32(1.5), 2.25, strings.Repeat("a", 40), strings.Repeat("b", 300),
-		strings.Repeat("c", 70000), []byte{}, bytes.Repeat([]byte{9}, 300),
-		bytes.Repeat([]byte{9}, 70000), make([]int, 20), make([]int, 70000),
-		map[string]int{"a": 1}, time.Unix(1, 2), time.Unix(1<<40, 0), time.Unix(1<<40, 5),
-		goldenBatch(), []any{map[string]any{"x": []any{nil, 1.5, "s"}}},
-	}
+// TestValidateAcceptsEveryType holds validate to accept a value of every
+// type, and the bodies the encoder writes, and to refuse every strict
+// prefix of them.
+func TestValidateAcceptsEveryType(t *testing.T) {
+	values := everyType()
+	batch, err := EncodeCommitBatch(goldenBatch())
+	require.NoError(t, err)
+	values = append(values,
+		mpValue{"golden batch", batch[1:]},
+		mpValue{"golden batch, wide", rewrite{ints: intsUint64, wide: true}.apply(t, batch[1:])},
+		mpValue{"golden task", recordBody(goldenBatch().Mutations[0].Insert)})
 	for _, v := range values {
-		for _, compact := range []bool{true, false} {
-			data := libraryEncode(t, v, compact)
-			require.NoError(t, validate(data), "%T %v", v, compact)
-			// Every strict prefix is refused.
-			for n := 0; n < len(data); n += 1 + n/16 {
-				require.Error(t, validate(data[:n]), "%T, prefix of %d bytes", v, n)
-			}
+		require.NoError(t, validate(v.data), v.name)
+		for n := 0; n < len(v.data); n += 1 + n/16 {
+			require.Error(t, validate(v.data[:n]), "%s, prefix of %d bytes", v.name, n)
 		}
 	}
 }
 
-// TestHostileLengthsAreRefusedCheaply feeds entries whose length headers
-// claim up to four billion elements or bytes, at every level of the schema:
-// each is refused without allocating in proportion to the claim.
+// TestHostileLengthsAreRefusedCheaply feeds entries and snapshot records
+// whose length headers claim up to four billion elements or bytes, at every
+// level of the schema: each is refused without allocating in proportion to
+// the claim, an entry halting the state that applies it.
 func TestHostileLengthsAreRefusedCheaply(t *testing.T) {
 	prefix := func(parts ...string) []byte {
 		// {"e": 1, "m": [{"in": {<field>: ...}}]} with the last key given.
 		b := []byte{byte(EntryCommitBatch), 0x82, 0xa1, 'e', 0x01, 0xa1, 'm', 0x91, 0x81, 0xa2, 'i', 'n', 0x81}
 		for _, p := range parts {
-			b = append(b, 0xa0|byte(len(p)))
-			b = append(b, p...)
+			b = msgp.AppendString(b, p)
 		}
 		return b
 	}
-	var entries [][]byte
+	var entries, records [][]byte
 	for _, kind := range []string{"array", "map", "str", "bin", "ext"} {
 		for _, n := range []uint32{1<<32 - 1, 1 << 28, 1 << 20} {
 			c := claim(kind, n)
@@ -436,37 +607,65 @@ func TestHostileLengthsAreRefusedCheaply(t *testing.T) {
 				append([]byte{byte(EntryCommitBatch), 0x81, 0xa1, 'm'}, c...), // the mutations
 				append(prefix("lb"), c...),                                    // the labels of a task
 				append(prefix("pl"), c...),                                    // a payload
+				append(prefix("bo"), c...),                                    // a backoff
 				append(prefix("zz"), c...),                                    // an unknown field
 				append(append(prefix("zz"), 0x92, 0x80), c...),                // inside an unknown field
+				append([]byte{byte(EntryEpochBump), 0x81, 0xa1, 'l'}, c...),   // an epoch bump's leader
+			)
+			records = append(records,
+				c, // the record itself
+				append(msgp.AppendString(msgp.AppendMapHeader(nil, 2), "id"), append(mpStr("a"), append(mpStr("tg"), c...)...)...),
 			)
 		}
 	}
-	for _, data := range entries {
+	allocs := func(f func()) uint64 {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		_, v, err := DecodeEntry(data)
+		f()
 		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	for _, data := range entries {
+		var (
+			v   any
+			err error
+		)
+		require.Less(t, allocs(func() { _, v, err = DecodeEntry(data) }), uint64(64<<10), "% x", data)
 		require.ErrorIs(t, err, ErrCorrupt, "% x", data)
 		require.Nil(t, v)
-		require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(64<<10), "% x", data)
 
 		s := New()
 		require.Equal(t, uint64(1), s.Apply(1, 1, bumpEntry(t, 1)))
 		resp := s.Apply(2, 1, data)
-		require.ErrorIs(t, resp.(error), ErrCorrupt)
+		var halt *HaltError
+		require.ErrorAs(t, resp.(error), &halt)
+		require.ErrorIs(t, halt, ErrCorrupt)
 		require.Equal(t, uint64(1), s.AppliedIndex())
+	}
+	for _, body := range records {
+		snap := newSnapshotWriter(1).record(recTask, body).end(1, 0, 0)
+		s := New()
+		var err error
+		// Restore's own buffers and tables take a few hundred KiB.
+		require.Less(t, allocs(func() { err = s.Restore(bytes.NewReader(snap)) }), uint64(1<<20), "% x", body)
+		require.ErrorIs(t, err, ErrBadSnapshot)
 	}
 }
 
+// TestDecodeEntryErrors holds DecodeEntry to classify what it cannot decode:
+// ErrCorrupt for bytes no release writes, ErrUnknownEntry for an entry type
+// it does not know, ErrUnknownMutation for a mutation of no kind it knows
+// (a kind added by a newer release), and nothing for an unknown type that
+// may be ignored.
 func TestDecodeEntryErrors(t *testing.T) {
 	valid := batchEntry(t, 1, insert("a", "p", "k"), start("a", 1, 9))
-	twoFields := Mutation{Ready: &Ready{ID: "a"}, Purge: &Purge{ID: "a"}}
-	rawBatch := func(ms []Mutation) []byte {
-		return append([]byte{byte(EntryCommitBatch)}, libraryEncode(t, &CommitBatch{Epoch: 1, Mutations: ms}, true)...)
-	}
+	twoFields := mpMap("rd", mpMap("id", mpStr("a")), "pg", mpMap("id", mpStr("a")))
+	purgeBody := mpMap("pg", mpMap("id", mpStr("a")))
 	deep := []byte{byte(EntryCommitBatch), 0x81, 0xa1, 'x'}
 	deep = append(deep, bytes.Repeat([]byte{0x91}, 100_000)...)
 	deep = append(deep, 0x00)
+	timeExt := msgp.AppendTime(nil, baseTime.Time())
+	entry := func(typ EntryType, body []byte) []byte { return append([]byte{byte(typ)}, body...) }
 
 	tests := []struct {
 		name string
@@ -475,76 +674,151 @@ func TestDecodeEntryErrors(t *testing.T) {
 	}{
 		{"empty", nil, ErrCorrupt},
 		{"type only", []byte{byte(EntryCommitBatch)}, ErrCorrupt},
-		{"not a map", []byte{byte(EntryCommitBatch), 0x93, 1, 2, 3}, ErrCorrupt},
-		{"struct as array", []byte{byte(EntryCommitBatch), 0x93, 0x01, 0x02, 0x90}, ErrCorrupt},
+		{"not a map", entry(EntryCommitBatch, mpArray(mpInt(1), mpInt(2), mpInt(3))), ErrCorrupt},
 		{"nil batch", []byte{byte(EntryCommitBatch), 0xc0}, ErrCorrupt},
 		{"trailing bytes", append(append([]byte{}, valid...), 0x00), ErrCorrupt},
-		{"wrong field type", []byte{byte(EntryCommitBatch), 0x81, 0xa1, 'e', 0xa1, 'x'}, ErrCorrupt},
-		{"mutations not an array", []byte{byte(EntryCommitBatch), 0x81, 0xa1, 'm', 0x05}, ErrCorrupt},
-		{"time ext for an int", append([]byte{byte(EntryCommitBatch), 0x81, 0xa1, 't'}, libraryEncode(t, time.Unix(1, 0), true)...), ErrCorrupt},
-		{"huge array claim", []byte{byte(EntryCommitBatch), 0x81, 0xa1, 'm', 0xdd, 0xff, 0xff, 0xff, 0xff}, ErrCorrupt},
-		{"huge map claim", []byte{byte(EntryCommitBatch), 0xdf, 0xff, 0xff, 0xff, 0xff}, ErrCorrupt},
-		{"huge string claim", []byte{byte(EntryCommitBatch), 0x81, 0xdb, 0xff, 0xff, 0xff, 0xff}, ErrCorrupt},
+		{"string for an integer", entry(EntryCommitBatch, mpMap("e", mpStr("x"))), ErrCorrupt},
+		{"float for an integer", entry(EntryCommitBatch, mpMap("e", msgp.AppendFloat64(nil, 1))), ErrCorrupt},
+		{"nil for an integer", entry(EntryCommitBatch, mpMap("e", msgp.AppendNil(nil))), ErrCorrupt},
+		{"timestamp for an instant", entry(EntryCommitBatch, mpMap("t", timeExt)), ErrCorrupt},
+		{"integer for a float", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("in", mpMap("bo", mpMap("j", mpInt(1))))))), ErrCorrupt},
+		{"integer for a string", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("pg", mpMap("id", mpInt(1)))))), ErrCorrupt},
+		{"string for bytes", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("in", mpMap("pl", mpStr("x")))))), ErrCorrupt},
+		{"integer map key", entry(EntryCommitBatch, append(msgp.AppendMapHeader(nil, 1), append(mpInt(1), mpInt(1)...)...)), ErrCorrupt},
+		{"mutations not an array", entry(EntryCommitBatch, mpMap("m", mpInt(5))), ErrCorrupt},
+		{"huge array claim", entry(EntryCommitBatch, mpMap("m", claim("array", 1<<32-1))), ErrCorrupt},
+		{"huge map claim", entry(EntryCommitBatch, claim("map", 1<<32-1)), ErrCorrupt},
+		{"huge string claim", entry(EntryCommitBatch, append(msgp.AppendMapHeader(nil, 1), claim("str", 1<<32-1)...)), ErrCorrupt},
 		{"deep nesting", deep, ErrCorrupt},
-		{"unused type code in an unknown field", []byte{byte(EntryCommitBatch), 0x81, 0xa1, 'x', 0xc1}, ErrCorrupt},
-		{"mutation with no field", rawBatch([]Mutation{{}}), ErrCorrupt},
-		{"mutation with two fields", rawBatch([]Mutation{twoFields}), ErrCorrupt},
-		{"nil mutation field only", []byte{byte(EntryCommitBatch), 0x81, 0xa1, 'm', 0x91, 0x81, 0xa2, 'i', 'n', 0xc0}, ErrCorrupt},
-		{"nil mutation", []byte{byte(EntryCommitBatch), 0x81, 0xa1, 'm', 0x91, 0xc0}, ErrCorrupt},
+		{"unused type code in an unknown field", entry(EntryCommitBatch, mpMap("x", []byte{0xc1})), ErrCorrupt},
+		{"mutation with two fields", entry(EntryCommitBatch, mpMap("m", mpArray(twoFields))), ErrCorrupt},
+		{"nil mutation", entry(EntryCommitBatch, mpMap("m", mpArray(msgp.AppendNil(nil)))), ErrCorrupt},
+		{"mutation not a map", entry(EntryCommitBatch, mpMap("m", mpArray(mpInt(1)))), ErrCorrupt},
+		{"mutation field not a map", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("pg", mpArray())))), ErrCorrupt},
 		{"epoch bump garbage", []byte{byte(EntryEpochBump), 0xc1}, ErrCorrupt},
 		{"epoch bump not a map", []byte{byte(EntryEpochBump), 0x07}, ErrCorrupt},
+		{"epoch bump with a string epoch", entry(EntryEpochBump, mpMap("e", mpStr("1"))), ErrCorrupt},
+		{"known type with the ignore flag, corrupt", []byte{byte(EntryCommitBatch | IgnoreUnknownFlag), 0xc1}, ErrCorrupt},
+		// A mutation whose keys are all unknown is of a kind a newer release
+		// added. Decoding cannot tell an empty mutation or one whose only
+		// known key is nil (which no release writes) from it: no known kind.
+		{"mutation of an unknown kind", entry(EntryCommitBatch, mpMap("m", mpArray(purgeBody, mpMap("zz", mpMap("id", mpStr("a")))))), ErrUnknownMutation},
+		{"empty mutation", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap()))), ErrUnknownMutation},
+		{"nil mutation field only", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("in", msgp.AppendNil(nil))))), ErrUnknownMutation},
 		{"unknown type", []byte{0x05, 1, 2}, ErrUnknownEntry},
+		{"type zero", []byte{0x00, 0x80}, ErrUnknownEntry},
 		{"unknown type ignorable", []byte{0x05 | byte(IgnoreUnknownFlag), 1, 2}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, v, err := DecodeEntry(tc.data)
+			typ, v, err := DecodeEntry(tc.data)
+			require.Nil(t, v)
 			if tc.want == nil {
 				require.NoError(t, err)
-				require.Nil(t, v)
+				require.Equal(t, EntryType(tc.data[0]), typ, "the raw type")
 				return
 			}
 			require.ErrorIs(t, err, tc.want)
-			require.Nil(t, v)
+			for _, other := range []error{ErrCorrupt, ErrUnknownEntry, ErrUnknownMutation} {
+				if other != tc.want {
+					require.NotErrorIs(t, err, other)
+				}
+			}
+			if len(tc.data) > 0 && tc.want != ErrUnknownEntry {
+				require.Equal(t, EntryType(tc.data[0])&^IgnoreUnknownFlag, typ, "the known type")
+			}
 		})
 	}
 }
 
-// TestOutOfRangeIntegersConvert documents that an integer too large for its
-// field is converted as Go converts integers (the library's behaviour); the
-// preconditions of Apply then judge the value.
-func TestOutOfRangeIntegersConvert(t *testing.T) {
-	negEpoch := []byte{byte(EntryCommitBatch), 0x81, 0xa1, 'e', 0xff} // -1
-	_, v, err := DecodeEntry(negEpoch)
-	require.NoError(t, err)
-	require.Equal(t, uint64(1<<64-1), v.(*CommitBatch).Epoch)
+// TestOutOfRangeIntegersAreCorrupt holds the decoder to refuse an integer
+// its field cannot hold (the previous release's decoder truncated it): the
+// entry is corrupt and halts the state. An integer in range that names no
+// valid value is the preconditions' business: a rejection, not a halt.
+func TestOutOfRangeIntegersAreCorrupt(t *testing.T) {
+	batch := func(muts ...[]byte) []byte {
+		return append([]byte{byte(EntryCommitBatch)}, mpMap("e", mpUint(1), "m", mpArray(muts...))...)
+	}
+	finish := func(kv ...any) []byte {
+		return mpMap("fn", mpMap(append([]any{"id", mpStr("a"), "s", mpUint(uint64(StatusCancelled))}, kv...)...))
+	}
+	task := func(kv ...any) []byte {
+		return mpMap("in", mpMap(append([]any{"id", mpStr("new"), "st", mpUint(uint64(StatusQueued))}, kv...)...))
+	}
+	corrupt := []struct {
+		name string
+		data []byte
+	}{
+		{"negative epoch", append([]byte{byte(EntryCommitBatch)}, mpMap("e", mpInt(-1))...)},
+		{"negative epoch of a bump", append([]byte{byte(EntryEpochBump)}, mpMap("e", mpInt(-2))...)},
+		{"time above MaxInt64", append([]byte{byte(EntryCommitBatch)}, mpMap("e", mpUint(1), "t", mpUint(1<<63))...)},
+		{"version 65536", append([]byte{byte(EntryCommitBatch)}, mpMap("e", mpUint(1), "v", mpUint(1<<16))...)},
+		{"status 300", batch(finish("s", mpUint(300)))},
+		{"status -1", batch(finish("s", mpInt(-1)))},
+		{"negative lease", batch(finish("l", mpInt(-5)))},
+		{"instant above MaxInt64", batch(finish("at", mpUint(math.MaxUint64)))},
+		{"attempt 2^32", batch(mpMap("sr", mpMap("id", mpStr("a"), "a", mpUint(1<<32))))},
+		{"priority 256", batch(task("pr", mpUint(256)))},
+		{"max attempts -1", batch(task("ma", mpInt(-1)))},
+		{"timeout above MaxInt64", batch(task("to", mpUint(1<<63)))},
+		{"backoff above MaxInt64", batch(task("bo", mpMap("i", mpUint(1<<63))))},
+		{"skipped 2^32", batch(mpMap("fr", mpMap("n", mpStr("s"), "s", mpInt(1), "k", mpUint(1<<32))))},
+		{"overlap 256", batch(mpMap("ps", mpMap("n", mpStr("s"), "ov", mpUint(256))))},
+	}
+	for _, tc := range corrupt {
+		t.Run(tc.name, func(t *testing.T) {
+			_, v, err := DecodeEntry(tc.data)
+			require.ErrorIs(t, err, ErrCorrupt)
+			require.Nil(t, v)
 
-	// Finish with status 300, which is 44 as a Status.
-	status300 := []byte{byte(EntryCommitBatch), 0x82, 0xa1, 'e', 0x01, 0xa1, 'm', 0x91, 0x81, 0xa2, 'f', 'n',
-		0x82, 0xa2, 'i', 'd', 0xa1, 'a', 0xa1, 's', 0xcd, 0x01, 0x2c}
-	_, v, err = DecodeEntry(status300)
-	require.NoError(t, err)
-	require.Equal(t, Status(44), v.(*CommitBatch).Mutations[0].Finish.Status)
+			h := newHarness(t)
+			h.ok(insert("a", "p", "k"))
+			before, applied := snapshotBytes(t, h.s), h.s.AppliedIndex()
+			resp := h.apply(tc.data)
+			var halt *HaltError
+			require.ErrorAs(t, resp.(error), &halt)
+			require.ErrorIs(t, halt, ErrCorrupt)
+			require.Equal(t, before, snapshotBytes(t, h.s))
+			require.Equal(t, applied, h.s.AppliedIndex())
+		})
+	}
 
-	h := newHarness(t)
-	h.ok(insert("a", "p", "k"))
-	before := snapshotBytes(t, h.s)
-	require.ErrorIs(t, h.apply(negEpoch).(error), ErrStaleEpoch)
-	var rej *RejectedError
-	require.ErrorAs(t, h.apply(status300).(error), &rej)
-	require.Equal(t, before, snapshotBytes(t, h.s))
+	rejected := []struct {
+		name string
+		data []byte
+	}{
+		{"status 200", batch(finish("s", mpUint(200)))},
+		{"status 9 on insert", batch(task("st", mpUint(9)))},
+	}
+	for _, tc := range rejected {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := DecodeEntry(tc.data)
+			require.NoError(t, err)
+			h := newHarness(t)
+			h.ok(insert("a", "p", "k"))
+			var rej *RejectedError
+			require.ErrorAs(t, h.apply(tc.data).(error), &rej)
+			require.Nil(t, h.s.Halted())
+		})
+	}
 }
 
+// TestDecodeEveryTruncation holds every strict prefix of an entry of each
+// type to be corrupt, not a shorter value.
 func TestDecodeEveryTruncation(t *testing.T) {
 	r := &prng{s: 3}
 	var ms []Mutation
 	for k := 0; k < numMutationKinds; k++ {
 		ms = append(ms, randMutation(r, k, true))
 	}
-	data := batchEntry(t, 4, ms...)
-	for n := 0; n < len(data); n++ {
-		_, _, err := DecodeEntry(data[:n])
-		require.ErrorIs(t, err, ErrCorrupt, "prefix of %d bytes", n)
+	v2, err := EncodeCommitBatch(goldenV2Batch())
+	require.NoError(t, err)
+	for _, data := range [][]byte{batchEntry(t, 4, ms...), v2, bumpEntry(t, 3)} {
+		for n := 0; n < len(data); n++ {
+			_, v, err := DecodeEntry(data[:n])
+			require.ErrorIs(t, err, ErrCorrupt, "prefix of %d bytes", n)
+			require.Nil(t, v)
+		}
 	}
 }
 
@@ -552,33 +826,93 @@ func TestDecodeReusesScratchSafely(t *testing.T) {
 	// Apply decodes into a reused slice of mutations. Whatever the slice
 	// held before must neither leak into the new batch nor be written
 	// through: its pointers may be records of the state.
-	old := &Task{ID: "old", Pool: "p", Status: StatusQueued}
+	old := &Task{ID: "old", Template: Template{Pool: "p"}, Status: StatusQueued}
 	scratch := make([]Mutation, 3, 8)
 	scratch[0].Insert = old
 	scratch[2].Purge = &Purge{ID: "x"}
 	scratch[:4][3].Ready = &Ready{ID: "y"}
-	b := CommitBatch{Epoch: 9, Time: 9, Mutations: scratch}
+	b := CommitBatch{Epoch: 9, Time: 9, Mutations: scratch, Version: 7}
 	data := batchEntry(t, 1, insert("new", "q", ""), purge("z"))
 	require.NoError(t, decodeCommitBatch(data[1:], &b))
-	require.Equal(t, &Task{ID: "old", Pool: "p", Status: StatusQueued}, old)
+	require.Equal(t, &Task{ID: "old", Template: Template{Pool: "p"}, Status: StatusQueued}, old)
 	want := []Mutation{insert("new", "q", ""), purge("z")}
 	require.Equal(t, &CommitBatch{Epoch: 1, Time: baseTime, Mutations: want}, &b)
 	require.Same(t, &scratch[0], &b.Mutations[0], "the capacity is reused")
 	require.Nil(t, scratch[:4][3].Ready)
 }
 
-// panicky makes the library decoder panic.
-type panicky struct{}
+// TestApplyDoesNotWriteThroughScratch applies batches one after the other:
+// the records the state took from one batch keep their content while the
+// next batches are decoded into the same buffer.
+func TestApplyDoesNotWriteThroughScratch(t *testing.T) {
+	h := newHarness(t)
+	h.ok(insert("a", "p", "ka"), putSchedule("s"))
+	a, s := *h.task("a"), h.s.Schedules()[0]
+	sCopy := *s
+	h.ok(insert("b", "q", "kb"), Mutation{PutSchedule: backoffSchedule("t")})
+	h.apply([]byte{byte(EntryCommitBatch), 0xc1}) // halts, after decoding nothing
+	require.Equal(t, a, *h.task("a"))
+	require.Equal(t, sCopy, *s)
+	require.Equal(t, "q", h.task("b").Pool)
+}
 
-func (*panicky) DecodeMsgpack(*msgpack.Decoder) error { panic("boom") }
-
-func TestDecoderPanicIsAnError(t *testing.T) {
-	var v struct {
-		P panicky `msgpack:"p"`
+// TestEncodeCommitBatchSetsVersion holds EncodeCommitBatch to write the log
+// format the batch needs, whatever Version held before, and to leave the
+// field out (as format 1 did) when that is 1.
+func TestEncodeCommitBatchSetsVersion(t *testing.T) {
+	plain := putSchedule("plain")
+	tests := []struct {
+		name   string
+		preset uint16
+		ms     []Mutation
+		want   uint16
+	}{
+		{"no mutations", 0, nil, 0},
+		{"format 1 mutations", 0, []Mutation{insert("a", "p", ""), plain, purge("a")}, 0},
+		{"a task with a backoff is format 1", 0, []Mutation{{Insert: goldenBatch().Mutations[0].Insert}}, 0},
+		{"a stale preset version is cleared", 5, []Mutation{plain}, 0},
+		{"a schedule with a backoff", 0, []Mutation{{PutSchedule: backoffSchedule("s")}}, 2},
+		{"a schedule with only a jitter", 0, []Mutation{{PutSchedule: &Schedule{Name: "j", Template: Template{Backoff: Backoff{Jitter: 0.1}}}}}, 2},
+		{"mixed", 9, []Mutation{plain, {PutSchedule: backoffSchedule("s")}, purge("x")}, 2},
 	}
-	err := decodeBody([]byte{0x81, 0xa1, 'p', 0x01}, &v)
-	require.ErrorIs(t, err, errDecoderPanic)
-	require.ErrorContains(t, err, "boom")
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &CommitBatch{Epoch: 1, Time: baseTime, Mutations: tc.ms, Version: tc.preset}
+			data, err := EncodeCommitBatch(b)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, b.Version)
+			_, v, err := DecodeEntry(data)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, v.(*CommitBatch).Version)
+			hasV := bytes.HasSuffix(data, []byte{0xa1, 'v', byte(tc.want)})
+			require.Equal(t, tc.want != 0, hasV, "a \"v\" key at the end")
+			if tc.want == 0 {
+				require.Equal(t, byte(0x83), data[1], "three keys: e, t, m")
+			}
+		})
+	}
+}
+
+// TestVersions holds the Version methods to the definition of the log
+// formats: only a schedule with a backoff needs format 2.
+func TestVersions(t *testing.T) {
+	r := &prng{s: 9}
+	for k := 0; k < numMutationKinds; k++ {
+		m := randMutation(r, k, true)
+		want := uint16(1)
+		if m.PutSchedule != nil {
+			want = 2 // fillValue sets every field, the backoff too
+			m.PutSchedule.Backoff = Backoff{}
+			require.Equal(t, uint16(1), m.Version())
+			m.PutSchedule.Backoff = Backoff{Max: 1}
+		}
+		require.Equal(t, want, m.Version(), "kind %d", k)
+	}
+	require.Equal(t, uint16(1), (&Schedule{}).Version())
+	require.Equal(t, uint16(2), backoffSchedule("s").Version())
+	require.LessOrEqual(t, backoffSchedule("s").Version(), uint16(LogVersion))
+	require.Equal(t, uint16(LogVersion), New().Version())
+	require.Equal(t, uint16(1), NewVersion(1).Version())
 }
 
 func TestEncodeRejectsBadMutations(t *testing.T) {
@@ -609,6 +943,15 @@ func TestKnownTypeWithIgnoreFlagDecodes(t *testing.T) {
 	require.Equal(t, "x", v.(*CommitBatch).Mutations[0].Purge.ID)
 }
 
+// fixtureSeeds returns the entries of the v1 fixture log, as fuzz seeds.
+func fixtureSeeds(f *testing.F) [][]byte {
+	var out [][]byte
+	for _, e := range readFixtureEntries(f, filepath.Join("testdata", "v1", "entries.bin")) {
+		out = append(out, e.data)
+	}
+	return out
+}
+
 func FuzzDecodeEntry(f *testing.F) {
 	r := &prng{s: 4}
 	for k := 0; k < numMutationKinds; k++ {
@@ -616,21 +959,28 @@ func FuzzDecodeEntry(f *testing.F) {
 		require.NoError(f, err)
 		f.Add(data)
 	}
+	v2, err := EncodeCommitBatch(goldenV2Batch())
+	require.NoError(f, err)
+	f.Add(v2)
 	bump, err := EncodeEpochBump(&EpochBump{Epoch: 2, Leader: "l"})
 	require.NoError(f, err)
 	f.Add(bump)
+	for _, data := range fixtureSeeds(f) {
+		f.Add(data)
+	}
 	f.Add([]byte{0x85, 0x00})
 	f.Add([]byte{byte(EntryCommitBatch), 0x81, 0xa1, 'm', 0xdd, 0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		typ, v, err := DecodeEntry(data)
 		if err != nil {
 			require.Nil(t, v)
-			require.True(t, errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnknownEntry), "unexpected error %v", err)
+			require.True(t, errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnknownEntry) || errors.Is(err, ErrUnknownMutation),
+				"unexpected error %v", err)
 			return
 		}
 		// What decodes re-encodes to an entry that decodes to a value that
-		// encodes the same (the input may be non-canonical: empty byte
-		// strings, wide integers, unknown fields).
+		// encodes the same (the input may be non-canonical: wide integers,
+		// unknown fields, a Version its mutations do not need).
 		var again []byte
 		switch x := v.(type) {
 		case *CommitBatch:
@@ -646,7 +996,7 @@ func FuzzDecodeEntry(f *testing.F) {
 		require.NoError(t, err)
 		typ2, v2, err := DecodeEntry(again)
 		require.NoError(t, err)
-		require.Equal(t, typ, typ2)
+		require.Equal(t, typ&^IgnoreUnknownFlag, typ2)
 		var third []byte
 		switch x := v2.(type) {
 		case *CommitBatch:

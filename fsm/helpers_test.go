@@ -11,8 +11,8 @@ import (
 // Helpers shared by the tests: entries are built as raw bytes and fed to
 // Apply, the way raft would.
 
-// baseTime is the leader clock of the test entries (Unix ns).
-const baseTime int64 = 1_700_000_000_000_000_000
+// baseTime is the leader clock of the test entries.
+const baseTime Instant = 1_700_000_000_000_000_000
 
 // prng is splitmix64: a seeded, deterministic generator for the tests.
 type prng struct{ s uint64 }
@@ -105,12 +105,12 @@ func taskID(i int) string { return fmt.Sprintf("01J000000000000000000%05d", i) }
 
 func insert(id, pool, key string) Mutation {
 	return Mutation{Insert: &Task{
-		ID: id, Pool: pool, Kind: "k", Key: key, Status: StatusQueued,
-		Payload: []byte("payload-" + id), SubmittedAt: baseTime,
+		ID: id, Key: key, Status: StatusQueued, SubmittedAt: baseTime,
+		Template: Template{Pool: pool, Kind: "k", Payload: []byte("payload-" + id)},
 	}}
 }
 
-func insertScheduled(id, pool string, runAt int64) Mutation {
+func insertScheduled(id, pool string, runAt Instant) Mutation {
 	m := insert(id, pool, "")
 	m.Insert.Status = StatusScheduled
 	m.Insert.RunAt = runAt
@@ -123,7 +123,7 @@ func start(id string, attempt uint32, lease uint64) Mutation {
 	return Mutation{Start: &Start{ID: id, Attempt: attempt, Lease: lease, Worker: "w1", At: baseTime + 2}}
 }
 
-func retry(id string, lease uint64, retryAt int64) Mutation {
+func retry(id string, lease uint64, retryAt Instant) Mutation {
 	return Mutation{Retry: &Retry{ID: id, Lease: lease, Error: "boom", RetryAt: retryAt, At: baseTime + 3}}
 }
 
@@ -134,7 +134,7 @@ func finish(id string, lease uint64, st Status) Mutation {
 func purge(id string) Mutation { return Mutation{Purge: &Purge{ID: id}} }
 
 func putSchedule(name string) Mutation {
-	return Mutation{PutSchedule: &Schedule{Name: name, Cron: "@every 1m", Pool: "p", Kind: "k", CreatedAt: baseTime}}
+	return Mutation{PutSchedule: &Schedule{Name: name, Template: Template{Pool: "p", Kind: "k"}, Cron: "@every 1m", CreatedAt: baseTime}}
 }
 
 func delSchedule(name string) Mutation { return Mutation{DelSchedule: &DelSchedule{Name: name}} }
@@ -143,7 +143,7 @@ func pauseSchedule(name string, paused bool) Mutation {
 	return Mutation{PauseSchedule: &PauseSchedule{Name: name, Paused: paused, At: baseTime}}
 }
 
-func fire(name string, slot int64, skipped uint32, id string) Mutation {
+func fire(name string, slot Instant, skipped uint32, id string) Mutation {
 	return Mutation{Fire: &Fire{Name: name, Slot: slot, Skipped: skipped, TaskID: id}}
 }
 

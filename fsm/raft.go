@@ -11,8 +11,10 @@ import (
 // raft.BatchingFSM. The response of every command entry is the value
 // State.Apply returns.
 type RaftFSM struct {
-	s     *State
-	guard RestoreGuard
+	s      *State
+	guard  RestoreGuard
+	onHalt func(*HaltError)
+	halted bool // onHalt was called for the current halt
 }
 
 // RestoreGuard decides whether a snapshot taken at log index snapshot may
@@ -30,6 +32,11 @@ var (
 	_ raft.BatchingFSM = (*RaftFSM)(nil)
 )
 
+// SetHaltHandler sets what to call, once, when the state halts at an entry
+// it cannot apply (see HaltError). It runs on raft's FSM goroutine and must
+// not block.
+func (f *RaftFSM) SetHaltHandler(fn func(*HaltError)) { f.onHalt = fn }
+
 // NewRaftFSM returns the raft adapter of s.
 func NewRaftFSM(s *State) *RaftFSM { return &RaftFSM{s: s} }
 
@@ -42,7 +49,14 @@ func (f *RaftFSM) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	return f.s.Apply(l.Index, l.Term, l.Data)
+	resp := f.s.Apply(l.Index, l.Term, l.Data)
+	if h, ok := resp.(*HaltError); ok && !f.halted {
+		f.halted = true
+		if f.onHalt != nil {
+			f.onHalt(h)
+		}
+	}
+	return resp
 }
 
 // ApplyBatch applies committed log entries in order and returns one response
@@ -56,8 +70,14 @@ func (f *RaftFSM) ApplyBatch(logs []*raft.Log) []any {
 }
 
 // Snapshot captures an immutable view of the state in O(1); the encoding
-// happens in Persist, concurrently with later applies.
+// happens in Persist, concurrently with later applies. It fails while the
+// state is halted: raft would record the snapshot as covering the entries
+// the state never applied and drop them from its log, so that a restart
+// with a newer release could not apply them.
 func (f *RaftFSM) Snapshot() (raft.FSMSnapshot, error) {
+	if h := f.s.Halted(); h != nil {
+		return nil, fmt.Errorf("not snapshotting a halted state: %w", h)
+	}
 	return &fsmSnapshot{v: f.s.View()}, nil
 }
 
@@ -81,6 +101,9 @@ func (f *RaftFSM) Restore(rc io.ReadCloser) error {
 		}
 	}
 	err := f.s.restore(rc, accept)
+	if err == nil {
+		f.halted = false
+	}
 	if cerr := rc.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("closing snapshot: %w", cerr)
 	}

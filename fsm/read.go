@@ -8,6 +8,25 @@ import (
 	"github.com/google/btree"
 )
 
+// Reader reads the replicated state. A *State reads the latest applied
+// entry; a *View one point of the log. Records it returns are shared and
+// must not be modified.
+type Reader interface {
+	Epoch() uint64
+	AppliedIndex() uint64
+	Get(id string) (*Task, bool)
+	GetByKey(key string) (*Task, bool)
+	List(q ListQuery) (tasks []*Task, next string)
+	Counts() []PoolCounts
+	Schedule(name string) (*Schedule, bool)
+	Schedules() []*Schedule
+}
+
+var (
+	_ Reader = (*State)(nil)
+	_ Reader = (*View)(nil)
+)
+
 // ListQuery selects tasks for List.
 type ListQuery struct {
 	Pools    []string // empty = every pool

@@ -9,10 +9,11 @@ import (
 	"io"
 )
 
-// Snapshot format, version 1 (all integers big-endian):
+// Snapshot format (all integers big-endian):
 //
 //	magic      "CRQS"
-//	version    uint16
+//	version    uint16: the log format its records need (1 unless a record
+//	           needs more, see LogVersion)
 //	epoch      uint64
 //	epochTerm  uint64
 //	applied    uint64
@@ -24,8 +25,7 @@ import (
 // the same log writes the same bytes.
 
 const (
-	snapshotMagic   = "CRQS"
-	snapshotVersion = 1
+	snapshotMagic = "CRQS"
 
 	recTask      byte = 1
 	recSchedule  byte = 2
@@ -62,7 +62,7 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 
 	hdr := make([]byte, 0, 64)
 	hdr = append(hdr, snapshotMagic...)
-	hdr = binary.BigEndian.AppendUint16(hdr, snapshotVersion)
+	hdr = binary.BigEndian.AppendUint16(hdr, t.version())
 	hdr = binary.BigEndian.AppendUint64(hdr, t.epoch)
 	hdr = binary.BigEndian.AppendUint64(hdr, t.epochTerm)
 	hdr = binary.BigEndian.AppendUint64(hdr, t.applied)
@@ -84,19 +84,19 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 		return err == nil
 	}
 	t.tasks.Ascend(func(it taskItem) bool {
-		body = appendTask(body[:0], it.t)
-		return record(recTask)
+		body, err = it.t.MarshalMsg(body[:0])
+		return err == nil && record(recTask)
 	})
 	if err == nil {
 		t.scheds.Ascend(func(it schedItem) bool {
-			body = appendSchedule(body[:0], it.s)
-			return record(recSchedule)
+			body, err = it.s.MarshalMsg(body[:0])
+			return err == nil && record(recSchedule)
 		})
 	}
 	if err == nil {
 		t.tombs.Ascend(func(tb Tombstone) bool {
-			body = appendTombstone(body[:0], &tb)
-			return record(recTombstone)
+			body, err = tb.MarshalMsg(body[:0])
+			return err == nil && record(recTombstone)
 		})
 	}
 	if err != nil {
@@ -114,6 +114,21 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 		return cw.n, fmt.Errorf("writing snapshot: %w", err)
 	}
 	return cw.n, nil
+}
+
+// version is the log format the records of t need: the highest Version of
+// its tasks and schedules.
+func (t *tables) version() uint16 {
+	v := uint16(1)
+	t.tasks.Ascend(func(it taskItem) bool {
+		v = max(v, it.t.Version())
+		return v < LogVersion
+	})
+	t.scheds.Ascend(func(it schedItem) bool {
+		v = max(v, it.s.Version())
+		return v < LogVersion
+	})
+	return v
 }
 
 // Hash returns the SHA-256 of the snapshot encoding of the current state.
@@ -139,7 +154,7 @@ func (s *State) Restore(r io.Reader) error { return s.restore(r, nil) }
 func (s *State) restore(r io.Reader, accept func(snapshot, applied uint64) error) error {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
-	t, err := readSnapshot(r)
+	t, err := readSnapshot(r, s.version)
 	if err != nil {
 		return fmt.Errorf("restoring snapshot: %w", err)
 	}
@@ -154,6 +169,9 @@ func (s *State) restore(r io.Reader, accept func(snapshot, applied uint64) error
 	s.mu.Lock()
 	s.t = t
 	s.mu.Unlock()
+	// The snapshot is a whole state this release can hold: applying
+	// resumes from it.
+	s.halted = nil
 	return nil
 }
 
@@ -170,7 +188,9 @@ func eofError(what string, err error) error {
 	return fmt.Errorf("reading %s: %w", what, err)
 }
 
-func readSnapshot(r io.Reader) (*tables, error) {
+// readSnapshot reads a snapshot whose records need at most log format
+// version.
+func readSnapshot(r io.Reader, version uint16) (*tables, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var hdr [len(snapshotMagic) + 2 + 3*8]byte
 	if _, err := io.ReadFull(br, hdr[:]); err != nil {
@@ -179,8 +199,12 @@ func readSnapshot(r io.Reader) (*tables, error) {
 	if string(hdr[:4]) != snapshotMagic {
 		return nil, badSnapshot("magic %q, want %q", hdr[:4], snapshotMagic)
 	}
-	if v := binary.BigEndian.Uint16(hdr[4:]); v != snapshotVersion {
-		return nil, badSnapshot("version %d, want %d", v, snapshotVersion)
+	hdrVersion := binary.BigEndian.Uint16(hdr[4:])
+	switch v := hdrVersion; {
+	case v == 0:
+		return nil, badSnapshot("version 0")
+	case v > version:
+		return nil, fmt.Errorf("%w: snapshot needs log format version %d, this node understands %d", ErrNewerVersion, v, version)
 	}
 	t := newTables()
 	t.epoch = binary.BigEndian.Uint64(hdr[6:])
@@ -188,7 +212,6 @@ func readSnapshot(r io.Reader) (*tables, error) {
 	t.applied = binary.BigEndian.Uint64(hdr[22:])
 
 	var (
-		dec  = newDecoder()
 		body []byte
 		last byte // type of the previous record
 		prev string
@@ -207,9 +230,9 @@ func readSnapshot(r io.Reader) (*tables, error) {
 		if typ != last {
 			last, prev = typ, ""
 		}
-		size, err := binary.ReadUvarint(br)
+		size, err := readLength(br)
 		if err != nil {
-			return nil, eofError("record length", err)
+			return nil, err
 		}
 		if size > maxRecordSize {
 			return nil, badSnapshot("record %d: %d bytes", n, size)
@@ -221,7 +244,7 @@ func readSnapshot(r io.Reader) (*tables, error) {
 		if _, err := io.ReadFull(br, body); err != nil {
 			return nil, eofError("record", err)
 		}
-		if prev, err = t.restoreRecord(dec, typ, body, prev); err != nil {
+		if prev, err = t.restoreRecord(typ, body, prev); err != nil {
 			return nil, badSnapshot("record %d: %v", n, err)
 		}
 	}
@@ -235,6 +258,9 @@ func readSnapshot(r io.Reader) (*tables, error) {
 		return nil, badSnapshot("end marker counts %d tasks, %d schedules, %d tombstones; read %d, %d, %d",
 			nt, ns, nb, t.tasks.Len(), t.scheds.Len(), t.tombs.Len())
 	}
+	if v := t.version(); v > hdrVersion {
+		return nil, badSnapshot("records need log format version %d, the header says %d", v, hdrVersion)
+	}
 	if _, err := br.ReadByte(); err != io.EOF {
 		if err != nil {
 			return nil, fmt.Errorf("reading past the end marker: %w", err)
@@ -244,10 +270,29 @@ func readSnapshot(r io.Reader) (*tables, error) {
 	return t, nil
 }
 
-// restoreRecord decodes one record into t with dec. prev is the key of the
+// readLength reads the uvarint length of a record.
+func readLength(br io.ByteReader) (uint64, error) {
+	var v uint64
+	for i := 0; i < binary.MaxVarintLen64; i++ {
+		b, err := br.ReadByte()
+		if err != nil {
+			return 0, eofError("record length", err)
+		}
+		if i == binary.MaxVarintLen64-1 && b > 1 {
+			break
+		}
+		v |= uint64(b&0x7f) << (7 * i)
+		if b < 0x80 {
+			return v, nil
+		}
+	}
+	return 0, badSnapshot("record length overflows 64 bits")
+}
+
+// restoreRecord decodes one record into t. prev is the key of the
 // previous record of the same type (keys must strictly increase); it returns
 // the record's key.
-func (t *tables) restoreRecord(dec *decoder, typ byte, body []byte, prev string) (string, error) {
+func (t *tables) restoreRecord(typ byte, body []byte, prev string) (string, error) {
 	var (
 		key string
 		put func()
@@ -255,10 +300,10 @@ func (t *tables) restoreRecord(dec *decoder, typ byte, body []byte, prev string)
 	switch typ {
 	case recTask:
 		task := new(Task)
-		if err := dec.decode(body, task); err != nil {
+		if err := decodeBody(body, task); err != nil {
 			return "", fmt.Errorf("task: %w", err)
 		}
-		if task.Status == StatusUnknown || task.Status >= numStatuses {
+		if !task.Status.Valid() {
 			return "", fmt.Errorf("task %s: invalid status %d", task.ID, task.Status)
 		}
 		if task.Key != "" && t.keys.Has(keyItem{key: task.Key}) {
@@ -267,13 +312,13 @@ func (t *tables) restoreRecord(dec *decoder, typ byte, body []byte, prev string)
 		key, put = task.ID, func() { t.putTask(nil, task) }
 	case recSchedule:
 		sc := new(Schedule)
-		if err := dec.decode(body, sc); err != nil {
+		if err := decodeBody(body, sc); err != nil {
 			return "", fmt.Errorf("schedule: %w", err)
 		}
 		key, put = sc.Name, func() { t.putSchedule(nil, sc) }
 	case recTombstone:
 		tb := new(Tombstone)
-		if err := dec.decode(body, tb); err != nil {
+		if err := decodeBody(body, tb); err != nil {
 			return "", fmt.Errorf("tombstone: %w", err)
 		}
 		if tb.Remove {

@@ -6,14 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
 // richState returns a state with tasks in every status and with every field
-// set, schedules and tombstones.
+// set, schedules (one of log format 2) and tombstones.
 func richState(t testing.TB) *State {
 	h := newHarness(t)
 	r := &prng{s: 7}
@@ -25,11 +28,11 @@ func richState(t testing.TB) *State {
 		task.Labels = []KV{{K: "gpu", V: "yes"}}
 		task.Tags = []KV{{K: "traceparent", V: "00-1-2-01"}, {K: "z", V: ""}}
 		task.Deadline = baseTime + 1e12
-		task.Timeout = int64(i) * 1e9
+		task.Timeout = time.Duration(i) * time.Second
 		task.MaxAttempts = 5
 		task.Backoff = Backoff{Initial: 1e9, Max: 3e11, Jitter: 0.2}
 		task.Schedule = "s0"
-		task.Slot = baseTime - int64(i)
+		task.Slot = baseTime - Instant(i)
 		if i%7 == 0 {
 			task.Payload = nil
 		}
@@ -59,6 +62,9 @@ func richState(t testing.TB) *State {
 		sc.PutSchedule.Overlap = OverlapAllow
 		sc.PutSchedule.CatchUp = CatchUpAll
 		sc.PutSchedule.CatchUpLimit = 3
+		if i == 4 {
+			sc.PutSchedule.Backoff = Backoff{Initial: time.Second, Jitter: 0.1} // log format 2
+		}
 		ms = append(ms, sc, fire(fmt.Sprintf("s%d", i), baseTime, uint32(i), taskID(i)))
 	}
 	ms = append(ms, pauseSchedule("s1", true), tombstone("n2", false), tombstone("n1", false))
@@ -170,7 +176,7 @@ func (w *snapshotWriter) end(tasks, scheds, tombs uint64) []byte {
 }
 
 func taskRecord(id, key string) []byte {
-	return recordBody(&Task{ID: id, Pool: "p", Kind: "k", Key: key, Status: StatusQueued})
+	return recordBody(&Task{ID: id, Template: Template{Pool: "p", Kind: "k"}, Key: key, Status: StatusQueued})
 }
 
 func TestRestoreRejectsBadSnapshots(t *testing.T) {
@@ -182,7 +188,8 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 	}{
 		{"empty", nil},
 		{"bad magic", append([]byte("XXXX"), good[4:]...)},
-		{"future version", newSnapshotWriter(2).end(0, 0, 0)},
+		{"version 0", newSnapshotWriter(0).end(0, 0, 0)},
+		{"v2 record under a v1 header", newSnapshotWriter(1).record(recSchedule, recordBody(backoffSchedule("s"))).end(0, 1, 0)},
 		{"trailing data", append(append([]byte{}, good...), 0)},
 		{"wrong counts", newSnapshotWriter(1).record(recTask, taskRecord("a", "")).end(2, 0, 0)},
 		{"tasks out of order", newSnapshotWriter(1).record(recTask, taskRecord("b", "")).record(recTask, taskRecord("a", "")).end(2, 0, 0)},
@@ -285,6 +292,21 @@ func TestSnapshotEveryFieldSurvives(t *testing.T) {
 	require.Equal(t, snap, again)
 }
 
+// TestRestoreRefusesOverlongRecordLength restores a snapshot whose first
+// record length is an 11-byte uvarint: it is refused and changes nothing.
+func TestRestoreRefusesOverlongRecordLength(t *testing.T) {
+	snap := append(newSnapshotWriter(1).buf.Bytes(), recTask)
+	snap = append(snap, bytes.Repeat([]byte{0xff}, 10)...)
+	snap = append(snap, 0x01)
+	h := newHarness(t)
+	h.ok(insert("a", "p", "k"))
+	before := snapshotBytes(t, h.s)
+	err := h.s.Restore(bytes.NewReader(snap))
+	require.Error(t, err)
+	require.ErrorIs(t, err, ErrBadSnapshot)
+	require.Equal(t, before, snapshotBytes(t, h.s))
+}
+
 func FuzzRestore(f *testing.F) {
 	// Small seeds keep the minimization of new inputs quick.
 	h := newHarness(f)
@@ -292,14 +314,24 @@ func FuzzRestore(f *testing.F) {
 		putSchedule("s"), tombstone("n1", false))
 	f.Add(snapshotBytes(f, h.s))
 	f.Add(newSnapshotWriter(1).record(recTask, taskRecord("a", "k")).end(1, 0, 0))
+	f.Add(newSnapshotWriter(2).record(recSchedule, recordBody(backoffSchedule("s"))).end(0, 1, 0))
+	v1, err := os.ReadFile(filepath.Join("testdata", "v1", "snapshot.bin"))
+	require.NoError(f, err)
+	f.Add(v1)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := New()
 		s.Apply(1, 1, bumpEntry(t, 1))
 		before := snapshotBytes(t, s)
 		if err := s.Restore(bytes.NewReader(data)); err != nil {
+			require.True(t, errors.Is(err, ErrBadSnapshot) || errors.Is(err, ErrNewerVersion), "unexpected error %v", err)
 			require.Equal(t, before, snapshotBytes(t, s))
 			return
 		}
+		// The header says what the records need, and this release reads
+		// only what it understands.
+		version := binary.BigEndian.Uint16(data[4:6])
+		require.GreaterOrEqual(t, version, s.View().t.version())
+		require.LessOrEqual(t, version, s.Version())
 		require.Equal(t, recount(s.View()), s.Counts())
 		// The input may use non-canonical encodings; what we write is canonical.
 		snap := snapshotBytes(t, s)
@@ -307,13 +339,4 @@ func FuzzRestore(f *testing.F) {
 		require.NoError(t, again.Restore(bytes.NewReader(snap)))
 		require.Equal(t, snap, snapshotBytes(t, again))
 	})
-}
-
-// recordBody encodes v as the body of a snapshot record.
-func recordBody(v any) []byte {
-	body, err := newEncoder().encode(nil, v)
-	if err != nil {
-		panic(err)
-	}
-	return body
 }

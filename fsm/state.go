@@ -175,8 +175,10 @@ func (t *tables) putTombstone(old, new *Tombstone) {
 // any number read; every read sees the state between two entries. Records
 // returned by reads are shared and must not be modified.
 type State struct {
-	// applyMu serializes Apply and Restore and guards the scratch fields.
+	// applyMu serializes Apply and Restore and guards the fields below it.
 	applyMu sync.Mutex
+	version uint16      // the newest log format this state applies
+	halted  *HaltError  // the entry it could not apply, once it met one
 	batch   CommitBatch // decode buffer, reused between entries
 	undo    []undo      // changes of the batch being applied, for rollback
 
@@ -186,9 +188,54 @@ type State struct {
 	t  *tables
 }
 
-// New returns an empty state at epoch 0.
-func New() *State {
-	return &State{t: newTables()}
+// New returns an empty state at epoch 0 that applies entries of every log
+// format up to LogVersion.
+func New() *State { return NewVersion(LogVersion) }
+
+// NewVersion returns an empty state that applies entries of log formats up
+// to version only, as a release of that version would: an entry that needs
+// more halts it. Tests use it to play an older node.
+func NewVersion(version uint16) *State {
+	return &State{t: newTables(), version: version}
+}
+
+// Version returns the newest log format the state applies.
+func (s *State) Version() uint16 { return s.version }
+
+// HaltError is the answer of Apply for an entry the state cannot apply (an
+// unknown entry type or mutation kind, a newer log format, bytes that do not
+// decode) and for every entry after it. A node that meets one stops applying
+// rather than skip it, which would leave it out of step with the nodes that
+// applied it: its state stays as it was before Index until it restarts with
+// a release that understands the entry.
+type HaltError struct {
+	Index   uint64 // log index of the entry
+	Need    uint16 // log format the entry needs; 0 when it does not say
+	Version uint16 // log format this state understands
+	Err     error  // why it cannot be applied
+}
+
+func (e *HaltError) Error() string {
+	if e.Need != 0 {
+		return fmt.Sprintf("fsm: halted at log index %d, which needs log format version %d (this node understands %d): %v",
+			e.Index, e.Need, e.Version, e.Err)
+	}
+	return fmt.Sprintf("fsm: halted at log index %d, which this node cannot apply: %v", e.Index, e.Err)
+}
+
+func (e *HaltError) Unwrap() error { return e.Err }
+
+// Halted returns the entry the state stopped at, or nil while it applies.
+func (s *State) Halted() *HaltError {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	return s.halted
+}
+
+// halt stops applying at index and returns the error for it.
+func (s *State) halt(index uint64, need uint16, err error) *HaltError {
+	s.halted = &HaltError{Index: index, Need: need, Version: s.version, Err: err}
+	return s.halted
 }
 
 // undo records one change of the batch being applied.
@@ -209,30 +256,48 @@ const (
 
 // Apply applies the log entry data committed at index in term. It returns,
 // for an epoch bump, the new epoch (uint64) or an error; for a commit batch,
-// nil or an error (wrapping ErrStaleEpoch, or a *RejectedError); for an
-// undecodable entry an error wrapping ErrCorrupt; for an unknown entry type
-// nil if it carries IgnoreUnknownFlag, else an error wrapping
-// ErrUnknownEntry. When it returns an error nothing changed, not even
-// AppliedIndex.
+// nil or an error (wrapping ErrStaleEpoch, or a *RejectedError). Those
+// refusals are decided by the entry and the state alone, so every node
+// refuses alike. For an entry of an unknown type that carries
+// IgnoreUnknownFlag it returns nil.
+//
+// An entry this state cannot apply (see HaltError) halts it: Apply returns
+// the *HaltError for that entry and every later one. When it returns an
+// error nothing changed, not even AppliedIndex.
 func (s *State) Apply(index, term uint64, data []byte) any {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
+	if s.halted != nil {
+		return s.halted
+	}
 	if len(data) == 0 {
-		return fmt.Errorf("%w: empty entry at index %d", ErrCorrupt, index)
+		return s.halt(index, 0, fmt.Errorf("%w: empty entry", ErrCorrupt))
 	}
 	typ := EntryType(data[0])
 	switch typ &^ IgnoreUnknownFlag {
 	case EntryEpochBump:
 		var b EpochBump
 		if err := decodeEpochBump(data[1:], &b); err != nil {
-			return err
+			return s.halt(index, 0, err)
 		}
 		return s.applyEpochBump(index, term, &b)
 	case EntryCommitBatch:
 		s.batch = CommitBatch{Mutations: s.batch.Mutations[:0]}
 		defer s.releaseBatch()
-		if err := decodeCommitBatch(data[1:], &s.batch); err != nil {
-			return err
+		err := decodeCommitBatch(data[1:], &s.batch)
+		if err != nil && !errors.Is(err, ErrUnknownMutation) {
+			return s.halt(index, 0, err)
+		}
+		if need := s.batch.Version; need > s.version {
+			return s.halt(index, need, fmt.Errorf("commit batch: %w", ErrNewerVersion))
+		}
+		if err != nil {
+			return s.halt(index, 0, err)
+		}
+		for i := range s.batch.Mutations {
+			if need := s.batch.Mutations[i].Version(); need > s.version {
+				return s.halt(index, need, fmt.Errorf("commit batch: mutation %d: %w", i, ErrNewerVersion))
+			}
 		}
 		if err := s.applyBatch(index, &s.batch); err != nil {
 			return err
@@ -240,7 +305,7 @@ func (s *State) Apply(index, term uint64, data []byte) any {
 		return nil
 	}
 	if typ&IgnoreUnknownFlag == 0 {
-		return fmt.Errorf("entry type %d at index %d: %w", typ, index, ErrUnknownEntry)
+		return s.halt(index, 0, fmt.Errorf("entry type %d: %w", typ, ErrUnknownEntry))
 	}
 	s.mu.Lock()
 	s.t.applied = index
@@ -326,7 +391,7 @@ func (s *State) setTombstone(old, new *Tombstone) {
 }
 
 // instant returns at, or the batch time when at is unset.
-func instant(at, batchTime int64) int64 {
+func instant(at, batchTime Instant) Instant {
 	if at != 0 {
 		return at
 	}
@@ -335,7 +400,7 @@ func instant(at, batchTime int64) int64 {
 
 // mutate checks the precondition of m and applies it. An error is the
 // reason m is rejected; the state is then unchanged by m.
-func (s *State) mutate(index uint64, batchTime int64, m *Mutation) error {
+func (s *State) mutate(index uint64, batchTime Instant, m *Mutation) error {
 	switch {
 	case m.Insert != nil:
 		return s.insert(index, m.Insert)
@@ -399,7 +464,7 @@ func (s *State) insert(index uint64, t *Task) error {
 	return nil
 }
 
-func (s *State) ready(index uint64, at int64, m *Ready) error {
+func (s *State) ready(index uint64, at Instant, m *Ready) error {
 	cur, err := s.task("ready", m.ID)
 	if err != nil {
 		return err
@@ -415,7 +480,7 @@ func (s *State) ready(index uint64, at int64, m *Ready) error {
 	return nil
 }
 
-func (s *State) start(index uint64, at int64, m *Start) error {
+func (s *State) start(index uint64, at Instant, m *Start) error {
 	cur, err := s.task("start", m.ID)
 	if err != nil {
 		return err
@@ -442,7 +507,7 @@ func (s *State) start(index uint64, at int64, m *Start) error {
 	return nil
 }
 
-func (s *State) retry(index uint64, at int64, m *Retry) error {
+func (s *State) retry(index uint64, at Instant, m *Retry) error {
 	cur, err := s.task("retry", m.ID)
 	if err != nil {
 		return err
@@ -466,7 +531,7 @@ func (s *State) retry(index uint64, at int64, m *Retry) error {
 }
 
 // finish ends a task. The worker of the last attempt stays on record.
-func (s *State) finish(index uint64, at int64, m *Finish) error {
+func (s *State) finish(index uint64, at Instant, m *Finish) error {
 	if !m.Status.Terminal() {
 		return fmt.Errorf("finish %s: status %s is not terminal", m.ID, m.Status)
 	}
@@ -575,7 +640,7 @@ func (s *State) fire(index uint64, m *Fire) error {
 	return nil
 }
 
-func (s *State) tombstone(at int64, m *Tombstone) error {
+func (s *State) tombstone(at Instant, m *Tombstone) error {
 	if m.NodeID == "" {
 		return errors.New("tombstone: empty node id")
 	}

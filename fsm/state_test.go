@@ -314,44 +314,72 @@ func TestEpochFencing(t *testing.T) {
 	require.Equal(t, StatusRunning, h.task("a").Status)
 }
 
+// TestUnknownEntries holds an entry of an unknown type to be skipped when
+// it carries IgnoreUnknownFlag (only the applied index moves) and to halt
+// the state otherwise.
 func TestUnknownEntries(t *testing.T) {
 	h := newHarness(t)
 	h.ok(insert("a", "p", ""))
 	before := snapshotBytes(t, h.s)
-	applied := h.s.AppliedIndex()
 
-	resp := h.apply([]byte{0x07, 0x81, 0xa1, 'x', 0x01})
-	require.ErrorIs(t, resp.(error), ErrUnknownEntry)
-	require.Equal(t, applied, h.s.AppliedIndex())
-	require.Equal(t, before, snapshotBytes(t, h.s))
-
-	resp = h.apply([]byte{0x07 | byte(IgnoreUnknownFlag), 0xff, 0xfe})
+	resp := h.apply([]byte{0x07 | byte(IgnoreUnknownFlag), 0xff, 0xfe})
 	require.Nil(t, resp)
 	require.Equal(t, h.index, h.s.AppliedIndex())
 	// Only the applied index in the header changed.
 	after := snapshotBytes(t, h.s)
 	require.NotEqual(t, before, after)
 	require.Equal(t, withoutApplied(before), withoutApplied(after))
+
+	applied := h.s.AppliedIndex()
+	resp = h.apply([]byte{0x07, 0x81, 0xa1, 'x', 0x01})
+	var halt *HaltError
+	require.ErrorAs(t, resp.(error), &halt)
+	require.ErrorIs(t, halt, ErrUnknownEntry)
+	require.Equal(t, &HaltError{Index: h.index, Version: LogVersion, Err: halt.Err}, halt)
+	require.Equal(t, applied, h.s.AppliedIndex())
+	require.Equal(t, after, snapshotBytes(t, h.s))
 }
 
+// TestCorruptEntriesNeverPanic applies every truncation and thousands of
+// random byte flips of a valid entry. Each is applied (a flip may leave a
+// valid batch), refused by a precondition or the epoch, or halts the state;
+// anything but an application leaves the state as it was.
 func TestCorruptEntriesNeverPanic(t *testing.T) {
 	h := newHarness(t)
 	h.ok(insert("a", "p", "ka"), start("a", 1, l1))
 	good := batchEntry(t, 1, finish("a", l1, StatusSucceeded), insert("b", "p", "kb"))
 	before := snapshotBytes(t, h.s)
-	applied := h.s.AppliedIndex()
 	r := &prng{s: 5}
+	outcomes := map[string]int{}
 	check := func(data []byte) {
 		t.Helper()
-		resp := h.apply(data)
+		s := New()
+		require.NoError(t, s.Restore(bytes.NewReader(before)))
+		resp := s.Apply(100, 1, data)
 		if resp == nil {
-			return // a flipped byte may still decode to an acceptable batch
-		}
-		if _, isErr := resp.(error); !isErr {
+			outcomes["applied"]++
+			require.Equal(t, uint64(100), s.AppliedIndex())
+			require.Equal(t, recount(s.View()), s.Counts())
 			return
 		}
-		require.Equal(t, before, snapshotBytes(t, h.s))
-		require.Equal(t, applied, h.s.AppliedIndex())
+		err, isErr := resp.(error)
+		require.True(t, isErr, "%T %v", resp, resp)
+		var (
+			halt *HaltError
+			rej  *RejectedError
+		)
+		switch {
+		case errors.As(err, &halt):
+			outcomes["halted"]++
+			require.Same(t, halt, s.Halted())
+			require.True(t, errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnknownMutation) || errors.Is(err, ErrNewerVersion), "%v", err)
+		case errors.As(err, &rej):
+			outcomes["rejected"]++
+		default:
+			require.ErrorIs(t, err, ErrStaleEpoch)
+			outcomes["stale"]++
+		}
+		require.Equal(t, before, snapshotBytes(t, s))
 	}
 	for n := 0; n < len(good); n++ {
 		check(good[:n])
@@ -362,11 +390,9 @@ func TestCorruptEntriesNeverPanic(t *testing.T) {
 			data[1+r.intn(len(data)-1)] = byte(r.next())
 		}
 		check(data)
-		if h.s.AppliedIndex() != applied { // accepted: start over
-			h = newHarness(t)
-			h.ok(insert("a", "p", "ka"), start("a", 1, l1))
-			before, applied = snapshotBytes(t, h.s), h.s.AppliedIndex()
-		}
+	}
+	for _, o := range []string{"applied", "halted", "rejected", "stale"} {
+		require.NotZero(t, outcomes[o], "no entry %s: %v", o, outcomes)
 	}
 }
 
@@ -570,7 +596,7 @@ func TestRandomOperations(t *testing.T) {
 				leases++
 				ms = append(ms, start(id, cur.Attempt+1, lease(h.s.Epoch(), leases)))
 			case op == 4:
-				ms = append(ms, retry(id, cur.Lease, baseTime+int64(r.intn(3))))
+				ms = append(ms, retry(id, cur.Lease, baseTime+Instant(r.intn(3))))
 			case op == 5 || op == 6:
 				ms = append(ms, finish(id, cur.Lease, AllStatuses[4+r.intn(4)]))
 			case op == 7:
@@ -580,7 +606,7 @@ func TestRandomOperations(t *testing.T) {
 				if r.coin() {
 					ms = append(ms, putSchedule(name))
 				} else {
-					ms = append(ms, fire(name, baseTime+int64(round), uint32(r.intn(2)), id))
+					ms = append(ms, fire(name, baseTime+Instant(round), uint32(r.intn(2)), id))
 				}
 			default:
 				ms = append(ms, tombstone(fmt.Sprintf("n%d", r.intn(3)), r.coin()))
@@ -632,19 +658,23 @@ func TestLargeBatches(t *testing.T) {
 	require.Equal(t, recount(h.s.View()), h.s.Counts())
 }
 
+// TestApplyReturnsOnlyDocumentedValues holds Apply to its documented
+// answers: nil, the new epoch, a *RejectedError, ErrStaleEpoch, or a
+// *HaltError, which then answers every later entry.
 func TestApplyReturnsOnlyDocumentedValues(t *testing.T) {
 	h := newHarness(t)
-	for _, resp := range []any{
-		h.apply(batchEntry(t, 1, purge("x"))),
-		h.apply(batchEntry(t, 9)),
-		h.apply([]byte{2, 0xc1}),
-	} {
-		err, ok := resp.(error)
-		require.True(t, ok)
-		var rej *RejectedError
-		require.True(t, errors.As(err, &rej) || errors.Is(err, ErrStaleEpoch) || errors.Is(err, ErrCorrupt))
-	}
+	var rej *RejectedError
+	require.ErrorAs(t, h.apply(batchEntry(t, 1, purge("x"))).(error), &rej)
+	require.ErrorIs(t, h.apply(batchEntry(t, 9)).(error), ErrStaleEpoch)
+	require.ErrorIs(t, h.apply(bumpEntry(t, 3)).(error), ErrStaleEpoch)
 	require.Nil(t, h.apply(batchEntry(t, 1)))
+	require.Equal(t, uint64(2), h.apply(bumpEntry(t, 2)))
+
+	var halt *HaltError
+	require.ErrorAs(t, h.apply([]byte{2, 0xc1}).(error), &halt)
+	require.ErrorIs(t, halt, ErrCorrupt)
+	require.Same(t, halt, h.apply(batchEntry(t, 2)))
+	require.Same(t, halt, h.apply(bumpEntry(t, 3)))
 }
 
 func FuzzApply(f *testing.F) {
@@ -667,15 +697,28 @@ func FuzzApply(f *testing.F) {
 	}
 	f.Add(bumpEntry(f, 2))
 	f.Add([]byte{0x99, 0x00})
+	for _, data := range fixtureSeeds(f) {
+		f.Add(data)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := New()
 		require.NoError(t, s.Restore(bytes.NewReader(snap)))
 		resp := s.Apply(100, 2, data)
 		after := snapshotBytes(t, s)
-		if _, isErr := resp.(error); isErr {
+		if err, isErr := resp.(error); isErr {
 			require.Equal(t, snap, after)
+			var halt *HaltError
+			if errors.As(err, &halt) {
+				// Halted: the next entry, however good, is refused alike.
+				require.Same(t, halt, s.Halted())
+				require.Same(t, halt, s.Apply(101, 2, batchEntry(t, 1, purge("zz"))))
+				require.Equal(t, snap, snapshotBytes(t, s))
+			} else {
+				require.Nil(t, s.Halted())
+			}
 			return
 		}
+		require.Nil(t, s.Halted())
 		require.Equal(t, recount(s.View()), s.Counts())
 		// Whatever was accepted survives a snapshot round trip.
 		restored := New()

@@ -6,9 +6,30 @@
 // clock (times travel inside the entry, stamped by the leader's engine), uses
 // no randomness, never depends on map iteration order and does no I/O. The
 // same log therefore yields byte-identical snapshots on every node.
+//
+// The types below are the log and snapshot schema. Their MessagePack codec
+// is generated from the struct tags (types_gen.go, `make generate`): structs
+// are maps keyed by their tags, empty fields are left out, and decoding skips
+// keys it does not know. Tags and numeric values are part of the format:
+// never change one, append new ones (see "Upgrades" in docs/architecture.md).
 package fsm
 
-import "time"
+//go:generate go run github.com/tinylib/msgp@v1.6.5 -file types.go -o types_gen.go -tests=false -io=false
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// LogVersion is the newest log format this release writes and understands.
+// Every entry and snapshot needs some version to be applied (Version methods
+// below): a node never applies one that needs more than it understands, and
+// a leader writes one only when every server of the cluster understands it.
+//
+//	1  the first format
+//	2  a schedule's task template may carry a retry backoff
+const LogVersion = 2
 
 // Status is the lifecycle state of a task. The numeric values are part of the
 // log and snapshot format: append new values only.
@@ -54,6 +75,9 @@ func (s Status) Terminal() bool { return s >= StatusSucceeded && s <= StatusExpi
 func (s Status) Pending() bool {
 	return s == StatusScheduled || s == StatusQueued || s == StatusRetrying
 }
+
+// Valid reports whether s is one of AllStatuses.
+func (s Status) Valid() bool { return s > StatusUnknown && s < numStatuses }
 
 // ParseStatus parses the name of a status.
 func ParseStatus(name string) (Status, bool) {
@@ -101,6 +125,44 @@ func ParsePriority(s string) (Priority, bool) {
 	return PriorityNormal, false
 }
 
+// Instant is a point in time: Unix nanoseconds of the leader's clock, 0 when
+// unset. It is the one unit of time of the server's records, commands and
+// events; durations are time.Duration (nanoseconds too).
+type Instant int64
+
+// InstantOf converts t (0 for the zero time).
+func InstantOf(t time.Time) Instant {
+	if t.IsZero() {
+		return 0
+	}
+	return Instant(t.UnixNano())
+}
+
+// Time converts i to a UTC time (the zero time for 0).
+func (i Instant) Time() time.Time {
+	if i == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(i)).UTC()
+}
+
+// IsZero reports whether i is unset.
+func (i Instant) IsZero() bool { return i == 0 }
+
+// Add returns i+d, saturating instead of overflowing.
+func (i Instant) Add(d time.Duration) Instant {
+	switch {
+	case d > 0 && i > math.MaxInt64-Instant(d):
+		return math.MaxInt64
+	case d < 0 && i < math.MinInt64-Instant(d):
+		return math.MinInt64
+	}
+	return i + Instant(d)
+}
+
+// Sub returns the duration i-j.
+func (i Instant) Sub(j Instant) time.Duration { return time.Duration(i - j) }
+
 // KV is one label or tag. Lists of KV are kept sorted by key with unique keys
 // so that their encoding is deterministic.
 type KV struct {
@@ -108,36 +170,51 @@ type KV struct {
 	V string `msgpack:"v"`
 }
 
-// Backoff is the retry policy of a task. Durations are nanoseconds.
+// Backoff is a retry policy: the delay after failed attempt n is Initial
+// doubled n-1 times, capped at Max, spread by ±Jitter (a fraction).
 type Backoff struct {
-	Initial int64   `msgpack:"i,omitempty"` // first retry delay
-	Max     int64   `msgpack:"m,omitempty"` // cap on the delay
-	Jitter  float64 `msgpack:"j,omitempty"` // ± fraction, e.g. 0.2
+	Initial time.Duration `msgpack:"i,omitempty"`
+	Max     time.Duration `msgpack:"m,omitempty"`
+	Jitter  float64       `msgpack:"j,omitempty"`
+}
+
+// Template is what a task is made of, whoever asks for it: a submit, or a
+// recurring schedule at each fire. It is defined once, here, and embedded in
+// the durable Task, the Schedule and the engine's submit spec; its fields
+// are flattened into the records that embed it.
+type Template struct {
+	Pool        string        `msgpack:"p"`
+	Kind        string        `msgpack:"k"`
+	Priority    Priority      `msgpack:"pr,omitempty"`
+	Payload     []byte        `msgpack:"pl,omitempty"`
+	Labels      []KV          `msgpack:"lb,omitempty"` // capacity labels the worker must offer
+	Tags        []KV          `msgpack:"tg,omitempty"` // carried to the worker
+	Timeout     time.Duration `msgpack:"to,omitempty"` // per attempt (0 = none)
+	MaxAttempts uint32        `msgpack:"ma,omitempty"` // 0 = the engine's default
+	Backoff     Backoff       `msgpack:"bo,omitempty"` // zero = the engine's default
+}
+
+// Version is the log format a node needs to hold t faithfully. Every field
+// of the first format needs 1; a field added later needs the format that
+// introduced it when it is set, and gets its case here, so that tasks and
+// schedules carrying it are refused until every server understands it.
+func (t *Template) Version() uint16 {
+	return 1
 }
 
 // Task is one durable task record. Records stored in the state are immutable:
 // a change replaces the pointer with a modified copy, which is what makes
 // O(1) copy-on-write snapshots safe.
-//
-// All instants are Unix nanoseconds of the leader's clock (0 = unset).
 type Task struct {
-	ID       string   `msgpack:"id"`
-	Pool     string   `msgpack:"p"`
-	Kind     string   `msgpack:"k"`
-	Key      string   `msgpack:"key,omitempty"`
-	Priority Priority `msgpack:"pr,omitempty"`
-	Payload  []byte   `msgpack:"pl,omitempty"`
-	Labels   []KV     `msgpack:"lb,omitempty"`
-	Tags     []KV     `msgpack:"tg,omitempty"`
+	ID       string `msgpack:"id"`
+	Template `msgpack:",flatten"`
+	Key      string `msgpack:"key,omitempty"` // idempotency key
 
-	RunAt       int64   `msgpack:"ra,omitempty"` // earliest start (also the retry instant while retrying)
-	Deadline    int64   `msgpack:"dl,omitempty"` // absolute: past it the task ends expired
-	Timeout     int64   `msgpack:"to,omitempty"` // per-attempt timeout, ns (0 = none)
-	MaxAttempts uint32  `msgpack:"ma,omitempty"`
-	Backoff     Backoff `msgpack:"bo,omitempty"`
+	RunAt    Instant `msgpack:"ra,omitempty"` // earliest start (also the retry instant while retrying)
+	Deadline Instant `msgpack:"dl,omitempty"` // past it the task ends expired
 
-	Schedule string `msgpack:"sc,omitempty"` // recurring schedule that fired it
-	Slot     int64  `msgpack:"sl,omitempty"` // the scheduled instant of that fire
+	Schedule string  `msgpack:"sc,omitempty"` // recurring schedule that fired it
+	Slot     Instant `msgpack:"sl,omitempty"` // the scheduled instant of that fire
 
 	Status    Status `msgpack:"st"`
 	Attempt   uint32 `msgpack:"at,omitempty"` // attempts started
@@ -147,10 +224,10 @@ type Task struct {
 	Output    []byte `msgpack:"out,omitempty"`
 	Error     string `msgpack:"err,omitempty"`
 
-	SubmittedAt int64 `msgpack:"sa"`
-	StartedAt   int64 `msgpack:"sta,omitempty"` // start of the current or last attempt
-	UpdatedAt   int64 `msgpack:"ua"`
-	FinishedAt  int64 `msgpack:"fa,omitempty"`
+	SubmittedAt Instant `msgpack:"sa"`
+	StartedAt   Instant `msgpack:"sta,omitempty"` // start of the current or last attempt
+	UpdatedAt   Instant `msgpack:"ua"`
+	FinishedAt  Instant `msgpack:"fa,omitempty"`
 
 	CreateIndex uint64 `msgpack:"ci"` // log index of the entry that inserted it
 	ModifyIndex uint64 `msgpack:"mi"` // log index of the last entry that changed it
@@ -161,6 +238,12 @@ type Task struct {
 func (t *Task) Clone() *Task {
 	c := *t
 	return &c
+}
+
+// Version is the log format a node needs to hold t faithfully: its
+// template's (a field added to Task itself gets its case here).
+func (t *Task) Version() uint16 {
+	return t.Template.Version()
 }
 
 // Overlap policy of a recurring schedule.
@@ -188,26 +271,19 @@ type Schedule struct {
 	Cron string `msgpack:"c"`
 	TZ   string `msgpack:"tz,omitempty"` // IANA zone name; "" = UTC
 
-	// The template of the task each fire submits.
-	Pool        string   `msgpack:"p"`
-	Kind        string   `msgpack:"k"`
-	Payload     []byte   `msgpack:"pl,omitempty"`
-	Priority    Priority `msgpack:"pr,omitempty"`
-	Labels      []KV     `msgpack:"lb,omitempty"`
-	Tags        []KV     `msgpack:"tg,omitempty"`
-	Timeout     int64    `msgpack:"to,omitempty"`
-	MaxAttempts uint32   `msgpack:"ma,omitempty"`
+	// Template is the task each fire submits.
+	Template `msgpack:",flatten"`
 
 	Overlap      Overlap `msgpack:"ov,omitempty"`
 	CatchUp      CatchUp `msgpack:"cu,omitempty"`
 	CatchUpLimit uint32  `msgpack:"cl,omitempty"`
 
-	Paused    bool   `msgpack:"pa,omitempty"`
-	CreatedAt int64  `msgpack:"ca"`           // fires are strictly after this instant
-	LastFire  int64  `msgpack:"lf,omitempty"` // cursor: last slot fired or skipped (0 = none yet)
-	LastTask  string `msgpack:"lt,omitempty"` // task created by the last fire
-	Fires     uint64 `msgpack:"fi,omitempty"` // slots that created a task
-	Skipped   uint64 `msgpack:"sk,omitempty"` // slots recorded as skipped
+	Paused    bool    `msgpack:"pa,omitempty"`
+	CreatedAt Instant `msgpack:"ca"`           // fires are strictly after this instant
+	LastFire  Instant `msgpack:"lf,omitempty"` // cursor: last slot fired or skipped (0 = none yet)
+	LastTask  string  `msgpack:"lt,omitempty"` // task created by the last fire
+	Fires     uint64  `msgpack:"fi,omitempty"` // slots that created a task
+	Skipped   uint64  `msgpack:"sk,omitempty"` // slots recorded as skipped
 
 	CreateIndex uint64 `msgpack:"ci"`
 	ModifyIndex uint64 `msgpack:"mi"`
@@ -219,12 +295,32 @@ func (s *Schedule) Clone() *Schedule {
 	return &c
 }
 
+// Version is the log format a node needs to hold s faithfully: its
+// template's, and 2 when its template carries a retry backoff (a task's
+// could from the first format, a schedule's not).
+func (s *Schedule) Version() uint16 {
+	v := s.Template.Version()
+	if s.Backoff != (Backoff{}) {
+		v = max(v, 2)
+	}
+	return v
+}
+
+// Tombstone records that a node was removed from the cluster on purpose, so
+// that membership reconciliation does not add it back.
+type Tombstone struct {
+	NodeID string  `msgpack:"n"`
+	At     Instant `msgpack:"at"`
+	Remove bool    `msgpack:"r,omitempty"` // clear the tombstone instead
+}
+
 // ---------------------------------------------------------------------------
 // Mutations: the contents of a commit batch.
 // ---------------------------------------------------------------------------
 
-// Mutation is one change to the state. Exactly one field is set. Fields are
-// append-only: a new kind of mutation gets a new field at the end.
+// Mutation is one change to the state. Exactly one field is set: its kind.
+// Kinds are append-only: a new kind gets a new field at the end, a new
+// LogVersion, and a case in Version.
 type Mutation struct {
 	Insert        *Task          `msgpack:"in,omitempty"`
 	Ready         *Ready         `msgpack:"rd,omitempty"`
@@ -239,20 +335,54 @@ type Mutation struct {
 	Tombstone     *Tombstone     `msgpack:"tb,omitempty"`
 }
 
+// fields reports how many fields of m are set.
+func (m *Mutation) fields() int {
+	n := 0
+	for _, set := range [...]bool{
+		m.Insert != nil, m.Ready != nil, m.Start != nil, m.Retry != nil,
+		m.Finish != nil, m.Purge != nil, m.PutSchedule != nil,
+		m.DelSchedule != nil, m.PauseSchedule != nil, m.Fire != nil,
+		m.Tombstone != nil,
+	} {
+		if set {
+			n++
+		}
+	}
+	return n
+}
+
+func (m *Mutation) check() error {
+	if n := m.fields(); n != 1 {
+		return fmt.Errorf("%d fields set, want exactly 1", n)
+	}
+	return nil
+}
+
+// Version is the log format a node needs to apply m.
+func (m *Mutation) Version() uint16 {
+	switch {
+	case m.Insert != nil:
+		return m.Insert.Version()
+	case m.PutSchedule != nil:
+		return m.PutSchedule.Version()
+	}
+	return 1
+}
+
 // Ready moves a scheduled or retrying task to queued once its run time came.
 type Ready struct {
-	ID string `msgpack:"id"`
-	At int64  `msgpack:"at"`
+	ID string  `msgpack:"id"`
+	At Instant `msgpack:"at"`
 }
 
 // Start grants a lease: the task must be queued; Attempt must be the task's
 // attempt count plus one and Lease must exceed every token granted before.
 type Start struct {
-	ID      string `msgpack:"id"`
-	Attempt uint32 `msgpack:"a"`
-	Lease   uint64 `msgpack:"l"`
-	Worker  string `msgpack:"w,omitempty"`
-	At      int64  `msgpack:"at"`
+	ID      string  `msgpack:"id"`
+	Attempt uint32  `msgpack:"a"`
+	Lease   uint64  `msgpack:"l"`
+	Worker  string  `msgpack:"w,omitempty"`
+	At      Instant `msgpack:"at"`
 }
 
 // Retry ends the current attempt with a retryable failure (reported by the
@@ -260,23 +390,23 @@ type Start struct {
 // Lease. It goes to retrying until RetryAt (or straight to queued when
 // RetryAt <= At).
 type Retry struct {
-	ID      string `msgpack:"id"`
-	Lease   uint64 `msgpack:"l"`
-	Error   string `msgpack:"e,omitempty"`
-	RetryAt int64  `msgpack:"ra"`
-	At      int64  `msgpack:"at"`
+	ID      string  `msgpack:"id"`
+	Lease   uint64  `msgpack:"l"`
+	Error   string  `msgpack:"e,omitempty"`
+	RetryAt Instant `msgpack:"ra"`
+	At      Instant `msgpack:"at"`
 }
 
 // Finish moves a task to a terminal status. With Lease != 0 the task must be
 // running under that lease (a completion, or a cancel or expiry that revokes
 // the lease); with Lease == 0 it must be live and not running.
 type Finish struct {
-	ID     string `msgpack:"id"`
-	Lease  uint64 `msgpack:"l,omitempty"`
-	Status Status `msgpack:"s"`
-	Output []byte `msgpack:"o,omitempty"`
-	Error  string `msgpack:"e,omitempty"`
-	At     int64  `msgpack:"at"`
+	ID     string  `msgpack:"id"`
+	Lease  uint64  `msgpack:"l,omitempty"`
+	Status Status  `msgpack:"s"`
+	Output []byte  `msgpack:"o,omitempty"`
+	Error  string  `msgpack:"e,omitempty"`
+	At     Instant `msgpack:"at"`
 }
 
 // Purge removes a terminal task whose retention ended.
@@ -291,9 +421,9 @@ type DelSchedule struct {
 
 // PauseSchedule pauses or resumes a recurring schedule.
 type PauseSchedule struct {
-	Name   string `msgpack:"n"`
-	Paused bool   `msgpack:"p"`
-	At     int64  `msgpack:"at"`
+	Name   string  `msgpack:"n"`
+	Paused bool    `msgpack:"p"`
+	At     Instant `msgpack:"at"`
 }
 
 // Fire advances a schedule's cursor to Slot (which must be after the current
@@ -301,18 +431,10 @@ type PauseSchedule struct {
 // were passed over. TaskID names the task inserted in the same batch by this
 // fire, or is empty when Slot itself is skipped (overlap or catch-up policy).
 type Fire struct {
-	Name    string `msgpack:"n"`
-	Slot    int64  `msgpack:"s"`
-	Skipped uint32 `msgpack:"k,omitempty"`
-	TaskID  string `msgpack:"t,omitempty"`
-}
-
-// Tombstone records that a node was removed from the cluster on purpose, so
-// that membership reconciliation does not add it back.
-type Tombstone struct {
-	NodeID string `msgpack:"n"`
-	At     int64  `msgpack:"at"`
-	Remove bool   `msgpack:"r,omitempty"` // clear the tombstone instead
+	Name    string  `msgpack:"n"`
+	Slot    Instant `msgpack:"s"`
+	Skipped uint32  `msgpack:"k,omitempty"`
+	TaskID  string  `msgpack:"t,omitempty"`
 }
 
 // ---------------------------------------------------------------------------
@@ -336,32 +458,19 @@ const (
 // its barrier and before its engine runs; every commit batch from then on must
 // carry the new epoch.
 type EpochBump struct {
-	Epoch  uint64 `msgpack:"e"` // the new epoch: must be the current one + 1
-	Leader string `msgpack:"l"`
-	Time   int64  `msgpack:"t"`
+	Epoch  uint64  `msgpack:"e"` // the new epoch: must be the current one + 1
+	Leader string  `msgpack:"l"`
+	Time   Instant `msgpack:"t"`
 }
 
 // CommitBatch is one engine commit: the mutations of one or more engine
 // steps, applied atomically (all or none) if Epoch is the current epoch.
 type CommitBatch struct {
 	Epoch     uint64     `msgpack:"e"`
-	Time      int64      `msgpack:"t"` // leader wall clock when the batch was cut
-	Mutations []Mutation `msgpack:"m"`
-}
-
-// Nanos converts a time to the Unix nanoseconds used in records (0 for the
-// zero time).
-func Nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-// Time converts Unix nanoseconds back to a UTC time (zero for 0).
-func Time(ns int64) time.Time {
-	if ns == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, ns).UTC()
+	Time      Instant    `msgpack:"t"`          // leader wall clock when the batch was cut
+	Mutations []Mutation `msgpack:"m,allownil"` // nil as the first release wrote an empty batch
+	// Version is the log format the batch needs (the highest Version of its
+	// mutations), written when above 1: a node that understands less stops
+	// applying rather than skip what it cannot read.
+	Version uint16 `msgpack:"v,omitempty"`
 }

@@ -1,6 +1,7 @@
 // Package metrics holds the Prometheus metrics of one cronoq node: its own
 // registry (never the global default one), the task, engine, raft and API
-// series, and the Go runtime and process collectors.
+// series, and the Go runtime and process collectors. It imports nothing of
+// cronoq: the cluster and the API server feed it plain values.
 //
 // Names follow the Nomad and Consul style with a cronoq_ prefix. Counters
 // about tasks (submitted, dispatched, completed, retried) and the attempt
@@ -19,10 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/cronoq/cronoq/engine"
-	"github.com/cronoq/cronoq/engine/core"
-	"github.com/cronoq/cronoq/fsm"
 )
 
 // Namespace prefixes every cronoq series.
@@ -34,8 +31,9 @@ const maxTrackedAttempts = 1 << 20
 
 // Source is this node's replicated state, read at scrape time.
 type Source interface {
-	// Counts returns the number of tasks per pool and status.
-	Counts() []fsm.PoolCounts
+	// TaskCounts calls fn with the number of tasks of every pool in every
+	// status.
+	TaskCounts(fn func(pool, status string, n int64))
 	// Epoch returns the current engine epoch of the replicated state.
 	Epoch() uint64
 	// IsLeader reports whether this node is the raft leader.
@@ -165,27 +163,53 @@ func (m *Metrics) SetSource(s Source) {
 	m.src.Store(&sourceBox{s: s})
 }
 
-// ObserveCommit records one resolved commit batch. It fits the engine's
-// Config.OnCommit.
-func (m *Metrics) ObserveCommit(ci engine.CommitInfo) {
-	if ci.Err != nil {
+// Commit is one resolved commit batch (one raft log entry).
+type Commit struct {
+	Mutations int
+	Bytes     int
+	Latency   time.Duration // from its append to its application on the leader
+	Failed    bool          // fenced, refused or lost with leadership
+}
+
+// ObserveCommit records one resolved commit batch.
+func (m *Metrics) ObserveCommit(c Commit) {
+	if c.Failed {
 		m.commitErrors.Inc()
 		return
 	}
-	m.commitSeconds.Observe(ci.Latency.Seconds())
-	m.batchMutations.Observe(float64(ci.Mutations))
-	m.batchBytes.Observe(float64(ci.Bytes))
+	m.commitSeconds.Observe(c.Latency.Seconds())
+	m.batchMutations.Observe(float64(c.Mutations))
+	m.batchBytes.Observe(float64(c.Bytes))
 }
 
-// ObserveEvent records one durable status transition published by the
+// Task statuses, as events name them.
+const (
+	StatusScheduled = "scheduled"
+	StatusQueued    = "queued"
+	StatusRunning   = "running"
+	StatusRetrying  = "retrying"
+)
+
+// TaskEvent is one durable status transition of a task, published by the
 // leader's engine.
-func (m *Metrics) ObserveEvent(ev core.Event) {
+type TaskEvent struct {
+	TaskID   string
+	Pool     string
+	Status   string // its name: queued, running, succeeded, ...
+	Terminal bool   // the status is final
+	Attempt  uint32
+	At       time.Time
+}
+
+// ObserveEvent records one durable status transition.
+func (m *Metrics) ObserveEvent(ev TaskEvent) {
+	running := ev.Status == StatusRunning
 	m.mu.Lock()
-	start, running := m.starts[ev.TaskID]
-	if running && ev.Status != fsm.StatusRunning {
+	start, wasRunning := m.starts[ev.TaskID]
+	if wasRunning && !running {
 		delete(m.starts, ev.TaskID)
 	}
-	if ev.Status == fsm.StatusRunning {
+	if running {
 		if len(m.starts) >= maxTrackedAttempts {
 			clear(m.starts)
 		}
@@ -193,17 +217,17 @@ func (m *Metrics) ObserveEvent(ev core.Event) {
 	}
 	m.mu.Unlock()
 
-	if running && ev.Status != fsm.StatusRunning && !ev.At.Before(start) {
+	if wasRunning && !running && !ev.At.Before(start) {
 		m.attempts.WithLabelValues(ev.Pool).Observe(ev.At.Sub(start).Seconds())
 	}
 	switch {
-	case ev.Status == fsm.StatusRunning:
+	case running:
 		m.dispatched.WithLabelValues(ev.Pool).Inc()
-	case ev.Status.Terminal():
-		m.completed.WithLabelValues(ev.Pool, ev.Status.String()).Inc()
-	case ev.Attempt == 0 && (ev.Status == fsm.StatusQueued || ev.Status == fsm.StatusScheduled):
+	case ev.Terminal:
+		m.completed.WithLabelValues(ev.Pool, ev.Status).Inc()
+	case ev.Attempt == 0 && (ev.Status == StatusQueued || ev.Status == StatusScheduled):
 		m.submitted.WithLabelValues(ev.Pool).Inc()
-	case ev.Status == fsm.StatusRetrying || ev.Status == fsm.StatusQueued:
+	case ev.Status == StatusRetrying || ev.Status == StatusQueued:
 		m.retried.WithLabelValues(ev.Pool).Inc()
 	}
 }
@@ -269,12 +293,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	s := box.s
-	for _, pc := range s.Counts() {
-		for _, st := range fsm.AllStatuses {
-			ch <- prometheus.MustNewConstMetric(descTasks, prometheus.GaugeValue,
-				float64(pc.ByStatus[st]), pc.Pool, st.String())
-		}
-	}
+	s.TaskCounts(func(pool, status string, n int64) {
+		ch <- prometheus.MustNewConstMetric(descTasks, prometheus.GaugeValue, float64(n), pool, status)
+	})
 	leader := 0.0
 	if s.IsLeader() {
 		leader = 1

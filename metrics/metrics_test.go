@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"errors"
 	"io"
 	"net/http/httptest"
 	"strings"
@@ -11,42 +10,49 @@ import (
 	gometrics "github.com/hashicorp/go-metrics"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
-
-	"github.com/cronoq/cronoq/engine"
-	"github.com/cronoq/cronoq/engine/core"
-	"github.com/cronoq/cronoq/fsm"
 )
 
+// count is the number of tasks of one pool in one status.
+type count struct {
+	pool, status string
+	n            int64
+}
+
 type fakeSource struct {
-	counts  []fsm.PoolCounts
+	counts  []count
 	epoch   uint64
 	leader  bool
 	applied uint64
 }
 
-func (f fakeSource) Counts() []fsm.PoolCounts { return f.counts }
-func (f fakeSource) Epoch() uint64            { return f.epoch }
-func (f fakeSource) IsLeader() bool           { return f.leader }
-func (f fakeSource) AppliedIndex() uint64     { return f.applied }
+func (f fakeSource) TaskCounts(fn func(pool, status string, n int64)) {
+	for _, c := range f.counts {
+		fn(c.pool, c.status, c.n)
+	}
+}
+func (f fakeSource) Epoch() uint64        { return f.epoch }
+func (f fakeSource) IsLeader() bool       { return f.leader }
+func (f fakeSource) AppliedIndex() uint64 { return f.applied }
 
 func TestTaskEvents(t *testing.T) {
 	m := New()
 	t0 := time.Unix(1000, 0)
-	ev := func(id, pool string, st fsm.Status, attempt uint32, at time.Duration) {
-		m.ObserveEvent(core.Event{TaskID: id, Pool: pool, Status: st, Attempt: attempt, At: t0.Add(at)})
+	terminal := map[string]bool{"succeeded": true, "failed": true, "cancelled": true, "expired": true}
+	ev := func(id, pool, st string, attempt uint32, at time.Duration) {
+		m.ObserveEvent(TaskEvent{TaskID: id, Pool: pool, Status: st, Terminal: terminal[st], Attempt: attempt, At: t0.Add(at)})
 	}
 	// a: submitted, runs 2s, fails retryably, runs 3s, succeeds.
-	ev("a", "p", fsm.StatusQueued, 0, 0)
-	ev("a", "p", fsm.StatusRunning, 1, time.Second)
-	ev("a", "p", fsm.StatusRetrying, 1, 3*time.Second)
-	ev("a", "p", fsm.StatusQueued, 1, 4*time.Second) // not an event the core sends; counted as a retry anyway
-	ev("a", "p", fsm.StatusRunning, 2, 5*time.Second)
-	ev("a", "p", fsm.StatusSucceeded, 2, 8*time.Second)
+	ev("a", "p", "queued", 0, 0)
+	ev("a", "p", "running", 1, time.Second)
+	ev("a", "p", "retrying", 1, 3*time.Second)
+	ev("a", "p", "queued", 1, 4*time.Second) // not an event the core sends; counted as a retry anyway
+	ev("a", "p", "running", 2, 5*time.Second)
+	ev("a", "p", "succeeded", 2, 8*time.Second)
 	// b: scheduled, cancelled before it ran.
-	ev("b", "q", fsm.StatusScheduled, 0, 0)
-	ev("b", "q", fsm.StatusCancelled, 0, time.Second)
+	ev("b", "q", "scheduled", 0, 0)
+	ev("b", "q", "cancelled", 0, time.Second)
 	// c: started under a previous leader: its end is not timed.
-	ev("c", "q", fsm.StatusFailed, 3, time.Second)
+	ev("c", "q", "failed", 3, time.Second)
 
 	out := scrape(t, m)
 	for _, want := range []string{
@@ -66,16 +72,16 @@ func TestTaskEvents(t *testing.T) {
 	require.NotContains(t, out, `cronoq_attempt_duration_seconds_count{pool="q"}`)
 	require.Empty(t, m.starts)
 
-	ev("d", "p", fsm.StatusRunning, 1, 0)
+	ev("d", "p", "running", 1, 0)
 	m.ResetAttempts()
-	ev("d", "p", fsm.StatusSucceeded, 1, time.Second)
+	ev("d", "p", "succeeded", 1, time.Second)
 	require.Contains(t, scrape(t, m), `cronoq_attempt_duration_seconds_count{pool="p"} 2`)
 }
 
 func TestCommitsAndState(t *testing.T) {
 	m := New()
-	m.ObserveCommit(engine.CommitInfo{Mutations: 3, Bytes: 300, Latency: 2 * time.Millisecond})
-	m.ObserveCommit(engine.CommitInfo{Mutations: 1, Bytes: 100, Latency: time.Millisecond, Err: errors.New("fenced")})
+	m.ObserveCommit(Commit{Mutations: 3, Bytes: 300, Latency: 2 * time.Millisecond})
+	m.ObserveCommit(Commit{Mutations: 1, Bytes: 100, Latency: time.Millisecond, Failed: true})
 	m.LeaderChanged()
 	m.RPC("/x", "ok")
 	m.RPCDuration("/x", 3*time.Millisecond)
@@ -106,11 +112,7 @@ func TestCommitsAndState(t *testing.T) {
 		require.Contains(t, out, want)
 	}
 
-	var pc fsm.PoolCounts
-	pc.Pool = "p"
-	pc.ByStatus[fsm.StatusQueued] = 4
-	pc.ByStatus[fsm.StatusSucceeded] = 2
-	m.SetSource(fakeSource{counts: []fsm.PoolCounts{pc}, epoch: 7, leader: true, applied: 42})
+	m.SetSource(fakeSource{counts: []count{{"p", "queued", 4}, {"p", "succeeded", 2}, {"p", "failed", 0}}, epoch: 7, leader: true, applied: 42})
 	out = scrape(t, m)
 	for _, want := range []string{
 		`cronoq_tasks{pool="p",status="queued"} 4`,

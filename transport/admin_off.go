@@ -2,12 +2,8 @@
 
 package transport
 
-import (
-	"net/http"
-
-	"github.com/cronoq/cronoq/cluster"
-)
+import "net/http"
 
 // mountAdmin mounts nothing: release builds have no admin API (see
 // admin_on.go, built with the jepsenfaults tag).
-func mountAdmin(*http.ServeMux, *cluster.Node) {}
+func mountAdmin(*http.ServeMux, Backend) {}

@@ -14,13 +14,13 @@ import (
 // A release build serves no admin API.
 func TestNoAdminAPIInReleaseBuilds(t *testing.T) {
 	c := newTestCluster(t, 1, 3, 100*time.Millisecond) // never forms: no raft traffic needed
-	n := c.nodes[0]
+	n := c.Live()[0]
 	for _, path := range []string{"/admin/raft", "/admin/fsm/hash", "/admin/clock", "/admin/disk"} {
 		code, _ := httpGet(t, n, path)
 		require.Equal(t, http.StatusNotFound, code, path)
 	}
 	for _, path := range []string{"/admin/barrier", "/admin/clock", "/admin/disk"} {
-		resp, err := http.Post("http://"+n.addr+path, "application/json", strings.NewReader(`{"offset_ms":1000}`))
+		resp, err := http.Post("http://"+n.Addr()+path, "application/json", strings.NewReader(`{"offset_ms":1000}`))
 		require.NoError(t, err)
 		_ = resp.Body.Close()
 		require.Equal(t, http.StatusNotFound, resp.StatusCode, path)

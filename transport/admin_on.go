@@ -4,21 +4,17 @@ package transport
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cronoq/cronoq/cluster"
-	"github.com/cronoq/cronoq/fsm"
 )
 
 // The admin API of the fault-injection builds (build tag jepsenfaults),
@@ -30,8 +26,13 @@ import (
 // reach.
 const adminBarrierTimeout = time.Minute
 
-// mountAdmin registers the admin handlers of node on mux.
-func mountAdmin(mux *http.ServeMux, node *cluster.Node) {
+// mountAdmin registers the admin handlers of the node b on mux (a
+// *cluster.Node; other backends have no faults to inject).
+func mountAdmin(mux *http.ServeMux, b Backend) {
+	node, ok := b.(*cluster.Node)
+	if !ok {
+		return
+	}
 	a := &adminAPI{node: node}
 	mux.HandleFunc("GET /admin/raft", a.raft)
 	mux.HandleFunc("POST /admin/barrier", a.barrier)
@@ -98,7 +99,7 @@ func (a *adminAPI) raft(w http.ResponseWriter, _ *http.Request) {
 		v, _ := strconv.ParseUint(stats[k], 10, 64)
 		return v
 	}
-	st, _ := a.node.StaleState()
+	st, _ := a.node.StaleRead()
 	leader, _ := a.node.Leader()
 	adminWriteJSON(w, http.StatusOK, adminRaft{
 		Node:         a.node.ID(),
@@ -152,7 +153,7 @@ func (a *adminAPI) awaitApplied(ctx context.Context, index uint64) error {
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
 	for {
-		_, meta := a.node.StaleState()
+		_, meta := a.node.StaleRead()
 		if meta.AppliedIndex >= index {
 			return nil
 		}
@@ -165,14 +166,12 @@ func (a *adminAPI) awaitApplied(ctx context.Context, index uint64) error {
 }
 
 func (a *adminAPI) hash(w http.ResponseWriter, _ *http.Request) {
-	st, _ := a.node.StaleState()
-	v := st.View()
-	h := sha256.New()
-	if _, err := v.WriteTo(h); err != nil {
-		adminWriteError(w, http.StatusInternalServerError, fmt.Errorf("hashing the state: %w", err))
+	idx, sum, err := a.node.Hash()
+	if err != nil {
+		adminWriteError(w, http.StatusInternalServerError, err)
 		return
 	}
-	adminWriteJSON(w, http.StatusOK, adminHash{AppliedIndex: v.AppliedIndex(), Hash: hex.EncodeToString(h.Sum(nil))})
+	adminWriteJSON(w, http.StatusOK, adminHash{AppliedIndex: idx, Hash: hex.EncodeToString(sum[:])})
 }
 
 func (a *adminAPI) clockBody() adminClock {
@@ -271,53 +270,16 @@ func (a *adminAPI) staleInsert(w http.ResponseWriter, r *http.Request) {
 		adminWriteError(w, http.StatusBadRequest, errors.New("pool is required"))
 		return
 	}
-	epoch := a.node.Epoch()
-	if epoch == 0 {
-		adminWriteError(w, http.StatusServiceUnavailable, errors.New("not the serving leader"))
-		return
-	}
-	now := fsm.Nanos(a.node.FaultClock().Now())
-	id := staleProbeID(now, epoch-1)
-	task := &fsm.Task{
-		ID: id, Pool: req.Pool, Kind: StaleProbeKind, Key: req.Key, Priority: fsm.PriorityNormal,
-		RunAt: now, MaxAttempts: 1, Status: fsm.StatusQueued, SubmittedAt: now, UpdatedAt: now,
-	}
-	stale, answer, err := a.node.ApplyStaleEpochBatch(r.Context(), []fsm.Mutation{{Insert: task}})
+	probe, err := a.node.ApplyStaleInsert(r.Context(), req.Pool, req.Key, StaleProbeKind)
 	if err != nil {
 		adminWriteError(w, http.StatusServiceUnavailable, fmt.Errorf("stale-insert: %w", err))
 		return
 	}
-	out := adminStaleInsert{Applied: answer == nil, ID: id, Epoch: stale}
-	if answer != nil {
-		out.Error = answer.Error()
+	out := adminStaleInsert{Applied: probe.Answer == nil, ID: probe.ID, Epoch: probe.Epoch}
+	if probe.Answer != nil {
+		out.Error = probe.Answer.Error()
 	}
 	adminWriteJSON(w, http.StatusOK, out)
-}
-
-// staleProbeID is a task id in the engine's layout (26 Crockford base32
-// characters of [6 bytes unix ms][4 bytes epoch][6 bytes sequence]) for the
-// stale-insert failpoint. Its sequence has the top bit set and random low
-// bits, so no engine's id (sequences count from 1) nor an earlier probe's has
-// it.
-func staleProbeID(nanos int64, epoch uint64) string {
-	const alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-	ms := uint64(nanos / int64(time.Millisecond))
-	seq := 1<<47 | rand.Uint64()&(1<<47-1)
-	var b, tmp [8]byte
-	var id [16]byte
-	binary.BigEndian.PutUint64(tmp[:], ms)
-	copy(id[0:6], tmp[2:8])
-	binary.BigEndian.PutUint32(id[6:10], uint32(epoch))
-	binary.BigEndian.PutUint64(b[:], seq)
-	copy(id[10:16], b[2:8])
-	hi, lo := binary.BigEndian.Uint64(id[:8]), binary.BigEndian.Uint64(id[8:])
-	var out [26]byte
-	for i := len(out) - 1; i >= 0; i-- {
-		out[i] = alphabet[lo&31]
-		lo = lo>>5 | hi<<59
-		hi >>= 5
-	}
-	return string(out[:])
 }
 
 // adminReadJSON decodes the request body into v; an empty body leaves v as it

@@ -25,7 +25,7 @@ func adminCall(t *testing.T, n *testNode, method, path, body string) (int, map[s
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctxT(t, 30*time.Second), method, "http://"+n.addr+path, rd)
+	req, err := http.NewRequestWithContext(ctxT(t, 30*time.Second), method, "http://"+n.Addr()+path, rd)
 	require.NoError(t, err)
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
@@ -47,10 +47,10 @@ func num(t *testing.T, m map[string]any, k string) uint64 {
 
 func TestAdminAPI(t *testing.T) {
 	c := newTestCluster(t, 3, 3, 2*time.Second)
-	leader, followers := c.leader()
-	cl := c.client(leader)
+	leader, followers := c.Leader()
+	cl := c.Client(leader)
 	for i := range 5 {
-		_, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "p", Kind: "k", Key: string(rune('a' + i))})
+		_, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Template: client.Template{Pool: "p", Kind: "k"}, Key: string(rune('a' + i))})
 		require.NoError(t, err)
 	}
 
@@ -60,9 +60,9 @@ func TestAdminAPI(t *testing.T) {
 		for _, k := range []string{"node", "state", "term", "leader", "applied_index", "epoch", "commit_index"} {
 			require.Contains(t, r, k)
 		}
-		require.Equal(t, leader.id, r["node"])
+		require.Equal(t, leader.ID, r["node"])
 		require.Equal(t, "leader", r["state"])
-		require.Equal(t, leader.id, r["leader"])
+		require.Equal(t, leader.ID, r["leader"])
 		require.Positive(t, num(t, r, "term"))
 		require.Positive(t, num(t, r, "epoch"))
 		require.Equal(t, true, r["ready"])
@@ -71,7 +71,7 @@ func TestAdminAPI(t *testing.T) {
 		code, f := adminCall(t, followers[0], http.MethodGet, "/admin/raft", "")
 		require.Equal(t, http.StatusOK, code)
 		require.Equal(t, "follower", f["state"])
-		require.Equal(t, leader.id, f["leader"])
+		require.Equal(t, leader.ID, f["leader"])
 		require.Equal(t, false, f["ready"])
 	})
 
@@ -84,7 +84,7 @@ func TestAdminAPI(t *testing.T) {
 		for _, f := range followers {
 			code, fb := adminCall(t, f, http.MethodPost, "/admin/barrier", `{"index":`+jsonNum(commit)+`}`)
 			require.Equal(t, http.StatusOK, code, "%v", fb)
-			require.Equal(t, lb, fb, "follower %s", f.id)
+			require.Equal(t, lb, fb, "follower %s", f.ID)
 			code, fh := adminCall(t, f, http.MethodGet, "/admin/fsm/hash", "")
 			require.Equal(t, http.StatusOK, code)
 			require.Equal(t, lb, fh)
@@ -104,7 +104,7 @@ func TestAdminAPI(t *testing.T) {
 		require.WithinDuration(t, time.Now().Add(10*time.Minute), now, time.Minute)
 
 		// The engine stamps its entries with the injected clock.
-		res, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "p", Kind: "k"})
+		res, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Template: client.Template{Pool: "p", Kind: "k"}})
 		require.NoError(t, err)
 		task, err := cl.Get(ctxT(t, 10*time.Second), res.ID)
 		require.NoError(t, err)
@@ -128,7 +128,7 @@ func TestAdminAPI(t *testing.T) {
 		require.Equal(t, http.StatusOK, code, "%v", r)
 		require.Equal(t, float64(20), r["fsync_delay_ms"])
 		before := num(t, r, "delayed_writes")
-		_, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "p", Kind: "k"})
+		_, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Template: client.Template{Pool: "p", Kind: "k"}})
 		require.NoError(t, err)
 		_, r = adminCall(t, leader, http.MethodGet, "/admin/disk", "")
 		require.Greater(t, num(t, r, "delayed_writes"), before)
@@ -152,9 +152,9 @@ func jsonNum(n uint64) string {
 // submitted it.
 func TestAdminStaleInsertFailpoint(t *testing.T) {
 	c := newTestCluster(t, 3, 3, 2*time.Second)
-	leader, followers := c.leader()
-	cl := c.client(leader)
-	_, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "p", Kind: "k", Key: "before"})
+	leader, followers := c.Leader()
+	cl := c.Client(leader)
+	_, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Template: client.Template{Pool: "p", Kind: "k"}, Key: "before"})
 	require.NoError(t, err)
 	_, r := adminCall(t, leader, http.MethodGet, "/admin/raft", "")
 	epoch := num(t, r, "epoch")
@@ -175,7 +175,7 @@ func TestAdminStaleInsertFailpoint(t *testing.T) {
 	for _, f := range followers {
 		code, fb := adminCall(t, f, http.MethodPost, "/admin/barrier", `{"index":`+jsonNum(commit)+`}`)
 		require.Equal(t, http.StatusOK, code, "%v", fb)
-		require.Equal(t, lb, fb, "follower %s", f.id)
+		require.Equal(t, lb, fb, "follower %s", f.ID)
 	}
 	nodes := append([]*testNode{leader}, followers...)
 
@@ -183,9 +183,9 @@ func TestAdminStaleInsertFailpoint(t *testing.T) {
 		require.Equal(t, true, out["applied"], "%v", out)
 		require.NotContains(t, out, "error")
 		for _, n := range nodes {
-			st, _ := n.node.StaleState()
+			st, _ := n.Node.StaleRead()
 			task, ok := st.Get(id)
-			require.True(t, ok, "node %s lacks the stale task", n.id)
+			require.True(t, ok, "node %s lacks the stale task", n.ID)
 			require.Equal(t, "p", task.Pool)
 			require.Equal(t, key, task.Key)
 			require.Equal(t, transport.StaleProbeKind, task.Kind)
@@ -194,7 +194,7 @@ func TestAdminStaleInsertFailpoint(t *testing.T) {
 		task, err := cl.Get(ctxT(t, 10*time.Second), id)
 		require.NoError(t, err)
 		require.Equal(t, key, task.Key)
-		res, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "p", Kind: "k", Key: key})
+		res, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Template: client.Template{Pool: "p", Kind: "k"}, Key: key})
 		require.NoError(t, err)
 		require.True(t, res.Duplicate, "the key is taken by the stale task")
 		require.Equal(t, id, res.ID)
@@ -202,19 +202,19 @@ func TestAdminStaleInsertFailpoint(t *testing.T) {
 		require.Equal(t, false, out["applied"], "%v", out)
 		require.Contains(t, out["error"], "stale epoch")
 		for _, n := range nodes {
-			st, _ := n.node.StaleState()
+			st, _ := n.Node.StaleRead()
 			_, ok := st.Get(id)
-			require.False(t, ok, "node %s applied the stale task", n.id)
+			require.False(t, ok, "node %s applied the stale task", n.ID)
 		}
 		_, err := cl.Get(ctxT(t, 10*time.Second), id)
 		require.ErrorIs(t, err, client.ErrNotFound)
-		res, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "p", Kind: "k", Key: key})
+		res, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Template: client.Template{Pool: "p", Kind: "k"}, Key: key})
 		require.NoError(t, err)
 		require.False(t, res.Duplicate, "the key was taken by the refused batch")
 		require.NotEqual(t, id, res.ID)
 	}
 	// The engine goes on: the leader still commits.
-	_, err = cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "p", Kind: "k", Key: "after"})
+	_, err = cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Template: client.Template{Pool: "p", Kind: "k"}, Key: "after"})
 	require.NoError(t, err)
 
 	code, e := adminCall(t, followers[0], http.MethodPost, "/admin/failpoint/stale-insert", `{"pool":"p","key":"x"}`)

@@ -20,13 +20,13 @@ import (
 // acknowledged.
 func TestBugFollowerReadServesStaleState(t *testing.T) {
 	c := newTestCluster(t, 3, 3, 500*time.Millisecond)
-	leader, followers := c.leader()
+	leader, followers := c.Leader()
 	lagging := followers[0]
-	cl := c.client(leader)
-	res, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Pool: "p", Kind: "k", Key: "x"})
+	cl := c.Client(leader)
+	res, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Template: client.Template{Pool: "p", Kind: "k"}, Key: "x"})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		st, _ := lagging.node.StaleState()
+		st, _ := lagging.Node.StaleRead()
 		_, ok := st.Get(res.ID)
 		return ok
 	}, 10*time.Second, 5*time.Millisecond)
@@ -35,7 +35,7 @@ func TestBugFollowerReadServesStaleState(t *testing.T) {
 	// still form a majority and commit the cancel.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	require.NoError(t, lagging.node.Shutdown(ctx))
+	require.NoError(t, lagging.Node.Stop(ctx))
 	_, err = cl.Cancel(ctxT(t, 10*time.Second), res.ID)
 	require.NoError(t, err)
 	task, err := cl.Get(ctxT(t, 10*time.Second), res.ID)
@@ -46,5 +46,5 @@ func TestBugFollowerReadServesStaleState(t *testing.T) {
 		connect.NewRequest(&cronoqv1.GetRequest{Ref: &cronoqv1.TaskRef{Id: res.ID}}))
 	require.NoError(t, err, "a linearizable read on a node without a leader")
 	require.Equal(t, cronoqv1.Status_STATUS_QUEUED, resp.Msg.GetTask().GetStatus(), "the cancel is not visible")
-	require.Equal(t, lagging.id, resp.Msg.GetMeta().GetNode())
+	require.Equal(t, lagging.ID, resp.Msg.GetMeta().GetNode())
 }

@@ -1,35 +1,87 @@
 package transport
 
 import (
-	"fmt"
+	"math"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
-	"github.com/cronoq/cronoq/engine/core"
-	"github.com/cronoq/cronoq/engine/core/cron"
+	"github.com/cronoq/cronoq/cluster"
 	"github.com/cronoq/cronoq/fsm"
 )
 
-// This file is where wire (proto) types meet the engine's and the replicated
-// state's. Spec instants and durations travel as milliseconds; task and
-// schedule instants as Unix nanoseconds (the unit of fsm records).
-
-// fieldError is a request refused at the edge for a bad field; it becomes an
-// invalid-argument error naming the field.
-type fieldError = core.InvalidError
+// This file is where wire (proto) types meet the server's. It converts and
+// refuses only what the server's types cannot hold (an enum value with no
+// meaning, an unrepresentable instant); every rule about what a task may
+// be is the engine core's.
 
 func invalidf(field, format string, args ...any) error {
-	return &fieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	return cluster.Invalid(field, format, args...)
 }
 
 // prefixed names the field of an *InvalidError inside a part of the request
 // ("specs[2]." + "kind"); other errors are returned unchanged.
 func prefixed(prefix string, err error) error {
-	if ie, ok := err.(*fieldError); ok {
-		return &fieldError{Field: prefix + ie.Field, Reason: ie.Reason}
+	if ie, ok := err.(*cluster.InvalidError); ok {
+		return &cluster.InvalidError{Field: prefix + ie.Field, Reason: ie.Reason}
 	}
 	return err
 }
+
+// ---------------------------------------------------------------------------
+// Times
+// ---------------------------------------------------------------------------
+
+// instantFromProto reads a timestamp; unset is 0.
+func instantFromProto(field string, ts *timestamppb.Timestamp) (fsm.Instant, error) {
+	if ts == nil {
+		return 0, nil
+	}
+	if err := ts.CheckValid(); err != nil {
+		return 0, invalidf(field, "%v", err)
+	}
+	// Unix nanoseconds hold the years 1678 to 2262.
+	if s := ts.GetSeconds(); s <= math.MinInt64/int64(time.Second) || s >= math.MaxInt64/int64(time.Second) {
+		return 0, invalidf(field, "out of range")
+	}
+	return fsm.InstantOf(ts.AsTime()), nil
+}
+
+// instantToProto writes an instant; 0 is unset.
+func instantToProto(at fsm.Instant) *timestamppb.Timestamp {
+	if at == 0 {
+		return nil
+	}
+	return timestamppb.New(at.Time())
+}
+
+// durationFromProto reads a duration; unset is 0.
+func durationFromProto(field string, d *durationpb.Duration) (time.Duration, error) {
+	if d == nil {
+		return 0, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, invalidf(field, "%v", err)
+	}
+	if s := d.GetSeconds(); s <= math.MinInt64/int64(time.Second) || s >= math.MaxInt64/int64(time.Second) {
+		return 0, invalidf(field, "out of range")
+	}
+	return d.AsDuration(), nil
+}
+
+// durationToProto writes a duration; 0 is unset.
+func durationToProto(d time.Duration) *durationpb.Duration {
+	if d == 0 {
+		return nil
+	}
+	return durationpb.New(d)
+}
+
+// ---------------------------------------------------------------------------
+// Enums
+// ---------------------------------------------------------------------------
 
 func priorityFromProto(p cronoqv1.Priority) (fsm.Priority, error) {
 	switch p {
@@ -56,7 +108,7 @@ func priorityToProto(p fsm.Priority) cronoqv1.Priority {
 
 func statusFromProto(s cronoqv1.Status) (fsm.Status, error) {
 	st := fsm.Status(s)
-	if s <= cronoqv1.Status_STATUS_UNSPECIFIED || s > cronoqv1.Status_STATUS_EXPIRED {
+	if s < 0 || !st.Valid() {
 		return 0, invalidf("statuses", "unknown status %d", int32(s))
 	}
 	return st, nil
@@ -65,180 +117,6 @@ func statusFromProto(s cronoqv1.Status) (fsm.Status, error) {
 // statusToProto relies on the two enums sharing their numbers (checked by a
 // test).
 func statusToProto(s fsm.Status) cronoqv1.Status { return cronoqv1.Status(s) }
-
-func kvsFromProto(field string, kvs []*cronoqv1.KV) ([]fsm.KV, error) {
-	if len(kvs) == 0 {
-		return nil, nil
-	}
-	out := make([]fsm.KV, len(kvs))
-	for i, kv := range kvs {
-		if kv == nil {
-			return nil, invalidf(field, "entry %d is empty", i)
-		}
-		out[i] = fsm.KV{K: kv.GetKey(), V: kv.GetValue()}
-	}
-	return out, nil
-}
-
-func kvsToProto(kvs []fsm.KV) []*cronoqv1.KV {
-	if len(kvs) == 0 {
-		return nil
-	}
-	out := make([]*cronoqv1.KV, len(kvs))
-	for i, kv := range kvs {
-		out[i] = &cronoqv1.KV{Key: kv.K, Value: kv.V}
-	}
-	return out
-}
-
-// msInstant reads a Unix-millisecond instant; 0 is none.
-func msInstant(field string, ms int64) (time.Time, error) {
-	switch {
-	case ms == 0:
-		return time.Time{}, nil
-	case ms < 0:
-		return time.Time{}, invalidf(field, "must be after 1970-01-01")
-	case ms > maxMillis:
-		return time.Time{}, invalidf(field, "too far in the future")
-	}
-	return time.UnixMilli(ms).UTC(), nil
-}
-
-// maxMillis keeps instants and durations representable in nanoseconds.
-const maxMillis = int64(1<<63-1) / int64(time.Millisecond)
-
-// msDuration reads a non-negative duration in milliseconds.
-func msDuration(field string, ms int64) (time.Duration, error) {
-	switch {
-	case ms < 0:
-		return 0, invalidf(field, "must not be negative")
-	case ms > maxMillis:
-		return 0, invalidf(field, "too long")
-	}
-	return time.Duration(ms) * time.Millisecond, nil
-}
-
-// specFromProto validates the wire form of a task spec and converts it. The
-// engine checks the rest (pool, kind, sizes, times against now, backoff).
-func specFromProto(p *cronoqv1.TaskSpec) (core.Spec, error) {
-	if p == nil {
-		return core.Spec{}, invalidf("spec", "missing")
-	}
-	prio, err := priorityFromProto(p.GetPriority())
-	if err != nil {
-		return core.Spec{}, err
-	}
-	s := core.Spec{
-		Pool:        p.GetPool(),
-		Kind:        p.GetKind(),
-		Key:         p.GetKey(),
-		Priority:    prio,
-		Payload:     p.GetPayload(),
-		MaxAttempts: p.GetMaxAttempts(),
-	}
-	if s.Labels, err = kvsFromProto("labels", p.GetLabels()); err != nil {
-		return core.Spec{}, err
-	}
-	if s.Tags, err = kvsFromProto("tags", p.GetTags()); err != nil {
-		return core.Spec{}, err
-	}
-	if s.RunAt, err = msInstant("run_at", p.GetRunAtMs()); err != nil {
-		return core.Spec{}, err
-	}
-	if s.Delay, err = msDuration("delay", p.GetDelayMs()); err != nil {
-		return core.Spec{}, err
-	}
-	if s.Deadline, err = msInstant("deadline", p.GetDeadlineMs()); err != nil {
-		return core.Spec{}, err
-	}
-	if s.Timeout, err = msDuration("timeout", p.GetTimeoutMs()); err != nil {
-		return core.Spec{}, err
-	}
-	if b := p.GetBackoff(); b != nil {
-		initial, err := msDuration("backoff.initial", b.GetInitialMs())
-		if err != nil {
-			return core.Spec{}, err
-		}
-		maxDelay, err := msDuration("backoff.max", b.GetMaxMs())
-		if err != nil {
-			return core.Spec{}, err
-		}
-		s.Backoff = &fsm.Backoff{Initial: int64(initial), Max: int64(maxDelay), Jitter: b.GetJitter()}
-	}
-	return s, nil
-}
-
-// specsFromProto converts the specs of a batch; a bad field is named
-// specs[i].field.
-func specsFromProto(ps []*cronoqv1.TaskSpec) ([]core.Spec, error) {
-	if len(ps) == 0 {
-		return nil, invalidf("specs", "at least one spec is required")
-	}
-	out := make([]core.Spec, len(ps))
-	for i, p := range ps {
-		s, err := specFromProto(p)
-		if err != nil {
-			return nil, prefixed(fmt.Sprintf("specs[%d].", i), err)
-		}
-		out[i] = s
-	}
-	return out, nil
-}
-
-func refFromProto(r *cronoqv1.TaskRef) (core.TaskRef, error) {
-	switch {
-	case r.GetId() != "" && r.GetKey() != "":
-		return core.TaskRef{}, invalidf("ref", "give an id or a key, not both")
-	case r.GetId() != "":
-		return core.TaskRef{ID: r.GetId()}, nil
-	case r.GetKey() != "":
-		return core.TaskRef{Key: r.GetKey()}, nil
-	}
-	return core.TaskRef{}, invalidf("ref", "an id or a key is required")
-}
-
-func taskToProto(t *fsm.Task) *cronoqv1.Task {
-	if t == nil {
-		return nil
-	}
-	return &cronoqv1.Task{
-		Id:          t.ID,
-		Pool:        t.Pool,
-		Kind:        t.Kind,
-		Key:         t.Key,
-		Priority:    priorityToProto(t.Priority),
-		Payload:     t.Payload,
-		Labels:      kvsToProto(t.Labels),
-		Tags:        kvsToProto(t.Tags),
-		Status:      statusToProto(t.Status),
-		Attempt:     t.Attempt,
-		MaxAttempts: t.MaxAttempts,
-		Lease:       t.Lease,
-		Output:      t.Output,
-		Error:       t.Error,
-		SubmittedAt: t.SubmittedAt,
-		RunAt:       t.RunAt,
-		StartedAt:   t.StartedAt,
-		FinishedAt:  t.FinishedAt,
-		UpdatedAt:   t.UpdatedAt,
-		Deadline:    t.Deadline,
-		TimeoutMs:   t.Timeout / int64(time.Millisecond),
-		Schedule:    t.Schedule,
-		Slot:        t.Slot,
-	}
-}
-
-// taskSize estimates the encoded size of a task, to bound list pages.
-func taskSize(t *fsm.Task) int {
-	n := 256 + len(t.ID) + len(t.Pool) + len(t.Kind) + len(t.Key) + len(t.Payload) + len(t.Output) + len(t.Error)
-	for _, kv := range t.Labels {
-		n += len(kv.K) + len(kv.V) + 4
-	}
-	for _, kv := range t.Tags {
-		n += len(kv.K) + len(kv.V) + 4
-	}
-	return n
-}
 
 func overlapFromProto(o cronoqv1.Overlap) (fsm.Overlap, error) {
 	switch o {
@@ -280,35 +158,185 @@ func catchUpToProto(c fsm.CatchUp) cronoqv1.CatchUp {
 	}
 }
 
-func scheduleFromProto(p *cronoqv1.Schedule) (core.ScheduleSpec, error) {
-	if p == nil {
-		return core.ScheduleSpec{}, invalidf("schedule", "missing")
+func outcomeFromProto(c *cronoqv1.Completion) (cluster.Outcome, error) {
+	out := cluster.Outcome{Output: c.GetOutput(), Message: c.GetMessage()}
+	switch c.GetOutcome() {
+	case cronoqv1.OutcomeKind_OUTCOME_SUCCESS:
+		out.Kind = cluster.OutcomeSuccess
+	case cronoqv1.OutcomeKind_OUTCOME_RETRYABLE:
+		out.Kind = cluster.OutcomeRetryable
+	case cronoqv1.OutcomeKind_OUTCOME_PERMANENT:
+		out.Kind = cluster.OutcomePermanent
+	case cronoqv1.OutcomeKind_OUTCOME_CANCELLED:
+		out.Kind = cluster.OutcomeCancelled
+	default:
+		return cluster.Outcome{}, invalidf("outcome", "unknown outcome %d", int32(c.GetOutcome()))
 	}
-	if p.GetName() == "" {
-		return core.ScheduleSpec{}, invalidf("name", "must not be empty")
+	var err error
+	out.RetryAfter, err = durationFromProto("retry_after", c.GetRetryAfter())
+	return out, err
+}
+
+// ---------------------------------------------------------------------------
+// Templates, specs and tasks
+// ---------------------------------------------------------------------------
+
+func kvsFromProto(field string, kvs []*cronoqv1.KV) ([]fsm.KV, error) {
+	if len(kvs) == 0 {
+		return nil, nil
 	}
-	var task core.Spec
-	if p.GetTask() != nil {
-		var err error
-		if task, err = specFromProto(p.GetTask()); err != nil {
-			return core.ScheduleSpec{}, prefixed("task.", err)
+	out := make([]fsm.KV, len(kvs))
+	for i, kv := range kvs {
+		if kv == nil {
+			return nil, invalidf(field, "entry %d is empty", i)
 		}
-	} else {
-		task.Priority = fsm.PriorityNormal
+		out[i] = fsm.KV{K: kv.GetKey(), V: kv.GetValue()}
+	}
+	return out, nil
+}
+
+func kvsToProto(kvs []fsm.KV) []*cronoqv1.KV {
+	if len(kvs) == 0 {
+		return nil
+	}
+	out := make([]*cronoqv1.KV, len(kvs))
+	for i, kv := range kvs {
+		out[i] = &cronoqv1.KV{Key: kv.K, Value: kv.V}
+	}
+	return out
+}
+
+// templateFromProto converts a task template (unset: the zero template,
+// which the engine refuses for want of a pool).
+func templateFromProto(p *cronoqv1.TaskTemplate) (fsm.Template, error) {
+	prio, err := priorityFromProto(p.GetPriority())
+	if err != nil {
+		return fsm.Template{}, err
+	}
+	t := fsm.Template{
+		Pool:        p.GetPool(),
+		Kind:        p.GetKind(),
+		Priority:    prio,
+		Payload:     p.GetPayload(),
+		MaxAttempts: p.GetMaxAttempts(),
+	}
+	if t.Labels, err = kvsFromProto("labels", p.GetLabels()); err != nil {
+		return t, err
+	}
+	if t.Tags, err = kvsFromProto("tags", p.GetTags()); err != nil {
+		return t, err
+	}
+	if t.Timeout, err = durationFromProto("timeout", p.GetTimeout()); err != nil {
+		return t, err
+	}
+	if b := p.GetBackoff(); b != nil {
+		if t.Backoff.Initial, err = durationFromProto("backoff.initial", b.GetInitial()); err != nil {
+			return t, err
+		}
+		if t.Backoff.Max, err = durationFromProto("backoff.max", b.GetMax()); err != nil {
+			return t, err
+		}
+		t.Backoff.Jitter = b.GetJitter()
+	}
+	return t, nil
+}
+
+func templateToProto(t *fsm.Template) *cronoqv1.TaskTemplate {
+	out := &cronoqv1.TaskTemplate{
+		Pool:        t.Pool,
+		Kind:        t.Kind,
+		Priority:    priorityToProto(t.Priority),
+		Payload:     t.Payload,
+		Labels:      kvsToProto(t.Labels),
+		Tags:        kvsToProto(t.Tags),
+		Timeout:     durationToProto(t.Timeout),
+		MaxAttempts: t.MaxAttempts,
+	}
+	if t.Backoff != (fsm.Backoff{}) {
+		out.Backoff = &cronoqv1.Backoff{
+			Initial: durationToProto(t.Backoff.Initial),
+			Max:     durationToProto(t.Backoff.Max),
+			Jitter:  t.Backoff.Jitter,
+		}
+	}
+	return out
+}
+
+// specFromProto converts the wire form of a task spec.
+func specFromProto(p *cronoqv1.TaskSpec) (cluster.Spec, error) {
+	var (
+		s   cluster.Spec
+		err error
+	)
+	if s.Template, err = templateFromProto(p.GetTemplate()); err != nil {
+		return s, err
+	}
+	s.Key = p.GetKey()
+	if s.RunAt, err = instantFromProto("run_at", p.GetRunAt()); err != nil {
+		return s, err
+	}
+	if s.Delay, err = durationFromProto("delay", p.GetDelay()); err != nil {
+		return s, err
+	}
+	if s.Deadline, err = instantFromProto("deadline", p.GetDeadline()); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+func refFromProto(r *cronoqv1.TaskRef) cluster.TaskRef {
+	return cluster.TaskRef{ID: r.GetId(), Key: r.GetKey()}
+}
+
+func taskToProto(t *fsm.Task) *cronoqv1.Task {
+	if t == nil {
+		return nil
+	}
+	return &cronoqv1.Task{
+		Id:          t.ID,
+		Template:    templateToProto(&t.Template),
+		Key:         t.Key,
+		Status:      statusToProto(t.Status),
+		Attempt:     t.Attempt,
+		Lease:       t.Lease,
+		Output:      t.Output,
+		Error:       t.Error,
+		SubmittedAt: instantToProto(t.SubmittedAt),
+		RunAt:       instantToProto(t.RunAt),
+		StartedAt:   instantToProto(t.StartedAt),
+		FinishedAt:  instantToProto(t.FinishedAt),
+		UpdatedAt:   instantToProto(t.UpdatedAt),
+		Deadline:    instantToProto(t.Deadline),
+		Schedule:    t.Schedule,
+		Slot:        instantToProto(t.Slot),
+	}
+}
+
+// taskSize bounds the encoded size of a task, to cut list pages.
+func taskSize(t *fsm.Task) int { return t.Msgsize() }
+
+// ---------------------------------------------------------------------------
+// Schedules and events
+// ---------------------------------------------------------------------------
+
+func scheduleFromProto(p *cronoqv1.Schedule) (cluster.ScheduleSpec, error) {
+	tpl, err := templateFromProto(p.GetTask())
+	if err != nil {
+		return cluster.ScheduleSpec{}, prefixed("task.", err)
 	}
 	ov, err := overlapFromProto(p.GetOverlap())
 	if err != nil {
-		return core.ScheduleSpec{}, err
+		return cluster.ScheduleSpec{}, err
 	}
 	cu, err := catchUpFromProto(p.GetCatchUp())
 	if err != nil {
-		return core.ScheduleSpec{}, err
+		return cluster.ScheduleSpec{}, err
 	}
-	return core.ScheduleSpec{
+	return cluster.ScheduleSpec{
 		Name:         p.GetName(),
 		Cron:         p.GetCron(),
 		TZ:           p.GetTz(),
-		Task:         task,
+		Task:         tpl,
 		Overlap:      ov,
 		CatchUp:      cu,
 		CatchUpLimit: p.GetCatchUpLimit(),
@@ -316,67 +344,26 @@ func scheduleFromProto(p *cronoqv1.Schedule) (core.ScheduleSpec, error) {
 	}, nil
 }
 
-// scheduleToProto converts a stored schedule; its next fire is computed from
-// the expression and the committed cursor (none while paused).
+// scheduleToProto converts a stored schedule with its next fire.
 func scheduleToProto(s *fsm.Schedule) *cronoqv1.Schedule {
-	out := &cronoqv1.Schedule{
-		Name: s.Name,
-		Cron: s.Cron,
-		Tz:   s.TZ,
-		Task: &cronoqv1.TaskSpec{
-			Pool:        s.Pool,
-			Kind:        s.Kind,
-			Priority:    priorityToProto(s.Priority),
-			Payload:     s.Payload,
-			Labels:      kvsToProto(s.Labels),
-			Tags:        kvsToProto(s.Tags),
-			TimeoutMs:   s.Timeout / int64(time.Millisecond),
-			MaxAttempts: s.MaxAttempts,
-		},
+	return &cronoqv1.Schedule{
+		Name:         s.Name,
+		Cron:         s.Cron,
+		Tz:           s.TZ,
+		Task:         templateToProto(&s.Template),
 		Overlap:      overlapToProto(s.Overlap),
 		CatchUp:      catchUpToProto(s.CatchUp),
 		CatchUpLimit: s.CatchUpLimit,
 		Paused:       s.Paused,
-		LastFire:     s.LastFire,
+		NextFire:     instantToProto(cluster.NextFire(s)),
+		LastFire:     instantToProto(s.LastFire),
 		Fires:        s.Fires,
 		Skipped:      s.Skipped,
 		LastTask:     s.LastTask,
 	}
-	if !s.Paused {
-		if expr, err := cron.Parse(s.Cron, s.TZ); err == nil {
-			cursor := s.LastFire
-			if cursor == 0 {
-				cursor = s.CreatedAt
-			}
-			out.NextFire = fsm.Nanos(cron.NextAfter(expr, fsm.Time(cursor)))
-		}
-	}
-	return out
 }
 
-func outcomeFromProto(c *cronoqv1.Completion) (core.Outcome, error) {
-	out := core.Outcome{Output: c.GetOutput(), Message: c.GetMessage()}
-	switch c.GetOutcome() {
-	case cronoqv1.OutcomeKind_OUTCOME_SUCCESS:
-		out.Kind = core.OutcomeSuccess
-	case cronoqv1.OutcomeKind_OUTCOME_RETRYABLE:
-		out.Kind = core.OutcomeRetryable
-	case cronoqv1.OutcomeKind_OUTCOME_PERMANENT:
-		out.Kind = core.OutcomePermanent
-	case cronoqv1.OutcomeKind_OUTCOME_CANCELLED:
-		out.Kind = core.OutcomeCancelled
-	default:
-		return core.Outcome{}, invalidf("outcome", "unknown outcome %d", int32(c.GetOutcome()))
-	}
-	d, err := msDuration("retry_after", c.GetRetryAfterMs())
-	if err != nil {
-		return core.Outcome{}, err
-	}
-	out.RetryAfter = d
-	return out, nil
-}
-
-func eventToProto(ev core.Event) *cronoqv1.Event {
+func eventToProto(ev cluster.Event) *cronoqv1.Event {
 	return &cronoqv1.Event{
 		TaskId:  ev.TaskID,
 		Pool:    ev.Pool,
@@ -384,6 +371,6 @@ func eventToProto(ev core.Event) *cronoqv1.Event {
 		Status:  statusToProto(ev.Status),
 		Attempt: ev.Attempt,
 		Message: ev.Message,
-		At:      fsm.Nanos(ev.At),
+		At:      instantToProto(ev.At),
 	}
 }

@@ -8,8 +8,6 @@ import (
 
 	"github.com/cronoq/cronoq/api/apierr"
 	"github.com/cronoq/cronoq/cluster"
-	"github.com/cronoq/cronoq/engine"
-	"github.com/cronoq/cronoq/engine/core"
 )
 
 // notServed reports whether err means this node could not serve the call
@@ -18,7 +16,7 @@ import (
 func notServed(err error) bool {
 	var nle *cluster.NotLeaderError
 	return errors.As(err, &nle) ||
-		(errors.Is(err, engine.ErrStopped) && !errors.Is(err, engine.ErrOutcomeUnknown))
+		(errors.Is(err, cluster.ErrStopped) && !errors.Is(err, cluster.ErrOutcomeUnknown))
 }
 
 // apiError turns an error of the engine, the cluster or the edge validation
@@ -32,24 +30,27 @@ func (s *Server) apiError(err error) error {
 	if errors.As(err, &ce) {
 		return apierr.Relay(err)
 	}
-	var ie *core.InvalidError
+	var ie *cluster.InvalidError
+	var ve *cluster.VersionError
 	var nle *cluster.NotLeaderError
 	switch {
 	case errors.As(err, &ie):
 		return apierr.Invalid(ie.Field, ie.Reason)
-	case errors.Is(err, core.ErrOverloaded):
+	case errors.As(err, &ve):
+		return apierr.UpgradeRequired(err.Error())
+	case errors.Is(err, cluster.ErrOverloaded):
 		return apierr.Overloaded(err.Error())
-	case errors.Is(err, core.ErrNotFound), errors.Is(err, cluster.ErrUnknownPeer):
+	case errors.Is(err, cluster.ErrNotFound), errors.Is(err, cluster.ErrUnknownPeer):
 		return apierr.NotFound(err.Error())
-	case errors.Is(err, core.ErrStaleLease):
+	case errors.Is(err, cluster.ErrStaleLease):
 		return apierr.StaleLease(err.Error())
-	case errors.Is(err, engine.ErrOutcomeUnknown):
+	case errors.Is(err, cluster.ErrOutcomeUnknown):
 		return apierr.OutcomeUnknown(err.Error())
 	case errors.Is(err, cluster.ErrShutdown) || s.stopping():
 		return apierr.ShuttingDown()
 	case errors.As(err, &nle):
 		return s.leaderHint(nle.LeaderID, nle.LeaderHTTPAddr)
-	case errors.Is(err, engine.ErrStopped), errors.Is(err, core.ErrShuttingDown):
+	case errors.Is(err, cluster.ErrStopped), errors.Is(err, cluster.ErrShuttingDown):
 		id, addr := s.node.Leader()
 		return s.leaderHint(id, addr)
 	case errors.Is(err, context.DeadlineExceeded):

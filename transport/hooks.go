@@ -4,44 +4,27 @@ import (
 	"sync"
 
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
-	"github.com/cronoq/cronoq/engine"
 	"github.com/cronoq/cronoq/metrics"
 )
 
 // Hooks connect the engine a node runs while it leads to the API server:
-// aborts reach the stream of the worker holding the lease, and commit
-// results feed the metrics. Create them before the node, put Engine's
-// result into the node's engine configuration, and give the same Hooks to
-// the Server.
+// aborts reach the stream of the worker holding the lease. Create them
+// before the node, give Abort to the node's engine configuration
+// (engine.Config.OnAbort), and the same Hooks to the Server.
 type Hooks struct {
-	m       *metrics.Metrics
 	workers *registry
 }
 
-// NewHooks returns hooks recording into m (nil: commits are not recorded).
+// NewHooks returns hooks counting the aborts they deliver into m (nil: not
+// counted).
 func NewHooks(m *metrics.Metrics) *Hooks {
-	return &Hooks{m: m, workers: newRegistry(m)}
+	return &Hooks{workers: newRegistry(m)}
 }
 
-// Engine returns cfg with OnAbort and OnCommit set to the hooks' (any
-// callbacks already set are called as well).
-func (h *Hooks) Engine(cfg engine.Config) engine.Config {
-	prevAbort, prevCommit := cfg.OnAbort, cfg.OnCommit
-	cfg.OnAbort = func(worker string, lease uint64, reason string) {
-		h.workers.abort(worker, lease, reason)
-		if prevAbort != nil {
-			prevAbort(worker, lease, reason)
-		}
-	}
-	cfg.OnCommit = func(ci engine.CommitInfo) {
-		if h.m != nil {
-			h.m.ObserveCommit(ci)
-		}
-		if prevCommit != nil {
-			prevCommit(ci)
-		}
-	}
-	return cfg
+// Abort tells every stream of worker to stop the attempt under lease. It
+// never blocks: it runs on the engine's goroutine.
+func (h *Hooks) Abort(worker string, lease uint64, reason string) {
+	h.workers.abort(worker, lease, reason)
 }
 
 // registry maps worker ids to their open streams, so that an abort from the

@@ -11,11 +11,13 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cronoq/cronoq/api/apierr"
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
-	"github.com/cronoq/cronoq/engine/core"
+	"github.com/cronoq/cronoq/cluster"
 	"github.com/cronoq/cronoq/fsm"
 )
 
@@ -33,7 +35,7 @@ func TestStatusNumbersMatch(t *testing.T) {
 	}
 	for _, bad := range []cronoqv1.Status{cronoqv1.Status_STATUS_UNSPECIFIED, 9, -1} {
 		_, err := statusFromProto(bad)
-		var ie *core.InvalidError
+		var ie *cluster.InvalidError
 		require.ErrorAs(t, err, &ie)
 		require.Equal(t, "statuses", ie.Field)
 	}
@@ -51,7 +53,7 @@ func TestPriorities(t *testing.T) {
 		require.Equal(t, p, priorityToProto(got))
 	}
 	// The zero spec is normal, not the fsm's zero value (high).
-	s, err := specFromProto(&cronoqv1.TaskSpec{Pool: "p", Kind: "k"})
+	s, err := specFromProto(&cronoqv1.TaskSpec{Template: &cronoqv1.TaskTemplate{Pool: "p", Kind: "k"}})
 	require.NoError(t, err)
 	require.Equal(t, fsm.PriorityNormal, s.Priority)
 	sc, err := scheduleFromProto(&cronoqv1.Schedule{Name: "s", Cron: "@hourly"})
@@ -60,45 +62,63 @@ func TestPriorities(t *testing.T) {
 }
 
 func TestSpecFromProto(t *testing.T) {
+	runAt := time.Date(2033, 5, 18, 3, 33, 20, 123456789, time.UTC)
 	s, err := specFromProto(&cronoqv1.TaskSpec{
-		Pool: "p", Kind: "k", Key: "key", Priority: cronoqv1.Priority_PRIORITY_LOW, Payload: []byte("x"),
-		Labels: []*cronoqv1.KV{{Key: "gpu", Value: "1"}}, Tags: []*cronoqv1.KV{{Key: "t", Value: "v"}},
-		RunAtMs: 2_000_000_000_000, DeadlineMs: 2_000_000_100_000, TimeoutMs: 1500, MaxAttempts: 3,
-		Backoff: &cronoqv1.Backoff{InitialMs: 100, MaxMs: 1000, Jitter: 0.1},
+		Template: &cronoqv1.TaskTemplate{
+			Pool: "p", Kind: "k", Priority: cronoqv1.Priority_PRIORITY_LOW, Payload: []byte("x"),
+			Labels: []*cronoqv1.KV{{Key: "gpu", Value: "1"}}, Tags: []*cronoqv1.KV{{Key: "t", Value: "v"}},
+			Timeout: durationpb.New(1500 * time.Millisecond), MaxAttempts: 3,
+			Backoff: &cronoqv1.Backoff{Initial: durationpb.New(100 * time.Millisecond), Max: durationpb.New(time.Second), Jitter: 0.1},
+		},
+		Key:      "key",
+		RunAt:    timestamppb.New(runAt),
+		Deadline: timestamppb.New(runAt.Add(time.Minute)),
 	})
 	require.NoError(t, err)
-	require.Equal(t, core.Spec{
-		Pool: "p", Kind: "k", Key: "key", Priority: fsm.PriorityLow, Payload: []byte("x"),
-		Labels: []fsm.KV{{K: "gpu", V: "1"}}, Tags: []fsm.KV{{K: "t", V: "v"}},
-		RunAt: time.UnixMilli(2_000_000_000_000).UTC(), Deadline: time.UnixMilli(2_000_000_100_000).UTC(),
-		Timeout: 1500 * time.Millisecond, MaxAttempts: 3,
-		Backoff: &fsm.Backoff{Initial: int64(100 * time.Millisecond), Max: int64(time.Second), Jitter: 0.1},
-	}, s)
+	require.Equal(t, cluster.Spec{
+		Template: fsm.Template{
+			Pool: "p", Kind: "k", Priority: fsm.PriorityLow, Payload: []byte("x"),
+			Labels: []fsm.KV{{K: "gpu", V: "1"}}, Tags: []fsm.KV{{K: "t", V: "v"}},
+			Timeout: 1500 * time.Millisecond, MaxAttempts: 3,
+			Backoff: fsm.Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Jitter: 0.1},
+		},
+		Key:      "key",
+		RunAt:    fsm.InstantOf(runAt),
+		Deadline: fsm.InstantOf(runAt.Add(time.Minute)),
+	}, s, "times keep their nanoseconds")
 
+	// Only what the server's types cannot hold is refused here; the rest
+	// (negative durations, instants before 1970, an empty pool) is the
+	// engine's to refuse.
+	tpl := func(t *cronoqv1.TaskTemplate) *cronoqv1.TaskSpec { return &cronoqv1.TaskSpec{Template: t} }
 	for _, tc := range []struct {
 		spec  *cronoqv1.TaskSpec
 		field string
 	}{
-		{nil, "spec"},
-		{&cronoqv1.TaskSpec{Priority: 7}, "priority"},
-		{&cronoqv1.TaskSpec{RunAtMs: -1}, "run_at"},
-		{&cronoqv1.TaskSpec{DelayMs: -1}, "delay"},
-		{&cronoqv1.TaskSpec{DeadlineMs: -5}, "deadline"},
-		{&cronoqv1.TaskSpec{TimeoutMs: -5}, "timeout"},
-		{&cronoqv1.TaskSpec{TimeoutMs: 1 << 62}, "timeout"},
-		{&cronoqv1.TaskSpec{Labels: []*cronoqv1.KV{nil}}, "labels"},
-		{&cronoqv1.TaskSpec{Backoff: &cronoqv1.Backoff{InitialMs: -1}}, "backoff.initial"},
+		{tpl(&cronoqv1.TaskTemplate{Priority: 7}), "priority"},
+		{&cronoqv1.TaskSpec{RunAt: &timestamppb.Timestamp{Nanos: -1}}, "run_at"},
+		{&cronoqv1.TaskSpec{RunAt: &timestamppb.Timestamp{Seconds: 1 << 40}}, "run_at"},
+		{&cronoqv1.TaskSpec{Delay: &durationpb.Duration{Seconds: 1, Nanos: -1}}, "delay"},
+		{&cronoqv1.TaskSpec{Deadline: &timestamppb.Timestamp{Seconds: -1 << 40}}, "deadline"},
+		{tpl(&cronoqv1.TaskTemplate{Timeout: &durationpb.Duration{Seconds: 1 << 40}}), "timeout"},
+		{tpl(&cronoqv1.TaskTemplate{Labels: []*cronoqv1.KV{nil}}), "labels"},
+		{tpl(&cronoqv1.TaskTemplate{Backoff: &cronoqv1.Backoff{Initial: &durationpb.Duration{Nanos: 2e9}}}), "backoff.initial"},
 	} {
 		_, err := specFromProto(tc.spec)
-		var ie *core.InvalidError
+		var ie *cluster.InvalidError
 		require.ErrorAs(t, err, &ie, "%v", tc.spec)
 		require.Equal(t, tc.field, ie.Field)
 	}
-	_, err = specsFromProto([]*cronoqv1.TaskSpec{{}, {Priority: 5}})
-	var ie *core.InvalidError
-	require.ErrorAs(t, err, &ie)
-	require.Equal(t, "specs[1].priority", ie.Field)
-	_, err = scheduleFromProto(&cronoqv1.Schedule{Name: "s", Task: &cronoqv1.TaskSpec{Priority: 5}})
+	for _, ok := range []*cronoqv1.TaskSpec{
+		nil,
+		{Delay: durationpb.New(-time.Second)},
+		{RunAt: timestamppb.New(time.Unix(-5, 0))},
+	} {
+		_, err := specFromProto(ok)
+		require.NoError(t, err, "%v", ok)
+	}
+	var ie *cluster.InvalidError
+	_, err = scheduleFromProto(&cronoqv1.Schedule{Name: "s", Task: &cronoqv1.TaskTemplate{Priority: 5}})
 	require.ErrorAs(t, err, &ie)
 	require.Equal(t, "task.priority", ie.Field)
 	_, err = scheduleFromProto(&cronoqv1.Schedule{Name: "s", Overlap: 3})
@@ -110,30 +130,63 @@ func TestSpecFromProto(t *testing.T) {
 	_, err = outcomeFromProto(&cronoqv1.Completion{Outcome: 9})
 	require.ErrorAs(t, err, &ie)
 	require.Equal(t, "outcome", ie.Field)
-	_, err = refFromProto(&cronoqv1.TaskRef{Id: "a", Key: "b"})
-	require.ErrorAs(t, err, &ie)
-	_, err = refFromProto(nil)
-	require.ErrorAs(t, err, &ie)
+	require.ErrorAs(t, refFromProto(&cronoqv1.TaskRef{Id: "a", Key: "b"}).Check(), &ie)
+	require.ErrorAs(t, refFromProto(nil).Check(), &ie)
 }
+
+func TestTaskToProtoKeepsEveryField(t *testing.T) {
+	at := fsm.InstantOf(time.Date(2031, 2, 3, 4, 5, 6, 7, time.UTC))
+	task := &fsm.Task{
+		ID: "t1",
+		Template: fsm.Template{Pool: "p", Kind: "k", Priority: fsm.PriorityHigh, Payload: []byte("in"),
+			Labels: []fsm.KV{{K: "a", V: "b"}}, Tags: []fsm.KV{{K: "c", V: "d"}}, Timeout: time.Second,
+			MaxAttempts: 4, Backoff: fsm.Backoff{Initial: time.Second, Max: time.Minute, Jitter: 0.2}},
+		Key: "k1", RunAt: at, Deadline: at + 5, Schedule: "s", Slot: at + 6, Status: fsm.StatusRunning,
+		Attempt: 2, Lease: 77, Output: []byte("out"), Error: "e",
+		SubmittedAt: at + 1, StartedAt: at + 2, UpdatedAt: at + 3, FinishedAt: at + 4,
+	}
+	p := taskToProto(task)
+	back, err := templateFromProto(p.GetTemplate())
+	require.NoError(t, err)
+	require.Equal(t, task.Template, back)
+	require.Equal(t, "t1", p.GetId())
+	require.Equal(t, "k1", p.GetKey())
+	for _, c := range []struct {
+		got  *timestamppb.Timestamp
+		want fsm.Instant
+	}{{p.GetRunAt(), at}, {p.GetDeadline(), at + 5}, {p.GetSlot(), at + 6}, {p.GetSubmittedAt(), at + 1},
+		{p.GetStartedAt(), at + 2}, {p.GetUpdatedAt(), at + 3}, {p.GetFinishedAt(), at + 4}} {
+		require.Equal(t, want(c.want), c.got.AsTime())
+	}
+	require.Equal(t, cronoqv1.Status_STATUS_RUNNING, p.GetStatus())
+	require.Equal(t, uint32(2), p.GetAttempt())
+	require.Equal(t, uint64(77), p.GetLease())
+	require.Equal(t, []byte("out"), p.GetOutput())
+	require.Equal(t, "e", p.GetError())
+	require.Equal(t, "s", p.GetSchedule())
+	require.Nil(t, taskToProto(&fsm.Task{}).GetRunAt(), "an unset instant is unset on the wire")
+}
+
+func want(at fsm.Instant) time.Time { return at.Time() }
 
 func TestScheduleToProto(t *testing.T) {
 	created := time.Date(2030, 1, 1, 10, 30, 0, 0, time.UTC)
 	s := &fsm.Schedule{
-		Name: "s", Cron: "0 * * * *", Pool: "p", Kind: "k", Priority: fsm.PriorityHigh,
-		Timeout: int64(2 * time.Second), CreatedAt: fsm.Nanos(created), Overlap: fsm.OverlapAllow,
+		Name: "s", Cron: "0 * * * *", Template: fsm.Template{Pool: "p", Kind: "k", Priority: fsm.PriorityHigh,
+			Timeout: 2 * time.Second}, CreatedAt: fsm.InstantOf(created), Overlap: fsm.OverlapAllow,
 		CatchUp: fsm.CatchUpAll, CatchUpLimit: 4,
 	}
 	p := scheduleToProto(s)
-	require.Equal(t, fsm.Nanos(time.Date(2030, 1, 1, 11, 0, 0, 0, time.UTC)), p.GetNextFire())
+	require.Equal(t, time.Date(2030, 1, 1, 11, 0, 0, 0, time.UTC), p.GetNextFire().AsTime())
 	require.Equal(t, cronoqv1.Priority_PRIORITY_HIGH, p.GetTask().GetPriority())
-	require.Equal(t, int64(2000), p.GetTask().GetTimeoutMs())
+	require.Equal(t, 2*time.Second, p.GetTask().GetTimeout().AsDuration())
 	require.Equal(t, cronoqv1.Overlap_OVERLAP_ALLOW, p.GetOverlap())
 	require.Equal(t, cronoqv1.CatchUp_CATCH_UP_ALL, p.GetCatchUp())
 
-	s.LastFire = fsm.Nanos(time.Date(2030, 1, 1, 13, 0, 0, 0, time.UTC))
-	require.Equal(t, fsm.Nanos(time.Date(2030, 1, 1, 14, 0, 0, 0, time.UTC)), scheduleToProto(s).GetNextFire())
+	s.LastFire = fsm.InstantOf(time.Date(2030, 1, 1, 13, 0, 0, 0, time.UTC))
+	require.Equal(t, time.Date(2030, 1, 1, 14, 0, 0, 0, time.UTC), scheduleToProto(s).GetNextFire().AsTime())
 	s.Paused = true
-	require.Zero(t, scheduleToProto(s).GetNextFire())
+	require.Nil(t, scheduleToProto(s).GetNextFire())
 }
 
 // The forwarding client dials from the IP of the node's own API address.
@@ -225,14 +278,14 @@ func TestForwardOutcome(t *testing.T) {
 		final string // kind of the answer, "" for none
 		again string // kind of the reason to route again, "" for none
 	}{
-		{"leader moved (write)", write, withKind(apierr.KindNotLeader), "", apierr.KindNotLeader},
-		{"leader lost its leader", read, withKind(apierr.KindNoLeader), "", apierr.KindNoLeader},
-		{"leader draining", write, withKind(apierr.KindShuttingDown), "", apierr.KindShuttingDown},
-		{"leader refused", write, withKind(apierr.KindOverloaded), apierr.KindOverloaded, ""},
-		{"leader unsure", write, withKind(apierr.KindOutcomeUnknown), apierr.KindOutcomeUnknown, ""},
-		{"write lost in transit", write, reset, apierr.KindOutcomeUnknown, ""},
-		{"write never sent", write, dial, "", apierr.KindNotLeader},
-		{"read lost in transit", read, reset, "", apierr.KindNotLeader},
+		{"leader moved (write)", writeCall, withKind(apierr.KindNotLeader), "", apierr.KindNotLeader},
+		{"leader lost its leader", readCall, withKind(apierr.KindNoLeader), "", apierr.KindNoLeader},
+		{"leader draining", writeCall, withKind(apierr.KindShuttingDown), "", apierr.KindShuttingDown},
+		{"leader refused", writeCall, withKind(apierr.KindOverloaded), apierr.KindOverloaded, ""},
+		{"leader unsure", writeCall, withKind(apierr.KindOutcomeUnknown), apierr.KindOutcomeUnknown, ""},
+		{"write lost in transit", writeCall, reset, apierr.KindOutcomeUnknown, ""},
+		{"write never sent", writeCall, dial, "", apierr.KindNotLeader},
+		{"read lost in transit", readCall, reset, "", apierr.KindNotLeader},
 	} {
 		final, again := forwardOutcome(tc.kind, "n2", "127.0.0.2:8650", tc.err)
 		if tc.final == "" {
@@ -246,7 +299,7 @@ func TestForwardOutcome(t *testing.T) {
 			require.Equal(t, tc.again, apierr.Kind(again), tc.name)
 		}
 	}
-	_, again := forwardOutcome(write, "n2", "127.0.0.2:8650", dial)
+	_, again := forwardOutcome(writeCall, "n2", "127.0.0.2:8650", dial)
 	id, addr := apierr.Leader(again)
 	require.Equal(t, "n2", id)
 	require.Equal(t, "127.0.0.2:8650", addr)

@@ -48,7 +48,7 @@ func (o *operatorService) RemovePeer(ctx context.Context, req *connect.Request[c
 	if id == "" {
 		return nil, apierr.Invalid("id", "must not be empty")
 	}
-	return route(ctx, s, write, req, func(ctx context.Context) (*cronoqv1.RemovePeerResponse, error) {
+	return route(ctx, s, writeCall, req, func(ctx context.Context) (*cronoqv1.RemovePeerResponse, error) {
 		if err := s.node.RemovePeer(ctx, id); err != nil {
 			return nil, err
 		}
@@ -61,26 +61,7 @@ func (o *operatorService) RemovePeer(ctx context.Context, req *connect.Request[c
 func (o *operatorService) TransferLeadership(ctx context.Context, req *connect.Request[cronoqv1.TransferLeadershipRequest]) (*connect.Response[cronoqv1.TransferLeadershipResponse], error) {
 	s := o.s
 	id := req.Msg.GetId()
-	return route(ctx, s, write, req, func(ctx context.Context) (*cronoqv1.TransferLeadershipResponse, error) {
-		if id != "" {
-			peers, err := s.node.Peers()
-			if err != nil {
-				return nil, err
-			}
-			found := false
-			for _, p := range peers {
-				if p.ID != id {
-					continue
-				}
-				found = true
-				if !p.Voter {
-					return nil, invalidf("id", "%s is not a voter", id)
-				}
-			}
-			if !found {
-				return nil, invalidf("id", "%s is not in the raft configuration", id)
-			}
-		}
+	return route(ctx, s, writeCall, req, func(ctx context.Context) (*cronoqv1.TransferLeadershipResponse, error) {
 		leader, err := s.node.TransferLeadership(ctx, id)
 		if err != nil {
 			return nil, err

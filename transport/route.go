@@ -85,17 +85,17 @@ func (f *forwarder) close() { f.tr.CloseIdleConnections() }
 type callKind int
 
 const (
-	// read calls may be re-sent freely.
-	read callKind = iota
-	// write calls are never re-sent once they may have reached the leader.
-	write
+	// readCall calls may be re-sent freely.
+	readCall callKind = iota
+	// writeCall calls are never re-sent once they may have reached the leader.
+	writeCall
 )
 
 // forwarded reports whether the request came from another node.
 func forwarded(h http.Header) bool { return h.Get(HeaderForwarded) != "" }
 
 // route serves a call that needs the leader: locally when this node is the
-// ready leader (local returns a *cluster.NotLeaderError or engine.ErrStopped
+// ready leader (local returns a *cluster.NotLeaderError or cluster.ErrStopped
 // when it turns out it cannot serve, with nothing done), otherwise by
 // forwarding it to the leader with remote; a forwarded answer names the
 // leader in the apierr.HeaderLeader and apierr.HeaderLeaderAddr headers.
@@ -113,7 +113,7 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 	defer hold.Stop()
 	var last error // why the last round could not serve
 	for {
-		if _, err := s.node.Engine(); err == nil {
+		if _, err := s.node.Leading(); err == nil {
 			res, err := local(ctx)
 			if err == nil {
 				return connect.NewResponse(res), nil
@@ -189,7 +189,7 @@ func forwardOutcome(kind callKind, id, addr string, err error) (final, again err
 		}
 		return apierr.Relay(err), nil
 	}
-	if kind == write && !neverSent(err) {
+	if kind == writeCall && !neverSent(err) {
 		return apierr.OutcomeUnknown(fmt.Sprintf("forwarding to leader %s at %s: %v", id, addr, err)), nil
 	}
 	return nil, apierr.NotLeader(id, addr)
@@ -230,7 +230,7 @@ func (s *Server) awaitLeader(ctx context.Context) error {
 	hold := time.NewTimer(s.cfg.HoldTimeout)
 	defer hold.Stop()
 	for {
-		_, err := s.node.Engine()
+		_, err := s.node.Leading()
 		if err == nil {
 			return nil
 		}

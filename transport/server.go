@@ -39,15 +39,17 @@ import (
 
 	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
 	"github.com/cronoq/cronoq/cluster"
-	"github.com/cronoq/cronoq/engine"
-	"github.com/cronoq/cronoq/engine/core"
-	"github.com/cronoq/cronoq/fsm"
 	"github.com/cronoq/cronoq/metrics"
 )
 
 // Defaults of Config.
 const (
 	DefaultHoldTimeout = 5 * time.Second
+	// DefaultHeartbeatWindow, DefaultMaxPayload and DefaultMaxOutput are the
+	// engine's defaults.
+	DefaultHeartbeatWindow = 10 * time.Second
+	DefaultMaxPayload      = 1 << 20
+	DefaultMaxOutput       = 1 << 20
 	// DefaultMaxRequestBytes bounds an API request (a batch of specs with
 	// their payloads); it is raised to fit at least two payloads of the
 	// configured maximum.
@@ -71,8 +73,8 @@ const HeaderForwarded = "Cronoq-Forwarded"
 
 // Config configures a Server.
 type Config struct {
-	// Node is the cluster node the server fronts. Required.
-	Node *cluster.Node
+	// Backend is the node the server fronts (a *cluster.Node). Required.
+	Backend Backend
 	// Listener serves the API. When nil, Start listens on Addr.
 	Listener net.Listener
 	// Addr is the address to listen on when Listener is nil. Default: the
@@ -82,9 +84,9 @@ type Config struct {
 	Logger hclog.Logger
 	// Metrics of the node (default: a fresh set). Served on /metrics.
 	Metrics *metrics.Metrics
-	// Hooks are the engine callbacks wired into the node's engine
-	// configuration (see NewHooks). Without them, aborts do not reach
-	// workers.
+	// Hooks carry the engine's aborts to the worker streams: give the node's
+	// engine configuration their Abort (see NewHooks). Without them, aborts
+	// do not reach workers.
 	Hooks *Hooks
 	// HoldTimeout is how long a call is held while no leader is known
 	// (default 5s).
@@ -106,7 +108,6 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	d := core.DefaultConfig()
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
 	}
@@ -120,13 +121,13 @@ func (c Config) withDefaults() Config {
 		c.HoldTimeout = DefaultHoldTimeout
 	}
 	if c.HeartbeatWindow <= 0 {
-		c.HeartbeatWindow = d.HeartbeatWindow
+		c.HeartbeatWindow = DefaultHeartbeatWindow
 	}
 	if c.MaxPayload <= 0 {
-		c.MaxPayload = d.MaxPayload
+		c.MaxPayload = DefaultMaxPayload
 	}
 	if c.MaxOutput <= 0 {
-		c.MaxOutput = d.MaxOutput
+		c.MaxOutput = DefaultMaxOutput
 	}
 	if c.MaxRequestBytes <= 0 {
 		c.MaxRequestBytes = DefaultMaxRequestBytes
@@ -135,10 +136,12 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Server is the API server of one node.
+// Server is the API server of one node. Its lifecycle is New, Start, Stop
+// (Drain first for a graceful stop); Done and Err tell when and why it
+// stopped serving.
 type Server struct {
 	cfg  Config
-	node *cluster.Node
+	node Backend
 	log  hclog.Logger
 	m    *metrics.Metrics
 
@@ -157,24 +160,21 @@ type Server struct {
 	done     chan struct{}
 	serveErr error
 
-	wg sync.WaitGroup // serve loop, watcher and metrics followers
-
-	followMu sync.Mutex
-	followed *engine.Engine // the engine whose events feed the metrics
+	wg sync.WaitGroup // the serve loop
 }
 
 // New returns a server for cfg. It does not listen yet.
 func New(cfg Config) (*Server, error) {
-	if cfg.Node == nil {
-		return nil, errors.New("creating API server: Config.Node is required")
+	if cfg.Backend == nil {
+		return nil, errors.New("creating API server: Config.Backend is required")
+	}
+	if cfg.Listener == nil && cfg.Addr == "" {
+		return nil, errors.New("creating API server: Config.Listener or Config.Addr is required")
 	}
 	cfg = cfg.withDefaults()
-	if cfg.Addr == "" {
-		cfg.Addr = cfg.Node.HTTPAddr()
-	}
 	s := &Server{
 		cfg:     cfg,
-		node:    cfg.Node,
+		node:    cfg.Backend,
 		log:     cfg.Logger,
 		m:       cfg.Metrics,
 		workers: cfg.Hooks.workers,
@@ -186,7 +186,6 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("creating API server: %w", err)
 	}
 	s.fwd = fwd
-	s.m.SetSource(nodeSource{cfg.Node})
 
 	// Responses are compressed only when large enough to gain from it:
 	// most answers are a few hundred bytes, and resetting a compressor for
@@ -224,7 +223,7 @@ func New(cfg Config) (*Server, error) {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	mountAdmin(mux, cfg.Node)
+	mountAdmin(mux, cfg.Backend)
 
 	var p http.Protocols
 	p.SetHTTP1(true)
@@ -283,7 +282,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.ln = ln
 	s.started = true
 	s.log.Info("serving the API", "addr", ln.Addr().String())
-	s.wg.Add(2)
+	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		err := s.http.Serve(ln)
@@ -298,18 +297,14 @@ func (s *Server) Start(ctx context.Context) error {
 		s.mu.Unlock()
 		close(s.done)
 	}()
-	go func() {
-		defer s.wg.Done()
-		s.watch()
-	}()
 	return nil
 }
 
-// Done is closed when the server stopped serving (after Shutdown, or on a
+// Done is closed when the server stopped serving (after Stop, or on a
 // listener failure; see Err).
 func (s *Server) Done() <-chan struct{} { return s.done }
 
-// Err returns the error that stopped the server, nil after Shutdown.
+// Err returns the error that stopped the server, nil after Stop.
 func (s *Server) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -319,7 +314,7 @@ func (s *Server) Err() error {
 // Drain makes the server answer new API calls with shutting_down (health
 // and metrics are still served) while calls in progress go on. It is the
 // first step of a graceful stop: the node then hands off its leadership and
-// stops, and Shutdown closes the server.
+// stops, and Stop closes the server.
 func (s *Server) Drain() {
 	if !s.draining.Swap(true) {
 		s.log.Info("draining: new calls are refused")
@@ -328,16 +323,13 @@ func (s *Server) Drain() {
 
 func (s *Server) stopping() bool { return s.draining.Load() || s.closed.Load() }
 
-// Shutdown stops the server: long calls and streams in progress end with
+// Stop stops the server: long calls and streams in progress end with
 // shutting_down, the listener closes, and it waits (up to ctx) for handlers
 // to return before closing every connection. It joins the server's
 // goroutines. It is idempotent.
-func (s *Server) Shutdown(ctx context.Context) error {
+func (s *Server) Stop(ctx context.Context) error {
 	s.Drain()
-	s.followMu.Lock()
-	already := s.closed.Swap(true)
-	s.followMu.Unlock()
-	if already {
+	if s.closed.Swap(true) {
 		s.wg.Wait()
 		return nil
 	}
@@ -390,7 +382,7 @@ func (s *Server) health() cluster.Health {
 
 // serveHealth answers 200 when the node is part of a cluster with a leader
 // (also when degraded), 503 otherwise (also while this node has won an
-// election but does not serve yet).
+// election but does not serve yet, and when it failed).
 func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
 	h := s.health()
 	body := healthJSON{
@@ -399,8 +391,9 @@ func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
 		AppliedIndex: h.AppliedIndex, ShuttingDown: s.stopping(),
 	}
 	code := http.StatusOK
-	if h.Leader == "" || h.Leader == h.Node && !h.Ready {
-		// No leader, or this node leads but does not serve yet.
+	if h.Leader == "" || h.Leader == h.Node && !h.Ready || h.Status == cluster.HealthFailed {
+		// No leader, this node leads but does not serve yet, or it stopped
+		// applying the log.
 		code = http.StatusServiceUnavailable
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -409,97 +402,6 @@ func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(body)
-}
-
-// ---------------------------------------------------------------------------
-// Metrics source and leadership watch
-// ---------------------------------------------------------------------------
-
-// nodeSource reads the node's replica for the metrics gauges.
-type nodeSource struct{ n *cluster.Node }
-
-func (ns nodeSource) state() (*fsm.State, cluster.Staleness) { return ns.n.StaleState() }
-
-func (ns nodeSource) Counts() []fsm.PoolCounts {
-	st, _ := ns.state()
-	return st.Counts()
-}
-
-func (ns nodeSource) Epoch() uint64 {
-	st, _ := ns.state()
-	return st.Epoch()
-}
-
-func (ns nodeSource) IsLeader() bool { return ns.n.IsLeader() }
-
-func (ns nodeSource) AppliedIndex() uint64 {
-	_, meta := ns.state()
-	return meta.AppliedIndex
-}
-
-// watchInterval is how often the watcher looks at the leadership.
-const watchInterval = 100 * time.Millisecond
-
-// metricsBuffer is the room of the metrics subscription to status events.
-const metricsBuffer = 8192
-
-// watch follows the node's leadership until Shutdown: it counts leader
-// changes and, while this node leads, feeds the engine's status events to
-// the metrics (handlers that get the engine also start following it at
-// once, so that no event of theirs is missed).
-func (s *Server) watch() {
-	t := time.NewTicker(watchInterval)
-	defer t.Stop()
-	var lastLeader string
-	for {
-		if id, _ := s.node.Leader(); id != "" && id != lastLeader {
-			if lastLeader != "" {
-				s.m.LeaderChanged()
-			}
-			lastLeader = id
-		}
-		if eng, err := s.node.Engine(); err == nil {
-			s.follow(eng)
-		}
-		select {
-		case <-s.baseCtx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// follow feeds the status events of eng to the metrics, once per engine.
-func (s *Server) follow(eng *engine.Engine) {
-	s.followMu.Lock()
-	defer s.followMu.Unlock()
-	if eng == s.followed || s.closed.Load() {
-		return
-	}
-	s.followed = eng
-	sub := eng.Subscribe(metricsBuffer)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer s.m.ResetAttempts()
-		var lost uint64
-		for {
-			select {
-			case ev, ok := <-sub.C():
-				if !ok {
-					return
-				}
-				if d := sub.Dropped(); d > lost {
-					s.m.EventsLost(d - lost)
-					lost = d
-				}
-				s.m.ObserveEvent(ev)
-			case <-s.baseCtx.Done():
-				sub.Close()
-				return
-			}
-		}
-	}()
 }
 
 // ---------------------------------------------------------------------------

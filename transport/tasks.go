@@ -8,204 +8,178 @@ import (
 
 	"github.com/cronoq/cronoq/api/apierr"
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
-	"github.com/cronoq/cronoq/engine"
-	"github.com/cronoq/cronoq/engine/core"
+	"github.com/cronoq/cronoq/cluster"
 	"github.com/cronoq/cronoq/fsm"
 )
 
 type taskService struct{ s *Server }
 
-// engineCall runs fn with the engine of this node, which must be the ready
-// leader (a *cluster.NotLeaderError otherwise, so that route forwards).
-func (s *Server) engineCall(fn func(eng *engine.Engine) error) error {
-	eng, err := s.node.Engine()
-	if err != nil {
-		return err
+// submit is the one path of the three submit forms: it converts the specs,
+// hands the ones that convert to the leader in mode, and answers one result
+// per spec. A spec refused before the engine keeps its place: with
+// SubmitMany it is that item's error, otherwise the whole request's.
+func (s *Server) submit(ctx context.Context, mode cluster.SubmitMode, ps []*cronoqv1.TaskSpec) ([]*cronoqv1.ItemResult, error) {
+	results := make([]*cronoqv1.ItemResult, len(ps))
+	specs := make([]cluster.Spec, 0, len(ps))
+	index := make([]int, 0, len(ps)) // specs[j] is request item index[j]
+	for i, p := range ps {
+		spec, err := specFromProto(p)
+		if err != nil {
+			if mode != cluster.SubmitMany {
+				if mode == cluster.SubmitBatch {
+					err = prefixed(fmt.Sprintf("specs[%d].", i), err)
+				}
+				return nil, err
+			}
+			code, msg := s.itemError(err)
+			results[i] = &cronoqv1.ItemResult{Error: msg, Code: code}
+			continue
+		}
+		specs = append(specs, spec)
+		index = append(index, i)
 	}
-	s.follow(eng)
-	return fn(eng)
+	if len(specs) == 0 && len(ps) > 0 {
+		// Every item refused here: nothing for the leader.
+		return results, nil
+	}
+	res, err := s.node.Submit(ctx, mode, specs)
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Tasks) != len(specs) {
+		return nil, fmt.Errorf("engine answered %d results for %d specs", len(res.Tasks), len(specs))
+	}
+	for j, i := range index {
+		if j < len(res.Errs) && res.Errs[j] != nil {
+			code, msg := s.itemError(res.Errs[j])
+			results[i] = &cronoqv1.ItemResult{Error: msg, Code: code}
+			continue
+		}
+		sub := res.Tasks[j]
+		results[i] = &cronoqv1.ItemResult{Submitted: &cronoqv1.Submitted{Id: sub.ID, Duplicate: sub.Duplicate}}
+	}
+	return results, nil
 }
 
 func (t *taskService) Submit(ctx context.Context, req *connect.Request[cronoqv1.SubmitRequest]) (*connect.Response[cronoqv1.SubmitResponse], error) {
-	s := t.s
-	spec, err := specFromProto(req.Msg.GetSpec())
-	if err != nil {
-		return nil, s.apiError(err)
-	}
-	return route(ctx, s, write, req, func(ctx context.Context) (*cronoqv1.SubmitResponse, error) {
-		var out *cronoqv1.SubmitResponse
-		err := s.engineCall(func(eng *engine.Engine) error {
-			subs, _, err := eng.Submit(ctx, core.SubmitOne, []core.Spec{spec})
-			if err != nil {
-				return err
-			}
-			if len(subs) != 1 {
-				return fmt.Errorf("engine answered %d results for one spec", len(subs))
-			}
-			out = &cronoqv1.SubmitResponse{Result: &cronoqv1.Submitted{Id: subs[0].ID, Duplicate: subs[0].Duplicate}}
-			return nil
-		})
-		return out, err
+	return route(ctx, t.s, writeCall, req, func(ctx context.Context) (*cronoqv1.SubmitResponse, error) {
+		out, err := t.s.submit(ctx, cluster.SubmitOne, []*cronoqv1.TaskSpec{req.Msg.GetSpec()})
+		if err != nil {
+			return nil, err
+		}
+		return &cronoqv1.SubmitResponse{Result: out[0].GetSubmitted()}, nil
 	}, func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.SubmitRequest]) (*connect.Response[cronoqv1.SubmitResponse], error) {
 		return ep.tasks.Submit
 	})
 }
 
 func (t *taskService) SubmitBatch(ctx context.Context, req *connect.Request[cronoqv1.SubmitBatchRequest]) (*connect.Response[cronoqv1.SubmitBatchResponse], error) {
-	s := t.s
-	specs, err := specsFromProto(req.Msg.GetSpecs())
-	if err != nil {
-		return nil, s.apiError(err)
-	}
-	return route(ctx, s, write, req, func(ctx context.Context) (*cronoqv1.SubmitBatchResponse, error) {
-		var out *cronoqv1.SubmitBatchResponse
-		err := s.engineCall(func(eng *engine.Engine) error {
-			subs, _, err := eng.Submit(ctx, core.SubmitBatch, specs)
-			if err != nil {
-				return err
-			}
-			if len(subs) != len(specs) {
-				return fmt.Errorf("engine answered %d results for %d specs", len(subs), len(specs))
-			}
-			out = &cronoqv1.SubmitBatchResponse{Results: make([]*cronoqv1.Submitted, len(subs))}
-			for i, sub := range subs {
-				out.Results[i] = &cronoqv1.Submitted{Id: sub.ID, Duplicate: sub.Duplicate}
-			}
-			return nil
-		})
-		return out, err
+	return route(ctx, t.s, writeCall, req, func(ctx context.Context) (*cronoqv1.SubmitBatchResponse, error) {
+		out, err := t.s.submit(ctx, cluster.SubmitBatch, req.Msg.GetSpecs())
+		if err != nil {
+			return nil, err
+		}
+		resp := &cronoqv1.SubmitBatchResponse{Results: make([]*cronoqv1.Submitted, len(out))}
+		for i, r := range out {
+			resp.Results[i] = r.GetSubmitted()
+		}
+		return resp, nil
 	}, func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.SubmitBatchRequest]) (*connect.Response[cronoqv1.SubmitBatchResponse], error) {
 		return ep.tasks.SubmitBatch
 	})
 }
 
 func (t *taskService) EnqueueMany(ctx context.Context, req *connect.Request[cronoqv1.EnqueueManyRequest]) (*connect.Response[cronoqv1.EnqueueManyResponse], error) {
-	s := t.s
-	n := len(req.Msg.GetSpecs())
-	if n == 0 {
-		return nil, apierr.Invalid("specs", "at least one spec is required")
-	}
-	// Items refused at the edge keep their place in the results; the
-	// others go to the engine together.
-	edgeErrs := make([]error, n)
-	var specs []core.Spec
-	var index []int
-	for i, p := range req.Msg.GetSpecs() {
-		spec, err := specFromProto(p)
+	return route(ctx, t.s, writeCall, req, func(ctx context.Context) (*cronoqv1.EnqueueManyResponse, error) {
+		out, err := t.s.submit(ctx, cluster.SubmitMany, req.Msg.GetSpecs())
 		if err != nil {
-			edgeErrs[i] = err
-			continue
+			return nil, err
 		}
-		specs = append(specs, spec)
-		index = append(index, i)
-	}
-	results := func(subs []core.Submitted, errs []error) *cronoqv1.EnqueueManyResponse {
-		out := &cronoqv1.EnqueueManyResponse{Results: make([]*cronoqv1.ItemResult, n)}
-		for i, err := range edgeErrs {
-			if err != nil {
-				code, msg := s.itemError(err)
-				out.Results[i] = &cronoqv1.ItemResult{Error: msg, Code: code}
-			}
-		}
-		for j, i := range index {
-			if j < len(errs) && errs[j] != nil {
-				code, msg := s.itemError(errs[j])
-				out.Results[i] = &cronoqv1.ItemResult{Error: msg, Code: code}
-				continue
-			}
-			out.Results[i] = &cronoqv1.ItemResult{Submitted: &cronoqv1.Submitted{Id: subs[j].ID, Duplicate: subs[j].Duplicate}}
-		}
-		return out
-	}
-	if len(specs) == 0 {
-		// Nothing for the engine: answered here, leader or not.
-		return connect.NewResponse(results(nil, nil)), nil
-	}
-	return route(ctx, s, write, req, func(ctx context.Context) (*cronoqv1.EnqueueManyResponse, error) {
-		var out *cronoqv1.EnqueueManyResponse
-		err := s.engineCall(func(eng *engine.Engine) error {
-			subs, errs, err := eng.Submit(ctx, core.SubmitMany, specs)
-			if err != nil {
-				return err
-			}
-			if len(subs) != len(specs) {
-				return fmt.Errorf("engine answered %d results for %d specs", len(subs), len(specs))
-			}
-			out = results(subs, errs)
-			return nil
-		})
-		return out, err
+		return &cronoqv1.EnqueueManyResponse{Results: out}, nil
 	}, func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.EnqueueManyRequest]) (*connect.Response[cronoqv1.EnqueueManyResponse], error) {
 		return ep.tasks.EnqueueMany
 	})
 }
 
-// lookup finds a task by id or key in st.
-func lookup(st *fsm.State, ref core.TaskRef) (*fsm.Task, error) {
+// lookup finds a task by id or key in r.
+func lookup(r fsm.Reader, ref cluster.TaskRef) (*fsm.Task, error) {
+	if err := ref.Check(); err != nil {
+		return nil, err
+	}
 	var (
 		t  *fsm.Task
 		ok bool
 	)
 	if ref.ID != "" {
-		t, ok = st.Get(ref.ID)
+		t, ok = r.Get(ref.ID)
 	} else {
-		t, ok = st.GetByKey(ref.Key)
+		t, ok = r.GetByKey(ref.Key)
 	}
 	if !ok {
-		return nil, fmt.Errorf("task %s: %w", ref, core.ErrNotFound)
+		return nil, fmt.Errorf("task %s: %w", ref, cluster.ErrNotFound)
 	}
 	return t, nil
 }
 
 // consistentMeta is the read metadata of a linearizable read served by
 // this node (the leader).
-func (s *Server) consistentMeta(st *fsm.State) *cronoqv1.ReadMeta {
-	return &cronoqv1.ReadMeta{Node: s.node.ID(), KnownLeader: true, AppliedIndex: st.AppliedIndex()}
+func (s *Server) consistentMeta(r fsm.Reader) *cronoqv1.ReadMeta {
+	return &cronoqv1.ReadMeta{Node: s.node.ID(), KnownLeader: true, AppliedIndex: r.AppliedIndex()}
 }
 
-// staleState is this node's replica with the metadata of a stale read.
-func (s *Server) staleState() (*fsm.State, *cronoqv1.ReadMeta) {
-	st, meta := s.node.StaleState()
-	lc := int64(-1)
-	if meta.LastContact >= 0 {
-		lc = meta.LastContact.Milliseconds()
+// staleRead is this node's replica with the metadata of a stale read.
+func (s *Server) staleRead() (fsm.Reader, *cronoqv1.ReadMeta) {
+	r, st := s.node.StaleRead()
+	meta := &cronoqv1.ReadMeta{
+		Stale:        true,
+		Node:         s.node.ID(),
+		KnownLeader:  st.KnownLeader,
+		AppliedIndex: st.AppliedIndex,
 	}
-	return st, &cronoqv1.ReadMeta{
-		Stale:         true,
-		Node:          s.node.ID(),
-		KnownLeader:   meta.KnownLeader,
-		LastContactMs: lc,
-		AppliedIndex:  meta.AppliedIndex,
+	if st.LastContact >= 0 {
+		meta.LastContact = durationToProto(st.LastContact)
+		if meta.LastContact == nil {
+			meta.LastContact = durationToProto(1) // 0 would read as "never": round up
+		}
 	}
+	return r, meta
 }
 
-func (t *taskService) Get(ctx context.Context, req *connect.Request[cronoqv1.GetRequest]) (*connect.Response[cronoqv1.GetResponse], error) {
-	s := t.s
-	ref, err := refFromProto(req.Msg.GetRef())
-	if err != nil {
-		return nil, s.apiError(err)
-	}
-	if req.Msg.GetStale() || bugFollowerRead {
+// read serves a read: from this node's replica when stale is asked (or the
+// follower-read fault is built in), else linearizably through the leader.
+// serve builds the answer from the replica and its metadata.
+func read[Req, Res any](ctx context.Context, s *Server, stale bool, req *connect.Request[Req],
+	serve func(r fsm.Reader, meta *cronoqv1.ReadMeta) (*Res, error),
+	remote func(*endpoint) func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
+) (*connect.Response[Res], error) {
+	if stale {
 		if s.stopping() {
 			return nil, apierr.ShuttingDown()
 		}
-		st, meta := s.staleState()
-		task, err := lookup(st, ref)
+		r, meta := s.staleRead()
+		res, err := serve(r, meta)
 		if err != nil {
 			return nil, s.apiError(err)
 		}
-		return connect.NewResponse(&cronoqv1.GetResponse{Task: taskToProto(task), Meta: meta}), nil
+		return connect.NewResponse(res), nil
 	}
-	return route(ctx, s, read, req, func(ctx context.Context) (*cronoqv1.GetResponse, error) {
-		st, err := s.node.ConsistentState(ctx)
+	return route(ctx, s, readCall, req, func(ctx context.Context) (*Res, error) {
+		r, err := s.node.ConsistentRead(ctx)
 		if err != nil {
 			return nil, err
 		}
-		task, err := lookup(st, ref)
+		return serve(r, s.consistentMeta(r))
+	}, remote)
+}
+
+func (t *taskService) Get(ctx context.Context, req *connect.Request[cronoqv1.GetRequest]) (*connect.Response[cronoqv1.GetResponse], error) {
+	ref := refFromProto(req.Msg.GetRef())
+	return read(ctx, t.s, req.Msg.GetStale() || bugFollowerRead, req, func(r fsm.Reader, meta *cronoqv1.ReadMeta) (*cronoqv1.GetResponse, error) {
+		task, err := lookup(r, ref)
 		if err != nil {
 			return nil, err
 		}
-		return &cronoqv1.GetResponse{Task: taskToProto(task), Meta: s.consistentMeta(st)}, nil
+		return &cronoqv1.GetResponse{Task: taskToProto(task), Meta: meta}, nil
 	}, func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.GetRequest]) (*connect.Response[cronoqv1.GetResponse], error) {
 		return ep.tasks.Get
 	})
@@ -215,68 +189,54 @@ func (t *taskService) Get(ctx context.Context, req *connect.Request[cronoqv1.Get
 // timeout passes, and answers with the task as it then is.
 func (t *taskService) Wait(ctx context.Context, req *connect.Request[cronoqv1.WaitRequest]) (*connect.Response[cronoqv1.WaitResponse], error) {
 	s := t.s
-	ref, err := refFromProto(req.Msg.GetRef())
+	ref := refFromProto(req.Msg.GetRef())
+	hold, err := durationFromProto("timeout", req.Msg.GetTimeout())
+	if err == nil && hold < 0 {
+		err = invalidf("timeout", "must not be negative")
+	}
 	if err != nil {
 		return nil, s.apiError(err)
 	}
-	hold, err := msDuration("timeout", req.Msg.GetTimeoutMs())
-	if err != nil {
-		return nil, s.apiError(err)
-	}
-	return route(ctx, s, read, req, func(ctx context.Context) (*cronoqv1.WaitResponse, error) {
-		var out *cronoqv1.WaitResponse
-		err := s.engineCall(func(eng *engine.Engine) error {
-			wctx, cancel := ctx, context.CancelFunc(func() {})
-			if hold > 0 {
-				wctx, cancel = context.WithTimeout(ctx, hold)
-			}
-			defer cancel()
-			id, err := eng.Wait(wctx, ref)
-			switch {
-			case err == nil:
-				ref = core.TaskRef{ID: id}
-			case wctx.Err() != nil && ctx.Err() == nil:
-				// The hold ended first: the task as it is.
-			default:
-				return err
-			}
-			st, _ := s.node.StaleState()
-			task, err := lookup(st, ref)
-			if err != nil {
-				return err
-			}
-			out = &cronoqv1.WaitResponse{Task: taskToProto(task)}
-			return nil
-		})
-		return out, err
+	return route(ctx, s, readCall, req, func(ctx context.Context) (*cronoqv1.WaitResponse, error) {
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if hold > 0 {
+			wctx, cancel = context.WithTimeout(ctx, hold)
+		}
+		defer cancel()
+		id, err := s.node.Wait(wctx, ref)
+		switch {
+		case err == nil:
+			ref = cluster.TaskRef{ID: id}
+		case wctx.Err() != nil && ctx.Err() == nil:
+			// The hold ended first: the task as it is.
+		default:
+			return nil, err
+		}
+		r, _ := s.node.StaleRead() // the leader's own replica: it has the end
+		task, err := lookup(r, ref)
+		if err != nil {
+			return nil, err
+		}
+		return &cronoqv1.WaitResponse{Task: taskToProto(task)}, nil
 	}, func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.WaitRequest]) (*connect.Response[cronoqv1.WaitResponse], error) {
 		return ep.tasks.Wait
 	})
 }
 
 func (t *taskService) Cancel(ctx context.Context, req *connect.Request[cronoqv1.CancelRequest]) (*connect.Response[cronoqv1.CancelResponse], error) {
-	s := t.s
-	ref, err := refFromProto(req.Msg.GetRef())
-	if err != nil {
-		return nil, s.apiError(err)
-	}
-	return route(ctx, s, write, req, func(ctx context.Context) (*cronoqv1.CancelResponse, error) {
-		var out *cronoqv1.CancelResponse
-		err := s.engineCall(func(eng *engine.Engine) error {
-			id, cancelled, err := eng.Cancel(ctx, ref)
-			if err != nil {
-				return err
-			}
-			out = &cronoqv1.CancelResponse{Id: id, Cancelled: cancelled}
-			return nil
-		})
-		return out, err
+	ref := refFromProto(req.Msg.GetRef())
+	return route(ctx, t.s, writeCall, req, func(ctx context.Context) (*cronoqv1.CancelResponse, error) {
+		c, err := t.s.node.Cancel(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		return &cronoqv1.CancelResponse{Id: c.ID, Cancelled: c.Cancelled}, nil
 	}, func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.CancelRequest]) (*connect.Response[cronoqv1.CancelResponse], error) {
 		return ep.tasks.Cancel
 	})
 }
 
-// listQuery validates a list request.
+// listQuery reads a list request.
 func listQuery(m *cronoqv1.ListRequest) (fsm.ListQuery, error) {
 	q := fsm.ListQuery{Pools: m.GetPools(), After: m.GetAfter(), Limit: int(m.GetLimit())}
 	switch {
@@ -297,10 +257,10 @@ func listQuery(m *cronoqv1.ListRequest) (fsm.ListQuery, error) {
 	return q, nil
 }
 
-// list runs q on st, cutting the page short when its tasks get large.
-func list(st *fsm.State, q fsm.ListQuery) *cronoqv1.ListResponse {
-	tasks, next := st.List(q)
-	out := &cronoqv1.ListResponse{Next: next}
+// list runs q on r, cutting the page short when its tasks get large.
+func list(r fsm.Reader, q fsm.ListQuery, meta *cronoqv1.ReadMeta) *cronoqv1.ListResponse {
+	tasks, next := r.List(q)
+	out := &cronoqv1.ListResponse{Next: next, Meta: meta}
 	size := 0
 	for i, task := range tasks {
 		size += taskSize(task)
@@ -314,36 +274,20 @@ func list(st *fsm.State, q fsm.ListQuery) *cronoqv1.ListResponse {
 }
 
 func (t *taskService) List(ctx context.Context, req *connect.Request[cronoqv1.ListRequest]) (*connect.Response[cronoqv1.ListResponse], error) {
-	s := t.s
 	q, err := listQuery(req.Msg)
 	if err != nil {
-		return nil, s.apiError(err)
+		return nil, t.s.apiError(err)
 	}
-	if req.Msg.GetStale() {
-		if s.stopping() {
-			return nil, apierr.ShuttingDown()
-		}
-		st, meta := s.staleState()
-		out := list(st, q)
-		out.Meta = meta
-		return connect.NewResponse(out), nil
-	}
-	return route(ctx, s, read, req, func(ctx context.Context) (*cronoqv1.ListResponse, error) {
-		st, err := s.node.ConsistentState(ctx)
-		if err != nil {
-			return nil, err
-		}
-		out := list(st, q)
-		out.Meta = s.consistentMeta(st)
-		return out, nil
+	return read(ctx, t.s, req.Msg.GetStale(), req, func(r fsm.Reader, meta *cronoqv1.ReadMeta) (*cronoqv1.ListResponse, error) {
+		return list(r, q, meta), nil
 	}, func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.ListRequest]) (*connect.Response[cronoqv1.ListResponse], error) {
 		return ep.tasks.List
 	})
 }
 
-func counts(st *fsm.State) []*cronoqv1.PoolCounts {
+func counts(r fsm.Reader) []*cronoqv1.PoolCounts {
 	var out []*cronoqv1.PoolCounts
-	for _, pc := range st.Counts() {
+	for _, pc := range r.Counts() {
 		by := make(map[string]int64, len(fsm.AllStatuses))
 		for _, status := range fsm.AllStatuses {
 			by[status.String()] = pc.ByStatus[status]
@@ -354,20 +298,8 @@ func counts(st *fsm.State) []*cronoqv1.PoolCounts {
 }
 
 func (t *taskService) Counts(ctx context.Context, req *connect.Request[cronoqv1.CountsRequest]) (*connect.Response[cronoqv1.CountsResponse], error) {
-	s := t.s
-	if req.Msg.GetStale() {
-		if s.stopping() {
-			return nil, apierr.ShuttingDown()
-		}
-		st, meta := s.staleState()
-		return connect.NewResponse(&cronoqv1.CountsResponse{Pools: counts(st), Meta: meta}), nil
-	}
-	return route(ctx, s, read, req, func(ctx context.Context) (*cronoqv1.CountsResponse, error) {
-		st, err := s.node.ConsistentState(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return &cronoqv1.CountsResponse{Pools: counts(st), Meta: s.consistentMeta(st)}, nil
+	return read(ctx, t.s, req.Msg.GetStale(), req, func(r fsm.Reader, meta *cronoqv1.ReadMeta) (*cronoqv1.CountsResponse, error) {
+		return &cronoqv1.CountsResponse{Pools: counts(r), Meta: meta}, nil
 	}, func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.CountsRequest]) (*connect.Response[cronoqv1.CountsResponse], error) {
 		return ep.tasks.Counts
 	})
@@ -384,16 +316,15 @@ func (t *taskService) Events(ctx context.Context, req *connect.Request[cronoqv1.
 	if err := s.awaitLeader(ctx); err != nil {
 		return err
 	}
-	eng, err := s.node.Engine()
+	sub, err := s.node.Subscribe(eventsBuffer)
 	if err != nil {
 		return s.apiError(err)
 	}
+	defer sub.Close()
 	pools := make(map[string]bool, len(req.Msg.GetPools()))
 	for _, p := range req.Msg.GetPools() {
 		pools[p] = true
 	}
-	sub := eng.Subscribe(eventsBuffer)
-	defer sub.Close()
 	// Headers go out at once, so the subscriber knows it is subscribed.
 	if err := stream.Send(nil); err != nil {
 		return nil
@@ -406,8 +337,8 @@ func (t *taskService) Events(ctx context.Context, req *connect.Request[cronoqv1.
 				if s.stopping() {
 					return apierr.ShuttingDown()
 				}
-				// The engine stopped: this node no longer leads.
-				return s.apiError(engine.ErrStopped)
+				// The term ended: this node no longer leads.
+				return s.apiError(cluster.ErrStopped)
 			}
 			if d := sub.Dropped(); d > dropped {
 				dropped = d

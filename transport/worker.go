@@ -11,8 +11,7 @@ import (
 
 	"github.com/cronoq/cronoq/api/apierr"
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
-	"github.com/cronoq/cronoq/engine"
-	"github.com/cronoq/cronoq/engine/core"
+	"github.com/cronoq/cronoq/cluster"
 	"github.com/cronoq/cronoq/fsm"
 )
 
@@ -40,25 +39,25 @@ func (w *workerService) Connect(ctx context.Context, stream *connect.BidiStream[
 	if err := s.awaitLeader(ctx); err != nil {
 		return err
 	}
-	eng, err := s.node.Engine()
+	term, err := s.node.Leading()
 	if err != nil {
 		return s.apiError(err)
 	}
-	s.follow(eng)
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	ws := &workerStream{
-		s: s, eng: eng, stream: stream, reqCtx: ctx, ctx: sctx, cancel: cancel,
+		s: s, term: term, stream: stream, reqCtx: ctx, ctx: sctx, cancel: cancel,
 		out:       newOutbox(),
 		slotsWake: make(chan struct{}, 1),
 	}
 	return ws.run()
 }
 
-// workerStream is one connected worker.
+// workerStream is one connected worker, served for one term of this node's
+// leadership: the stream ends with the term.
 type workerStream struct {
 	s      *Server
-	eng    *engine.Engine
+	term   cluster.Term
 	stream *connect.BidiStream[cronoqv1.WorkerMessage, cronoqv1.ServerMessage]
 	// reqCtx is the call's context: heartbeats and completions in progress
 	// run under it, so that a worker closing its side still gets their
@@ -86,17 +85,16 @@ func (ws *workerStream) run() error {
 	s := ws.s
 	var helpers sync.WaitGroup
 	defer helpers.Wait()
-	// The watchdog ends the stream when the engine stops (this node no
-	// longer leads) or the server shuts down, by interrupting the pending
-	// Receive.
+	// The watchdog ends the stream when the term ends (this node no longer
+	// leads) or the server shuts down, by interrupting the pending Receive.
 	watchDone := make(chan struct{})
 	defer close(watchDone)
 	helpers.Add(1)
 	go func() {
 		defer helpers.Done()
 		select {
-		case <-ws.eng.Done():
-			ws.cancel(s.apiError(engine.ErrStopped))
+		case <-ws.term.Done:
+			ws.cancel(s.apiError(cluster.ErrStopped))
 		case <-s.baseCtx.Done():
 			ws.cancel(apierr.ShuttingDown())
 		case <-ws.ctx.Done():
@@ -118,7 +116,7 @@ func (ws *workerStream) run() error {
 	log.Debug("worker connected")
 
 	ws.out.push(&cronoqv1.ServerMessage{Msg: &cronoqv1.ServerMessage_Welcome{Welcome: &cronoqv1.Welcome{
-		Node: s.node.ID(), Epoch: s.node.Epoch(), HeartbeatWindowMs: s.cfg.HeartbeatWindow.Milliseconds(),
+		Node: s.node.ID(), Epoch: ws.term.Epoch, HeartbeatWindow: durationToProto(s.cfg.HeartbeatWindow),
 	}}})
 	sendDone := make(chan struct{})
 	helpers.Add(2)
@@ -287,7 +285,7 @@ func (ws *workerStream) poll() {
 			}
 		}
 		slots = min(slots, maxSlots)
-		grants, err := ws.eng.Poll(ws.ctx, core.Offer{Worker: ws.worker, Pool: ws.pool, Labels: ws.labels, Slots: slots})
+		grants, err := ws.s.node.Poll(ws.ctx, cluster.Offer{Worker: ws.worker, Pool: ws.pool, Labels: ws.labels, Slots: slots})
 		if err != nil {
 			if ws.ctx.Err() == nil {
 				ws.cancel(err)
@@ -298,7 +296,7 @@ func (ws *workerStream) poll() {
 		if len(grants) == 0 {
 			continue
 		}
-		state, _ := ws.s.node.StaleState()
+		state, _ := ws.s.node.StaleRead()
 		out := &cronoqv1.Grants{Grants: make([]*cronoqv1.Grant, len(grants))}
 		for i, g := range grants {
 			task := &cronoqv1.Task{Id: g.ID}
@@ -314,7 +312,7 @@ func (ws *workerStream) poll() {
 
 func (ws *workerStream) heartbeat(leases []uint64) {
 	ack := &cronoqv1.HeartbeatAck{Results: make([]*cronoqv1.LeaseResult, len(leases))}
-	errs, err := ws.eng.Heartbeat(ws.reqCtx, leases)
+	errs, err := ws.s.node.Heartbeat(ws.reqCtx, leases)
 	for i, lease := range leases {
 		res := &cronoqv1.LeaseResult{Lease: lease}
 		e := err
@@ -329,7 +327,7 @@ func (ws *workerStream) heartbeat(leases []uint64) {
 
 func (ws *workerStream) complete(comps []*cronoqv1.Completion) {
 	ack := &cronoqv1.CompleteAck{Results: make([]*cronoqv1.LeaseResult, len(comps))}
-	valid := make([]engine.Completion, 0, len(comps))
+	valid := make([]cluster.Completion, 0, len(comps))
 	at := make([]*cronoqv1.LeaseResult, 0, len(comps))
 	for i, c := range comps {
 		res := &cronoqv1.LeaseResult{Lease: c.GetLease()}
@@ -339,11 +337,11 @@ func (ws *workerStream) complete(comps []*cronoqv1.Completion) {
 			res.Code, res.Error = ws.s.itemError(err)
 			continue
 		}
-		valid = append(valid, engine.Completion{Lease: c.GetLease(), Outcome: out})
+		valid = append(valid, cluster.Completion{Lease: c.GetLease(), Outcome: out})
 		at = append(at, res)
 	}
 	if len(valid) > 0 {
-		for i, err := range ws.eng.CompleteMany(ws.reqCtx, valid) {
+		for i, err := range ws.s.node.Complete(ws.reqCtx, valid) {
 			at[i].Code, at[i].Error = ws.s.itemError(err)
 		}
 	}

@@ -48,6 +48,9 @@ const (
 	KindNotFound       = "not_found"
 	KindStaleLease     = "stale_lease"
 	KindOutcomeUnknown = "outcome_unknown"
+	// KindUpgradeRequired: the call needs a log format some server of the
+	// cluster does not understand yet; upgrading every server lifts it.
+	KindUpgradeRequired = "upgrade_required"
 )
 
 // Code is the connect code that goes with a kind. Unknown kinds map to
@@ -62,7 +65,7 @@ func Code(kind string) connect.Code {
 		return connect.CodeInvalidArgument
 	case KindNotFound:
 		return connect.CodeNotFound
-	case KindStaleLease:
+	case KindStaleLease, KindUpgradeRequired:
 		return connect.CodeFailedPrecondition
 	default:
 		return connect.CodeUnknown
@@ -111,6 +114,10 @@ func NotFound(msg string) *connect.Error { return New(KindNotFound, msg) }
 
 // StaleLease says a lease is no longer the task's current one.
 func StaleLease(msg string) *connect.Error { return New(KindStaleLease, msg) }
+
+// UpgradeRequired says the call needs a newer log format than some server
+// of the cluster understands.
+func UpgradeRequired(msg string) *connect.Error { return New(KindUpgradeRequired, msg) }
 
 // OutcomeUnknown says the request may or may not have taken effect (for
 // instance leadership was lost while its entry was in flight); retrying with

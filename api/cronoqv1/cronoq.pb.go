@@ -13,6 +13,8 @@ package cronoqv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -340,11 +342,14 @@ func (x *KV) GetValue() string {
 	return ""
 }
 
+// A retry policy: the delay after failed attempt n is initial doubled n-1
+// times, capped at max, spread by +-jitter (a fraction).
 type Backoff struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	InitialMs     int64                  `protobuf:"varint,1,opt,name=initial_ms,json=initialMs,proto3" json:"initial_ms,omitempty"`
-	MaxMs         int64                  `protobuf:"varint,2,opt,name=max_ms,json=maxMs,proto3" json:"max_ms,omitempty"`
-	Jitter        float64                `protobuf:"fixed64,3,opt,name=jitter,proto3" json:"jitter,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Initial *durationpb.Duration   `protobuf:"bytes,1,opt,name=initial,proto3" json:"initial,omitempty"`
+	// Unset: the larger of initial and the cluster's default maximum.
+	Max           *durationpb.Duration `protobuf:"bytes,2,opt,name=max,proto3" json:"max,omitempty"`
+	Jitter        float64              `protobuf:"fixed64,3,opt,name=jitter,proto3" json:"jitter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -379,18 +384,18 @@ func (*Backoff) Descriptor() ([]byte, []int) {
 	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{1}
 }
 
-func (x *Backoff) GetInitialMs() int64 {
+func (x *Backoff) GetInitial() *durationpb.Duration {
 	if x != nil {
-		return x.InitialMs
+		return x.Initial
 	}
-	return 0
+	return nil
 }
 
-func (x *Backoff) GetMaxMs() int64 {
+func (x *Backoff) GetMax() *durationpb.Duration {
 	if x != nil {
-		return x.MaxMs
+		return x.Max
 	}
-	return 0
+	return nil
 }
 
 func (x *Backoff) GetJitter() float64 {
@@ -400,30 +405,139 @@ func (x *Backoff) GetJitter() float64 {
 	return 0
 }
 
-type TaskSpec struct {
+// What a task is made of, whoever asks for it: a submit, or a recurring
+// schedule at each fire. The same message describes every stored task.
+type TaskTemplate struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Pool     string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
 	Kind     string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	Key      string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
-	Priority Priority               `protobuf:"varint,4,opt,name=priority,proto3,enum=cronoq.v1.Priority" json:"priority,omitempty"`
-	Payload  []byte                 `protobuf:"bytes,5,opt,name=payload,proto3" json:"payload,omitempty"`
-	Labels   []*KV                  `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty"`
-	Tags     []*KV                  `protobuf:"bytes,7,rep,name=tags,proto3" json:"tags,omitempty"`
-	// Unix milliseconds; 0 = now (unless delay_ms).
-	RunAtMs int64 `protobuf:"varint,8,opt,name=run_at_ms,json=runAtMs,proto3" json:"run_at_ms,omitempty"`
-	DelayMs int64 `protobuf:"varint,9,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
-	// Unix milliseconds; 0 = none.
-	DeadlineMs    int64    `protobuf:"varint,10,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`
-	TimeoutMs     int64    `protobuf:"varint,11,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
-	MaxAttempts   uint32   `protobuf:"varint,12,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
-	Backoff       *Backoff `protobuf:"bytes,13,opt,name=backoff,proto3" json:"backoff,omitempty"`
+	Priority Priority               `protobuf:"varint,3,opt,name=priority,proto3,enum=cronoq.v1.Priority" json:"priority,omitempty"`
+	Payload  []byte                 `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
+	// Capacity labels a worker must offer to run the task.
+	Labels []*KV `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty"`
+	// Free key/values carried to the worker.
+	Tags []*KV `protobuf:"bytes,6,rep,name=tags,proto3" json:"tags,omitempty"`
+	// Per attempt; unset: none.
+	Timeout *durationpb.Duration `protobuf:"bytes,7,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// 0: the cluster's default.
+	MaxAttempts uint32 `protobuf:"varint,8,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// Unset: the cluster's default.
+	Backoff       *Backoff `protobuf:"bytes,9,opt,name=backoff,proto3" json:"backoff,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskTemplate) Reset() {
+	*x = TaskTemplate{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskTemplate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskTemplate) ProtoMessage() {}
+
+func (x *TaskTemplate) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskTemplate.ProtoReflect.Descriptor instead.
+func (*TaskTemplate) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TaskTemplate) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *TaskTemplate) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *TaskTemplate) GetPriority() Priority {
+	if x != nil {
+		return x.Priority
+	}
+	return Priority_PRIORITY_NORMAL
+}
+
+func (x *TaskTemplate) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *TaskTemplate) GetLabels() []*KV {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *TaskTemplate) GetTags() []*KV {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *TaskTemplate) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *TaskTemplate) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *TaskTemplate) GetBackoff() *Backoff {
+	if x != nil {
+		return x.Backoff
+	}
+	return nil
+}
+
+// A task to submit.
+type TaskSpec struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Template *TaskTemplate          `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	// Idempotency key: submitting again with it returns the same task.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// Unset: now, unless delay.
+	RunAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
+	Delay *durationpb.Duration   `protobuf:"bytes,4,opt,name=delay,proto3" json:"delay,omitempty"`
+	// Unset: none.
+	Deadline      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskSpec) Reset() {
 	*x = TaskSpec{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[2]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -435,7 +549,7 @@ func (x *TaskSpec) String() string {
 func (*TaskSpec) ProtoMessage() {}
 
 func (x *TaskSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[2]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -448,21 +562,14 @@ func (x *TaskSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSpec.ProtoReflect.Descriptor instead.
 func (*TaskSpec) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{2}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{3}
 }
 
-func (x *TaskSpec) GetPool() string {
+func (x *TaskSpec) GetTemplate() *TaskTemplate {
 	if x != nil {
-		return x.Pool
+		return x.Template
 	}
-	return ""
-}
-
-func (x *TaskSpec) GetKind() string {
-	if x != nil {
-		return x.Kind
-	}
-	return ""
+	return nil
 }
 
 func (x *TaskSpec) GetKey() string {
@@ -472,109 +579,56 @@ func (x *TaskSpec) GetKey() string {
 	return ""
 }
 
-func (x *TaskSpec) GetPriority() Priority {
+func (x *TaskSpec) GetRunAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.Priority
-	}
-	return Priority_PRIORITY_NORMAL
-}
-
-func (x *TaskSpec) GetPayload() []byte {
-	if x != nil {
-		return x.Payload
+		return x.RunAt
 	}
 	return nil
 }
 
-func (x *TaskSpec) GetLabels() []*KV {
+func (x *TaskSpec) GetDelay() *durationpb.Duration {
 	if x != nil {
-		return x.Labels
+		return x.Delay
 	}
 	return nil
 }
 
-func (x *TaskSpec) GetTags() []*KV {
+func (x *TaskSpec) GetDeadline() *timestamppb.Timestamp {
 	if x != nil {
-		return x.Tags
+		return x.Deadline
 	}
 	return nil
 }
 
-func (x *TaskSpec) GetRunAtMs() int64 {
-	if x != nil {
-		return x.RunAtMs
-	}
-	return 0
-}
-
-func (x *TaskSpec) GetDelayMs() int64 {
-	if x != nil {
-		return x.DelayMs
-	}
-	return 0
-}
-
-func (x *TaskSpec) GetDeadlineMs() int64 {
-	if x != nil {
-		return x.DeadlineMs
-	}
-	return 0
-}
-
-func (x *TaskSpec) GetTimeoutMs() int64 {
-	if x != nil {
-		return x.TimeoutMs
-	}
-	return 0
-}
-
-func (x *TaskSpec) GetMaxAttempts() uint32 {
-	if x != nil {
-		return x.MaxAttempts
-	}
-	return 0
-}
-
-func (x *TaskSpec) GetBackoff() *Backoff {
-	if x != nil {
-		return x.Backoff
-	}
-	return nil
-}
-
+// A stored task. Its template holds the defaults the cluster resolved.
 type Task struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Pool        string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
-	Kind        string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
-	Key         string                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
-	Priority    Priority               `protobuf:"varint,5,opt,name=priority,proto3,enum=cronoq.v1.Priority" json:"priority,omitempty"`
-	Payload     []byte                 `protobuf:"bytes,6,opt,name=payload,proto3" json:"payload,omitempty"`
-	Labels      []*KV                  `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty"`
-	Tags        []*KV                  `protobuf:"bytes,8,rep,name=tags,proto3" json:"tags,omitempty"`
-	Status      Status                 `protobuf:"varint,9,opt,name=status,proto3,enum=cronoq.v1.Status" json:"status,omitempty"`
-	Attempt     uint32                 `protobuf:"varint,10,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	MaxAttempts uint32                 `protobuf:"varint,11,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
-	Lease       uint64                 `protobuf:"varint,12,opt,name=lease,proto3" json:"lease,omitempty"`
-	Output      []byte                 `protobuf:"bytes,13,opt,name=output,proto3" json:"output,omitempty"`
-	Error       string                 `protobuf:"bytes,14,opt,name=error,proto3" json:"error,omitempty"`
-	// Instants in Unix nanoseconds, 0 = unset.
-	SubmittedAt   int64  `protobuf:"varint,15,opt,name=submitted_at,json=submittedAt,proto3" json:"submitted_at,omitempty"`
-	RunAt         int64  `protobuf:"varint,16,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
-	StartedAt     int64  `protobuf:"varint,17,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	FinishedAt    int64  `protobuf:"varint,18,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
-	UpdatedAt     int64  `protobuf:"varint,19,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	Deadline      int64  `protobuf:"varint,20,opt,name=deadline,proto3" json:"deadline,omitempty"`
-	TimeoutMs     int64  `protobuf:"varint,21,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
-	Schedule      string `protobuf:"bytes,22,opt,name=schedule,proto3" json:"schedule,omitempty"`
-	Slot          int64  `protobuf:"varint,23,opt,name=slot,proto3" json:"slot,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Template *TaskTemplate          `protobuf:"bytes,2,opt,name=template,proto3" json:"template,omitempty"`
+	Key      string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Status   Status                 `protobuf:"varint,4,opt,name=status,proto3,enum=cronoq.v1.Status" json:"status,omitempty"`
+	// Attempts started.
+	Attempt uint32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The current attempt's lease (0 when none runs).
+	Lease       uint64                 `protobuf:"varint,6,opt,name=lease,proto3" json:"lease,omitempty"`
+	Output      []byte                 `protobuf:"bytes,7,opt,name=output,proto3" json:"output,omitempty"`
+	Error       string                 `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	SubmittedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=submitted_at,json=submittedAt,proto3" json:"submitted_at,omitempty"`
+	RunAt       *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
+	StartedAt   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	FinishedAt  *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	UpdatedAt   *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	Deadline    *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// The recurring schedule and the fire instant that created it, if any.
+	Schedule      string                 `protobuf:"bytes,15,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	Slot          *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=slot,proto3" json:"slot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[3]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +640,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[3]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +653,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{3}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Task) GetId() string {
@@ -609,18 +663,11 @@ func (x *Task) GetId() string {
 	return ""
 }
 
-func (x *Task) GetPool() string {
+func (x *Task) GetTemplate() *TaskTemplate {
 	if x != nil {
-		return x.Pool
+		return x.Template
 	}
-	return ""
-}
-
-func (x *Task) GetKind() string {
-	if x != nil {
-		return x.Kind
-	}
-	return ""
+	return nil
 }
 
 func (x *Task) GetKey() string {
@@ -628,34 +675,6 @@ func (x *Task) GetKey() string {
 		return x.Key
 	}
 	return ""
-}
-
-func (x *Task) GetPriority() Priority {
-	if x != nil {
-		return x.Priority
-	}
-	return Priority_PRIORITY_NORMAL
-}
-
-func (x *Task) GetPayload() []byte {
-	if x != nil {
-		return x.Payload
-	}
-	return nil
-}
-
-func (x *Task) GetLabels() []*KV {
-	if x != nil {
-		return x.Labels
-	}
-	return nil
-}
-
-func (x *Task) GetTags() []*KV {
-	if x != nil {
-		return x.Tags
-	}
-	return nil
 }
 
 func (x *Task) GetStatus() Status {
@@ -668,13 +687,6 @@ func (x *Task) GetStatus() Status {
 func (x *Task) GetAttempt() uint32 {
 	if x != nil {
 		return x.Attempt
-	}
-	return 0
-}
-
-func (x *Task) GetMaxAttempts() uint32 {
-	if x != nil {
-		return x.MaxAttempts
 	}
 	return 0
 }
@@ -700,53 +712,46 @@ func (x *Task) GetError() string {
 	return ""
 }
 
-func (x *Task) GetSubmittedAt() int64 {
+func (x *Task) GetSubmittedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.SubmittedAt
 	}
-	return 0
+	return nil
 }
 
-func (x *Task) GetRunAt() int64 {
+func (x *Task) GetRunAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.RunAt
 	}
-	return 0
+	return nil
 }
 
-func (x *Task) GetStartedAt() int64 {
+func (x *Task) GetStartedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.StartedAt
 	}
-	return 0
+	return nil
 }
 
-func (x *Task) GetFinishedAt() int64 {
+func (x *Task) GetFinishedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.FinishedAt
 	}
-	return 0
+	return nil
 }
 
-func (x *Task) GetUpdatedAt() int64 {
+func (x *Task) GetUpdatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.UpdatedAt
 	}
-	return 0
+	return nil
 }
 
-func (x *Task) GetDeadline() int64 {
+func (x *Task) GetDeadline() *timestamppb.Timestamp {
 	if x != nil {
 		return x.Deadline
 	}
-	return 0
-}
-
-func (x *Task) GetTimeoutMs() int64 {
-	if x != nil {
-		return x.TimeoutMs
-	}
-	return 0
+	return nil
 }
 
 func (x *Task) GetSchedule() string {
@@ -756,11 +761,11 @@ func (x *Task) GetSchedule() string {
 	return ""
 }
 
-func (x *Task) GetSlot() int64 {
+func (x *Task) GetSlot() *timestamppb.Timestamp {
 	if x != nil {
 		return x.Slot
 	}
-	return 0
+	return nil
 }
 
 type Submitted struct {
@@ -773,7 +778,7 @@ type Submitted struct {
 
 func (x *Submitted) Reset() {
 	*x = Submitted{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[4]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +790,7 @@ func (x *Submitted) String() string {
 func (*Submitted) ProtoMessage() {}
 
 func (x *Submitted) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[4]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +803,7 @@ func (x *Submitted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submitted.ProtoReflect.Descriptor instead.
 func (*Submitted) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{4}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Submitted) GetId() string {
@@ -817,19 +822,21 @@ func (x *Submitted) GetDuplicate() bool {
 
 // Staleness of a read served without asking the leader.
 type ReadMeta struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stale         bool                   `protobuf:"varint,1,opt,name=stale,proto3" json:"stale,omitempty"`
-	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	KnownLeader   bool                   `protobuf:"varint,3,opt,name=known_leader,json=knownLeader,proto3" json:"known_leader,omitempty"`
-	LastContactMs int64                  `protobuf:"varint,4,opt,name=last_contact_ms,json=lastContactMs,proto3" json:"last_contact_ms,omitempty"`
-	AppliedIndex  uint64                 `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Stale       bool                   `protobuf:"varint,1,opt,name=stale,proto3" json:"stale,omitempty"`
+	Node        string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	KnownLeader bool                   `protobuf:"varint,3,opt,name=known_leader,json=knownLeader,proto3" json:"known_leader,omitempty"`
+	// Since the node last heard from the leader: 0 on the leader, unset when
+	// it never has.
+	LastContact   *durationpb.Duration `protobuf:"bytes,4,opt,name=last_contact,json=lastContact,proto3" json:"last_contact,omitempty"`
+	AppliedIndex  uint64               `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReadMeta) Reset() {
 	*x = ReadMeta{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[5]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +848,7 @@ func (x *ReadMeta) String() string {
 func (*ReadMeta) ProtoMessage() {}
 
 func (x *ReadMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[5]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +861,7 @@ func (x *ReadMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadMeta.ProtoReflect.Descriptor instead.
 func (*ReadMeta) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{5}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReadMeta) GetStale() bool {
@@ -878,11 +885,11 @@ func (x *ReadMeta) GetKnownLeader() bool {
 	return false
 }
 
-func (x *ReadMeta) GetLastContactMs() int64 {
+func (x *ReadMeta) GetLastContact() *durationpb.Duration {
 	if x != nil {
-		return x.LastContactMs
+		return x.LastContact
 	}
-	return 0
+	return nil
 }
 
 func (x *ReadMeta) GetAppliedIndex() uint64 {
@@ -901,7 +908,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[6]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +920,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[6]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +933,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{6}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SubmitRequest) GetSpec() *TaskSpec {
@@ -945,7 +952,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[7]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +964,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[7]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +977,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{7}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SubmitResponse) GetResult() *Submitted {
@@ -989,7 +996,7 @@ type SubmitBatchRequest struct {
 
 func (x *SubmitBatchRequest) Reset() {
 	*x = SubmitBatchRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[8]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1008,7 @@ func (x *SubmitBatchRequest) String() string {
 func (*SubmitBatchRequest) ProtoMessage() {}
 
 func (x *SubmitBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[8]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1021,7 @@ func (x *SubmitBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitBatchRequest.ProtoReflect.Descriptor instead.
 func (*SubmitBatchRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{8}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SubmitBatchRequest) GetSpecs() []*TaskSpec {
@@ -1033,7 +1040,7 @@ type SubmitBatchResponse struct {
 
 func (x *SubmitBatchResponse) Reset() {
 	*x = SubmitBatchResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[9]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1052,7 @@ func (x *SubmitBatchResponse) String() string {
 func (*SubmitBatchResponse) ProtoMessage() {}
 
 func (x *SubmitBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[9]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1065,7 @@ func (x *SubmitBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitBatchResponse.ProtoReflect.Descriptor instead.
 func (*SubmitBatchResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{9}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SubmitBatchResponse) GetResults() []*Submitted {
@@ -1077,7 +1084,7 @@ type EnqueueManyRequest struct {
 
 func (x *EnqueueManyRequest) Reset() {
 	*x = EnqueueManyRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[10]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1096,7 @@ func (x *EnqueueManyRequest) String() string {
 func (*EnqueueManyRequest) ProtoMessage() {}
 
 func (x *EnqueueManyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[10]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1109,7 @@ func (x *EnqueueManyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueManyRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueManyRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{10}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EnqueueManyRequest) GetSpecs() []*TaskSpec {
@@ -1124,7 +1131,7 @@ type ItemResult struct {
 
 func (x *ItemResult) Reset() {
 	*x = ItemResult{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[11]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1143,7 @@ func (x *ItemResult) String() string {
 func (*ItemResult) ProtoMessage() {}
 
 func (x *ItemResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[11]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1156,7 @@ func (x *ItemResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemResult.ProtoReflect.Descriptor instead.
 func (*ItemResult) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{11}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ItemResult) GetSubmitted() *Submitted {
@@ -1182,7 +1189,7 @@ type EnqueueManyResponse struct {
 
 func (x *EnqueueManyResponse) Reset() {
 	*x = EnqueueManyResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[12]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1201,7 @@ func (x *EnqueueManyResponse) String() string {
 func (*EnqueueManyResponse) ProtoMessage() {}
 
 func (x *EnqueueManyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[12]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1214,7 @@ func (x *EnqueueManyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueManyResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueManyResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{12}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *EnqueueManyResponse) GetResults() []*ItemResult {
@@ -1227,7 +1234,7 @@ type TaskRef struct {
 
 func (x *TaskRef) Reset() {
 	*x = TaskRef{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[13]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1246,7 @@ func (x *TaskRef) String() string {
 func (*TaskRef) ProtoMessage() {}
 
 func (x *TaskRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[13]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1259,7 @@ func (x *TaskRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRef.ProtoReflect.Descriptor instead.
 func (*TaskRef) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{13}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TaskRef) GetId() string {
@@ -1280,7 +1287,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[14]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1299,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[14]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1312,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{14}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetRequest) GetRef() *TaskRef {
@@ -1332,7 +1339,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[15]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1351,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[15]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1364,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{15}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetResponse) GetTask() *Task {
@@ -1377,15 +1384,16 @@ func (x *GetResponse) GetMeta() *ReadMeta {
 type WaitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ref   *TaskRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
-	// 0 = until the call's deadline.
-	TimeoutMs     int64 `protobuf:"varint,2,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// How long to hold before answering with the task as it is; unset: until
+	// the call's deadline.
+	Timeout       *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WaitRequest) Reset() {
 	*x = WaitRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[16]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1405,7 @@ func (x *WaitRequest) String() string {
 func (*WaitRequest) ProtoMessage() {}
 
 func (x *WaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[16]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1418,7 @@ func (x *WaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
 func (*WaitRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{16}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WaitRequest) GetRef() *TaskRef {
@@ -1420,11 +1428,11 @@ func (x *WaitRequest) GetRef() *TaskRef {
 	return nil
 }
 
-func (x *WaitRequest) GetTimeoutMs() int64 {
+func (x *WaitRequest) GetTimeout() *durationpb.Duration {
 	if x != nil {
-		return x.TimeoutMs
+		return x.Timeout
 	}
-	return 0
+	return nil
 }
 
 type WaitResponse struct {
@@ -1436,7 +1444,7 @@ type WaitResponse struct {
 
 func (x *WaitResponse) Reset() {
 	*x = WaitResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[17]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1448,7 +1456,7 @@ func (x *WaitResponse) String() string {
 func (*WaitResponse) ProtoMessage() {}
 
 func (x *WaitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[17]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1461,7 +1469,7 @@ func (x *WaitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitResponse.ProtoReflect.Descriptor instead.
 func (*WaitResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{17}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WaitResponse) GetTask() *Task {
@@ -1480,7 +1488,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[18]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1500,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[18]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1513,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{18}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelRequest) GetRef() *TaskRef {
@@ -1525,7 +1533,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[19]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1537,7 +1545,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[19]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1550,7 +1558,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{19}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CancelResponse) GetId() string {
@@ -1580,7 +1588,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[20]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1600,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[20]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1613,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{20}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListRequest) GetPools() []string {
@@ -1654,7 +1662,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[21]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1666,7 +1674,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[21]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1679,7 +1687,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{21}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListResponse) GetTasks() []*Task {
@@ -1712,7 +1720,7 @@ type CountsRequest struct {
 
 func (x *CountsRequest) Reset() {
 	*x = CountsRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[22]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1724,7 +1732,7 @@ func (x *CountsRequest) String() string {
 func (*CountsRequest) ProtoMessage() {}
 
 func (x *CountsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[22]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1737,7 +1745,7 @@ func (x *CountsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountsRequest.ProtoReflect.Descriptor instead.
 func (*CountsRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{22}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CountsRequest) GetStale() bool {
@@ -1757,7 +1765,7 @@ type PoolCounts struct {
 
 func (x *PoolCounts) Reset() {
 	*x = PoolCounts{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[23]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +1777,7 @@ func (x *PoolCounts) String() string {
 func (*PoolCounts) ProtoMessage() {}
 
 func (x *PoolCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[23]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +1790,7 @@ func (x *PoolCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolCounts.ProtoReflect.Descriptor instead.
 func (*PoolCounts) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{23}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PoolCounts) GetPool() string {
@@ -1809,7 +1817,7 @@ type CountsResponse struct {
 
 func (x *CountsResponse) Reset() {
 	*x = CountsResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[24]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +1829,7 @@ func (x *CountsResponse) String() string {
 func (*CountsResponse) ProtoMessage() {}
 
 func (x *CountsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[24]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +1842,7 @@ func (x *CountsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountsResponse.ProtoReflect.Descriptor instead.
 func (*CountsResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{24}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CountsResponse) GetPools() []*PoolCounts {
@@ -1860,7 +1868,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[25]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +1880,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[25]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +1893,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{25}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EventsRequest) GetPools() []string {
@@ -1903,7 +1911,7 @@ type Event struct {
 	Status  Status                 `protobuf:"varint,4,opt,name=status,proto3,enum=cronoq.v1.Status" json:"status,omitempty"`
 	Attempt uint32                 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	Message string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
-	At      int64                  `protobuf:"varint,7,opt,name=at,proto3" json:"at,omitempty"`
+	At      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=at,proto3" json:"at,omitempty"`
 	// Set on a marker sent when this subscriber fell behind and events were dropped.
 	Lagged        bool `protobuf:"varint,8,opt,name=lagged,proto3" json:"lagged,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1912,7 +1920,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[26]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +1932,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[26]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +1945,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{26}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Event) GetTaskId() string {
@@ -1982,11 +1990,11 @@ func (x *Event) GetMessage() string {
 	return ""
 }
 
-func (x *Event) GetAt() int64 {
+func (x *Event) GetAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.At
 	}
-	return 0
+	return nil
 }
 
 func (x *Event) GetLagged() bool {
@@ -1997,28 +2005,29 @@ func (x *Event) GetLagged() bool {
 }
 
 type Schedule struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Cron         string                 `protobuf:"bytes,2,opt,name=cron,proto3" json:"cron,omitempty"`
-	Tz           string                 `protobuf:"bytes,3,opt,name=tz,proto3" json:"tz,omitempty"`
-	Task         *TaskSpec              `protobuf:"bytes,4,opt,name=task,proto3" json:"task,omitempty"`
-	Overlap      Overlap                `protobuf:"varint,5,opt,name=overlap,proto3,enum=cronoq.v1.Overlap" json:"overlap,omitempty"`
-	CatchUp      CatchUp                `protobuf:"varint,6,opt,name=catch_up,json=catchUp,proto3,enum=cronoq.v1.CatchUp" json:"catch_up,omitempty"`
-	CatchUpLimit uint32                 `protobuf:"varint,7,opt,name=catch_up_limit,json=catchUpLimit,proto3" json:"catch_up_limit,omitempty"`
-	Paused       bool                   `protobuf:"varint,8,opt,name=paused,proto3" json:"paused,omitempty"`
-	// Unix nanoseconds, 0 = none.
-	NextFire      int64  `protobuf:"varint,9,opt,name=next_fire,json=nextFire,proto3" json:"next_fire,omitempty"`
-	LastFire      int64  `protobuf:"varint,10,opt,name=last_fire,json=lastFire,proto3" json:"last_fire,omitempty"`
-	Fires         uint64 `protobuf:"varint,11,opt,name=fires,proto3" json:"fires,omitempty"`
-	Skipped       uint64 `protobuf:"varint,12,opt,name=skipped,proto3" json:"skipped,omitempty"`
-	LastTask      string `protobuf:"bytes,13,opt,name=last_task,json=lastTask,proto3" json:"last_task,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Cron  string                 `protobuf:"bytes,2,opt,name=cron,proto3" json:"cron,omitempty"`
+	Tz    string                 `protobuf:"bytes,3,opt,name=tz,proto3" json:"tz,omitempty"`
+	// What each fire submits; its unset fields take the defaults at each fire.
+	Task         *TaskTemplate `protobuf:"bytes,4,opt,name=task,proto3" json:"task,omitempty"`
+	Overlap      Overlap       `protobuf:"varint,5,opt,name=overlap,proto3,enum=cronoq.v1.Overlap" json:"overlap,omitempty"`
+	CatchUp      CatchUp       `protobuf:"varint,6,opt,name=catch_up,json=catchUp,proto3,enum=cronoq.v1.CatchUp" json:"catch_up,omitempty"`
+	CatchUpLimit uint32        `protobuf:"varint,7,opt,name=catch_up_limit,json=catchUpLimit,proto3" json:"catch_up_limit,omitempty"`
+	Paused       bool          `protobuf:"varint,8,opt,name=paused,proto3" json:"paused,omitempty"`
+	// Unset: none (paused, or no fire yet).
+	NextFire      *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=next_fire,json=nextFire,proto3" json:"next_fire,omitempty"`
+	LastFire      *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=last_fire,json=lastFire,proto3" json:"last_fire,omitempty"`
+	Fires         uint64                 `protobuf:"varint,11,opt,name=fires,proto3" json:"fires,omitempty"`
+	Skipped       uint64                 `protobuf:"varint,12,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	LastTask      string                 `protobuf:"bytes,13,opt,name=last_task,json=lastTask,proto3" json:"last_task,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[27]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2030,7 +2039,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[27]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2043,7 +2052,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{27}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Schedule) GetName() string {
@@ -2067,7 +2076,7 @@ func (x *Schedule) GetTz() string {
 	return ""
 }
 
-func (x *Schedule) GetTask() *TaskSpec {
+func (x *Schedule) GetTask() *TaskTemplate {
 	if x != nil {
 		return x.Task
 	}
@@ -2102,18 +2111,18 @@ func (x *Schedule) GetPaused() bool {
 	return false
 }
 
-func (x *Schedule) GetNextFire() int64 {
+func (x *Schedule) GetNextFire() *timestamppb.Timestamp {
 	if x != nil {
 		return x.NextFire
 	}
-	return 0
+	return nil
 }
 
-func (x *Schedule) GetLastFire() int64 {
+func (x *Schedule) GetLastFire() *timestamppb.Timestamp {
 	if x != nil {
 		return x.LastFire
 	}
-	return 0
+	return nil
 }
 
 func (x *Schedule) GetFires() uint64 {
@@ -2146,7 +2155,7 @@ type AddScheduleRequest struct {
 
 func (x *AddScheduleRequest) Reset() {
 	*x = AddScheduleRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[28]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2167,7 @@ func (x *AddScheduleRequest) String() string {
 func (*AddScheduleRequest) ProtoMessage() {}
 
 func (x *AddScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[28]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2180,7 @@ func (x *AddScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddScheduleRequest.ProtoReflect.Descriptor instead.
 func (*AddScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{28}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AddScheduleRequest) GetSchedule() *Schedule {
@@ -2182,16 +2191,17 @@ func (x *AddScheduleRequest) GetSchedule() *Schedule {
 }
 
 type AddScheduleResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	NextFire      int64                  `protobuf:"varint,2,opt,name=next_fire,json=nextFire,proto3" json:"next_fire,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Unset while paused.
+	NextFire      *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=next_fire,json=nextFire,proto3" json:"next_fire,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AddScheduleResponse) Reset() {
 	*x = AddScheduleResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[29]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2213,7 @@ func (x *AddScheduleResponse) String() string {
 func (*AddScheduleResponse) ProtoMessage() {}
 
 func (x *AddScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[29]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2226,7 @@ func (x *AddScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddScheduleResponse.ProtoReflect.Descriptor instead.
 func (*AddScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{29}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AddScheduleResponse) GetName() string {
@@ -2226,11 +2236,11 @@ func (x *AddScheduleResponse) GetName() string {
 	return ""
 }
 
-func (x *AddScheduleResponse) GetNextFire() int64 {
+func (x *AddScheduleResponse) GetNextFire() *timestamppb.Timestamp {
 	if x != nil {
 		return x.NextFire
 	}
-	return 0
+	return nil
 }
 
 type ListSchedulesRequest struct {
@@ -2242,7 +2252,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[30]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2264,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[30]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2277,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{30}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListSchedulesRequest) GetStale() bool {
@@ -2286,7 +2296,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[31]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2298,7 +2308,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[31]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2311,7 +2321,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{31}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -2330,7 +2340,7 @@ type RemoveScheduleRequest struct {
 
 func (x *RemoveScheduleRequest) Reset() {
 	*x = RemoveScheduleRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[32]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2352,7 @@ func (x *RemoveScheduleRequest) String() string {
 func (*RemoveScheduleRequest) ProtoMessage() {}
 
 func (x *RemoveScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[32]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2365,7 @@ func (x *RemoveScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveScheduleRequest.ProtoReflect.Descriptor instead.
 func (*RemoveScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{32}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RemoveScheduleRequest) GetName() string {
@@ -2375,7 +2385,7 @@ type RemoveScheduleResponse struct {
 
 func (x *RemoveScheduleResponse) Reset() {
 	*x = RemoveScheduleResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[33]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2397,7 @@ func (x *RemoveScheduleResponse) String() string {
 func (*RemoveScheduleResponse) ProtoMessage() {}
 
 func (x *RemoveScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[33]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2410,7 @@ func (x *RemoveScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveScheduleResponse.ProtoReflect.Descriptor instead.
 func (*RemoveScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{33}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RemoveScheduleResponse) GetName() string {
@@ -2427,7 +2437,7 @@ type PauseScheduleRequest struct {
 
 func (x *PauseScheduleRequest) Reset() {
 	*x = PauseScheduleRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[34]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2439,7 +2449,7 @@ func (x *PauseScheduleRequest) String() string {
 func (*PauseScheduleRequest) ProtoMessage() {}
 
 func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[34]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2452,7 +2462,7 @@ func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PauseScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{34}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PauseScheduleRequest) GetName() string {
@@ -2479,7 +2489,7 @@ type PauseScheduleResponse struct {
 
 func (x *PauseScheduleResponse) Reset() {
 	*x = PauseScheduleResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[35]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2491,7 +2501,7 @@ func (x *PauseScheduleResponse) String() string {
 func (*PauseScheduleResponse) ProtoMessage() {}
 
 func (x *PauseScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[35]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2504,7 +2514,7 @@ func (x *PauseScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PauseScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{35}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PauseScheduleResponse) GetName() string {
@@ -2532,7 +2542,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[36]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2554,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[36]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2567,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{36}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Hello) GetWorker() string {
@@ -2591,7 +2601,7 @@ type Poll struct {
 
 func (x *Poll) Reset() {
 	*x = Poll{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[37]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2603,7 +2613,7 @@ func (x *Poll) String() string {
 func (*Poll) ProtoMessage() {}
 
 func (x *Poll) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[37]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2616,7 +2626,7 @@ func (x *Poll) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Poll.ProtoReflect.Descriptor instead.
 func (*Poll) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{37}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Poll) GetSlots() int32 {
@@ -2635,7 +2645,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[38]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2647,7 +2657,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[38]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2660,7 +2670,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{38}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Heartbeat) GetLeases() []uint64 {
@@ -2671,19 +2681,20 @@ func (x *Heartbeat) GetLeases() []uint64 {
 }
 
 type Completion struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Lease         uint64                 `protobuf:"varint,1,opt,name=lease,proto3" json:"lease,omitempty"`
-	Outcome       OutcomeKind            `protobuf:"varint,2,opt,name=outcome,proto3,enum=cronoq.v1.OutcomeKind" json:"outcome,omitempty"`
-	Output        []byte                 `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
-	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
-	RetryAfterMs  int64                  `protobuf:"varint,5,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Lease   uint64                 `protobuf:"varint,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	Outcome OutcomeKind            `protobuf:"varint,2,opt,name=outcome,proto3,enum=cronoq.v1.OutcomeKind" json:"outcome,omitempty"`
+	Output  []byte                 `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
+	Message string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// With a retryable outcome: retry after this instead of the backoff.
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Completion) Reset() {
 	*x = Completion{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[39]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2695,7 +2706,7 @@ func (x *Completion) String() string {
 func (*Completion) ProtoMessage() {}
 
 func (x *Completion) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[39]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2708,7 +2719,7 @@ func (x *Completion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Completion.ProtoReflect.Descriptor instead.
 func (*Completion) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{39}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Completion) GetLease() uint64 {
@@ -2739,11 +2750,11 @@ func (x *Completion) GetMessage() string {
 	return ""
 }
 
-func (x *Completion) GetRetryAfterMs() int64 {
+func (x *Completion) GetRetryAfter() *durationpb.Duration {
 	if x != nil {
-		return x.RetryAfterMs
+		return x.RetryAfter
 	}
-	return 0
+	return nil
 }
 
 type Complete struct {
@@ -2755,7 +2766,7 @@ type Complete struct {
 
 func (x *Complete) Reset() {
 	*x = Complete{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[40]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2767,7 +2778,7 @@ func (x *Complete) String() string {
 func (*Complete) ProtoMessage() {}
 
 func (x *Complete) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[40]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2780,7 +2791,7 @@ func (x *Complete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Complete.ProtoReflect.Descriptor instead.
 func (*Complete) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{40}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Complete) GetCompletions() []*Completion {
@@ -2805,7 +2816,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[41]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2817,7 +2828,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[41]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2830,7 +2841,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{41}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WorkerMessage) GetMsg() isWorkerMessage_Msg {
@@ -2905,17 +2916,17 @@ func (*WorkerMessage_Heartbeat) isWorkerMessage_Msg() {}
 func (*WorkerMessage_Complete) isWorkerMessage_Msg() {}
 
 type Welcome struct {
-	state             protoimpl.MessageState `protogen:"open.v1"`
-	Node              string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Epoch             uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	HeartbeatWindowMs int64                  `protobuf:"varint,3,opt,name=heartbeat_window_ms,json=heartbeatWindowMs,proto3" json:"heartbeat_window_ms,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Node            string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Epoch           uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	HeartbeatWindow *durationpb.Duration   `protobuf:"bytes,3,opt,name=heartbeat_window,json=heartbeatWindow,proto3" json:"heartbeat_window,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[42]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2927,7 +2938,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[42]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2940,7 +2951,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{42}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Welcome) GetNode() string {
@@ -2957,11 +2968,11 @@ func (x *Welcome) GetEpoch() uint64 {
 	return 0
 }
 
-func (x *Welcome) GetHeartbeatWindowMs() int64 {
+func (x *Welcome) GetHeartbeatWindow() *durationpb.Duration {
 	if x != nil {
-		return x.HeartbeatWindowMs
+		return x.HeartbeatWindow
 	}
-	return 0
+	return nil
 }
 
 type Grant struct {
@@ -2975,7 +2986,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2987,7 +2998,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3000,7 +3011,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{43}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Grant) GetTask() *Task {
@@ -3033,7 +3044,7 @@ type Grants struct {
 
 func (x *Grants) Reset() {
 	*x = Grants{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3056,7 @@ func (x *Grants) String() string {
 func (*Grants) ProtoMessage() {}
 
 func (x *Grants) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3069,7 @@ func (x *Grants) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grants.ProtoReflect.Descriptor instead.
 func (*Grants) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{44}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Grants) GetGrants() []*Grant {
@@ -3080,7 +3091,7 @@ type LeaseResult struct {
 
 func (x *LeaseResult) Reset() {
 	*x = LeaseResult{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3092,7 +3103,7 @@ func (x *LeaseResult) String() string {
 func (*LeaseResult) ProtoMessage() {}
 
 func (x *LeaseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3105,7 +3116,7 @@ func (x *LeaseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResult.ProtoReflect.Descriptor instead.
 func (*LeaseResult) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{45}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *LeaseResult) GetLease() uint64 {
@@ -3138,7 +3149,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3150,7 +3161,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3163,7 +3174,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{46}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *HeartbeatAck) GetResults() []*LeaseResult {
@@ -3182,7 +3193,7 @@ type CompleteAck struct {
 
 func (x *CompleteAck) Reset() {
 	*x = CompleteAck{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3205,7 @@ func (x *CompleteAck) String() string {
 func (*CompleteAck) ProtoMessage() {}
 
 func (x *CompleteAck) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +3218,7 @@ func (x *CompleteAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteAck.ProtoReflect.Descriptor instead.
 func (*CompleteAck) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{47}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CompleteAck) GetResults() []*LeaseResult {
@@ -3227,7 +3238,7 @@ type Abort struct {
 
 func (x *Abort) Reset() {
 	*x = Abort{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3239,7 +3250,7 @@ func (x *Abort) String() string {
 func (*Abort) ProtoMessage() {}
 
 func (x *Abort) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3252,7 +3263,7 @@ func (x *Abort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Abort.ProtoReflect.Descriptor instead.
 func (*Abort) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{48}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Abort) GetLease() uint64 {
@@ -3285,7 +3296,7 @@ type ServerMessage struct {
 
 func (x *ServerMessage) Reset() {
 	*x = ServerMessage{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3297,7 +3308,7 @@ func (x *ServerMessage) String() string {
 func (*ServerMessage) ProtoMessage() {}
 
 func (x *ServerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3310,7 +3321,7 @@ func (x *ServerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerMessage.ProtoReflect.Descriptor instead.
 func (*ServerMessage) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{49}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ServerMessage) GetMsg() isServerMessage_Msg {
@@ -3413,7 +3424,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3425,7 +3436,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3438,7 +3449,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{50}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Member) GetName() string {
@@ -3491,7 +3502,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3503,7 +3514,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3516,7 +3527,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{51}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{52}
 }
 
 type MembersResponse struct {
@@ -3528,7 +3539,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3540,7 +3551,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3553,7 +3564,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{52}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -3575,7 +3586,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3587,7 +3598,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3600,7 +3611,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{53}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Peer) GetId() string {
@@ -3639,7 +3650,7 @@ type PeersRequest struct {
 
 func (x *PeersRequest) Reset() {
 	*x = PeersRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3651,7 +3662,7 @@ func (x *PeersRequest) String() string {
 func (*PeersRequest) ProtoMessage() {}
 
 func (x *PeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3664,7 +3675,7 @@ func (x *PeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeersRequest.ProtoReflect.Descriptor instead.
 func (*PeersRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{54}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{55}
 }
 
 type PeersResponse struct {
@@ -3676,7 +3687,7 @@ type PeersResponse struct {
 
 func (x *PeersResponse) Reset() {
 	*x = PeersResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3688,7 +3699,7 @@ func (x *PeersResponse) String() string {
 func (*PeersResponse) ProtoMessage() {}
 
 func (x *PeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3701,7 +3712,7 @@ func (x *PeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeersResponse.ProtoReflect.Descriptor instead.
 func (*PeersResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{55}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PeersResponse) GetPeers() []*Peer {
@@ -3720,7 +3731,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3732,7 +3743,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3745,7 +3756,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{56}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RemovePeerRequest) GetId() string {
@@ -3764,7 +3775,7 @@ type RemovePeerResponse struct {
 
 func (x *RemovePeerResponse) Reset() {
 	*x = RemovePeerResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3776,7 +3787,7 @@ func (x *RemovePeerResponse) String() string {
 func (*RemovePeerResponse) ProtoMessage() {}
 
 func (x *RemovePeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3789,7 +3800,7 @@ func (x *RemovePeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerResponse.ProtoReflect.Descriptor instead.
 func (*RemovePeerResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{57}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RemovePeerResponse) GetRemoved() string {
@@ -3808,7 +3819,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3820,7 +3831,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3833,7 +3844,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{58}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -3852,7 +3863,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3864,7 +3875,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3877,7 +3888,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{59}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *TransferLeadershipResponse) GetLeader() string {
@@ -3895,7 +3906,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3907,7 +3918,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3920,7 +3931,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{60}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{61}
 }
 
 type HealthResponse struct {
@@ -3936,7 +3947,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3948,7 +3959,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3961,7 +3972,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{61}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *HealthResponse) GetNode() string {
@@ -4003,69 +4014,59 @@ var File_cronoq_v1_cronoq_proto protoreflect.FileDescriptor
 
 const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\n" +
-	"\x16cronoq/v1/cronoq.proto\x12\tcronoq.v1\",\n" +
+	"\x16cronoq/v1/cronoq.proto\x12\tcronoq.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\",\n" +
 	"\x02KV\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"W\n" +
-	"\aBackoff\x12\x1d\n" +
-	"\n" +
-	"initial_ms\x18\x01 \x01(\x03R\tinitialMs\x12\x15\n" +
-	"\x06max_ms\x18\x02 \x01(\x03R\x05maxMs\x12\x16\n" +
-	"\x06jitter\x18\x03 \x01(\x01R\x06jitter\"\xa1\x03\n" +
-	"\bTaskSpec\x12\x12\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\x83\x01\n" +
+	"\aBackoff\x123\n" +
+	"\ainitial\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\ainitial\x12+\n" +
+	"\x03max\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03max\x12\x16\n" +
+	"\x06jitter\x18\x03 \x01(\x01R\x06jitter\"\xd1\x02\n" +
+	"\fTaskTemplate\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
-	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x10\n" +
-	"\x03key\x18\x03 \x01(\tR\x03key\x12/\n" +
-	"\bpriority\x18\x04 \x01(\x0e2\x13.cronoq.v1.PriorityR\bpriority\x12\x18\n" +
-	"\apayload\x18\x05 \x01(\fR\apayload\x12%\n" +
-	"\x06labels\x18\x06 \x03(\v2\r.cronoq.v1.KVR\x06labels\x12!\n" +
-	"\x04tags\x18\a \x03(\v2\r.cronoq.v1.KVR\x04tags\x12\x1a\n" +
-	"\trun_at_ms\x18\b \x01(\x03R\arunAtMs\x12\x19\n" +
-	"\bdelay_ms\x18\t \x01(\x03R\adelayMs\x12\x1f\n" +
-	"\vdeadline_ms\x18\n" +
-	" \x01(\x03R\n" +
-	"deadlineMs\x12\x1d\n" +
-	"\n" +
-	"timeout_ms\x18\v \x01(\x03R\ttimeoutMs\x12!\n" +
-	"\fmax_attempts\x18\f \x01(\rR\vmaxAttempts\x12,\n" +
-	"\abackoff\x18\r \x01(\v2\x12.cronoq.v1.BackoffR\abackoff\"\x95\x05\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12/\n" +
+	"\bpriority\x18\x03 \x01(\x0e2\x13.cronoq.v1.PriorityR\bpriority\x12\x18\n" +
+	"\apayload\x18\x04 \x01(\fR\apayload\x12%\n" +
+	"\x06labels\x18\x05 \x03(\v2\r.cronoq.v1.KVR\x06labels\x12!\n" +
+	"\x04tags\x18\x06 \x03(\v2\r.cronoq.v1.KVR\x04tags\x123\n" +
+	"\atimeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12!\n" +
+	"\fmax_attempts\x18\b \x01(\rR\vmaxAttempts\x12,\n" +
+	"\abackoff\x18\t \x01(\v2\x12.cronoq.v1.BackoffR\abackoff\"\xed\x01\n" +
+	"\bTaskSpec\x123\n" +
+	"\btemplate\x18\x01 \x01(\v2\x17.cronoq.v1.TaskTemplateR\btemplate\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x121\n" +
+	"\x06run_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12/\n" +
+	"\x05delay\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x126\n" +
+	"\bdeadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"\x8f\x05\n" +
 	"\x04Task\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
-	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x12\n" +
-	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x10\n" +
-	"\x03key\x18\x04 \x01(\tR\x03key\x12/\n" +
-	"\bpriority\x18\x05 \x01(\x0e2\x13.cronoq.v1.PriorityR\bpriority\x12\x18\n" +
-	"\apayload\x18\x06 \x01(\fR\apayload\x12%\n" +
-	"\x06labels\x18\a \x03(\v2\r.cronoq.v1.KVR\x06labels\x12!\n" +
-	"\x04tags\x18\b \x03(\v2\r.cronoq.v1.KVR\x04tags\x12)\n" +
-	"\x06status\x18\t \x01(\x0e2\x11.cronoq.v1.StatusR\x06status\x12\x18\n" +
-	"\aattempt\x18\n" +
-	" \x01(\rR\aattempt\x12!\n" +
-	"\fmax_attempts\x18\v \x01(\rR\vmaxAttempts\x12\x14\n" +
-	"\x05lease\x18\f \x01(\x04R\x05lease\x12\x16\n" +
-	"\x06output\x18\r \x01(\fR\x06output\x12\x14\n" +
-	"\x05error\x18\x0e \x01(\tR\x05error\x12!\n" +
-	"\fsubmitted_at\x18\x0f \x01(\x03R\vsubmittedAt\x12\x15\n" +
-	"\x06run_at\x18\x10 \x01(\x03R\x05runAt\x12\x1d\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x123\n" +
+	"\btemplate\x18\x02 \x01(\v2\x17.cronoq.v1.TaskTemplateR\btemplate\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12)\n" +
+	"\x06status\x18\x04 \x01(\x0e2\x11.cronoq.v1.StatusR\x06status\x12\x18\n" +
+	"\aattempt\x18\x05 \x01(\rR\aattempt\x12\x14\n" +
+	"\x05lease\x18\x06 \x01(\x04R\x05lease\x12\x16\n" +
+	"\x06output\x18\a \x01(\fR\x06output\x12\x14\n" +
+	"\x05error\x18\b \x01(\tR\x05error\x12=\n" +
+	"\fsubmitted_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vsubmittedAt\x121\n" +
+	"\x06run_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x129\n" +
 	"\n" +
-	"started_at\x18\x11 \x01(\x03R\tstartedAt\x12\x1f\n" +
-	"\vfinished_at\x18\x12 \x01(\x03R\n" +
-	"finishedAt\x12\x1d\n" +
+	"started_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
+	"\vfinished_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\x13 \x01(\x03R\tupdatedAt\x12\x1a\n" +
-	"\bdeadline\x18\x14 \x01(\x03R\bdeadline\x12\x1d\n" +
-	"\n" +
-	"timeout_ms\x18\x15 \x01(\x03R\ttimeoutMs\x12\x1a\n" +
-	"\bschedule\x18\x16 \x01(\tR\bschedule\x12\x12\n" +
-	"\x04slot\x18\x17 \x01(\x03R\x04slot\"9\n" +
+	"updated_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x126\n" +
+	"\bdeadline\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x1a\n" +
+	"\bschedule\x18\x0f \x01(\tR\bschedule\x12.\n" +
+	"\x04slot\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\x04slot\"9\n" +
 	"\tSubmitted\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
-	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\xa4\x01\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\xba\x01\n" +
 	"\bReadMeta\x12\x14\n" +
 	"\x05stale\x18\x01 \x01(\bR\x05stale\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12!\n" +
-	"\fknown_leader\x18\x03 \x01(\bR\vknownLeader\x12&\n" +
-	"\x0flast_contact_ms\x18\x04 \x01(\x03R\rlastContactMs\x12#\n" +
+	"\fknown_leader\x18\x03 \x01(\bR\vknownLeader\x12<\n" +
+	"\flast_contact\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\vlastContact\x12#\n" +
 	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\"8\n" +
 	"\rSubmitRequest\x12'\n" +
 	"\x04spec\x18\x01 \x01(\v2\x13.cronoq.v1.TaskSpecR\x04spec\">\n" +
@@ -4093,11 +4094,10 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"[\n" +
 	"\vGetResponse\x12#\n" +
 	"\x04task\x18\x01 \x01(\v2\x0f.cronoq.v1.TaskR\x04task\x12'\n" +
-	"\x04meta\x18\x02 \x01(\v2\x13.cronoq.v1.ReadMetaR\x04meta\"R\n" +
+	"\x04meta\x18\x02 \x01(\v2\x13.cronoq.v1.ReadMetaR\x04meta\"h\n" +
 	"\vWaitRequest\x12$\n" +
-	"\x03ref\x18\x01 \x01(\v2\x12.cronoq.v1.TaskRefR\x03ref\x12\x1d\n" +
-	"\n" +
-	"timeout_ms\x18\x02 \x01(\x03R\ttimeoutMs\"3\n" +
+	"\x03ref\x18\x01 \x01(\v2\x12.cronoq.v1.TaskRefR\x03ref\x123\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"3\n" +
 	"\fWaitResponse\x12#\n" +
 	"\x04task\x18\x01 \x01(\v2\x0f.cronoq.v1.TaskR\x04task\"5\n" +
 	"\rCancelRequest\x12$\n" +
@@ -4128,36 +4128,36 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x05pools\x18\x01 \x03(\v2\x15.cronoq.v1.PoolCountsR\x05pools\x12'\n" +
 	"\x04meta\x18\x02 \x01(\v2\x13.cronoq.v1.ReadMetaR\x04meta\"%\n" +
 	"\rEventsRequest\x12\x14\n" +
-	"\x05pools\x18\x01 \x03(\tR\x05pools\"\xcf\x01\n" +
+	"\x05pools\x18\x01 \x03(\tR\x05pools\"\xeb\x01\n" +
 	"\x05Event\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x12\n" +
 	"\x04kind\x18\x03 \x01(\tR\x04kind\x12)\n" +
 	"\x06status\x18\x04 \x01(\x0e2\x11.cronoq.v1.StatusR\x06status\x12\x18\n" +
 	"\aattempt\x18\x05 \x01(\rR\aattempt\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessage\x12\x0e\n" +
-	"\x02at\x18\a \x01(\x03R\x02at\x12\x16\n" +
-	"\x06lagged\x18\b \x01(\bR\x06lagged\"\x8d\x03\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x12*\n" +
+	"\x02at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x16\n" +
+	"\x06lagged\x18\b \x01(\bR\x06lagged\"\xc9\x03\n" +
 	"\bSchedule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04cron\x18\x02 \x01(\tR\x04cron\x12\x0e\n" +
-	"\x02tz\x18\x03 \x01(\tR\x02tz\x12'\n" +
-	"\x04task\x18\x04 \x01(\v2\x13.cronoq.v1.TaskSpecR\x04task\x12,\n" +
+	"\x02tz\x18\x03 \x01(\tR\x02tz\x12+\n" +
+	"\x04task\x18\x04 \x01(\v2\x17.cronoq.v1.TaskTemplateR\x04task\x12,\n" +
 	"\aoverlap\x18\x05 \x01(\x0e2\x12.cronoq.v1.OverlapR\aoverlap\x12-\n" +
 	"\bcatch_up\x18\x06 \x01(\x0e2\x12.cronoq.v1.CatchUpR\acatchUp\x12$\n" +
 	"\x0ecatch_up_limit\x18\a \x01(\rR\fcatchUpLimit\x12\x16\n" +
-	"\x06paused\x18\b \x01(\bR\x06paused\x12\x1b\n" +
-	"\tnext_fire\x18\t \x01(\x03R\bnextFire\x12\x1b\n" +
+	"\x06paused\x18\b \x01(\bR\x06paused\x127\n" +
+	"\tnext_fire\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bnextFire\x127\n" +
 	"\tlast_fire\x18\n" +
-	" \x01(\x03R\blastFire\x12\x14\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\blastFire\x12\x14\n" +
 	"\x05fires\x18\v \x01(\x04R\x05fires\x12\x18\n" +
 	"\askipped\x18\f \x01(\x04R\askipped\x12\x1b\n" +
 	"\tlast_task\x18\r \x01(\tR\blastTask\"E\n" +
 	"\x12AddScheduleRequest\x12/\n" +
-	"\bschedule\x18\x01 \x01(\v2\x13.cronoq.v1.ScheduleR\bschedule\"F\n" +
+	"\bschedule\x18\x01 \x01(\v2\x13.cronoq.v1.ScheduleR\bschedule\"b\n" +
 	"\x13AddScheduleResponse\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
-	"\tnext_fire\x18\x02 \x01(\x03R\bnextFire\",\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x127\n" +
+	"\tnext_fire\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bnextFire\",\n" +
 	"\x14ListSchedulesRequest\x12\x14\n" +
 	"\x05stale\x18\x01 \x01(\bR\x05stale\"J\n" +
 	"\x15ListSchedulesResponse\x121\n" +
@@ -4180,14 +4180,15 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x04Poll\x12\x14\n" +
 	"\x05slots\x18\x01 \x01(\x05R\x05slots\"#\n" +
 	"\tHeartbeat\x12\x16\n" +
-	"\x06leases\x18\x01 \x03(\x04R\x06leases\"\xac\x01\n" +
+	"\x06leases\x18\x01 \x03(\x04R\x06leases\"\xc2\x01\n" +
 	"\n" +
 	"Completion\x12\x14\n" +
 	"\x05lease\x18\x01 \x01(\x04R\x05lease\x120\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x16.cronoq.v1.OutcomeKindR\aoutcome\x12\x16\n" +
 	"\x06output\x18\x03 \x01(\fR\x06output\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\x12$\n" +
-	"\x0eretry_after_ms\x18\x05 \x01(\x03R\fretryAfterMs\"C\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12:\n" +
+	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\"C\n" +
 	"\bComplete\x127\n" +
 	"\vcompletions\x18\x01 \x03(\v2\x15.cronoq.v1.CompletionR\vcompletions\"\xd0\x01\n" +
 	"\rWorkerMessage\x12(\n" +
@@ -4195,11 +4196,11 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x04poll\x18\x02 \x01(\v2\x0f.cronoq.v1.PollH\x00R\x04poll\x124\n" +
 	"\theartbeat\x18\x03 \x01(\v2\x14.cronoq.v1.HeartbeatH\x00R\theartbeat\x121\n" +
 	"\bcomplete\x18\x04 \x01(\v2\x13.cronoq.v1.CompleteH\x00R\bcompleteB\x05\n" +
-	"\x03msg\"c\n" +
+	"\x03msg\"y\n" +
 	"\aWelcome\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12.\n" +
-	"\x13heartbeat_window_ms\x18\x03 \x01(\x03R\x11heartbeatWindowMs\"\\\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12D\n" +
+	"\x10heartbeat_window\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x0fheartbeatWindow\"\\\n" +
 	"\x05Grant\x12#\n" +
 	"\x04task\x18\x01 \x01(\v2\x0f.cronoq.v1.TaskR\x04task\x12\x14\n" +
 	"\x05lease\x18\x02 \x01(\x04R\x05lease\x12\x18\n" +
@@ -4321,7 +4322,7 @@ func file_cronoq_v1_cronoq_proto_rawDescGZIP() []byte {
 }
 
 var file_cronoq_v1_cronoq_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(Priority)(0),                      // 0: cronoq.v1.Priority
 	(Status)(0),                        // 1: cronoq.v1.Status
@@ -4330,163 +4331,186 @@ var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(OutcomeKind)(0),                   // 4: cronoq.v1.OutcomeKind
 	(*KV)(nil),                         // 5: cronoq.v1.KV
 	(*Backoff)(nil),                    // 6: cronoq.v1.Backoff
-	(*TaskSpec)(nil),                   // 7: cronoq.v1.TaskSpec
-	(*Task)(nil),                       // 8: cronoq.v1.Task
-	(*Submitted)(nil),                  // 9: cronoq.v1.Submitted
-	(*ReadMeta)(nil),                   // 10: cronoq.v1.ReadMeta
-	(*SubmitRequest)(nil),              // 11: cronoq.v1.SubmitRequest
-	(*SubmitResponse)(nil),             // 12: cronoq.v1.SubmitResponse
-	(*SubmitBatchRequest)(nil),         // 13: cronoq.v1.SubmitBatchRequest
-	(*SubmitBatchResponse)(nil),        // 14: cronoq.v1.SubmitBatchResponse
-	(*EnqueueManyRequest)(nil),         // 15: cronoq.v1.EnqueueManyRequest
-	(*ItemResult)(nil),                 // 16: cronoq.v1.ItemResult
-	(*EnqueueManyResponse)(nil),        // 17: cronoq.v1.EnqueueManyResponse
-	(*TaskRef)(nil),                    // 18: cronoq.v1.TaskRef
-	(*GetRequest)(nil),                 // 19: cronoq.v1.GetRequest
-	(*GetResponse)(nil),                // 20: cronoq.v1.GetResponse
-	(*WaitRequest)(nil),                // 21: cronoq.v1.WaitRequest
-	(*WaitResponse)(nil),               // 22: cronoq.v1.WaitResponse
-	(*CancelRequest)(nil),              // 23: cronoq.v1.CancelRequest
-	(*CancelResponse)(nil),             // 24: cronoq.v1.CancelResponse
-	(*ListRequest)(nil),                // 25: cronoq.v1.ListRequest
-	(*ListResponse)(nil),               // 26: cronoq.v1.ListResponse
-	(*CountsRequest)(nil),              // 27: cronoq.v1.CountsRequest
-	(*PoolCounts)(nil),                 // 28: cronoq.v1.PoolCounts
-	(*CountsResponse)(nil),             // 29: cronoq.v1.CountsResponse
-	(*EventsRequest)(nil),              // 30: cronoq.v1.EventsRequest
-	(*Event)(nil),                      // 31: cronoq.v1.Event
-	(*Schedule)(nil),                   // 32: cronoq.v1.Schedule
-	(*AddScheduleRequest)(nil),         // 33: cronoq.v1.AddScheduleRequest
-	(*AddScheduleResponse)(nil),        // 34: cronoq.v1.AddScheduleResponse
-	(*ListSchedulesRequest)(nil),       // 35: cronoq.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),      // 36: cronoq.v1.ListSchedulesResponse
-	(*RemoveScheduleRequest)(nil),      // 37: cronoq.v1.RemoveScheduleRequest
-	(*RemoveScheduleResponse)(nil),     // 38: cronoq.v1.RemoveScheduleResponse
-	(*PauseScheduleRequest)(nil),       // 39: cronoq.v1.PauseScheduleRequest
-	(*PauseScheduleResponse)(nil),      // 40: cronoq.v1.PauseScheduleResponse
-	(*Hello)(nil),                      // 41: cronoq.v1.Hello
-	(*Poll)(nil),                       // 42: cronoq.v1.Poll
-	(*Heartbeat)(nil),                  // 43: cronoq.v1.Heartbeat
-	(*Completion)(nil),                 // 44: cronoq.v1.Completion
-	(*Complete)(nil),                   // 45: cronoq.v1.Complete
-	(*WorkerMessage)(nil),              // 46: cronoq.v1.WorkerMessage
-	(*Welcome)(nil),                    // 47: cronoq.v1.Welcome
-	(*Grant)(nil),                      // 48: cronoq.v1.Grant
-	(*Grants)(nil),                     // 49: cronoq.v1.Grants
-	(*LeaseResult)(nil),                // 50: cronoq.v1.LeaseResult
-	(*HeartbeatAck)(nil),               // 51: cronoq.v1.HeartbeatAck
-	(*CompleteAck)(nil),                // 52: cronoq.v1.CompleteAck
-	(*Abort)(nil),                      // 53: cronoq.v1.Abort
-	(*ServerMessage)(nil),              // 54: cronoq.v1.ServerMessage
-	(*Member)(nil),                     // 55: cronoq.v1.Member
-	(*MembersRequest)(nil),             // 56: cronoq.v1.MembersRequest
-	(*MembersResponse)(nil),            // 57: cronoq.v1.MembersResponse
-	(*Peer)(nil),                       // 58: cronoq.v1.Peer
-	(*PeersRequest)(nil),               // 59: cronoq.v1.PeersRequest
-	(*PeersResponse)(nil),              // 60: cronoq.v1.PeersResponse
-	(*RemovePeerRequest)(nil),          // 61: cronoq.v1.RemovePeerRequest
-	(*RemovePeerResponse)(nil),         // 62: cronoq.v1.RemovePeerResponse
-	(*TransferLeadershipRequest)(nil),  // 63: cronoq.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 64: cronoq.v1.TransferLeadershipResponse
-	(*HealthRequest)(nil),              // 65: cronoq.v1.HealthRequest
-	(*HealthResponse)(nil),             // 66: cronoq.v1.HealthResponse
-	nil,                                // 67: cronoq.v1.PoolCounts.ByStatusEntry
+	(*TaskTemplate)(nil),               // 7: cronoq.v1.TaskTemplate
+	(*TaskSpec)(nil),                   // 8: cronoq.v1.TaskSpec
+	(*Task)(nil),                       // 9: cronoq.v1.Task
+	(*Submitted)(nil),                  // 10: cronoq.v1.Submitted
+	(*ReadMeta)(nil),                   // 11: cronoq.v1.ReadMeta
+	(*SubmitRequest)(nil),              // 12: cronoq.v1.SubmitRequest
+	(*SubmitResponse)(nil),             // 13: cronoq.v1.SubmitResponse
+	(*SubmitBatchRequest)(nil),         // 14: cronoq.v1.SubmitBatchRequest
+	(*SubmitBatchResponse)(nil),        // 15: cronoq.v1.SubmitBatchResponse
+	(*EnqueueManyRequest)(nil),         // 16: cronoq.v1.EnqueueManyRequest
+	(*ItemResult)(nil),                 // 17: cronoq.v1.ItemResult
+	(*EnqueueManyResponse)(nil),        // 18: cronoq.v1.EnqueueManyResponse
+	(*TaskRef)(nil),                    // 19: cronoq.v1.TaskRef
+	(*GetRequest)(nil),                 // 20: cronoq.v1.GetRequest
+	(*GetResponse)(nil),                // 21: cronoq.v1.GetResponse
+	(*WaitRequest)(nil),                // 22: cronoq.v1.WaitRequest
+	(*WaitResponse)(nil),               // 23: cronoq.v1.WaitResponse
+	(*CancelRequest)(nil),              // 24: cronoq.v1.CancelRequest
+	(*CancelResponse)(nil),             // 25: cronoq.v1.CancelResponse
+	(*ListRequest)(nil),                // 26: cronoq.v1.ListRequest
+	(*ListResponse)(nil),               // 27: cronoq.v1.ListResponse
+	(*CountsRequest)(nil),              // 28: cronoq.v1.CountsRequest
+	(*PoolCounts)(nil),                 // 29: cronoq.v1.PoolCounts
+	(*CountsResponse)(nil),             // 30: cronoq.v1.CountsResponse
+	(*EventsRequest)(nil),              // 31: cronoq.v1.EventsRequest
+	(*Event)(nil),                      // 32: cronoq.v1.Event
+	(*Schedule)(nil),                   // 33: cronoq.v1.Schedule
+	(*AddScheduleRequest)(nil),         // 34: cronoq.v1.AddScheduleRequest
+	(*AddScheduleResponse)(nil),        // 35: cronoq.v1.AddScheduleResponse
+	(*ListSchedulesRequest)(nil),       // 36: cronoq.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),      // 37: cronoq.v1.ListSchedulesResponse
+	(*RemoveScheduleRequest)(nil),      // 38: cronoq.v1.RemoveScheduleRequest
+	(*RemoveScheduleResponse)(nil),     // 39: cronoq.v1.RemoveScheduleResponse
+	(*PauseScheduleRequest)(nil),       // 40: cronoq.v1.PauseScheduleRequest
+	(*PauseScheduleResponse)(nil),      // 41: cronoq.v1.PauseScheduleResponse
+	(*Hello)(nil),                      // 42: cronoq.v1.Hello
+	(*Poll)(nil),                       // 43: cronoq.v1.Poll
+	(*Heartbeat)(nil),                  // 44: cronoq.v1.Heartbeat
+	(*Completion)(nil),                 // 45: cronoq.v1.Completion
+	(*Complete)(nil),                   // 46: cronoq.v1.Complete
+	(*WorkerMessage)(nil),              // 47: cronoq.v1.WorkerMessage
+	(*Welcome)(nil),                    // 48: cronoq.v1.Welcome
+	(*Grant)(nil),                      // 49: cronoq.v1.Grant
+	(*Grants)(nil),                     // 50: cronoq.v1.Grants
+	(*LeaseResult)(nil),                // 51: cronoq.v1.LeaseResult
+	(*HeartbeatAck)(nil),               // 52: cronoq.v1.HeartbeatAck
+	(*CompleteAck)(nil),                // 53: cronoq.v1.CompleteAck
+	(*Abort)(nil),                      // 54: cronoq.v1.Abort
+	(*ServerMessage)(nil),              // 55: cronoq.v1.ServerMessage
+	(*Member)(nil),                     // 56: cronoq.v1.Member
+	(*MembersRequest)(nil),             // 57: cronoq.v1.MembersRequest
+	(*MembersResponse)(nil),            // 58: cronoq.v1.MembersResponse
+	(*Peer)(nil),                       // 59: cronoq.v1.Peer
+	(*PeersRequest)(nil),               // 60: cronoq.v1.PeersRequest
+	(*PeersResponse)(nil),              // 61: cronoq.v1.PeersResponse
+	(*RemovePeerRequest)(nil),          // 62: cronoq.v1.RemovePeerRequest
+	(*RemovePeerResponse)(nil),         // 63: cronoq.v1.RemovePeerResponse
+	(*TransferLeadershipRequest)(nil),  // 64: cronoq.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 65: cronoq.v1.TransferLeadershipResponse
+	(*HealthRequest)(nil),              // 66: cronoq.v1.HealthRequest
+	(*HealthResponse)(nil),             // 67: cronoq.v1.HealthResponse
+	nil,                                // 68: cronoq.v1.PoolCounts.ByStatusEntry
+	(*durationpb.Duration)(nil),        // 69: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 70: google.protobuf.Timestamp
 }
 var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
-	0,  // 0: cronoq.v1.TaskSpec.priority:type_name -> cronoq.v1.Priority
-	5,  // 1: cronoq.v1.TaskSpec.labels:type_name -> cronoq.v1.KV
-	5,  // 2: cronoq.v1.TaskSpec.tags:type_name -> cronoq.v1.KV
-	6,  // 3: cronoq.v1.TaskSpec.backoff:type_name -> cronoq.v1.Backoff
-	0,  // 4: cronoq.v1.Task.priority:type_name -> cronoq.v1.Priority
-	5,  // 5: cronoq.v1.Task.labels:type_name -> cronoq.v1.KV
-	5,  // 6: cronoq.v1.Task.tags:type_name -> cronoq.v1.KV
-	1,  // 7: cronoq.v1.Task.status:type_name -> cronoq.v1.Status
-	7,  // 8: cronoq.v1.SubmitRequest.spec:type_name -> cronoq.v1.TaskSpec
-	9,  // 9: cronoq.v1.SubmitResponse.result:type_name -> cronoq.v1.Submitted
-	7,  // 10: cronoq.v1.SubmitBatchRequest.specs:type_name -> cronoq.v1.TaskSpec
-	9,  // 11: cronoq.v1.SubmitBatchResponse.results:type_name -> cronoq.v1.Submitted
-	7,  // 12: cronoq.v1.EnqueueManyRequest.specs:type_name -> cronoq.v1.TaskSpec
-	9,  // 13: cronoq.v1.ItemResult.submitted:type_name -> cronoq.v1.Submitted
-	16, // 14: cronoq.v1.EnqueueManyResponse.results:type_name -> cronoq.v1.ItemResult
-	18, // 15: cronoq.v1.GetRequest.ref:type_name -> cronoq.v1.TaskRef
-	8,  // 16: cronoq.v1.GetResponse.task:type_name -> cronoq.v1.Task
-	10, // 17: cronoq.v1.GetResponse.meta:type_name -> cronoq.v1.ReadMeta
-	18, // 18: cronoq.v1.WaitRequest.ref:type_name -> cronoq.v1.TaskRef
-	8,  // 19: cronoq.v1.WaitResponse.task:type_name -> cronoq.v1.Task
-	18, // 20: cronoq.v1.CancelRequest.ref:type_name -> cronoq.v1.TaskRef
-	1,  // 21: cronoq.v1.ListRequest.statuses:type_name -> cronoq.v1.Status
-	8,  // 22: cronoq.v1.ListResponse.tasks:type_name -> cronoq.v1.Task
-	10, // 23: cronoq.v1.ListResponse.meta:type_name -> cronoq.v1.ReadMeta
-	67, // 24: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
-	28, // 25: cronoq.v1.CountsResponse.pools:type_name -> cronoq.v1.PoolCounts
-	10, // 26: cronoq.v1.CountsResponse.meta:type_name -> cronoq.v1.ReadMeta
-	1,  // 27: cronoq.v1.Event.status:type_name -> cronoq.v1.Status
-	7,  // 28: cronoq.v1.Schedule.task:type_name -> cronoq.v1.TaskSpec
-	2,  // 29: cronoq.v1.Schedule.overlap:type_name -> cronoq.v1.Overlap
-	3,  // 30: cronoq.v1.Schedule.catch_up:type_name -> cronoq.v1.CatchUp
-	32, // 31: cronoq.v1.AddScheduleRequest.schedule:type_name -> cronoq.v1.Schedule
-	32, // 32: cronoq.v1.ListSchedulesResponse.schedules:type_name -> cronoq.v1.Schedule
-	5,  // 33: cronoq.v1.Hello.labels:type_name -> cronoq.v1.KV
-	4,  // 34: cronoq.v1.Completion.outcome:type_name -> cronoq.v1.OutcomeKind
-	44, // 35: cronoq.v1.Complete.completions:type_name -> cronoq.v1.Completion
-	41, // 36: cronoq.v1.WorkerMessage.hello:type_name -> cronoq.v1.Hello
-	42, // 37: cronoq.v1.WorkerMessage.poll:type_name -> cronoq.v1.Poll
-	43, // 38: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
-	45, // 39: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
-	8,  // 40: cronoq.v1.Grant.task:type_name -> cronoq.v1.Task
-	48, // 41: cronoq.v1.Grants.grants:type_name -> cronoq.v1.Grant
-	50, // 42: cronoq.v1.HeartbeatAck.results:type_name -> cronoq.v1.LeaseResult
-	50, // 43: cronoq.v1.CompleteAck.results:type_name -> cronoq.v1.LeaseResult
-	47, // 44: cronoq.v1.ServerMessage.welcome:type_name -> cronoq.v1.Welcome
-	49, // 45: cronoq.v1.ServerMessage.grants:type_name -> cronoq.v1.Grants
-	51, // 46: cronoq.v1.ServerMessage.heartbeat_ack:type_name -> cronoq.v1.HeartbeatAck
-	52, // 47: cronoq.v1.ServerMessage.complete_ack:type_name -> cronoq.v1.CompleteAck
-	53, // 48: cronoq.v1.ServerMessage.abort:type_name -> cronoq.v1.Abort
-	55, // 49: cronoq.v1.MembersResponse.members:type_name -> cronoq.v1.Member
-	58, // 50: cronoq.v1.PeersResponse.peers:type_name -> cronoq.v1.Peer
-	11, // 51: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
-	13, // 52: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
-	15, // 53: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
-	19, // 54: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
-	21, // 55: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
-	23, // 56: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
-	25, // 57: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
-	27, // 58: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
-	30, // 59: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
-	33, // 60: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
-	35, // 61: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
-	37, // 62: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
-	39, // 63: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
-	46, // 64: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
-	56, // 65: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
-	59, // 66: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
-	61, // 67: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
-	63, // 68: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
-	65, // 69: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
-	12, // 70: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
-	14, // 71: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
-	17, // 72: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
-	20, // 73: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
-	22, // 74: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
-	24, // 75: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
-	26, // 76: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
-	29, // 77: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
-	31, // 78: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
-	34, // 79: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
-	36, // 80: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
-	38, // 81: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
-	40, // 82: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
-	54, // 83: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
-	57, // 84: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
-	60, // 85: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
-	62, // 86: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
-	64, // 87: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
-	66, // 88: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
-	70, // [70:89] is the sub-list for method output_type
-	51, // [51:70] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	69, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
+	69, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
+	0,  // 2: cronoq.v1.TaskTemplate.priority:type_name -> cronoq.v1.Priority
+	5,  // 3: cronoq.v1.TaskTemplate.labels:type_name -> cronoq.v1.KV
+	5,  // 4: cronoq.v1.TaskTemplate.tags:type_name -> cronoq.v1.KV
+	69, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
+	6,  // 6: cronoq.v1.TaskTemplate.backoff:type_name -> cronoq.v1.Backoff
+	7,  // 7: cronoq.v1.TaskSpec.template:type_name -> cronoq.v1.TaskTemplate
+	70, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
+	69, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
+	70, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
+	7,  // 11: cronoq.v1.Task.template:type_name -> cronoq.v1.TaskTemplate
+	1,  // 12: cronoq.v1.Task.status:type_name -> cronoq.v1.Status
+	70, // 13: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
+	70, // 14: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	70, // 15: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	70, // 16: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	70, // 17: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	70, // 18: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
+	70, // 19: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
+	69, // 20: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
+	8,  // 21: cronoq.v1.SubmitRequest.spec:type_name -> cronoq.v1.TaskSpec
+	10, // 22: cronoq.v1.SubmitResponse.result:type_name -> cronoq.v1.Submitted
+	8,  // 23: cronoq.v1.SubmitBatchRequest.specs:type_name -> cronoq.v1.TaskSpec
+	10, // 24: cronoq.v1.SubmitBatchResponse.results:type_name -> cronoq.v1.Submitted
+	8,  // 25: cronoq.v1.EnqueueManyRequest.specs:type_name -> cronoq.v1.TaskSpec
+	10, // 26: cronoq.v1.ItemResult.submitted:type_name -> cronoq.v1.Submitted
+	17, // 27: cronoq.v1.EnqueueManyResponse.results:type_name -> cronoq.v1.ItemResult
+	19, // 28: cronoq.v1.GetRequest.ref:type_name -> cronoq.v1.TaskRef
+	9,  // 29: cronoq.v1.GetResponse.task:type_name -> cronoq.v1.Task
+	11, // 30: cronoq.v1.GetResponse.meta:type_name -> cronoq.v1.ReadMeta
+	19, // 31: cronoq.v1.WaitRequest.ref:type_name -> cronoq.v1.TaskRef
+	69, // 32: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
+	9,  // 33: cronoq.v1.WaitResponse.task:type_name -> cronoq.v1.Task
+	19, // 34: cronoq.v1.CancelRequest.ref:type_name -> cronoq.v1.TaskRef
+	1,  // 35: cronoq.v1.ListRequest.statuses:type_name -> cronoq.v1.Status
+	9,  // 36: cronoq.v1.ListResponse.tasks:type_name -> cronoq.v1.Task
+	11, // 37: cronoq.v1.ListResponse.meta:type_name -> cronoq.v1.ReadMeta
+	68, // 38: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
+	29, // 39: cronoq.v1.CountsResponse.pools:type_name -> cronoq.v1.PoolCounts
+	11, // 40: cronoq.v1.CountsResponse.meta:type_name -> cronoq.v1.ReadMeta
+	1,  // 41: cronoq.v1.Event.status:type_name -> cronoq.v1.Status
+	70, // 42: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
+	7,  // 43: cronoq.v1.Schedule.task:type_name -> cronoq.v1.TaskTemplate
+	2,  // 44: cronoq.v1.Schedule.overlap:type_name -> cronoq.v1.Overlap
+	3,  // 45: cronoq.v1.Schedule.catch_up:type_name -> cronoq.v1.CatchUp
+	70, // 46: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	70, // 47: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
+	33, // 48: cronoq.v1.AddScheduleRequest.schedule:type_name -> cronoq.v1.Schedule
+	70, // 49: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
+	33, // 50: cronoq.v1.ListSchedulesResponse.schedules:type_name -> cronoq.v1.Schedule
+	5,  // 51: cronoq.v1.Hello.labels:type_name -> cronoq.v1.KV
+	4,  // 52: cronoq.v1.Completion.outcome:type_name -> cronoq.v1.OutcomeKind
+	69, // 53: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
+	45, // 54: cronoq.v1.Complete.completions:type_name -> cronoq.v1.Completion
+	42, // 55: cronoq.v1.WorkerMessage.hello:type_name -> cronoq.v1.Hello
+	43, // 56: cronoq.v1.WorkerMessage.poll:type_name -> cronoq.v1.Poll
+	44, // 57: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
+	46, // 58: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
+	69, // 59: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
+	9,  // 60: cronoq.v1.Grant.task:type_name -> cronoq.v1.Task
+	49, // 61: cronoq.v1.Grants.grants:type_name -> cronoq.v1.Grant
+	51, // 62: cronoq.v1.HeartbeatAck.results:type_name -> cronoq.v1.LeaseResult
+	51, // 63: cronoq.v1.CompleteAck.results:type_name -> cronoq.v1.LeaseResult
+	48, // 64: cronoq.v1.ServerMessage.welcome:type_name -> cronoq.v1.Welcome
+	50, // 65: cronoq.v1.ServerMessage.grants:type_name -> cronoq.v1.Grants
+	52, // 66: cronoq.v1.ServerMessage.heartbeat_ack:type_name -> cronoq.v1.HeartbeatAck
+	53, // 67: cronoq.v1.ServerMessage.complete_ack:type_name -> cronoq.v1.CompleteAck
+	54, // 68: cronoq.v1.ServerMessage.abort:type_name -> cronoq.v1.Abort
+	56, // 69: cronoq.v1.MembersResponse.members:type_name -> cronoq.v1.Member
+	59, // 70: cronoq.v1.PeersResponse.peers:type_name -> cronoq.v1.Peer
+	12, // 71: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
+	14, // 72: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
+	16, // 73: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
+	20, // 74: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
+	22, // 75: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
+	24, // 76: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
+	26, // 77: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
+	28, // 78: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
+	31, // 79: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
+	34, // 80: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
+	36, // 81: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
+	38, // 82: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
+	40, // 83: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
+	47, // 84: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
+	57, // 85: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
+	60, // 86: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
+	62, // 87: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
+	64, // 88: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
+	66, // 89: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
+	13, // 90: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
+	15, // 91: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
+	18, // 92: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
+	21, // 93: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
+	23, // 94: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
+	25, // 95: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
+	27, // 96: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
+	30, // 97: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
+	32, // 98: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
+	35, // 99: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
+	37, // 100: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
+	39, // 101: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
+	41, // 102: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
+	55, // 103: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
+	58, // 104: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
+	61, // 105: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
+	63, // 106: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
+	65, // 107: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
+	67, // 108: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
+	90, // [90:109] is the sub-list for method output_type
+	71, // [71:90] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_cronoq_v1_cronoq_proto_init() }
@@ -4494,13 +4518,13 @@ func file_cronoq_v1_cronoq_proto_init() {
 	if File_cronoq_v1_cronoq_proto != nil {
 		return
 	}
-	file_cronoq_v1_cronoq_proto_msgTypes[41].OneofWrappers = []any{
+	file_cronoq_v1_cronoq_proto_msgTypes[42].OneofWrappers = []any{
 		(*WorkerMessage_Hello)(nil),
 		(*WorkerMessage_Poll)(nil),
 		(*WorkerMessage_Heartbeat)(nil),
 		(*WorkerMessage_Complete)(nil),
 	}
-	file_cronoq_v1_cronoq_proto_msgTypes[49].OneofWrappers = []any{
+	file_cronoq_v1_cronoq_proto_msgTypes[50].OneofWrappers = []any{
 		(*ServerMessage_Welcome)(nil),
 		(*ServerMessage_Grants)(nil),
 		(*ServerMessage_HeartbeatAck)(nil),
@@ -4513,7 +4537,7 @@ func file_cronoq_v1_cronoq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronoq_v1_cronoq_proto_rawDesc), len(file_cronoq_v1_cronoq_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   63,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

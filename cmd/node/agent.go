@@ -585,16 +585,22 @@ func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 	if err := m.RaftTelemetry(); err != nil {
 		log.Warn("raft telemetry is not exported", "error", err)
 	}
+	// The hooks carry the engine's aborts to the worker streams of the API
+	// server; the node feeds the metrics itself.
 	hooks := transport.NewHooks(m)
 	ccfg := cfg.clusterConfig(advertise, root)
-	ccfg.Engine = hooks.Engine(ccfg.Engine)
+	ccfg.Engine.OnAbort = hooks.Abort
+	ccfg.Metrics = m
 	node, err := cluster.New(ccfg)
+	if err == nil {
+		err = node.Start(ctx)
+	}
 	if err != nil {
 		_ = ln.Close()
 		return fmt.Errorf("starting node: %w", err)
 	}
 	srv, err := transport.New(transport.Config{
-		Node:            node,
+		Backend:         node,
 		Listener:        ln,
 		Logger:          root.Named("transport"),
 		Metrics:         m,
@@ -612,7 +618,7 @@ func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 		_ = ln.Close()
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
 		defer cancel()
-		return errors.Join(fmt.Errorf("starting API server: %w", err), node.Shutdown(sctx))
+		return errors.Join(fmt.Errorf("starting API server: %w", err), node.Stop(sctx))
 	}
 	log.Info("agent started", "node", node.ID(), "http_addr", ln.Addr().String(), "advertise", advertise,
 		"raft_addr", node.RaftAddr(), "gossip_addr", node.GossipAddr(), "data_dir", node.DataDir(), "dev", cfg.dev)
@@ -639,8 +645,8 @@ func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
 	defer cancel()
 	srv.Drain()
-	nodeErr := node.Shutdown(sctx)
-	srvErr := srv.Shutdown(sctx)
+	nodeErr := node.Stop(sctx)
+	srvErr := srv.Stop(sctx)
 	if err := errors.Join(serveErr, nodeErr, srvErr); err != nil {
 		log.Error("stopped with errors", "error", err)
 		return fmt.Errorf("stopping agent: %w", err)

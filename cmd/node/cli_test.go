@@ -3,12 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
+	"github.com/cronoq/cronoq/client/clienttest"
 )
 
 // cliResult is what one run of the CLI printed and returned.
@@ -42,6 +48,57 @@ func requireFailure(t *testing.T, r cliResult, code int, want ...string) {
 	}
 }
 
+// fakeNow is when the fake clusters of the tests start their clock.
+var fakeNow = time.Date(2030, 1, 2, 12, 0, 0, 0, time.UTC)
+
+// startFake starts a fake cluster whose clock starts at fakeNow and
+// returns it with the address of its first node.
+func startFake(t *testing.T, opts ...clienttest.Option) (*clienttest.Cluster, string) {
+	t.Helper()
+	f := clienttest.NewCluster(t, append([]clienttest.Option{clienttest.WithStartTime(fakeNow)}, opts...)...)
+	return f, f.Node(0).Addr()
+}
+
+var (
+	submittedAt = time.Date(2030, 1, 2, 14, 4, 5, 0, time.UTC)
+	finishedAt  = submittedAt.Add(3 * time.Second)
+)
+
+// doneTask is a task of pool p that ended with status.
+func doneTask(id string, status cronoqv1.Status, output, errMsg string) *cronoqv1.Task {
+	return &cronoqv1.Task{
+		Id: id, Key: "key-" + id, Status: status, Attempt: 1,
+		Template: &cronoqv1.TaskTemplate{
+			Pool: "p", Kind: "echo", MaxAttempts: 5, Payload: []byte("in"),
+			Labels: []*cronoqv1.KV{{Key: "zone", Value: "eu"}},
+		},
+		Output: []byte(output), Error: errMsg,
+		SubmittedAt: timestamppb.New(submittedAt), RunAt: timestamppb.New(submittedAt), FinishedAt: timestamppb.New(finishedAt),
+	}
+}
+
+func decodeObject(t *testing.T, s string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(s), &m), "stdout: %s", s)
+	return m
+}
+
+func requireOK(t *testing.T, r cliResult) {
+	t.Helper()
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	require.Empty(t, r.stderr)
+}
+
+// kvs copies KV messages into fresh values comparable with require.Equal.
+func kvs(in []*cronoqv1.KV) []*cronoqv1.KV {
+	out := make([]*cronoqv1.KV, 0, len(in))
+	for _, kv := range in {
+		out = append(out, &cronoqv1.KV{Key: kv.GetKey(), Value: kv.GetValue()})
+	}
+	return out
+}
+
 // closedAddr is an address nothing listens on.
 const closedAddr = "127.0.0.1:1"
 
@@ -64,7 +121,6 @@ func TestLocalValidation(t *testing.T) {
 		{"submit negative delay", []string{"submit"}, []string{"-pool", "p", "-kind", "k", "-delay", "-5s"}, []string{"flag -delay: must not be negative"}},
 		{"submit bad run-at", []string{"submit"}, []string{"-pool", "p", "-kind", "k", "-run-at", "tomorrow"}, []string{"flag -run-at: not an RFC 3339 time"}},
 		{"submit bad deadline", []string{"submit"}, []string{"-pool", "p", "-kind", "k", "-deadline", "2030-01-01"}, []string{"flag -deadline: not an RFC 3339 time"}},
-		{"submit deadline before run-at", []string{"submit"}, []string{"-pool", "p", "-kind", "k", "-run-at", "2030-01-02T00:00:00Z", "-deadline", "2030-01-01T00:00:00Z"}, []string{"-deadline 2030-01-01T00:00:00Z is before -run-at 2030-01-02T00:00:00Z"}},
 		{"submit bad timeout", []string{"submit"}, []string{"-pool", "p", "-kind", "k", "-timeout", "-1s"}, []string{"flag -timeout: must not be negative"}},
 		{"submit zero max-attempts", []string{"submit"}, []string{"-pool", "p", "-kind", "k", "-max-attempts", "0"}, []string{"flag -max-attempts: must be at least 1"}},
 		{"submit bad priority", []string{"submit"}, []string{"-pool", "p", "-kind", "k", "-priority", "urgent"}, []string{"flag -priority: must be one of high, normal, low"}},
@@ -98,9 +154,6 @@ func TestLocalValidation(t *testing.T) {
 
 		{"recurring add without name", []string{"recurring", "add"}, []string{"-cron", "@hourly", "-pool", "p", "-kind", "k"}, []string{"missing argument"}},
 		{"recurring add without cron", []string{"recurring", "add"}, []string{"n", "-pool", "p", "-kind", "k"}, []string{"-cron is required"}},
-		{"recurring add bad cron", []string{"recurring", "add"}, []string{"n", "-cron", "61 * * * *", "-pool", "p", "-kind", "k"}, []string{"invalid -cron:", "minute field"}},
-		{"recurring add bad every", []string{"recurring", "add"}, []string{"n", "-cron", "@every 1.5s", "-pool", "p", "-kind", "k"}, []string{"invalid -cron:", "whole number of seconds"}},
-		{"recurring add bad tz", []string{"recurring", "add"}, []string{"n", "-cron", "@daily", "-tz", "Mars/Base", "-pool", "p", "-kind", "k"}, []string{"invalid -tz:", "Mars/Base"}},
 		{"recurring add bad overlap", []string{"recurring", "add"}, []string{"n", "-cron", "@daily", "-overlap", "queue", "-pool", "p", "-kind", "k"}, []string{"flag -overlap: must be one of skip, allow"}},
 		{"recurring add bad catch-up", []string{"recurring", "add"}, []string{"n", "-cron", "@daily", "-catch-up", "some", "-pool", "p", "-kind", "k"}, []string{"flag -catch-up: must be one of once, skip, all"}},
 		{"recurring add limit without all", []string{"recurring", "add"}, []string{"n", "-cron", "@daily", "-catch-up-limit", "3", "-pool", "p", "-kind", "k"}, []string{"-catch-up-limit needs -catch-up all"}},
@@ -133,6 +186,33 @@ func TestLocalValidation(t *testing.T) {
 			requireFailure(t, runCLI(t, "", args...), exitUsage, tc.want...)
 		})
 	}
+}
+
+// TestClusterValidation covers what the CLI leaves to the cluster to check:
+// its refusals are usage errors naming the command's flag for the field.
+func TestClusterValidation(t *testing.T) {
+	t.Parallel()
+	f, addr := startFake(t)
+	tests := []struct {
+		name string
+		cmd  []string
+		args []string
+		want []string // substrings of the one stderr line, naming the flag
+	}{
+		{"submit deadline before run-at", []string{"submit"}, []string{"-pool", "p", "-kind", "k", "-run-at", "2030-01-04T00:00:00Z", "-deadline", "2030-01-03T00:00:00Z"}, []string{"invalid -deadline: must be after the run-at time"}},
+		{"submit deadline passed", []string{"submit"}, []string{"-pool", "p", "-kind", "k", "-deadline", "2030-01-01T00:00:00Z"}, []string{"invalid -deadline: already passed"}},
+		{"recurring add bad cron", []string{"recurring", "add"}, []string{"n", "-cron", "61 * * * *", "-pool", "p", "-kind", "k"}, []string{"invalid -cron:", "minute field"}},
+		{"recurring add bad every", []string{"recurring", "add"}, []string{"n", "-cron", "@every 1.5s", "-pool", "p", "-kind", "k"}, []string{"invalid -cron:", "whole number of seconds"}},
+		{"recurring add bad tz", []string{"recurring", "add"}, []string{"n", "-cron", "@daily", "-tz", "Mars/Base", "-pool", "p", "-kind", "k"}, []string{"invalid -tz:", "Mars/Base"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(append(append([]string{}, tc.cmd...), tc.args...), "-addr", addr)
+			requireFailure(t, runCLI(t, "", args...), exitUsage, tc.want...)
+		})
+	}
+	require.Empty(t, f.Tasks(), "nothing was submitted")
+	require.Empty(t, f.Schedules(), "nothing was scheduled")
 }
 
 func TestTopLevel(t *testing.T) {

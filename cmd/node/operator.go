@@ -20,16 +20,9 @@ JSON output: [{"name", "addr", "status", "raft_addr", "http_addr", "version"}...
 	if err := c.parse(s, args, 0); err != nil {
 		return err
 	}
-	cl, err := cf.connect(nil)
+	members, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) ([]client.Member, error) { return cl.Members(ctx) })
 	if err != nil {
 		return err
-	}
-	defer cl.Close()
-	cctx, cancel := cf.callCtx(ctx)
-	defer cancel()
-	members, err := cl.Members(cctx)
-	if err != nil {
-		return cf.callError(ctx, err)
 	}
 	if cf.out.json() {
 		out := make([]memberJSON, 0, len(members))
@@ -74,16 +67,9 @@ JSON output: [{"id", "address", "voter": true, "leader": true|false}...]`)
 	if err := c.parse(s, args, 0); err != nil {
 		return err
 	}
-	cl, err := cf.connect(nil)
+	peers, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) ([]client.Peer, error) { return cl.Peers(ctx) })
 	if err != nil {
 		return err
-	}
-	defer cl.Close()
-	cctx, cancel := cf.callCtx(ctx)
-	defer cancel()
-	peers, err := cl.Peers(cctx)
-	if err != nil {
-		return cf.callError(ctx, err)
 	}
 	if cf.out.json() {
 		out := make([]peerJSON, 0, len(peers))
@@ -122,18 +108,14 @@ JSON output: {"removed": "ID"}`)
 	if id == "" {
 		return c.usageErr("-id is required")
 	}
-	cl, err := cf.connect(nil)
+	_, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (struct{}, error) {
+		return struct{}{}, cl.RemovePeer(ctx, id)
+	})
+	if errors.Is(err, client.ErrNotFound) {
+		return fmt.Errorf("no server %s in the Raft configuration", id)
+	}
 	if err != nil {
 		return err
-	}
-	defer cl.Close()
-	cctx, cancel := cf.callCtx(ctx)
-	defer cancel()
-	if err := cl.RemovePeer(cctx, id); err != nil {
-		if errors.Is(err, client.ErrNotFound) {
-			return fmt.Errorf("no server %s in the Raft configuration", id)
-		}
-		return cf.callError(ctx, err)
 	}
 	if cf.out.json() {
 		return writeJSON(s.Stdout, struct {
@@ -156,19 +138,12 @@ JSON output: {"leader": "ID"}`)
 	if err := c.parse(s, args, 0); err != nil {
 		return err
 	}
-	cl, err := cf.connect(nil)
+	leader, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (string, error) { return cl.TransferLeadership(ctx, id) })
+	if errors.Is(err, client.ErrNotFound) {
+		return fmt.Errorf("no server %s in the Raft configuration", id)
+	}
 	if err != nil {
 		return err
-	}
-	defer cl.Close()
-	cctx, cancel := cf.callCtx(ctx)
-	defer cancel()
-	leader, err := cl.TransferLeadership(cctx, id)
-	if err != nil {
-		if errors.Is(err, client.ErrNotFound) {
-			return fmt.Errorf("no server %s in the Raft configuration", id)
-		}
-		return cf.callError(ctx, err)
 	}
 	if cf.out.json() {
 		return writeJSON(s.Stdout, struct {
@@ -190,16 +165,9 @@ JSON output: {"node", "leader", "epoch", "status": "ok|degraded", "reasons": [..
 	if err := c.parse(s, args, 0); err != nil {
 		return err
 	}
-	cl, err := cf.connect(nil)
+	h, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (client.Health, error) { return cl.Health(ctx) })
 	if err != nil {
 		return err
-	}
-	defer cl.Close()
-	cctx, cancel := cf.callCtx(ctx)
-	defer cancel()
-	h, err := cl.Health(cctx)
-	if err != nil {
-		return cf.callError(ctx, err)
 	}
 	if cf.out.json() {
 		reasons := h.Reasons

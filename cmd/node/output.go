@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -40,80 +39,45 @@ func jsonTime(t time.Time) *string {
 // payload_base64 / output_base64 instead of payload / output. Unset instants
 // are null.
 type taskJSON struct {
-	ID            string            `json:"id"`
-	Pool          string            `json:"pool"`
-	Kind          string            `json:"kind"`
-	Key           string            `json:"key"`
-	Status        string            `json:"status"`
-	Attempt       int               `json:"attempt"`
-	MaxAttempts   int               `json:"max_attempts"`
-	Priority      string            `json:"priority"`
-	Labels        map[string]string `json:"labels"`
-	Tags          map[string]string `json:"tags"`
-	Payload       *string           `json:"payload,omitempty"`
-	PayloadBase64 *string           `json:"payload_base64,omitempty"`
-	Output        *string           `json:"output,omitempty"`
-	OutputBase64  *string           `json:"output_base64,omitempty"`
-	Error         string            `json:"error"`
-	SubmittedAt   *string           `json:"submitted_at"`
-	RunAt         *string           `json:"run_at"`
-	StartedAt     *string           `json:"started_at"`
-	FinishedAt    *string           `json:"finished_at"`
-	UpdatedAt     *string           `json:"updated_at"`
-	Deadline      *string           `json:"deadline"`
-	TimeoutMs     int64             `json:"timeout_ms"`
-	Lease         uint64            `json:"lease"`
-	Schedule      string            `json:"schedule"`
-	Slot          *string           `json:"slot"`
+	ID      string `json:"id"`
+	Key     string `json:"key"`
+	Status  string `json:"status"`
+	Attempt int    `json:"attempt"`
+	templateJSON
+	Output       *string `json:"output,omitempty"`
+	OutputBase64 *string `json:"output_base64,omitempty"`
+	Error        string  `json:"error"`
+	SubmittedAt  *string `json:"submitted_at"`
+	RunAt        *string `json:"run_at"`
+	StartedAt    *string `json:"started_at"`
+	FinishedAt   *string `json:"finished_at"`
+	UpdatedAt    *string `json:"updated_at"`
+	Deadline     *string `json:"deadline"`
+	Lease        uint64  `json:"lease"`
+	Schedule     string  `json:"schedule"`
+	Slot         *string `json:"slot"`
 }
 
 func newTaskJSON(t *client.Task) taskJSON {
 	j := taskJSON{
-		ID:          t.ID,
-		Pool:        t.Pool,
-		Kind:        t.Kind,
-		Key:         t.Key,
-		Status:      t.Status,
-		Attempt:     t.Attempt,
-		MaxAttempts: t.MaxAttempts,
-		Priority:    t.Priority,
-		Labels:      nonNil(t.Labels),
-		Tags:        nonNil(t.Tags),
-		Error:       t.Error,
-		SubmittedAt: jsonTime(t.SubmittedAt),
-		RunAt:       jsonTime(t.RunAt),
-		StartedAt:   jsonTime(t.StartedAt),
-		FinishedAt:  jsonTime(t.FinishedAt),
-		UpdatedAt:   jsonTime(t.UpdatedAt),
-		Deadline:    jsonTime(t.Deadline),
-		TimeoutMs:   t.Timeout.Milliseconds(),
-		Lease:       t.Lease,
-		Schedule:    t.Schedule,
-		Slot:        jsonTime(t.Slot),
+		ID:           t.ID,
+		templateJSON: newTemplateJSON(&t.Template),
+		Key:          t.Key,
+		Status:       t.Status,
+		Attempt:      t.Attempt,
+		Error:        t.Error,
+		SubmittedAt:  jsonTime(t.SubmittedAt),
+		RunAt:        jsonTime(t.RunAt),
+		StartedAt:    jsonTime(t.StartedAt),
+		FinishedAt:   jsonTime(t.FinishedAt),
+		UpdatedAt:    jsonTime(t.UpdatedAt),
+		Deadline:     jsonTime(t.Deadline),
+		Lease:        t.Lease,
+		Schedule:     t.Schedule,
+		Slot:         jsonTime(t.Slot),
 	}
-	if j.Priority == "" {
-		j.Priority = client.PriorityNormal
-	}
-	j.Payload, j.PayloadBase64 = textOrBase64(t.Payload)
 	j.Output, j.OutputBase64 = textOrBase64(t.Output)
 	return j
-}
-
-// textOrBase64 returns b as text when it is valid UTF-8, else as base64.
-func textOrBase64(b []byte) (text, b64 *string) {
-	if utf8.Valid(b) {
-		s := string(b)
-		return &s, nil
-	}
-	s := base64.StdEncoding.EncodeToString(b)
-	return nil, &s
-}
-
-func nonNil(m map[string]string) map[string]string {
-	if m == nil {
-		return map[string]string{}
-	}
-	return m
 }
 
 // listJSON is the output of `list -o json`.
@@ -132,13 +96,13 @@ func newListJSON(tasks []*client.Task, next string) listJSON {
 	return out
 }
 
-// scheduleJSON is one schedule of `recurring list -o json`.
+// scheduleJSON is one schedule of `recurring list -o json`: its settings
+// and the template of the tasks it fires.
 type scheduleJSON struct {
-	Name         string  `json:"name"`
-	Cron         string  `json:"cron"`
-	TZ           string  `json:"tz"`
-	Pool         string  `json:"pool"`
-	Kind         string  `json:"kind"`
+	Name string `json:"name"`
+	Cron string `json:"cron"`
+	TZ   string `json:"tz"`
+	templateJSON
 	NextFire     *string `json:"next_fire"`
 	LastFire     *string `json:"last_fire"`
 	Paused       bool    `json:"paused"`
@@ -155,8 +119,7 @@ func newScheduleJSON(s client.Schedule) scheduleJSON {
 		Name:         s.Name,
 		Cron:         s.Cron,
 		TZ:           zoneName(s.TZ),
-		Pool:         s.Task.Pool,
-		Kind:         s.Task.Kind,
+		templateJSON: newTemplateJSON(&s.Task),
 		NextFire:     jsonTime(s.NextFire),
 		LastFire:     jsonTime(s.LastFire),
 		Paused:       s.Paused,

@@ -34,18 +34,21 @@ var t0 = time.Date(2030, 1, 2, 15, 4, 5, 123456789, time.FixedZone("CET", 3600))
 // fullTask has every field set.
 func fullTask() *client.Task {
 	return &client.Task{
-		ID:          "01JD3ZQ8Y6A5B4C3D2E1F0G9H8",
-		Pool:        "billing",
-		Kind:        "invoice",
+		ID: "01JD3ZQ8Y6A5B4C3D2E1F0G9H8",
+		Template: client.Template{
+			Pool:        "billing",
+			Kind:        "invoice",
+			Priority:    client.PriorityHigh,
+			MaxAttempts: 5,
+			Labels:      map[string]string{"zone": "eu-1", "gpu": "yes"},
+			Tags:        map[string]string{"traceparent": "00-abc-def-01"},
+			Payload:     []byte(`{"customer":42,"note":"<b>&</b>"}`),
+			Timeout:     90 * time.Second,
+		},
 		Key:         "invoice-2030-01",
 		Status:      client.StatusSucceeded,
-		Priority:    client.PriorityHigh,
 		Attempt:     2,
-		MaxAttempts: 5,
 		Lease:       3<<32 | 17,
-		Labels:      map[string]string{"zone": "eu-1", "gpu": "yes"},
-		Tags:        map[string]string{"traceparent": "00-abc-def-01"},
-		Payload:     []byte(`{"customer":42,"note":"<b>&</b>"}`),
 		Output:      []byte("line one\nline two\n"),
 		Error:       "",
 		SubmittedAt: t0,
@@ -54,7 +57,6 @@ func fullTask() *client.Task {
 		FinishedAt:  t0.Add(3 * time.Minute),
 		UpdatedAt:   t0.Add(3 * time.Minute),
 		Deadline:    t0.Add(time.Hour),
-		Timeout:     90 * time.Second,
 		Schedule:    "monthly-invoices",
 		Slot:        time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC),
 	}
@@ -64,8 +66,7 @@ func fullTask() *client.Task {
 func queuedTask() *client.Task {
 	return &client.Task{
 		ID:          "01JD3ZQ8Y6A5B4C3D2E1F0G9H9",
-		Pool:        "default",
-		Kind:        "echo",
+		Template:    client.Template{Pool: "default", Kind: "echo"},
 		Status:      client.StatusQueued,
 		SubmittedAt: t0,
 		RunAt:       t0,
@@ -75,15 +76,17 @@ func queuedTask() *client.Task {
 // binaryTask failed, with payload and output that are not UTF-8.
 func binaryTask() *client.Task {
 	return &client.Task{
-		ID:          "01JD3ZQ8Y6A5B4C3D2E1F0G9HA",
-		Pool:        "images",
-		Kind:        "resize",
+		ID: "01JD3ZQ8Y6A5B4C3D2E1F0G9HA",
+		Template: client.Template{
+			Pool:        "images",
+			Kind:        "resize",
+			Priority:    client.PriorityLow,
+			MaxAttempts: 5,
+			Payload:     []byte{0x89, 'P', 'N', 'G', 0, 0xff},
+		},
 		Key:         "k",
 		Status:      client.StatusFailed,
-		Priority:    client.PriorityLow,
 		Attempt:     5,
-		MaxAttempts: 5,
-		Payload:     []byte{0x89, 'P', 'N', 'G', 0, 0xff},
 		Output:      []byte{0xfe, 0xfd},
 		Error:       "exit status 1: convert: no decode delegate\nfor this image format",
 		SubmittedAt: t0,
@@ -157,13 +160,13 @@ func TestScheduleJSONGolden(t *testing.T) {
 	scheds := []scheduleJSON{
 		newScheduleJSON(client.Schedule{
 			Name: "nightly", Cron: "0 3 * * *", TZ: "Europe/Paris",
-			Task:    client.TaskSpec{Pool: "ops", Kind: "backup"},
+			Task:    client.Template{Pool: "ops", Kind: "backup"},
 			Overlap: client.OverlapAllow, CatchUp: client.CatchUpAll, CatchUpLimit: 3,
 			NextFire: time.Date(2030, 1, 3, 2, 0, 0, 0, time.UTC), LastFire: time.Date(2030, 1, 2, 2, 0, 0, 0, time.UTC),
 			Fires: 12, Skipped: 1, LastTask: "01JD3ZQ8Y6A5B4C3D2E1F0G9H8",
 		}),
 		newScheduleJSON(client.Schedule{
-			Name: "every-30s", Cron: "@every 30s", Task: client.TaskSpec{Pool: "p", Kind: "tick"}, Paused: true,
+			Name: "every-30s", Cron: "@every 30s", Task: client.Template{Pool: "p", Kind: "tick"}, Paused: true,
 		}),
 	}
 	golden(t, "schedules.json", renderJSON(t, scheds))

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/cronoq/cronoq/client"
-	"github.com/cronoq/cronoq/engine/core/cron"
 )
 
 // recurringCommands are the subcommands of `cronoq recurring`.
@@ -40,7 +40,7 @@ while the cluster had no leader: fire once (once, the default), skip them
 
 JSON output: {"name": "...", "next_fire": RFC3339}`)
 	cf := c.clientFlags()
-	tf := c.taskFlags()
+	tf := c.templateFlags()
 	var sched client.Schedule
 	sched.Overlap, sched.CatchUp = client.OverlapSkip, client.CatchUpOnce
 	c.fs.StringVar(&sched.Cron, "cron", "", "cron `EXPR` (required)")
@@ -61,31 +61,16 @@ JSON output: {"name": "...", "next_fire": RFC3339}`)
 	if sched.Cron == "" {
 		return c.usageErr("-cron is required")
 	}
-	if _, err := cron.Parse(sched.Cron, sched.TZ); err != nil {
-		if errors.Is(err, cron.ErrUnknownZone) {
-			return c.usageErr("invalid -tz: %v", err)
-		}
-		return c.usageErr("invalid -cron: %v", err)
-	}
 	if c.set("catch-up-limit") && sched.CatchUp != client.CatchUpAll {
 		return c.usageErr("-catch-up-limit needs -catch-up all")
 	}
-	spec, err := tf.spec(c, s)
-	if err != nil {
+	var err error
+	if sched.Task, err = tf.template(c, s); err != nil {
 		return err
 	}
-	sched.Task = spec
-
-	cl, err := cf.connect(nil)
+	next, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (time.Time, error) { return cl.AddSchedule(ctx, sched) })
 	if err != nil {
 		return err
-	}
-	defer cl.Close()
-	cctx, cancel := cf.callCtx(ctx)
-	defer cancel()
-	next, err := cl.AddSchedule(cctx, sched)
-	if err != nil {
-		return cf.callError(ctx, err)
 	}
 	if cf.out.json() {
 		return writeJSON(s.Stdout, struct {
@@ -112,16 +97,9 @@ JSON output: [{"name", "cron", "tz", "pool", "kind", "next_fire", "last_fire",
 	if err := c.parse(s, args, 0); err != nil {
 		return err
 	}
-	cl, err := cf.connect(nil)
+	scheds, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) ([]client.Schedule, error) { return cl.ListSchedules(ctx) })
 	if err != nil {
 		return err
-	}
-	defer cl.Close()
-	cctx, cancel := cf.callCtx(ctx)
-	defer cancel()
-	scheds, err := cl.ListSchedules(cctx)
-	if err != nil {
-		return cf.callError(ctx, err)
 	}
 	if cf.out.json() {
 		out := make([]scheduleJSON, 0, len(scheds))
@@ -160,16 +138,9 @@ JSON output: {"name": "...", "removed": true|false}`)
 	if name == "" {
 		return c.usageErr("empty schedule NAME")
 	}
-	cl, err := cf.connect(nil)
+	removed, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (bool, error) { return cl.RemoveSchedule(ctx, name) })
 	if err != nil {
 		return err
-	}
-	defer cl.Close()
-	cctx, cancel := cf.callCtx(ctx)
-	defer cancel()
-	removed, err := cl.RemoveSchedule(cctx, name)
-	if err != nil {
-		return cf.callError(ctx, err)
 	}
 	if cf.out.json() {
 		return writeJSON(s.Stdout, struct {
@@ -213,19 +184,12 @@ JSON output: {"name": "...", "paused": true}`
 	if sname == "" {
 		return c.usageErr("empty schedule NAME")
 	}
-	cl, err := cf.connect(nil)
+	paused, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (bool, error) { return cl.PauseSchedule(ctx, sname, pause) })
+	if errors.Is(err, client.ErrNotFound) {
+		return fmt.Errorf("no schedule %s", sname)
+	}
 	if err != nil {
 		return err
-	}
-	defer cl.Close()
-	cctx, cancel := cf.callCtx(ctx)
-	defer cancel()
-	paused, err := cl.PauseSchedule(cctx, sname, pause)
-	if err != nil {
-		if errors.Is(err, client.ErrNotFound) {
-			return fmt.Errorf("no schedule %s", sname)
-		}
-		return cf.callError(ctx, err)
 	}
 	if cf.out.json() {
 		return writeJSON(s.Stdout, struct {

@@ -7,103 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/cronoq/cronoq/client"
 )
-
-// connect validates the client flags and returns a Client for them.
-func (cf *clientFlags) connect(logger hclog.Logger) (*client.Client, error) {
-	addrs, err := cf.validate()
-	if err != nil {
-		return nil, err
-	}
-	opts := []client.Option{}
-	if logger != nil {
-		opts = append(opts, client.WithLogger(logger))
-	}
-	c, err := client.New(addrs, opts...)
-	if err != nil {
-		return nil, usagef("invalid -addr: %v", err)
-	}
-	return c, nil
-}
-
-// callCtx bounds a call to the cluster by -rpc-timeout.
-func (cf *clientFlags) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, cf.rpcTimeout)
-}
-
-// callError explains an error of the SDK for people: refused input is a
-// usage error, an expired -rpc-timeout and an interrupt are named as such.
-func (cf *clientFlags) callError(parent context.Context, err error) error {
-	var inv *client.InvalidError
-	switch {
-	case errors.As(err, &inv):
-		return &usageError{msg: err.Error()}
-	case parent.Err() != nil:
-		return fmt.Errorf("interrupted: %w", err)
-	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("no answer within -rpc-timeout %s: %w", cf.rpcTimeout, err)
-	}
-	return err
-}
-
-// taskFlags are the flags describing a task, shared by submit and recurring
-// add.
-type taskFlags struct {
-	pool, kind, key, priority, payload string
-	timeout                            time.Duration
-	maxAttempts                        int
-	labels, tags                       map[string]string
-}
-
-func (c *cmd) taskFlags() *taskFlags {
-	tf := &taskFlags{priority: client.PriorityNormal, labels: map[string]string{}, tags: map[string]string{}}
-	c.fs.StringVar(&tf.pool, "pool", "", "`pool` of the task (required)")
-	c.fs.StringVar(&tf.kind, "kind", "", "`kind` of the task, as workers know it (required)")
-	c.fs.Var(enumValue{&tf.priority, []string{client.PriorityHigh, client.PriorityNormal, client.PriorityLow}},
-		"priority", "priority `class`: high, normal or low")
-	c.fs.StringVar(&tf.payload, "payload", "", "payload: `TEXT` as is, @FILE the file's bytes, @- the standard input")
-	c.fs.Var(durationValue{&tf.timeout, false}, "timeout", "per-attempt timeout (`DUR`, 0 = none)")
-	c.fs.Var(intValue{&tf.maxAttempts, 1}, "max-attempts", "most attempts before the task fails (`N`, default: the cluster's)")
-	c.fs.Var(kvValue{tf.labels}, "label", "capacity label `k=v` the worker must offer (repeatable)")
-	c.fs.Var(kvValue{tf.tags}, "tag", "tag `k=v` carried to the worker (repeatable)")
-	return tf
-}
-
-// spec checks the required task flags and builds the spec.
-func (tf *taskFlags) spec(c *cmd, s stdio) (client.TaskSpec, error) {
-	switch {
-	case tf.pool == "":
-		return client.TaskSpec{}, c.usageErr("-pool is required")
-	case tf.kind == "":
-		return client.TaskSpec{}, c.usageErr("-kind is required")
-	}
-	var payload []byte
-	if tf.payload != "" {
-		var err error
-		if payload, err = readPayload(s, tf.payload); err != nil {
-			return client.TaskSpec{}, err
-		}
-	}
-	spec := client.TaskSpec{
-		Pool:        tf.pool,
-		Kind:        tf.kind,
-		Key:         tf.key,
-		Priority:    tf.priority,
-		Payload:     payload,
-		Timeout:     tf.timeout,
-		MaxAttempts: tf.maxAttempts,
-	}
-	if len(tf.labels) > 0 {
-		spec.Labels = tf.labels
-	}
-	if len(tf.tags) > 0 {
-		spec.Tags = tf.tags
-	}
-	return spec, nil
-}
 
 func runSubmit(ctx context.Context, s stdio, args []string) error {
 	c := newCmd("submit", "cronoq submit -pool P -kind K [flags]", `
@@ -114,14 +19,14 @@ if it succeeded (3 if it failed, was cancelled or expired).
 
 JSON output: {"id": "...", "duplicate": false}, or the task object with -wait.`)
 	cf := c.clientFlags()
-	tf := c.taskFlags()
-	c.fs.StringVar(&tf.key, "key", "", "idempotency `key`")
-	var delay, waitTimeout time.Duration
-	var runAt, deadline time.Time
+	tf := c.templateFlags()
+	var spec client.TaskSpec
+	var waitTimeout time.Duration
 	var wait bool
-	c.fs.Var(durationValue{&delay, false}, "delay", "run the task this long (`DUR`) after submission; excludes -run-at")
-	c.fs.Var(timeValue{&runAt}, "run-at", "run the task at this `RFC3339` time; excludes -delay")
-	c.fs.Var(timeValue{&deadline}, "deadline", "the task expires if it has not succeeded by this `RFC3339` time")
+	c.fs.StringVar(&spec.Key, "key", "", "idempotency `key`")
+	c.fs.Var(durationValue{&spec.Delay, false}, "delay", "run the task this long (`DUR`) after submission; excludes -run-at")
+	c.fs.Var(timeValue{&spec.RunAt}, "run-at", "run the task at this `RFC3339` time; excludes -delay")
+	c.fs.Var(timeValue{&spec.Deadline}, "deadline", "the task expires if it has not succeeded by this `RFC3339` time")
 	c.fs.BoolVar(&wait, "wait", false, "wait until the task ends and print it")
 	c.fs.Var(durationValue{&waitTimeout, false}, "wait-timeout", "with -wait, give up waiting after `DUR` (0 = no limit)")
 	if err := c.parse(s, args, 0); err != nil {
@@ -133,28 +38,21 @@ JSON output: {"id": "...", "duplicate": false}, or the task object with -wait.`)
 	if c.set("wait-timeout") && !wait {
 		return c.usageErr("-wait-timeout needs -wait")
 	}
-	if !deadline.IsZero() && !runAt.IsZero() && deadline.Before(runAt) {
-		return c.usageErr("-deadline %s is before -run-at %s", deadline.Format(time.RFC3339), runAt.Format(time.RFC3339))
-	}
-	spec, err := tf.spec(c, s)
-	if err != nil {
+	var err error
+	if spec.Template, err = tf.template(c, s); err != nil {
 		return err
 	}
-	spec.Delay, spec.RunAt, spec.Deadline = delay, runAt, deadline
-
 	cl, err := cf.connect(nil)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	cctx, cancel := cf.callCtx(ctx)
-	sub, err := cl.Submit(cctx, spec)
-	cancel()
+	sub, err := call(ctx, c, cf, func(ctx context.Context) (client.Submitted, error) { return cl.Submit(ctx, spec) })
 	if err != nil {
-		return cf.callError(ctx, err)
+		return err
 	}
 	if wait {
-		return waitAndShow(ctx, s, cf, cl, sub.ID, "", waitTimeout)
+		return waitAndShow(ctx, s, c, cf, cl, sub.ID, "", waitTimeout)
 	}
 	if cf.out.json() {
 		return writeJSON(s.Stdout, struct {
@@ -212,21 +110,14 @@ JSON output: the task object.`)
 	if err != nil {
 		return err
 	}
-	cl, err := cf.connect(nil)
+	t, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (*client.Task, error) {
+		if id != "" {
+			return cl.Get(ctx, id)
+		}
+		return cl.GetByKey(ctx, key)
+	})
 	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	cctx, cancel := cf.callCtx(ctx)
-	defer cancel()
-	var t *client.Task
-	if id != "" {
-		t, err = cl.Get(cctx, id)
-	} else {
-		t, err = cl.GetByKey(cctx, key)
-	}
-	if err != nil {
-		return notFound(cf.callError(ctx, err), id, key)
+		return notFound(err, id, key)
 	}
 	if t == nil {
 		return notFound(client.ErrNotFound, id, key)
@@ -265,12 +156,12 @@ JSON output: the task object once it has ended.`)
 		return err
 	}
 	defer cl.Close()
-	return waitAndShow(ctx, s, cf, cl, id, key, timeout)
+	return waitAndShow(ctx, s, c, cf, cl, id, key, timeout)
 }
 
 // waitAndShow waits for the task (by id, else by key) to end, shows it, and
 // returns a *taskFailedError unless it succeeded.
-func waitAndShow(ctx context.Context, s stdio, cf *clientFlags, cl *client.Client, id, key string, timeout time.Duration) error {
+func waitAndShow(ctx context.Context, s stdio, c *cmd, cf *clientFlags, cl *client.Client, id, key string, timeout time.Duration) error {
 	wctx, cancel := ctx, context.CancelFunc(func() {})
 	if timeout > 0 {
 		wctx, cancel = context.WithTimeout(ctx, timeout)
@@ -291,7 +182,7 @@ func waitAndShow(ctx context.Context, s stdio, cf *clientFlags, cl *client.Clien
 			}
 			return fmt.Errorf("%s did not end within -timeout %s", what, timeout)
 		}
-		return notFound(cf.callError(ctx, err), id, key)
+		return notFound(cf.callError(ctx, c, err), id, key)
 	}
 	if err := showTask(s, cf, t); err != nil {
 		return err
@@ -317,16 +208,9 @@ JSON output: {"id": "...", "cancelled": true|false}`)
 	if id == "" {
 		return c.usageErr("empty task ID")
 	}
-	cl, err := cf.connect(nil)
+	cancelled, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (bool, error) { return cl.Cancel(ctx, id) })
 	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	cctx, cancel := cf.callCtx(ctx)
-	defer cancel()
-	cancelled, err := cl.Cancel(cctx, id)
-	if err != nil {
-		return notFound(cf.callError(ctx, err), id, "")
+		return notFound(err, id, "")
 	}
 	if cf.out.json() {
 		return writeJSON(s.Stdout, struct {
@@ -371,17 +255,18 @@ JSON output: {"tasks": [task...], "next": "ID or empty"}`)
 	if err := c.parse(s, args, 0); err != nil {
 		return err
 	}
-	cl, err := cf.connect(nil)
+	type page struct {
+		tasks []*client.Task
+		next  string
+	}
+	p, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (page, error) {
+		tasks, next, err := cl.List(ctx, opt)
+		return page{tasks, next}, err
+	})
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	cctx, cancel := cf.callCtx(ctx)
-	defer cancel()
-	tasks, next, err := cl.List(cctx, opt)
-	if err != nil {
-		return cf.callError(ctx, err)
-	}
+	tasks, next := p.tasks, p.next
 	if cf.out.json() {
 		return writeJSON(s.Stdout, newListJSON(tasks, next))
 	}

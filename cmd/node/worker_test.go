@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,22 +16,15 @@ import (
 func TestWorkerRunsCommands(t *testing.T) {
 	t.Parallel()
 	f, addr := startFake(t)
-	grant := func(id, kind, payload string, lease uint64, attempt uint32) *cronoqv1.Grant {
-		return &cronoqv1.Grant{
-			Task:    &cronoqv1.Task{Id: id, Pool: "p", Kind: kind, Payload: []byte(payload), Status: cronoqv1.Status_STATUS_RUNNING},
-			Lease:   lease,
-			Attempt: attempt,
-		}
+	add := func(kind, payload string) string {
+		return f.AddTask(&cronoqv1.TaskSpec{Template: &cronoqv1.TaskTemplate{Pool: "p", Kind: kind, Payload: []byte(payload)}})
 	}
-	f.mu.Lock()
-	f.grants = []*cronoqv1.Grant{
-		grant("T1", "echo", "hello", 101, 1),
-		grant("T2", "fail", "", 102, 2),
-		grant("T3", "later", "", 103, 1),
-		grant("T4", "big", "", 104, 1),
-		grant("T5", "nobody", "", 105, 1),
+	ids := map[string]string{}
+	for _, k := range []struct{ kind, payload string }{
+		{"echo", "hello"}, {"fail", ""}, {"later", ""}, {"big", ""}, {"nobody", ""},
+	} {
+		ids[k.kind] = add(k.kind, k.payload)
 	}
-	f.mu.Unlock()
 
 	root := filepath.Join(t.TempDir(), "work")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -45,16 +39,14 @@ func TestWorkerRunsCommands(t *testing.T) {
 			"-handler", "big=head -c 101 /dev/zero")
 	}()
 
-	completions := func() map[uint64]*cronoqv1.Completion {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		out := map[uint64]*cronoqv1.Completion{}
-		for k, v := range f.completions {
-			out[k] = v
+	f.WaitUntil("every task's first attempt completed", func() bool {
+		for _, id := range ids {
+			if f.Accepted(id) == nil {
+				return false
+			}
 		}
-		return out
-	}
-	require.Eventually(t, func() bool { return len(completions()) == 5 }, 20*time.Second, 10*time.Millisecond)
+		return true
+	})
 	cancel()
 	var r cliResult
 	select {
@@ -66,22 +58,22 @@ func TestWorkerRunsCommands(t *testing.T) {
 	require.Contains(t, r.stderr, "worker started")
 	require.Contains(t, r.stderr, "worker stopped")
 
-	c := completions()
-	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_SUCCESS, c[101].GetOutcome())
-	require.Equal(t, "hello|T1|1|101|p|echo|T1", string(c[101].GetOutput()))
-	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_PERMANENT, c[102].GetOutcome())
-	require.Equal(t, "exit status 1: broken", c[102].GetMessage())
-	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_RETRYABLE, c[103].GetOutcome())
-	require.Equal(t, "exit status 75", c[103].GetMessage())
-	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_PERMANENT, c[104].GetOutcome())
-	require.Equal(t, "output too large: stdout exceeded 100 bytes", c[104].GetMessage())
-	require.Empty(t, c[104].GetOutput())
-	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_RETRYABLE, c[105].GetOutcome())
-	require.Contains(t, c[105].GetMessage(), `no handler for kind "nobody"`)
+	c := func(kind string) *cronoqv1.Completion { return f.Accepted(ids[kind]) }
+	echo := ids["echo"]
+	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_SUCCESS, c("echo").GetOutcome())
+	require.Equal(t, fmt.Sprintf("hello|%s|1|%d|p|echo|%s", echo, f.LeaseOf(echo), echo), string(c("echo").GetOutput()))
+	require.Equal(t, cronoqv1.Status_STATUS_SUCCEEDED, f.Task(echo).GetStatus())
+	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_PERMANENT, c("fail").GetOutcome())
+	require.Equal(t, "exit status 1: broken", c("fail").GetMessage())
+	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_RETRYABLE, c("later").GetOutcome())
+	require.Equal(t, "exit status 75", c("later").GetMessage())
+	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_PERMANENT, c("big").GetOutcome())
+	require.Equal(t, "output too large: stdout exceeded 100 bytes", c("big").GetMessage())
+	require.Empty(t, c("big").GetOutput())
+	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_RETRYABLE, c("nobody").GetOutcome())
+	require.Contains(t, c("nobody").GetMessage(), `no handler for kind "nobody"`)
 
-	f.mu.Lock()
-	hello := f.hellos[0]
-	f.mu.Unlock()
+	hello := f.Workers().Hellos[0]
 	require.Equal(t, "w1", hello.GetWorker())
 	require.Equal(t, "p", hello.GetPool())
 	require.Equal(t, []*cronoqv1.KV{{Key: "zone", Value: "eu"}}, kvs(hello.GetLabels()))

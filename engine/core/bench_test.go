@@ -19,7 +19,7 @@ func BenchmarkSubmitDispatchComplete(b *testing.B) {
 	labels := [][]fsm.KV{nil, {{K: "gpu", V: "1"}}}
 	for i := 0; i < 100_000; i++ {
 		req++
-		c.Submit(now, req, SubmitOne, []Spec{{Pool: "p", Kind: "k", Priority: fsm.Priority(i % 3), Labels: labels[i%2]}})
+		c.Submit(now, req, SubmitOne, []Spec{{Template: fsm.Template{Pool: "p", Kind: "k", Priority: fsm.Priority(i % 3), Labels: labels[i%2]}}})
 	}
 	_ = c.Ready()
 	b.ReportAllocs()
@@ -27,18 +27,19 @@ func BenchmarkSubmitDispatchComplete(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		now = now.Add(time.Microsecond)
 		req++
-		c.Submit(now, req, SubmitOne, []Spec{{Pool: "p", Kind: "k", Labels: labels[i%2]}})
+		c.Submit(now, req, SubmitOne, []Spec{{Template: fsm.Template{Pool: "p", Kind: "k", Labels: labels[i%2]}}})
 		req++
 		c.Poll(now, req, Offer{Worker: "w", Pool: "p", Labels: labels[1], Slots: 1})
 		o := c.Ready()
-		for _, a := range o.Held {
-			for _, g := range a.Grants {
+		for _, d := range o.Dispatches {
+			for _, g := range d.Grants {
 				req++
 				c.Complete(now, req, g.Lease, Outcome{Kind: OutcomeSuccess})
 			}
 		}
 		// As the engine does once the actions are carried out.
-		c.Recycle(o.Held)
-		c.Recycle(c.Ready().Held)
+		c.Recycle(&o)
+		o = c.Ready()
+		c.Recycle(&o)
 	}
 }

@@ -31,7 +31,7 @@ func (r *replica) bump(now time.Time) {
 	r.t.Helper()
 	r.epoch++
 	r.index++
-	resp := r.state.Apply(r.index, 1, mustEncode(fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: r.epoch, Leader: "n", Time: fsm.Nanos(now)})))
+	resp := r.state.Apply(r.index, 1, mustEncode(fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: r.epoch, Leader: "n", Time: fsm.InstantOf(now)})))
 	require.Equal(r.t, r.epoch, resp)
 }
 
@@ -41,7 +41,7 @@ func (r *replica) commit(c *Core, now time.Time) Output {
 	o := c.Ready()
 	if len(o.Mutations) > 0 {
 		r.index++
-		data := mustEncode(fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: r.epoch, Time: fsm.Nanos(now), Mutations: o.Mutations}))
+		data := mustEncode(fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: r.epoch, Time: fsm.InstantOf(now), Mutations: o.Mutations}))
 		require.Nil(r.t, r.state.Apply(r.index, 1, data), "batch refused")
 	}
 	return o

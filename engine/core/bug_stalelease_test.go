@@ -16,15 +16,15 @@ import (
 // core takes it and the FSM applies a Finish naming the old lease.
 func TestBugStaleLeaseCompletionAccepted(t *testing.T) {
 	r := newReplica(t)
-	cfg := Config{Seed: 1, HeartbeatWindow: 5 * time.Second, Backoff: fsm.Backoff{Initial: int64(time.Second), Max: int64(time.Second)}}
+	cfg := Config{Seed: 1, HeartbeatWindow: 5 * time.Second, Backoff: fsm.Backoff{Initial: time.Second, Max: time.Second}}
 	c, err := New(cfg, r.epoch, t0)
 	require.NoError(t, err)
 	now := t0
-	c.Submit(now, 1, SubmitOne, []Spec{{Pool: "p", Kind: "k"}})
-	id := replies(r.commit(c, now))[1].Submitted[0].ID
+	c.Submit(now, 1, SubmitOne, []Spec{{Template: fsm.Template{Pool: "p", Kind: "k"}}})
+	id := submittedID(r.commit(c, now), 1)
 
 	c.Poll(now, 2, Offer{Worker: "w1", Pool: "p", Slots: 1})
-	old := replies(r.commit(c, now))[2].Grants[0].Lease
+	old := grants(r.commit(c, now))[2][0].Lease
 
 	// w1 stops heartbeating: the lease is lost, the task retried and leased
 	// to w2.
@@ -35,7 +35,7 @@ func TestBugStaleLeaseCompletionAccepted(t *testing.T) {
 	c.Tick(now)
 	r.commit(c, now)
 	c.Poll(now, 3, Offer{Worker: "w2", Pool: "p", Slots: 1})
-	cur := replies(r.commit(c, now))[3].Grants[0].Lease
+	cur := grants(r.commit(c, now))[3][0].Lease
 	require.NotEqual(t, old, cur)
 	require.Equal(t, ErrStaleLease, c.Heartbeat(now, old))
 
@@ -43,9 +43,8 @@ func TestBugStaleLeaseCompletionAccepted(t *testing.T) {
 	c.Complete(now, 4, old, Outcome{Kind: OutcomeSuccess, Output: []byte("late")})
 	o := r.commit(c, now)
 	require.NoError(t, replies(o)[4].Err)
-	require.Len(t, o.Immediate, 1)
-	require.Equal(t, ActAbort, o.Immediate[0].Kind)
-	require.Equal(t, cur, o.Immediate[0].Lease)
+	require.Len(t, o.Aborts, 1)
+	require.Equal(t, cur, o.Aborts[0].Lease)
 	require.Len(t, o.Mutations, 1)
 	require.Equal(t, old, o.Mutations[0].Finish.Lease, "the Finish names the stale lease")
 
@@ -62,14 +61,14 @@ func TestBugStaleLeaseCompletionAccepted(t *testing.T) {
 // A lease from before a failover is taken by the new leader's core as well.
 func TestBugStaleLeaseAcrossFailover(t *testing.T) {
 	r := newReplica(t)
-	cfg := Config{Seed: 1, HeartbeatWindow: 5 * time.Second, Backoff: fsm.Backoff{Initial: int64(time.Second), Max: int64(time.Second)}}
+	cfg := Config{Seed: 1, HeartbeatWindow: 5 * time.Second, Backoff: fsm.Backoff{Initial: time.Second, Max: time.Second}}
 	c, err := New(cfg, r.epoch, t0)
 	require.NoError(t, err)
 	now := t0
-	c.Submit(now, 1, SubmitOne, []Spec{{Pool: "p", Kind: "k"}})
-	id := replies(r.commit(c, now))[1].Submitted[0].ID
+	c.Submit(now, 1, SubmitOne, []Spec{{Template: fsm.Template{Pool: "p", Kind: "k"}}})
+	id := submittedID(r.commit(c, now), 1)
 	c.Poll(now, 2, Offer{Worker: "w1", Pool: "p", Slots: 1})
-	old := replies(r.commit(c, now))[2].Grants[0].Lease
+	old := grants(r.commit(c, now))[2][0].Lease
 
 	// A new leader; w1 never heartbeats it, so the attempt is failed and
 	// the task waits out its backoff (its lease is gone).
@@ -88,13 +87,25 @@ func TestBugStaleLeaseAcrossFailover(t *testing.T) {
 	require.Equal(t, fsm.StatusSucceeded, rec.Status)
 }
 
-// replies returns the replies among held actions, by request.
-func replies(o Output) map[ReqID]Action {
-	out := make(map[ReqID]Action)
-	for _, a := range o.Held {
-		if a.Kind == ActReply || a.Kind == ActDispatch {
-			out[a.Req] = a
-		}
+// replies returns the replies of o, by request.
+func replies(o Output) map[ReqID]Reply {
+	out := make(map[ReqID]Reply)
+	for _, r := range o.Replies {
+		out[r.Req] = r
 	}
 	return out
+}
+
+// grants returns the grants of the dispatches of o, by request.
+func grants(o Output) map[ReqID][]Grant {
+	out := make(map[ReqID][]Grant)
+	for _, d := range o.Dispatches {
+		out[d.Req] = d.Grants
+	}
+	return out
+}
+
+// submittedID is the id of the task submit req admitted.
+func submittedID(o Output, req ReqID) string {
+	return replies(o)[req].Value.(*SubmitResult).Tasks[0].ID
 }

@@ -24,7 +24,7 @@ const maxPurgePerTick = 1000
 type Core struct {
 	cfg   Config
 	epoch uint64
-	now   int64 // latest instant seen (Unix ns); time never goes back inside the core
+	now   fsm.Instant // latest instant seen; time never goes back inside the core
 
 	rng      splitmix64
 	ids      idGen
@@ -57,18 +57,42 @@ type Core struct {
 
 	shutdown bool
 	out      Output
-	// spare holds emptied Held slices handed back by Recycle, reused by
-	// later outputs: an Action is large, and growing a fresh slice for
-	// every step was most of what the core allocated.
-	spare [][]Action
+	// Emptied slices of earlier outputs handed back by Recycle, reused by
+	// later ones: growing fresh ones for every step was most of what the
+	// core allocated.
+	spareReplies    spares[Reply]
+	spareDispatches spares[Dispatch]
+	spareEvents     spares[Event]
 }
 
-// Bounds of the Held slices the core keeps for reuse.
+// Bounds of the output slices the core keeps for reuse.
 const (
-	minHeldCap  = 8
-	maxHeldCap  = 1024
-	maxSpareLen = 64
+	minSpareCap = 8
+	maxSpareCap = 1024
+	maxSpares   = 64
 )
+
+// spares is a stack of emptied slices for reuse.
+type spares[T any] [][]T
+
+// get returns an empty slice with room for a few elements.
+func (s *spares[T]) get() []T {
+	if n := len(*s); n > 0 {
+		out := (*s)[n-1]
+		*s = (*s)[:n-1]
+		return out
+	}
+	return make([]T, 0, minSpareCap)
+}
+
+// put keeps xs for reuse, if it is worth keeping.
+func (s *spares[T]) put(xs []T) {
+	if cap(xs) < minSpareCap || cap(xs) > maxSpareCap || len(*s) >= maxSpares {
+		return
+	}
+	clear(xs[:cap(xs)])
+	*s = append(*s, xs[:0])
+}
 
 // counts are pending tasks by class.
 type counts struct {
@@ -87,7 +111,7 @@ type pairKey struct {
 }
 
 type purgeItem struct {
-	at int64
+	at fsm.Instant
 	id string
 }
 
@@ -110,9 +134,9 @@ type task struct {
 	labels   []fsm.KV
 	sig      string
 
-	runAt       int64
-	deadline    int64
-	timeout     int64
+	runAt       fsm.Instant
+	deadline    fsm.Instant
+	timeout     time.Duration
 	maxAttempts uint32
 	backoff     fsm.Backoff
 
@@ -121,9 +145,9 @@ type task struct {
 	lease      uint64
 	lastLease  uint64
 	worker     string
-	startedAt  int64
-	hbDeadline int64
-	finishedAt int64
+	startedAt  fsm.Instant
+	hbDeadline fsm.Instant
+	finishedAt fsm.Instant
 	gen        uint64 // bumped at every status change (validates ready timers)
 
 	waiters []ReqID
@@ -184,7 +208,7 @@ func New(cfg Config, epoch uint64, now time.Time) (*Core, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.now = fsm.Nanos(now)
+	c.now = fsm.InstantOf(now)
 	return c, nil
 }
 
@@ -194,12 +218,38 @@ func (c *Core) Epoch() uint64 { return c.epoch }
 // Ready takes everything produced since the last call. The driver must
 // commit the mutations of one Output in one log entry (outputs may be merged,
 // never split: a recurring fire and the task it inserts must be durable
-// together), in order after those of earlier outputs, and release Held only
-// once that entry is applied. Immediate actions take effect at once.
+// together), in order after those of earlier outputs, and release the held
+// replies, dispatches and events only once that entry is applied. Aborts
+// take effect at once.
 func (c *Core) Ready() Output {
 	o := c.out
 	c.out = Output{}
 	return o
+}
+
+// Recycle hands back the held slices of an Output whose actions have all
+// been carried out, for the core to reuse. The caller must not touch them
+// afterwards.
+func (c *Core) Recycle(o *Output) {
+	c.spareReplies.put(o.Replies)
+	c.spareDispatches.put(o.Dispatches)
+	c.spareEvents.put(o.Events)
+	o.Replies, o.Dispatches, o.Events = nil, nil, nil
+}
+
+// SetLogVersion sets the newest log format every server of the cluster
+// understands (see Config.LogVersion).
+func (c *Core) SetLogVersion(v uint16) {
+	c.cfg.LogVersion = min(max(v, 1), fsm.LogVersion)
+}
+
+// requireVersion refuses what with a *VersionError when it needs a log
+// format newer than the cluster's.
+func (c *Core) requireVersion(what string, need uint16) error {
+	if need > c.cfg.LogVersion {
+		return &VersionError{What: what, Need: need, Have: c.cfg.LogVersion}
+	}
+	return nil
 }
 
 // Stats returns the current sizes.
@@ -232,49 +282,49 @@ func (c *Core) Stats() Stats {
 // ---------------------------------------------------------------------------
 
 func (c *Core) mutate(m fsm.Mutation) { c.out.Mutations = append(c.out.Mutations, m) }
-func (c *Core) hold(a Action) {
-	if c.out.Held == nil {
-		if n := len(c.spare); n > 0 {
-			c.out.Held, c.spare = c.spare[n-1], c.spare[:n-1]
-		} else {
-			c.out.Held = make([]Action, 0, minHeldCap)
-		}
-	}
-	c.out.Held = append(c.out.Held, a)
-}
 
-// Recycle hands back the Held slice of an Output whose actions have all
-// been carried out, for the core to reuse. The caller must not touch it
-// afterwards.
-func (c *Core) Recycle(held []Action) {
-	if cap(held) < minHeldCap || cap(held) > maxHeldCap || len(c.spare) >= maxSpareLen {
-		return
-	}
-	clear(held[:cap(held)])
-	c.spare = append(c.spare, held[:0])
-}
 func (c *Core) abort(t *task, reason string) {
-	c.out.Immediate = append(c.out.Immediate, Action{
-		Kind: ActAbort, Worker: t.worker, Lease: t.lease, Reason: reason,
-	})
+	c.out.Aborts = append(c.out.Aborts, Abort{Worker: t.worker, Lease: t.lease, Reason: reason})
 }
 
-func (c *Core) reply(req ReqID, a Action) {
-	a.Kind = ActReply
-	a.Req = req
-	c.hold(a)
+// reply answers req with v (held).
+func (c *Core) reply(req ReqID, v any) {
+	if c.out.Replies == nil {
+		c.out.Replies = c.spareReplies.get()
+	}
+	c.out.Replies = append(c.out.Replies, Reply{Req: req, Value: v})
 }
 
+// fail answers req with err (held).
+func (c *Core) fail(req ReqID, err error) {
+	if c.out.Replies == nil {
+		c.out.Replies = c.spareReplies.get()
+	}
+	c.out.Replies = append(c.out.Replies, Reply{Req: req, Err: err})
+}
+
+// dispatch answers poll req with grants, or err (held).
+func (c *Core) dispatch(req ReqID, grants []Grant, err error) {
+	if c.out.Dispatches == nil {
+		c.out.Dispatches = c.spareDispatches.get()
+	}
+	c.out.Dispatches = append(c.out.Dispatches, Dispatch{Req: req, Grants: grants, Err: err})
+}
+
+// event publishes t's current status (held).
 func (c *Core) event(t *task, msg string) {
-	c.hold(Action{Kind: ActEvent, Event: Event{
+	if c.out.Events == nil {
+		c.out.Events = c.spareEvents.get()
+	}
+	c.out.Events = append(c.out.Events, Event{
 		TaskID:  t.id,
 		Pool:    t.pool.name,
 		Kind:    t.kind,
 		Status:  t.status,
 		Attempt: t.attempt,
 		Message: msg,
-		At:      fsm.Time(c.now),
-	}})
+		At:      c.now,
+	})
 }
 
 // ---------------------------------------------------------------------------
@@ -285,8 +335,8 @@ func (c *Core) event(t *task, msg string) {
 // due by then, so that no command acts on a lease, deadline or run time that
 // has already passed.
 func (c *Core) begin(now time.Time) {
-	if ns := fsm.Nanos(now); ns > c.now {
-		c.now = ns
+	if at := fsm.InstantOf(now); at > c.now {
+		c.now = at
 	}
 	c.runTimers()
 }
@@ -295,14 +345,14 @@ func (c *Core) begin(now time.Time) {
 // retention purges per call; NextWake then reports the rest as due).
 func (c *Core) Tick(now time.Time) {
 	c.begin(now)
-	c.flush()
+	c.serve()
 }
 
 // NextWake returns the earliest pending timer, if any. It may be at or
 // before the last now (more work due: call Tick again).
 func (c *Core) NextWake() (time.Time, bool) {
 	c.settleTop()
-	var when int64
+	var when fsm.Instant
 	ok := false
 	if len(c.timers) > 0 {
 		when, ok = c.timers.top().when, true
@@ -313,7 +363,7 @@ func (c *Core) NextWake() (time.Time, bool) {
 	if !ok {
 		return time.Time{}, false
 	}
-	return fsm.Time(when), true
+	return when.Time(), true
 }
 
 // settleTop drops obsolete timers from the top of the heap and moves lease
@@ -370,7 +420,7 @@ func (c *Core) runTimers() {
 		case tmDeadline:
 			c.expire(t)
 		case tmTimeout:
-			msg := fmt.Sprintf("attempt timed out after %s", time.Duration(t.timeout))
+			msg := fmt.Sprintf("attempt timed out after %s", t.timeout)
 			c.abort(t, msg)
 			c.failAttempt(t, msg, 0)
 		case tmLease:
@@ -397,9 +447,9 @@ func (c *Core) runTimers() {
 	}
 }
 
-// flush serves waiting polls and parked submitters until neither can make
+// serve serves waiting polls and parked submitters until neither can make
 // progress. Every command ends with it.
-func (c *Core) flush() {
+func (c *Core) serve() {
 	for len(c.dirty) > 0 || c.spaceFreed {
 		c.dispatchDirty()
 		if c.spaceFreed {
@@ -425,7 +475,7 @@ func (c *Core) Shutdown(now time.Time) {
 	c.shutdown = true
 	for e := c.parked.Front(); e != nil; e = e.Next() {
 		u := e.Value.(*unit)
-		c.resolve(u, nil, ErrShuttingDown)
+		c.answer(u, nil, ErrShuttingDown)
 	}
 	c.parked.Init()
 	clear(c.parkedByReq)
@@ -433,7 +483,7 @@ func (c *Core) Shutdown(now time.Time) {
 	for _, p := range c.sortedPools() {
 		for e := p.polls.Front(); e != nil; e = e.Next() {
 			pl := e.Value.(*poll)
-			c.hold(Action{Kind: ActDispatch, Req: pl.req, Err: ErrShuttingDown})
+			c.dispatch(pl.req, nil, ErrShuttingDown)
 			delete(c.polls, pl.req)
 		}
 		p.polls.Init()

@@ -82,7 +82,7 @@ func TestIDsStrictlyIncrease(t *testing.T) {
 }
 
 func TestBackoffBoundsAndDoubling(t *testing.T) {
-	bo := fsm.Backoff{Initial: int64(time.Second), Max: int64(5 * time.Minute), Jitter: 0.2}
+	bo := fsm.Backoff{Initial: time.Second, Max: 5 * time.Minute, Jitter: 0.2}
 	r := splitmix64{s: 42}
 	for attempt := uint32(1); attempt <= 40; attempt++ {
 		base := float64(time.Second) * math.Pow(2, float64(attempt-1))
@@ -93,17 +93,17 @@ func TestBackoffBoundsAndDoubling(t *testing.T) {
 			require.LessOrEqual(t, d, base*1.2, "attempt %d", attempt)
 		}
 	}
-	noJitter := fsm.Backoff{Initial: int64(time.Second), Max: int64(10 * time.Second)}
+	noJitter := fsm.Backoff{Initial: time.Second, Max: 10 * time.Second}
 	var got []time.Duration
 	for attempt := uint32(1); attempt <= 6; attempt++ {
-		got = append(got, time.Duration(backoffDelay(noJitter, attempt, &r)))
+		got = append(got, backoffDelay(noJitter, attempt, &r))
 	}
 	require.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second}, got)
 	// Huge attempt numbers and caps do not overflow.
 	huge := fsm.Backoff{Initial: 1, Max: math.MaxInt64}
-	require.Equal(t, int64(math.MaxInt64), backoffDelay(huge, 1000, &r))
+	require.Equal(t, time.Duration(math.MaxInt64), backoffDelay(huge, 1000, &r))
 	// The jitter spreads: not every draw is the same.
-	seen := map[int64]bool{}
+	seen := map[time.Duration]bool{}
 	for i := 0; i < 20; i++ {
 		seen[backoffDelay(bo, 1, &r)] = true
 	}
@@ -111,9 +111,9 @@ func TestBackoffBoundsAndDoubling(t *testing.T) {
 }
 
 func TestBackoffJitterIsSeeded(t *testing.T) {
-	bo := fsm.Backoff{Initial: int64(time.Second), Max: int64(time.Minute), Jitter: 0.5}
+	bo := fsm.Backoff{Initial: time.Second, Max: time.Minute, Jitter: 0.5}
 	a, b, c := splitmix64{s: 7}, splitmix64{s: 7}, splitmix64{s: 8}
-	var da, db, dc []int64
+	var da, db, dc []time.Duration
 	for i := uint32(1); i < 10; i++ {
 		da = append(da, backoffDelay(bo, i, &a))
 		db = append(db, backoffDelay(bo, i, &b))

@@ -39,7 +39,7 @@ type group struct {
 // (submit order).
 type readyItem struct {
 	prio  fsm.Priority
-	runAt int64
+	runAt fsm.Instant
 	id    string
 	t     *task
 }
@@ -230,14 +230,14 @@ func (c *Core) start(t *task, worker string) Grant {
 	t.lastLease = lease
 	t.worker = worker
 	t.startedAt = c.now
-	t.hbDeadline = c.now + int64(c.cfg.HeartbeatWindow)
+	t.hbDeadline = c.now.Add(c.cfg.HeartbeatWindow)
 	c.mutate(fsm.Mutation{Start: &fsm.Start{ID: t.id, Attempt: t.attempt, Lease: lease, Worker: worker, At: c.now}})
 	c.setStatus(t, fsm.StatusRunning)
 	c.leases[lease] = t
 	c.rememberLease(lease, t.id)
 	c.timers.push(timer{when: t.hbDeadline, kind: tmLease, id: t.id, gen: lease})
 	if t.timeout > 0 {
-		c.timers.push(timer{when: c.now + t.timeout, kind: tmTimeout, id: t.id, gen: lease})
+		c.timers.push(timer{when: c.now.Add(t.timeout), kind: tmTimeout, id: t.id, gen: lease})
 	}
 	c.event(t, "")
 	return Grant{ID: t.id, Lease: lease, Attempt: t.attempt}
@@ -260,7 +260,7 @@ func (c *Core) dispatchDirty() {
 			if grants := c.take(p, pl.worker, pl.labels, pl.slots); len(grants) > 0 {
 				p.polls.Remove(e)
 				delete(c.polls, pl.req)
-				c.hold(Action{Kind: ActDispatch, Req: pl.req, Grants: grants})
+				c.dispatch(pl.req, grants, nil)
 			}
 			e = next
 		}
@@ -268,15 +268,15 @@ func (c *Core) dispatchDirty() {
 }
 
 // Poll offers capacity: worker can run up to offer.Slots more attempts of
-// offer.Pool on capacity with offer.Labels. The poll is answered (held) by an
-// ActDispatch with between 1 and Slots grants as soon as a task can be
-// leased; until then it stays open (a long poll) unless withdrawn with
-// CancelPoll. A refused poll is answered by an ActDispatch with Err set
-// (*InvalidError or ErrShuttingDown).
+// offer.Pool on capacity with offer.Labels. The poll is answered (held) by a
+// Dispatch with between 1 and Slots grants as soon as a task can be leased;
+// until then it stays open (a long poll) unless withdrawn with Detach. A
+// refused poll is answered by a Dispatch with Err set (*InvalidError or
+// ErrShuttingDown).
 func (c *Core) Poll(now time.Time, req ReqID, offer Offer) {
 	c.begin(now)
-	defer c.flush()
-	fail := func(err error) { c.hold(Action{Kind: ActDispatch, Req: req, Err: err}) }
+	defer c.serve()
+	fail := func(err error) { c.dispatch(req, nil, err) }
 	if c.shutdown {
 		fail(ErrShuttingDown)
 		return
@@ -301,20 +301,12 @@ func (c *Core) Poll(now time.Time, req ReqID, offer Offer) {
 	}
 	p := c.getPool(offer.Pool)
 	if grants := c.take(p, offer.Worker, labels, offer.Slots); len(grants) > 0 {
-		c.hold(Action{Kind: ActDispatch, Req: req, Grants: grants})
+		c.dispatch(req, grants, nil)
 		return
 	}
 	pl := &poll{req: req, worker: offer.Worker, pool: p, labels: labels, slots: offer.Slots}
 	pl.elem = p.polls.PushBack(pl)
 	c.polls[req] = pl
-}
-
-// CancelPoll withdraws an open poll; it gets no answer.
-func (c *Core) CancelPoll(req ReqID) {
-	if pl, ok := c.polls[req]; ok {
-		pl.pool.polls.Remove(pl.elem)
-		delete(c.polls, req)
-	}
 }
 
 // Heartbeat extends the heartbeat window of the attempt under lease to now +
@@ -323,13 +315,13 @@ func (c *Core) CancelPoll(req ReqID) {
 // logged.
 func (c *Core) Heartbeat(now time.Time, lease uint64) error {
 	c.begin(now)
-	defer c.flush()
+	defer c.serve()
 	t, ok := c.leases[lease]
 	if !ok {
 		return ErrStaleLease
 	}
 	// A heartbeat never shortens a window (a recovered lease's grace may
 	// be longer than one heartbeat window).
-	t.hbDeadline = max(t.hbDeadline, addSat(c.now, int64(c.cfg.HeartbeatWindow)))
+	t.hbDeadline = max(t.hbDeadline, c.now.Add(c.cfg.HeartbeatWindow))
 	return nil
 }

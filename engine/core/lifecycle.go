@@ -2,7 +2,6 @@ package core
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -18,14 +17,6 @@ const (
 	msgPermanent      = "permanent failure"
 	reasonCancelAbort = "task cancelled"
 )
-
-// addSat adds a duration to an instant without overflowing.
-func addSat(ns, d int64) int64 {
-	if d > 0 && ns > math.MaxInt64-d {
-		return math.MaxInt64
-	}
-	return ns + d
-}
 
 // setStatus moves t to s and keeps the counters, the lease index and the
 // parked-submitter trigger in step.
@@ -66,10 +57,10 @@ func (c *Core) finish(t *task, status fsm.Status, output []byte, msg string) {
 	}})
 	c.setStatus(t, status)
 	t.finishedAt = c.now
-	c.purges.ReplaceOrInsert(purgeItem{at: addSat(c.now, int64(c.cfg.Retention)), id: t.id})
+	c.purges.ReplaceOrInsert(purgeItem{at: c.now.Add(c.cfg.Retention), id: t.id})
 	c.event(t, msg)
 	for _, w := range t.waiters {
-		c.reply(w, Action{TaskID: t.id})
+		c.reply(w, t.id)
 		delete(c.waiting, w)
 	}
 	t.waiters = nil
@@ -83,11 +74,11 @@ func (c *Core) failAttempt(t *task, msg string, retryAfter time.Duration) {
 		c.finish(t, fsm.StatusFailed, nil, msg)
 		return
 	}
-	delay := int64(retryAfter)
+	delay := retryAfter
 	if delay <= 0 {
 		delay = backoffDelay(t.backoff, t.attempt, &c.rng)
 	}
-	retryAt := addSat(c.now, delay)
+	retryAt := c.now.Add(delay)
 	c.mutate(fsm.Mutation{Retry: &fsm.Retry{ID: t.id, Lease: t.lease, Error: msg, RetryAt: retryAt, At: c.now}})
 	t.runAt = retryAt
 	if retryAt <= c.now {
@@ -119,16 +110,12 @@ func (c *Core) purge(t *task) {
 
 // resolveRef finds a task by id or key.
 func (c *Core) resolveRef(ref TaskRef) (*task, error) {
-	var t *task
-	switch {
-	case ref.ID != "" && ref.Key != "":
-		return nil, Invalid("ref", "give an id or a key, not both")
-	case ref.ID != "":
-		t = c.tasks[ref.ID]
-	case ref.Key != "":
+	if err := ref.Check(); err != nil {
+		return nil, err
+	}
+	t := c.tasks[ref.ID]
+	if ref.ID == "" {
 		t = c.keys[ref.Key]
-	default:
-		return nil, Invalid("ref", "an id or a key is required")
 	}
 	if t == nil {
 		return nil, fmt.Errorf("task %s: %w", ref, ErrNotFound)
@@ -136,9 +123,9 @@ func (c *Core) resolveRef(ref TaskRef) (*task, error) {
 	return t, nil
 }
 
-// Complete reports the end of the attempt under lease. The reply (held) has
-// Err nil when the report was taken, ErrStaleLease when lease is not the
-// task's current lease (nothing changes then).
+// Complete reports the end of the attempt under lease. The reply (held) is
+// the task's id when the report was taken, ErrStaleLease when lease is not
+// the task's current lease (nothing changes then).
 //
 // Success ends the task succeeded with the output, or failed when the output
 // exceeds MaxOutput (it is never truncated). A retryable failure retries
@@ -146,14 +133,14 @@ func (c *Core) resolveRef(ref TaskRef) (*task, error) {
 // task. A permanent failure fails it; a cancelled attempt cancels it.
 func (c *Core) Complete(now time.Time, req ReqID, lease uint64, out Outcome) {
 	c.begin(now)
-	defer c.flush()
+	defer c.serve()
 	t, ok := c.leases[lease]
 	if !ok && bugStaleLease {
 		t = c.adoptStaleLease(lease, out.Kind)
 		ok = t != nil
 	}
 	if !ok {
-		c.reply(req, Action{Err: ErrStaleLease})
+		c.fail(req, ErrStaleLease)
 		return
 	}
 	switch out.Kind {
@@ -171,10 +158,10 @@ func (c *Core) Complete(now time.Time, req ReqID, lease uint64, out Outcome) {
 	case OutcomeCancelled:
 		c.finish(t, fsm.StatusCancelled, nil, orDefault(out.Message, msgWorkerCancel))
 	default:
-		c.reply(req, Action{Err: Invalid("outcome", "unknown kind %d", out.Kind)})
+		c.fail(req, Invalid("outcome", "unknown kind %d", out.Kind))
 		return
 	}
-	c.reply(req, Action{TaskID: t.id})
+	c.reply(req, t.id)
 }
 
 func orDefault(s, def string) string {
@@ -185,42 +172,41 @@ func orDefault(s, def string) string {
 }
 
 // Cancel ends a live task cancelled. A running attempt's lease is revoked
-// in the same commit and its worker is told to stop at once (ActAbort).
-// The reply (held) carries the task id and Cancelled: true when this call
-// cancelled it, false when it had already ended; ErrNotFound for an unknown
-// task.
+// in the same commit and its worker is told to stop at once (an Abort).
+// The reply (held) is a Cancelled: true when this call cancelled the task,
+// false when it had already ended; ErrNotFound for an unknown task.
 func (c *Core) Cancel(now time.Time, req ReqID, ref TaskRef) {
 	c.begin(now)
-	defer c.flush()
+	defer c.serve()
 	t, err := c.resolveRef(ref)
 	if err != nil {
-		c.reply(req, Action{Err: err})
+		c.fail(req, err)
 		return
 	}
 	if t.status.Terminal() {
-		c.reply(req, Action{TaskID: t.id})
+		c.reply(req, Cancelled{ID: t.id})
 		return
 	}
 	if t.status == fsm.StatusRunning {
 		c.abort(t, reasonCancelAbort)
 	}
 	c.finish(t, fsm.StatusCancelled, nil, msgCancelled)
-	c.reply(req, Action{TaskID: t.id, Cancelled: true})
+	c.reply(req, Cancelled{ID: t.id, Cancelled: true})
 }
 
 // Attach waits for a task to end. The reply (held, so it follows everything
-// already produced) carries the task id: at once for a terminal task, else
+// already produced) is the task's id: at once for a terminal task, else
 // when the task ends. ErrNotFound for an unknown task.
 func (c *Core) Attach(now time.Time, req ReqID, ref TaskRef) {
 	c.begin(now)
-	defer c.flush()
+	defer c.serve()
 	t, err := c.resolveRef(ref)
 	if err != nil {
-		c.reply(req, Action{Err: err})
+		c.fail(req, err)
 		return
 	}
 	if t.status.Terminal() {
-		c.reply(req, Action{TaskID: t.id})
+		c.reply(req, t.id)
 		return
 	}
 	if old, ok := c.waiting[req]; ok {
@@ -230,10 +216,14 @@ func (c *Core) Attach(now time.Time, req ReqID, ref TaskRef) {
 	c.waiting[req] = t
 }
 
-// Detach drops the result waiter or parked submitter req (its caller went
-// away). It gets no answer. Items of an enqueue-many request that were
-// already admitted stay admitted.
+// Detach drops request req, whose caller went away: an open poll, a result
+// waiter or a parked submitter. It gets no answer. Items of an enqueue-many
+// request that were already admitted stay admitted.
 func (c *Core) Detach(req ReqID) {
+	if pl, ok := c.polls[req]; ok {
+		pl.pool.polls.Remove(pl.elem)
+		delete(c.polls, req)
+	}
 	if t, ok := c.waiting[req]; ok {
 		t.waiters = slices.DeleteFunc(t.waiters, func(r ReqID) bool { return r == req })
 		delete(c.waiting, req)
@@ -245,6 +235,6 @@ func (c *Core) Detach(req ReqID) {
 		delete(c.parkedByReq, req)
 		// Whoever queued behind it may go now.
 		c.spaceFreed = true
-		c.flush()
+		c.serve()
 	}
 }

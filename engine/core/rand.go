@@ -1,6 +1,10 @@
 package core
 
-import "github.com/cronoq/cronoq/fsm"
+import (
+	"time"
+
+	"github.com/cronoq/cronoq/fsm"
+)
 
 // splitmix64 is a small deterministic PRNG (Steele, Lea, Flood 2014). The
 // core draws backoff jitter from it so that the same seed and the same calls
@@ -23,7 +27,7 @@ func (r *splitmix64) float64() float64 {
 // backoffDelay is the delay before the retry that follows failed attempt
 // number attempt (1-based): Initial doubled per earlier attempt, capped at
 // Max, then spread by ±Jitter. The result is at least one nanosecond.
-func backoffDelay(b fsm.Backoff, attempt uint32, r *splitmix64) int64 {
+func backoffDelay(b fsm.Backoff, attempt uint32, r *splitmix64) time.Duration {
 	d := b.Initial
 	for i := uint32(1); i < attempt && d < b.Max; i++ {
 		if d > b.Max/2 {
@@ -37,7 +41,7 @@ func backoffDelay(b fsm.Backoff, attempt uint32, r *splitmix64) int64 {
 	}
 	if b.Jitter > 0 {
 		u := r.float64()
-		d = int64(float64(d) * (1 + b.Jitter*(2*u-1)))
+		d = time.Duration(float64(d) * (1 + b.Jitter*(2*u-1)))
 	}
 	if d < 1 {
 		d = 1

@@ -38,7 +38,7 @@ func randomRun(t *testing.T, seed uint64, steps int) []byte {
 	}
 	epoch := uint64(1)
 	now := t0
-	require.Equal(t, epoch, apply(mustEncode(fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: epoch, Leader: "n", Time: fsm.Nanos(now)}))))
+	require.Equal(t, epoch, apply(mustEncode(fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: epoch, Leader: "n", Time: fsm.InstantOf(now)}))))
 	c, err := New(cfg, epoch, now)
 	require.NoError(t, err)
 
@@ -49,25 +49,36 @@ func randomRun(t *testing.T, seed uint64, steps int) []byte {
 	labels := [][]fsm.KV{nil, {{K: "gpu", V: "1"}}, {{K: "gpu", V: "1"}, {K: "zone", V: "x"}}}
 	commit := func() {
 		o := c.Ready()
-		fmt.Fprintf(&log, "held %+v\nimmediate %+v\n", o.Held, o.Immediate)
-		for _, a := range o.Held {
-			for _, g := range a.Grants {
+		for _, r := range o.Replies {
+			v := r.Value
+			if res, ok := v.(*SubmitResult); ok {
+				v = *res
+			}
+			fmt.Fprintf(&log, "reply %d %+v %v\n", r.Req, v, r.Err)
+		}
+		fmt.Fprintf(&log, "dispatches %+v\nevents %+v\naborts %+v\n", o.Dispatches, o.Events, o.Aborts)
+		for _, d := range o.Dispatches {
+			for _, g := range d.Grants {
 				leases = append(leases, g.Lease)
 			}
-			for _, s := range a.Submitted {
-				if s.ID != "" {
-					ids = append(ids, s.ID)
+		}
+		for _, r := range o.Replies {
+			if res, ok := r.Value.(*SubmitResult); ok {
+				for _, s := range res.Tasks {
+					if s.ID != "" {
+						ids = append(ids, s.ID)
+					}
 				}
 			}
 		}
 		if len(o.Mutations) == 0 {
 			return
 		}
-		res := apply(mustEncode(fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: epoch, Time: fsm.Nanos(now), Mutations: o.Mutations})))
+		res := apply(mustEncode(fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: epoch, Time: fsm.InstantOf(now), Mutations: o.Mutations})))
 		require.Nil(t, res, "batch rejected at step; mutations %d", len(o.Mutations))
 	}
 	spec := func() Spec {
-		s := Spec{Pool: pools[pick(2)], Kind: "k", Priority: fsm.Priority(pick(3)), Labels: labels[pick(3)]}
+		s := Spec{Template: fsm.Template{Pool: pools[pick(2)], Kind: "k", Priority: fsm.Priority(pick(3)), Labels: labels[pick(3)]}}
 		if pick(3) == 0 {
 			s.Key = fmt.Sprintf("key%d", pick(20))
 		}
@@ -75,7 +86,7 @@ func randomRun(t *testing.T, seed uint64, steps int) []byte {
 			s.Delay = time.Duration(pick(10)) * time.Second
 		}
 		if pick(5) == 0 {
-			s.Deadline = now.Add(time.Duration(5+pick(30)) * time.Second)
+			s.Deadline = fsm.InstantOf(now.Add(time.Duration(5+pick(30)) * time.Second))
 		}
 		if pick(5) == 0 {
 			s.Timeout = time.Duration(1+pick(8)) * time.Second
@@ -116,20 +127,20 @@ func randomRun(t *testing.T, seed uint64, steps int) []byte {
 		case 12:
 			switch pick(4) {
 			case 0:
-				c.AddSchedule(now, req, ScheduleSpec{Name: fmt.Sprintf("s%d", pick(2)), Cron: "*/7 * * * * *", Task: Spec{Pool: "b", Kind: "cron"}, Overlap: fsm.Overlap(pick(2)), CatchUp: fsm.CatchUp(pick(3))})
+				c.AddSchedule(now, req, ScheduleSpec{Name: fmt.Sprintf("s%d", pick(2)), Cron: "*/7 * * * * *", Task: fsm.Template{Pool: "b", Kind: "cron"}, Overlap: fsm.Overlap(pick(2)), CatchUp: fsm.CatchUp(pick(3))})
 			case 1:
 				c.PauseSchedule(now, req, fmt.Sprintf("s%d", pick(2)), pick(2) == 0)
 			case 2:
 				c.RemoveSchedule(now, req, fmt.Sprintf("s%d", pick(2)))
 			case 3:
-				c.CancelPoll(ReqID(1 + pick(int(req))))
+				c.Detach(ReqID(1 + pick(int(req))))
 			}
 		case 13:
 			if pick(6) == 0 {
 				commit()
 				// A new leader: bump the epoch and rebuild from the FSM.
 				epoch++
-				require.Equal(t, epoch, apply(mustEncode(fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: epoch, Leader: "n", Time: fsm.Nanos(now)}))))
+				require.Equal(t, epoch, apply(mustEncode(fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: epoch, Leader: "n", Time: fsm.InstantOf(now)}))))
 				c, err = Recover(cfg, state.View(), epoch, now)
 				require.NoError(t, err)
 				require.True(t, func() bool { o := c.Ready(); return o.Empty() }())

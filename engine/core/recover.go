@@ -33,7 +33,7 @@ func Recover(cfg Config, src Source, epoch uint64, now time.Time) (*Core, error)
 	if err != nil {
 		return nil, err
 	}
-	c.now = fsm.Nanos(now)
+	c.now = fsm.InstantOf(now)
 	src.EachTask(func(rec *fsm.Task) bool {
 		if rec.LastLease>>32 >= epoch || rec.Lease>>32 >= epoch {
 			err = fmt.Errorf("recovering task %s: lease %#x was granted at or after epoch %d", rec.ID, rec.LastLease, epoch)

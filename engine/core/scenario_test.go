@@ -72,6 +72,7 @@ type harness struct {
 	idsRev   map[string]string
 	reqs     map[string]ReqID
 	reqNames map[ReqID]string
+	reqCmds  map[ReqID]string // the command that made each request
 	nextReq  ReqID
 	grants   map[string]uint64 // task -> last granted lease
 
@@ -86,13 +87,10 @@ func (h *harness) summarize(b *strings.Builder, o Output) {
 		kind, _, _ := strings.Cut(h.fmtMutation(m), " ")
 		counts["mut "+kind]++
 	}
-	for _, a := range o.Held {
-		kind, _, _ := strings.Cut(h.fmtAction(a), " ")
-		counts["held "+kind]++
-	}
-	for _, a := range o.Immediate {
-		kind, _, _ := strings.Cut(h.fmtAction(a), " ")
-		counts["now "+kind]++
+	for _, line := range h.actions(o) {
+		when, rest, _ := strings.Cut(line, " ")
+		kind, _, _ := strings.Cut(strings.TrimSpace(rest), " ")
+		counts[when+" "+kind]++
 	}
 	keys := make([]string, 0, len(counts))
 	for k := range counts {
@@ -120,9 +118,10 @@ func (h *harness) reset(cfg Config, autocommit bool) {
 	h.idsRev = map[string]string{}
 	h.reqs = map[string]ReqID{}
 	h.reqNames = map[ReqID]string{}
+	h.reqCmds = map[ReqID]string{}
 	h.nextReq = 0
 	h.grants = map[string]uint64{}
-	h.applyEntry(mustEncode(fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: 1, Leader: "n1", Time: fsm.Nanos(t0)})))
+	h.applyEntry(mustEncode(fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: 1, Leader: "n1", Time: fsm.InstantOf(t0)})))
 	c, err := New(cfg, 1, t0)
 	require.NoError(h.t, err)
 	h.core = c
@@ -181,6 +180,7 @@ func (h *harness) req(d *datadriven.TestData) ReqID {
 	}
 	h.reqs[n] = h.nextReq
 	h.reqNames[h.nextReq] = n
+	h.reqCmds[h.nextReq] = d.Cmd
 	return h.nextReq
 }
 
@@ -213,11 +213,11 @@ func (h *harness) parseLease(s string) uint64 {
 	return ep<<32 | n
 }
 
-func fmtAt(ns int64) string {
-	if ns == 0 {
+func fmtAt(at fsm.Instant) string {
+	if at == 0 {
 		return "-"
 	}
-	return fmtTime(fsm.Time(ns))
+	return fmtTime(at.Time())
 }
 
 func fmtTime(t time.Time) string {
@@ -295,11 +295,11 @@ func (h *harness) fmtMutation(m fsm.Mutation) string {
 			fmt.Fprintf(&b, " deadline=%s", fmtAt(t.Deadline))
 		}
 		if t.Timeout != 0 {
-			fmt.Fprintf(&b, " timeout=%s", time.Duration(t.Timeout))
+			fmt.Fprintf(&b, " timeout=%s", t.Timeout)
 		}
 		fmt.Fprintf(&b, " attempts=%d", t.MaxAttempts)
 		if t.Backoff != h.core.cfg.Backoff {
-			fmt.Fprintf(&b, " backoff=%s/%s/%g", time.Duration(t.Backoff.Initial), time.Duration(t.Backoff.Max), t.Backoff.Jitter)
+			fmt.Fprintf(&b, " backoff=%s/%s/%g", t.Backoff.Initial, t.Backoff.Max, t.Backoff.Jitter)
 		}
 		if len(t.Payload) > 0 {
 			fmt.Fprintf(&b, " payload=%s", fmtBytes(t.Payload))
@@ -330,8 +330,12 @@ func (h *harness) fmtMutation(m fsm.Mutation) string {
 		return fmt.Sprintf("purge %s", h.name(m.Purge.ID))
 	case m.PutSchedule != nil:
 		s := m.PutSchedule
-		return fmt.Sprintf("put-schedule %s cron=%q tz=%q %s/%s overlap=%d catch-up=%d limit=%d paused=%t created=%s fires=%d skipped=%d last-task=%s",
+		out := fmt.Sprintf("put-schedule %s cron=%q tz=%q %s/%s overlap=%d catch-up=%d limit=%d paused=%t created=%s fires=%d skipped=%d last-task=%s",
 			s.Name, s.Cron, s.TZ, s.Pool, s.Kind, s.Overlap, s.CatchUp, s.CatchUpLimit, s.Paused, fmtAt(s.CreatedAt), s.Fires, s.Skipped, h.name(s.LastTask))
+		if s.Backoff != (fsm.Backoff{}) {
+			out += fmt.Sprintf(" backoff=%s/%s/%g", s.Backoff.Initial, s.Backoff.Max, s.Backoff.Jitter)
+		}
+		return out
 	case m.DelSchedule != nil:
 		return fmt.Sprintf("del-schedule %s", m.DelSchedule.Name)
 	case m.PauseSchedule != nil:
@@ -366,6 +370,10 @@ func fmtErr(err error) string {
 	case errors.Is(err, ErrShuttingDown):
 		return "shutting-down"
 	}
+	var ve *VersionError
+	if errors.As(err, &ve) {
+		return fmt.Sprintf("needs-version(%d, have %d)", ve.Need, ve.Have)
+	}
 	return "error(" + err.Error() + ")"
 }
 
@@ -379,74 +387,97 @@ func (h *harness) fmtSub(s Submitted) string {
 	return h.name(s.ID)
 }
 
-func (h *harness) fmtAction(a Action) string {
-	switch a.Kind {
-	case ActReply:
-		r := h.reqName(a.Req)
-		switch {
-		case a.Err != nil:
-			return fmt.Sprintf("reply %s %s", r, fmtErr(a.Err))
-		case a.Errs != nil:
-			var parts []string
-			for i, s := range a.Submitted {
-				if a.Errs[i] != nil {
-					parts = append(parts, fmtErr(a.Errs[i]))
-				} else {
-					parts = append(parts, h.fmtSub(s))
-				}
-			}
-			return fmt.Sprintf("reply %s [%s]", r, strings.Join(parts, " "))
-		case a.Submitted != nil:
-			var parts []string
-			for _, s := range a.Submitted {
-				parts = append(parts, h.fmtSub(s))
-			}
-			return fmt.Sprintf("reply %s [%s]", r, strings.Join(parts, " "))
+func (h *harness) fmtSubmitted(res *SubmitResult) string {
+	var parts []string
+	for i, sub := range res.Tasks {
+		if res.Errs != nil && res.Errs[i] != nil {
+			parts = append(parts, fmtErr(res.Errs[i]))
+		} else {
+			parts = append(parts, h.fmtSub(sub))
 		}
-		s := fmt.Sprintf("reply %s", r)
-		if a.TaskID != "" {
-			s += " task=" + h.name(a.TaskID)
-		}
-		if a.Cancelled {
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+func (h *harness) fmtReply(r Reply) string {
+	name := h.reqName(r.Req)
+	if r.Err != nil {
+		return fmt.Sprintf("reply %s %s", name, fmtErr(r.Err))
+	}
+	s := "reply " + name
+	switch v := r.Value.(type) {
+	case *SubmitResult:
+		return s + " " + h.fmtSubmitted(v)
+	case Cancelled:
+		s += " task=" + h.name(v.ID)
+		if v.Cancelled {
 			s += " cancelled"
 		}
-		if a.Removed {
-			s += " removed"
-		}
-		if a.Paused {
-			s += " paused"
-		}
-		if !a.NextFire.IsZero() {
-			s += " next-fire=" + fmtTime(a.NextFire)
-		}
-		if s == fmt.Sprintf("reply %s", r) {
-			s += " ok"
-		}
 		return s
-	case ActDispatch:
-		if a.Err != nil {
-			return fmt.Sprintf("dispatch %s %s", h.reqName(a.Req), fmtErr(a.Err))
+	case string:
+		return s + " task=" + h.name(v)
+	case fsm.Instant:
+		if v != 0 {
+			return s + " next-fire=" + fmtAt(v)
 		}
-		var parts []string
-		for _, g := range a.Grants {
-			parts = append(parts, fmt.Sprintf("%s lease=%s attempt=%d", h.name(g.ID), fmtLease(g.Lease), g.Attempt))
-			h.grants[g.ID] = g.Lease
+	case bool:
+		switch cmd := h.reqCmds[r.Req]; {
+		case v && cmd == "schedule-rm":
+			return s + " removed"
+		case v:
+			return s + " paused"
 		}
-		return fmt.Sprintf("dispatch %s [%s]", h.reqName(a.Req), strings.Join(parts, ", "))
-	case ActAbort:
-		return fmt.Sprintf("abort worker=%s lease=%s reason=%q", a.Worker, fmtLease(a.Lease), a.Reason)
-	case ActEvent:
-		e := a.Event
-		s := fmt.Sprintf("event %s %s", h.name(e.TaskID), e.Status)
-		if e.Attempt > 0 {
-			s += fmt.Sprintf(" attempt=%d", e.Attempt)
-		}
-		if e.Message != "" {
-			s += fmt.Sprintf(" %q", e.Message)
-		}
-		return s
+	case nil:
+	default:
+		return fmt.Sprintf("%s %T(%v)", s, v, v)
 	}
-	return fmt.Sprintf("action kind %d", a.Kind)
+	return s + " ok"
+}
+
+func (h *harness) fmtDispatch(d Dispatch) string {
+	if d.Err != nil {
+		return fmt.Sprintf("dispatch %s %s", h.reqName(d.Req), fmtErr(d.Err))
+	}
+	var parts []string
+	for _, g := range d.Grants {
+		parts = append(parts, fmt.Sprintf("%s lease=%s attempt=%d", h.name(g.ID), fmtLease(g.Lease), g.Attempt))
+		h.grants[g.ID] = g.Lease
+	}
+	return fmt.Sprintf("dispatch %s [%s]", h.reqName(d.Req), strings.Join(parts, ", "))
+}
+
+func (h *harness) fmtEvent(e Event) string {
+	s := fmt.Sprintf("event %s %s", h.name(e.TaskID), e.Status)
+	if e.Attempt > 0 {
+		s += fmt.Sprintf(" attempt=%d", e.Attempt)
+	}
+	if e.Message != "" {
+		s += fmt.Sprintf(" %q", e.Message)
+	}
+	return s
+}
+
+func fmtAbort(a Abort) string {
+	return fmt.Sprintf("abort worker=%s lease=%s reason=%q", a.Worker, fmtLease(a.Lease), a.Reason)
+}
+
+// actions lists the actions of o, prefixed by when they take effect: held
+// ones (replies, dispatches, events) and immediate ones (aborts).
+func (h *harness) actions(o Output) []string {
+	var out []string
+	for _, r := range o.Replies {
+		out = append(out, "held "+h.fmtReply(r))
+	}
+	for _, d := range o.Dispatches {
+		out = append(out, "held "+h.fmtDispatch(d))
+	}
+	for _, e := range o.Events {
+		out = append(out, "held "+h.fmtEvent(e))
+	}
+	for _, a := range o.Aborts {
+		out = append(out, "now  "+fmtAbort(a))
+	}
+	return out
 }
 
 // collect takes the core's output, prints it, and commits it when
@@ -462,19 +493,15 @@ func (h *harness) collect(b *strings.Builder) {
 		}
 		fmt.Fprintf(b, "mut  %s\n", h.fmtMutation(m))
 	}
-	for _, a := range o.Held {
-		if line := h.fmtAction(a); !h.quiet {
-			fmt.Fprintf(b, "held %s\n", line)
-		}
-	}
-	for _, a := range o.Immediate {
-		if line := h.fmtAction(a); !h.quiet {
-			fmt.Fprintf(b, "now  %s\n", line)
+	lines := h.actions(o)
+	if !h.quiet {
+		for _, line := range lines {
+			fmt.Fprintln(b, line)
 		}
 	}
 	if h.trace != nil {
 		data := mustEncode(fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: h.epoch, Mutations: o.Mutations}))
-		fmt.Fprintf(h.trace, "output %x\nheld %+v\nimmediate %+v\n", data, o.Held, o.Immediate)
+		fmt.Fprintf(h.trace, "output %x\nactions %q\n", data, lines)
 	}
 	if o.Empty() {
 		return
@@ -492,11 +519,11 @@ func (h *harness) commit(b *strings.Builder, verbose bool) {
 	held := 0
 	for _, o := range h.pending {
 		muts = append(muts, o.Mutations...)
-		held += len(o.Held)
+		held += len(o.Replies) + len(o.Dispatches) + len(o.Events)
 	}
 	h.pending = nil
 	if len(muts) > 0 {
-		data := mustEncode(fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: h.epoch, Time: fsm.Nanos(h.now), Mutations: muts}))
+		data := mustEncode(fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: h.epoch, Time: fsm.InstantOf(h.now), Mutations: muts}))
 		if res := h.applyEntry(data); res != nil {
 			fmt.Fprintf(b, "COMMIT FAILED: %v\n", res)
 			return
@@ -598,7 +625,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		h.core.Poll(h.now, h.req(d), o)
 	case "cancel-poll":
-		h.core.CancelPoll(h.req(d))
+		h.core.Detach(h.req(d))
 	case "heartbeat":
 		var s string
 		d.ScanArgs(t, "lease", &s)
@@ -663,6 +690,12 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		h.core.PauseSchedule(h.now, h.req(d), n, d.Cmd == "schedule-pause")
 	case "shutdown":
 		h.core.Shutdown(h.now)
+	case "log-version":
+		// What every server of the cluster understands.
+		var v int
+		d.ScanArgs(t, "v", &v)
+		h.core.SetLogVersion(uint16(v))
+		return "ok"
 	case "commit":
 		h.collect(&b)
 		h.commit(&b, true)
@@ -791,11 +824,11 @@ func (h *harness) backoff(vals []string) fsm.Backoff {
 	require.NoError(h.t, err)
 	j, err := strconv.ParseFloat(vals[2], 64)
 	require.NoError(h.t, err)
-	return fsm.Backoff{Initial: int64(i), Max: int64(m), Jitter: j}
+	return fsm.Backoff{Initial: i, Max: m, Jitter: j}
 }
 
 func (h *harness) spec(args []datadriven.CmdArg) Spec {
-	s := Spec{Pool: "p", Kind: "k", Priority: fsm.PriorityNormal}
+	s := Spec{Template: fsm.Template{Pool: "p", Kind: "k", Priority: fsm.PriorityNormal}}
 	for _, a := range args {
 		v := ""
 		if len(a.Vals) > 0 {
@@ -834,19 +867,18 @@ func (h *harness) spec(args []datadriven.CmdArg) Spec {
 		case "tags":
 			s.Tags = parseKVs(a.Vals)
 		case "run-at":
-			s.RunAt = h.parseTime(v)
+			s.RunAt = fsm.InstantOf(h.parseTime(v))
 		case "delay":
 			s.Delay = dur()
 		case "deadline":
-			s.Deadline = h.parseTime(v)
+			s.Deadline = fsm.InstantOf(h.parseTime(v))
 		case "timeout":
 			s.Timeout = dur()
 		case "max-attempts":
 			n, _ := strconv.Atoi(v)
 			s.MaxAttempts = uint32(n)
 		case "backoff":
-			bo := h.backoff(a.Vals)
-			s.Backoff = &bo
+			s.Backoff = h.backoff(a.Vals)
 		default:
 			h.t.Fatalf("unknown spec field %q", a.Key)
 		}
@@ -882,7 +914,7 @@ func (h *harness) scheduleSpec(d *datadriven.TestData) ScheduleSpec {
 			rest = append(rest, a)
 		}
 	}
-	sp.Task = h.spec(rest)
+	sp.Task = h.spec(rest).Template
 	return sp
 }
 
@@ -942,7 +974,7 @@ func (h *harness) recover(b *strings.Builder) {
 	h.pending = nil
 	_ = h.core.Ready()
 	h.epoch++
-	res := h.applyEntry(mustEncode(fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: h.epoch, Leader: "n" + strconv.FormatUint(h.epoch, 10), Time: fsm.Nanos(h.now)})))
+	res := h.applyEntry(mustEncode(fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: h.epoch, Leader: "n" + strconv.FormatUint(h.epoch, 10), Time: fsm.InstantOf(h.now)})))
 	require.Equal(h.t, h.epoch, res)
 	c, err := Recover(h.cfg, h.state.View(), h.epoch, h.now)
 	require.NoError(h.t, err)
@@ -989,8 +1021,8 @@ func (h *harness) dumpTask(n string) string {
 		"attempt=%d lease=%s last-lease=%s worker=%q error=%q output=%s\n"+
 		"submitted=%s started=%s updated=%s finished=%s schedule=%q slot=%s",
 		n, t.Status, t.Pool, t.Kind, t.Key, t.Priority, fmtBytes(t.Payload), fmtKVs(t.Labels), fmtKVs(t.Tags),
-		fmtAt(t.RunAt), fmtAt(t.Deadline), time.Duration(t.Timeout), t.MaxAttempts,
-		time.Duration(t.Backoff.Initial), time.Duration(t.Backoff.Max), t.Backoff.Jitter,
+		fmtAt(t.RunAt), fmtAt(t.Deadline), t.Timeout, t.MaxAttempts,
+		t.Backoff.Initial, t.Backoff.Max, t.Backoff.Jitter,
 		t.Attempt, fmtLease(t.Lease), fmtLease(t.LastLease), t.Worker, t.Error, fmtBytes(t.Output),
 		fmtAt(t.SubmittedAt), fmtAt(t.StartedAt), fmtAt(t.UpdatedAt), fmtAt(t.FinishedAt), t.Schedule, fmtAt(t.Slot))
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/cronoq/cronoq/engine/core/cron"
@@ -17,9 +18,9 @@ type schedule struct {
 
 func (s *schedule) cursor() time.Time {
 	if s.rec.LastFire != 0 {
-		return fsm.Time(s.rec.LastFire)
+		return s.rec.LastFire.Time()
 	}
-	return fsm.Time(s.rec.CreatedAt)
+	return s.rec.CreatedAt.Time()
 }
 
 // arm (re)starts the fire timer of s at its next slot after the cursor.
@@ -33,14 +34,14 @@ func (c *Core) arm(s *schedule) {
 	if next.IsZero() {
 		return
 	}
-	c.timers.push(timer{when: fsm.Nanos(next), kind: tmFire, id: s.rec.Name, gen: s.gen})
+	c.timers.push(timer{when: fsm.InstantOf(next), kind: tmFire, id: s.rec.Name, gen: s.gen})
 }
 
 // fireSchedule handles the due slots of s: each one either fires a task
 // (Insert and Fire in the same output, so they commit together) or is
 // recorded as skipped (overlap policy, catch-up policy, full bounds).
 func (c *Core) fireSchedule(s *schedule) {
-	now := fsm.Time(c.now)
+	now := c.now.Time()
 	decs := cron.Plan(s.expr, s.cursor(), now, s.rec.CatchUp, s.rec.CatchUpLimit)
 	for _, d := range decs {
 		id := ""
@@ -55,7 +56,7 @@ func (c *Core) fireSchedule(s *schedule) {
 		c.schedGen++
 		s.gen = c.schedGen
 		if next := s.expr.Next(now); !next.IsZero() {
-			c.timers.push(timer{when: fsm.Nanos(next), kind: tmFire, id: s.rec.Name, gen: s.gen})
+			c.timers.push(timer{when: fsm.InstantOf(next), kind: tmFire, id: s.rec.Name, gen: s.gen})
 		}
 		return
 	}
@@ -63,9 +64,9 @@ func (c *Core) fireSchedule(s *schedule) {
 }
 
 func (c *Core) recordFire(s *schedule, slot time.Time, skipped uint32, id string) {
-	c.mutate(fsm.Mutation{Fire: &fsm.Fire{Name: s.rec.Name, Slot: fsm.Nanos(slot), Skipped: skipped, TaskID: id}})
+	c.mutate(fsm.Mutation{Fire: &fsm.Fire{Name: s.rec.Name, Slot: fsm.InstantOf(slot), Skipped: skipped, TaskID: id}})
 	rec := s.rec.Clone()
-	rec.LastFire = fsm.Nanos(slot)
+	rec.LastFire = fsm.InstantOf(slot)
 	rec.Skipped += uint64(skipped)
 	if id != "" {
 		rec.LastTask = id
@@ -101,45 +102,40 @@ func (c *Core) fireTask(s *schedule, slot time.Time) string {
 	if !c.fits(delta{{pairKey{s.rec.Pool, s.rec.Priority}, 1}}, false) {
 		return ""
 	}
-	ma := s.rec.MaxAttempts
-	if ma == 0 {
-		ma = c.cfg.MaxAttempts
-	}
+	at := fsm.InstantOf(slot)
 	rec := &fsm.Task{
-		Pool:        s.rec.Pool,
-		Kind:        s.rec.Kind,
-		Key:         key,
-		Priority:    s.rec.Priority,
-		Payload:     s.rec.Payload,
-		Labels:      s.rec.Labels,
-		Tags:        s.rec.Tags,
-		RunAt:       fsm.Nanos(slot),
-		Timeout:     s.rec.Timeout,
-		MaxAttempts: ma,
-		Backoff:     c.cfg.Backoff,
-		Schedule:    s.rec.Name,
-		Slot:        fsm.Nanos(slot),
+		Template: c.resolve(s.rec.Template),
+		Key:      key,
+		RunAt:    at,
+		Schedule: s.rec.Name,
+		Slot:     at,
 	}
 	return c.insert(rec).id
 }
 
-// AddSchedule creates or replaces the recurring schedule spec.Name. The task
-// template takes Pool, Kind, Payload, Priority, Labels, Tags, Timeout and
-// MaxAttempts; Key, RunAt, Delay, Deadline and Backoff are refused. Slots
-// fire strictly after now. Replacing a schedule keeps its counters and last
-// task (for the overlap policy) but starts its cursor afresh at now. The
-// reply (held) carries NextFire (zero while paused); errors are
-// *InvalidError naming the field, or ErrShuttingDown.
+// AddSchedule creates or replaces the recurring schedule spec.Name. Its
+// template's zero fields take the defaults at each fire. Slots fire strictly
+// after now. Replacing a schedule keeps its counters and last task (for the
+// overlap policy) but starts its cursor afresh at now. The reply (held) is
+// the next fire instant (an fsm.Instant, 0 while paused); errors are
+// *InvalidError naming the field, *VersionError, or ErrShuttingDown.
 func (c *Core) AddSchedule(now time.Time, req ReqID, spec ScheduleSpec) {
 	c.begin(now)
-	defer c.flush()
+	defer c.serve()
 	if c.shutdown {
-		c.reply(req, Action{Err: ErrShuttingDown})
+		c.fail(req, ErrShuttingDown)
 		return
 	}
 	rec, expr, err := c.checkSchedule(&spec)
+	if err == nil {
+		what := "this schedule"
+		if rec.Backoff != (fsm.Backoff{}) {
+			what = "a schedule whose task has a retry backoff"
+		}
+		err = c.requireVersion(what, rec.Version())
+	}
 	if err != nil {
-		c.reply(req, Action{Err: err})
+		c.fail(req, err)
 		return
 	}
 	rec.CreatedAt = c.now
@@ -150,11 +146,11 @@ func (c *Core) AddSchedule(now time.Time, req ReqID, spec ScheduleSpec) {
 	s := &schedule{rec: rec, expr: expr}
 	c.schedules[spec.Name] = s
 	c.arm(s)
-	var next time.Time
+	var next fsm.Instant
 	if !rec.Paused {
-		next = expr.Next(s.cursor())
+		next = fsm.InstantOf(expr.Next(s.cursor()))
 	}
-	c.reply(req, Action{NextFire: next})
+	c.reply(req, next)
 }
 
 func (c *Core) checkSchedule(spec *ScheduleSpec) (*fsm.Schedule, *cron.Expr, error) {
@@ -168,16 +164,7 @@ func (c *Core) checkSchedule(spec *ScheduleSpec) (*fsm.Schedule, *cron.Expr, err
 		}
 		return nil, nil, Invalid("cron", "%v", err)
 	}
-	tpl := &spec.Task
 	switch {
-	case tpl.Key != "":
-		return nil, nil, Invalid("task.key", "not allowed in a schedule template (each fire gets its own)")
-	case !tpl.RunAt.IsZero() || tpl.Delay != 0:
-		return nil, nil, Invalid("task.run_at", "not allowed in a schedule template (a fire runs at its slot)")
-	case !tpl.Deadline.IsZero():
-		return nil, nil, Invalid("task.deadline", "not allowed in a schedule template")
-	case tpl.Backoff != nil:
-		return nil, nil, Invalid("task.backoff", "not allowed in a schedule template")
 	case spec.Overlap > fsm.OverlapAllow:
 		return nil, nil, Invalid("overlap", "unknown policy %d", spec.Overlap)
 	case spec.CatchUp > fsm.CatchUpAll:
@@ -185,22 +172,15 @@ func (c *Core) checkSchedule(spec *ScheduleSpec) (*fsm.Schedule, *cron.Expr, err
 	case spec.CatchUpLimit > cron.MaxCatchUpLimit:
 		return nil, nil, Invalid("catch_up_limit", "%d is above the maximum of %d", spec.CatchUpLimit, cron.MaxCatchUpLimit)
 	}
-	var t fsm.Task
-	if err := c.checkTemplate(tpl, &t); err != nil {
-		return nil, nil, err
+	tpl, err := c.checkTemplate(&spec.Task)
+	if err != nil {
+		return nil, nil, prefixed("task.", err)
 	}
 	return &fsm.Schedule{
 		Name:         spec.Name,
 		Cron:         spec.Cron,
 		TZ:           spec.TZ,
-		Pool:         t.Pool,
-		Kind:         t.Kind,
-		Payload:      t.Payload,
-		Priority:     t.Priority,
-		Labels:       t.Labels,
-		Tags:         t.Tags,
-		Timeout:      t.Timeout,
-		MaxAttempts:  spec.Task.MaxAttempts, // 0 = the default at each fire
+		Template:     tpl, // zero fields take the defaults at each fire
 		Overlap:      spec.Overlap,
 		CatchUp:      spec.CatchUp,
 		CatchUpLimit: spec.CatchUpLimit,
@@ -208,22 +188,22 @@ func (c *Core) checkSchedule(spec *ScheduleSpec) (*fsm.Schedule, *cron.Expr, err
 	}, expr, nil
 }
 
-// RemoveSchedule deletes a recurring schedule. The reply (held) has Removed
-// false when there was none (nothing changes then).
+// RemoveSchedule deletes a recurring schedule. The reply (held) is whether
+// it existed (nothing changes when it did not).
 func (c *Core) RemoveSchedule(now time.Time, req ReqID, name string) {
 	c.begin(now)
-	defer c.flush()
+	defer c.serve()
 	if _, ok := c.schedules[name]; !ok {
-		c.reply(req, Action{})
+		c.reply(req, false)
 		return
 	}
 	c.mutate(fsm.Mutation{DelSchedule: &fsm.DelSchedule{Name: name}})
 	delete(c.schedules, name)
-	c.reply(req, Action{Removed: true})
+	c.reply(req, true)
 }
 
-// PauseSchedule pauses or resumes a recurring schedule; the reply (held)
-// carries the new state, or ErrNotFound. Asking for the current state
+// PauseSchedule pauses or resumes a recurring schedule; the reply (held) is
+// the new state (a bool), or ErrNotFound. Asking for the current state
 // changes nothing.
 //
 // A resume does not rewind: the slots that came due while the schedule was
@@ -233,10 +213,10 @@ func (c *Core) RemoveSchedule(now time.Time, req ReqID, name string) {
 // slot after that.
 func (c *Core) PauseSchedule(now time.Time, req ReqID, name string, paused bool) {
 	c.begin(now)
-	defer c.flush()
+	defer c.serve()
 	s, ok := c.schedules[name]
 	if !ok {
-		c.reply(req, Action{Err: ErrNotFound})
+		c.fail(req, fmt.Errorf("schedule %q: %w", name, ErrNotFound))
 		return
 	}
 	if s.rec.Paused != paused {
@@ -245,7 +225,7 @@ func (c *Core) PauseSchedule(now time.Time, req ReqID, name string, paused bool)
 		rec.Paused = paused
 		s.rec = rec
 		if !paused && s.expr != nil {
-			decs := cron.Plan(s.expr, s.cursor(), fsm.Time(c.now), fsm.CatchUpOnce, 0)
+			decs := cron.Plan(s.expr, s.cursor(), c.now.Time(), fsm.CatchUpOnce, 0)
 			if n := len(decs); n > 0 {
 				var skipped uint64
 				for _, d := range decs[:n-1] {
@@ -257,5 +237,5 @@ func (c *Core) PauseSchedule(now time.Time, req ReqID, name string, paused bool)
 		}
 		c.arm(s)
 	}
-	c.reply(req, Action{Paused: paused})
+	c.reply(req, paused)
 }

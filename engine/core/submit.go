@@ -15,18 +15,17 @@ type unit struct {
 	req   ReqID
 	specs []*fsm.Task // validated templates (no id, times of submission or status yet)
 	batch bool        // errors are reported for the whole request
-	group *manyGroup  // set for an enqueue-many item
-	slot  int         // the item's index in its group
+	many  *manyReply  // set for an enqueue-many item
+	slot  int         // the item's index in its request
 	pairs []pairKey   // distinct (pool, class) of specs, sorted
 	elem  *list.Element
 }
 
-// manyGroup collects the per-item results of an enqueue-many request, which
+// manyReply collects the per-item results of an enqueue-many request, which
 // is answered once every item is admitted or refused.
-type manyGroup struct {
+type manyReply struct {
 	req       ReqID
-	subs      []Submitted
-	errs      []error
+	res       *SubmitResult
 	remaining int
 }
 
@@ -42,65 +41,89 @@ func (c *Core) checkPool(name string) error {
 	return nil
 }
 
-// checkTemplate validates what a submit and a schedule template share and
-// fills rec with the normalised values.
-func (c *Core) checkTemplate(s *Spec, rec *fsm.Task) error {
-	if err := c.checkPool(s.Pool); err != nil {
-		return err
+// checkTemplate validates a template, as a submit or a schedule gives it,
+// and returns it normalised (labels and tags sorted, payload copied). Zero
+// fields stay zero: they mean "the default", resolved by resolve.
+func (c *Core) checkTemplate(tpl *fsm.Template) (fsm.Template, error) {
+	out := *tpl
+	if err := c.checkPool(tpl.Pool); err != nil {
+		return out, err
 	}
 	switch {
-	case s.Kind == "":
-		return Invalid("kind", "must not be empty")
-	case len(s.Kind) > c.cfg.MaxKindLen:
-		return Invalid("kind", "%d bytes exceeds the limit of %d", len(s.Kind), c.cfg.MaxKindLen)
-	case s.Priority >= fsm.NumPriorities:
-		return Invalid("priority", "unknown class %d", s.Priority)
-	case len(s.Payload) > c.cfg.MaxPayload:
-		return Invalid("payload", "%d bytes exceeds the limit of %d", len(s.Payload), c.cfg.MaxPayload)
-	case s.Timeout < 0:
-		return Invalid("timeout", "must not be negative")
+	case tpl.Kind == "":
+		return out, Invalid("kind", "must not be empty")
+	case len(tpl.Kind) > c.cfg.MaxKindLen:
+		return out, Invalid("kind", "%d bytes exceeds the limit of %d", len(tpl.Kind), c.cfg.MaxKindLen)
+	case tpl.Priority >= fsm.NumPriorities:
+		return out, Invalid("priority", "unknown class %d", tpl.Priority)
+	case len(tpl.Payload) > c.cfg.MaxPayload:
+		return out, Invalid("payload", "%d bytes exceeds the limit of %d", len(tpl.Payload), c.cfg.MaxPayload)
+	case tpl.Timeout < 0:
+		return out, Invalid("timeout", "must not be negative")
 	}
-	labels, err := normalizeKVs("labels", s.Labels)
-	if err != nil {
-		return err
+	if bo := tpl.Backoff; bo != (fsm.Backoff{}) {
+		switch {
+		case bo.Initial <= 0:
+			return out, Invalid("backoff", "initial delay must be positive")
+		case bo.Max != 0 && bo.Max < bo.Initial:
+			return out, Invalid("backoff", "max delay must be at least the initial delay")
+		case bo.Jitter < 0 || bo.Jitter >= 1:
+			return out, Invalid("backoff", "jitter must be in [0, 1)")
+		}
 	}
-	tags, err := normalizeKVs("tags", s.Tags)
-	if err != nil {
-		return err
+	var err error
+	if out.Labels, err = normalizeKVs("labels", tpl.Labels); err != nil {
+		return out, err
 	}
-	rec.Pool = s.Pool
-	rec.Kind = s.Kind
-	rec.Priority = s.Priority
-	rec.Payload = slices.Clone(s.Payload)
-	rec.Labels = labels
-	rec.Tags = tags
-	rec.Timeout = int64(s.Timeout)
-	rec.MaxAttempts = s.MaxAttempts
-	if rec.MaxAttempts == 0 {
-		rec.MaxAttempts = c.cfg.MaxAttempts
+	if out.Tags, err = normalizeKVs("tags", tpl.Tags); err != nil {
+		return out, err
 	}
-	return nil
+	if len(tpl.Payload) == 0 {
+		out.Payload = nil
+	} else {
+		out.Payload = slices.Clone(tpl.Payload)
+	}
+	return out, nil
+}
+
+// resolve fills the zero fields of a checked template that have a default
+// (max attempts, backoff), as a task record holds them.
+func (c *Core) resolve(tpl fsm.Template) fsm.Template {
+	if tpl.MaxAttempts == 0 {
+		tpl.MaxAttempts = c.cfg.MaxAttempts
+	}
+	if tpl.Backoff == (fsm.Backoff{}) {
+		tpl.Backoff = c.cfg.Backoff
+	} else if tpl.Backoff.Max == 0 {
+		tpl.Backoff.Max = max(c.cfg.Backoff.Max, tpl.Backoff.Initial)
+	}
+	return tpl
 }
 
 // prepare validates a spec and resolves its defaults into a task template.
 func (c *Core) prepare(s *Spec) (*fsm.Task, error) {
-	rec := &fsm.Task{Key: s.Key}
-	if err := c.checkTemplate(s, rec); err != nil {
+	tpl, err := c.checkTemplate(&s.Template)
+	if err != nil {
 		return nil, err
 	}
-	var runAt int64
+	rec := &fsm.Task{Template: c.resolve(tpl), Key: s.Key}
+	if err := c.requireVersion("this task", rec.Version()); err != nil {
+		return nil, err
+	}
+	var runAt fsm.Instant
 	switch {
-	case !s.RunAt.IsZero() && s.Delay != 0:
+	case s.RunAt != 0 && s.Delay != 0:
 		return nil, Invalid("run_at", "run_at and delay are exclusive")
 	case s.Delay < 0:
 		return nil, Invalid("delay", "must not be negative")
-	case !s.RunAt.IsZero():
-		runAt = fsm.Nanos(s.RunAt)
+	case s.RunAt < 0:
+		return nil, Invalid("run_at", "must be after 1970-01-01")
+	case s.RunAt != 0:
+		runAt = s.RunAt
 	default:
-		runAt = addSat(c.now, int64(s.Delay))
+		runAt = c.now.Add(s.Delay)
 	}
-	if !s.Deadline.IsZero() {
-		dl := fsm.Nanos(s.Deadline)
+	if dl := s.Deadline; dl != 0 {
 		switch {
 		case dl <= c.now:
 			return nil, Invalid("deadline", "already passed")
@@ -110,39 +133,18 @@ func (c *Core) prepare(s *Spec) (*fsm.Task, error) {
 		rec.Deadline = dl
 	}
 	rec.RunAt = runAt
-	bo := c.cfg.Backoff
-	if s.Backoff != nil {
-		bo = *s.Backoff
-		if bo.Max == 0 {
-			bo.Max = max(c.cfg.Backoff.Max, bo.Initial)
-		}
-		switch {
-		case bo.Initial <= 0:
-			return nil, Invalid("backoff", "initial delay must be positive")
-		case bo.Max < bo.Initial:
-			return nil, Invalid("backoff", "max delay must be at least the initial delay")
-		case bo.Jitter < 0 || bo.Jitter >= 1:
-			return nil, Invalid("backoff", "jitter must be in [0, 1)")
-		}
-	}
-	rec.Backoff = bo
 	return rec, nil
 }
 
-func indexed(i int, err error) error {
-	if ie, ok := err.(*InvalidError); ok {
-		return &InvalidError{Field: fmt.Sprintf("specs[%d].%s", i, ie.Field), Reason: ie.Reason}
-	}
-	return err
-}
+func indexed(i int, err error) error { return prefixed(fmt.Sprintf("specs[%d].", i), err) }
 
-// Submit admits tasks. The reply (held) is an ActReply with, per mode:
-//   - SubmitOne (exactly one spec): Submitted[0], or Err.
-//   - SubmitBatch: Submitted for every spec, or Err for the whole batch
-//     (an *InvalidError names the item as specs[i].field); nothing is
-//     admitted then.
-//   - SubmitMany: Submitted and Errs, one per spec (Submitted[i] is zero
-//     where Errs[i] is set).
+// Submit admits tasks. The reply (held) is a *SubmitResult with, per mode:
+//   - SubmitOne (exactly one spec): Tasks[0], or Err.
+//   - SubmitBatch: Tasks for every spec, or Err for the whole batch (an
+//     *InvalidError names the item as specs[i].field); nothing is admitted
+//     then.
+//   - SubmitMany: Tasks and Errs, one per spec (Tasks[i] is zero where
+//     Errs[i] is set).
 //
 // Err is ErrShuttingDown for every form once Shutdown was called. A spec
 // whose idempotency key names a live or retained task (or an earlier spec of
@@ -153,52 +155,56 @@ func indexed(i int, err error) error {
 // never fit even into empty queues. A parked request is dropped by Detach.
 func (c *Core) Submit(now time.Time, req ReqID, mode SubmitMode, specs []Spec) {
 	c.begin(now)
-	defer c.flush()
+	defer c.serve()
 	if c.shutdown {
-		c.reply(req, Action{Err: ErrShuttingDown})
+		c.fail(req, ErrShuttingDown)
 		return
 	}
 	switch mode {
 	case SubmitOne:
 		if len(specs) != 1 {
-			c.reply(req, Action{Err: Invalid("specs", "exactly one spec expected, got %d", len(specs))})
+			c.fail(req, Invalid("specs", "exactly one spec expected, got %d", len(specs)))
 			return
 		}
 		rec, err := c.prepare(&specs[0])
 		if err != nil {
-			c.reply(req, Action{Err: err})
+			c.fail(req, err)
 			return
 		}
 		c.submitUnit(&unit{req: req, specs: []*fsm.Task{rec}})
 	case SubmitBatch:
+		if len(specs) == 0 {
+			c.fail(req, Invalid("specs", "at least one spec is required"))
+			return
+		}
 		recs := make([]*fsm.Task, len(specs))
 		for i := range specs {
 			rec, err := c.prepare(&specs[i])
 			if err != nil {
-				c.reply(req, Action{Err: indexed(i, err)})
+				c.fail(req, indexed(i, err))
 				return
 			}
 			recs[i] = rec
 		}
 		c.submitUnit(&unit{req: req, specs: recs, batch: true})
 	case SubmitMany:
-		g := &manyGroup{req: req, subs: make([]Submitted, len(specs)), errs: make([]error, len(specs)), remaining: len(specs)}
 		if len(specs) == 0 {
-			c.reply(req, Action{Submitted: g.subs, Errs: g.errs})
+			c.fail(req, Invalid("specs", "at least one spec is required"))
 			return
 		}
+		g := &manyReply{req: req, res: &SubmitResult{Tasks: make([]Submitted, len(specs)), Errs: make([]error, len(specs))}, remaining: len(specs)}
 		for i := range specs {
-			u := &unit{req: req, group: g, slot: i}
+			u := &unit{req: req, many: g, slot: i}
 			rec, err := c.prepare(&specs[i])
 			if err != nil {
-				c.resolve(u, nil, err)
+				c.answer(u, nil, err)
 				continue
 			}
 			u.specs = []*fsm.Task{rec}
 			c.submitUnit(u)
 		}
 	default:
-		c.reply(req, Action{Err: Invalid("mode", "unknown submit mode %d", mode)})
+		c.fail(req, Invalid("mode", "unknown submit mode %d", mode))
 	}
 }
 
@@ -208,23 +214,23 @@ func (c *Core) submitUnit(u *unit) {
 	if _, d := c.plan(u); len(d) == 0 {
 		// Only duplicates: nothing to admit, no reason to wait in line.
 		subs, _ := c.tryAdmit(u)
-		c.resolve(u, subs, nil)
+		c.answer(u, subs, nil)
 		return
 	}
 	if c.cfg.Overflow == OverflowWait && c.queuesBehind(u, c.parkedPairs) {
 		if !c.fitsWhenEmpty(u) {
-			c.resolve(u, nil, ErrOverloaded)
+			c.answer(u, nil, ErrOverloaded)
 			return
 		}
 		c.park(u)
 		return
 	}
 	if subs, ok := c.tryAdmit(u); ok {
-		c.resolve(u, subs, nil)
+		c.answer(u, subs, nil)
 		return
 	}
 	if c.cfg.Overflow == OverflowReject || !c.fitsWhenEmpty(u) {
-		c.resolve(u, nil, ErrOverloaded)
+		c.answer(u, nil, ErrOverloaded)
 		return
 	}
 	c.park(u)
@@ -250,26 +256,26 @@ func (c *Core) queuesBehind(u *unit, blocked map[pairKey]int) bool {
 	return false
 }
 
-// resolve answers u: with subs when admitted, else with err.
-func (c *Core) resolve(u *unit, subs []Submitted, err error) {
-	if g := u.group; g != nil {
+// answer answers u: with subs when admitted, else with err.
+func (c *Core) answer(u *unit, subs []Submitted, err error) {
+	if g := u.many; g != nil {
 		if err != nil {
-			g.errs[u.slot] = err
+			g.res.Errs[u.slot] = err
 		} else {
-			g.subs[u.slot] = subs[0]
+			g.res.Tasks[u.slot] = subs[0]
 		}
 		g.remaining--
 		if g.remaining == 0 {
 			// Released with the last item's batch, so every admitted item is durable.
-			c.reply(g.req, Action{Submitted: g.subs, Errs: g.errs})
+			c.reply(g.req, g.res)
 		}
 		return
 	}
 	if err != nil {
-		c.reply(u.req, Action{Err: err})
+		c.fail(u.req, err)
 		return
 	}
-	c.reply(u.req, Action{Submitted: subs})
+	c.reply(u.req, &SubmitResult{Tasks: subs})
 }
 
 // delta is the number of new tasks per (pool, class) a unit would add, one
@@ -421,7 +427,7 @@ func (c *Core) tryAdmit(u *unit) ([]Submitted, bool) {
 // insert creates a task from a validated template.
 func (c *Core) insert(tmpl *fsm.Task) *task {
 	rec := *tmpl
-	rec.ID = c.ids.next(uint64(c.now / int64(time.Millisecond)))
+	rec.ID = c.ids.next(uint64(int64(c.now) / int64(time.Millisecond)))
 	rec.SubmittedAt = c.now
 	rec.UpdatedAt = c.now
 	rec.Status = fsm.StatusQueued
@@ -472,14 +478,14 @@ func (c *Core) track(rec *fsm.Task) *task {
 		t.lease = rec.Lease
 		c.setStatus(t, fsm.StatusRunning)
 		c.leases[t.lease] = t
-		t.hbDeadline = addSat(c.now, int64(c.cfg.LeaseGrace))
+		t.hbDeadline = c.now.Add(c.cfg.LeaseGrace)
 		c.timers.push(timer{when: t.hbDeadline, kind: tmLease, id: t.id, gen: t.lease})
 		if t.timeout > 0 {
-			c.timers.push(timer{when: addSat(t.startedAt, t.timeout), kind: tmTimeout, id: t.id, gen: t.lease})
+			c.timers.push(timer{when: t.startedAt.Add(t.timeout), kind: tmTimeout, id: t.id, gen: t.lease})
 		}
 	default: // terminal
 		t.status = rec.Status
-		c.purges.ReplaceOrInsert(purgeItem{at: addSat(t.finishedAt, int64(c.cfg.Retention)), id: t.id})
+		c.purges.ReplaceOrInsert(purgeItem{at: t.finishedAt.Add(c.cfg.Retention), id: t.id})
 	}
 	if t.deadline != 0 && !t.status.Terminal() {
 		c.timers.push(timer{when: t.deadline, kind: tmDeadline, id: t.id})
@@ -521,7 +527,7 @@ func (c *Core) retryParked() {
 			if subs, ok := c.tryAdmit(u); ok {
 				c.unpark(e)
 				c.dropParkedRef(u)
-				c.resolve(u, subs, nil)
+				c.answer(u, subs, nil)
 				e = next
 				continue
 			}

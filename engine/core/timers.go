@@ -1,6 +1,10 @@
 package core
 
-import "container/heap"
+import (
+	"container/heap"
+
+	"github.com/cronoq/cronoq/fsm"
+)
 
 // timerKind orders timers due at the same instant: a deadline is handled
 // before an attempt's timeout or lost lease, which come before promotions
@@ -19,7 +23,7 @@ const (
 // become obsolete; they are checked against the current state when they come
 // due (lazy invalidation).
 type timer struct {
-	when int64
+	when fsm.Instant
 	kind timerKind
 	id   string
 	gen  uint64

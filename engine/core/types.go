@@ -19,24 +19,17 @@ import (
 )
 
 // ReqID identifies one caller request inside the driver. The core echoes it
-// in the Reply that answers the request.
+// in the Reply or Dispatch that answers the request.
 type ReqID uint64
 
-// Spec is what a submitter asks for. Zero values take the defaults of Config.
+// Spec is a task to submit: its template, plus what only a submit carries.
+// Zero fields of the template take the defaults of Config.
 type Spec struct {
-	Pool        string
-	Kind        string
-	Key         string // idempotency key; "" = none
-	Priority    fsm.Priority
-	Payload     []byte
-	Labels      []fsm.KV
-	Tags        []fsm.KV
-	RunAt       time.Time     // zero = now (unless Delay)
-	Delay       time.Duration // relative to now; exclusive with RunAt
-	Deadline    time.Time     // zero = none
-	Timeout     time.Duration // per attempt; 0 = none
-	MaxAttempts uint32        // 0 = Config.MaxAttempts
-	Backoff     *fsm.Backoff  // nil = Config.Backoff
+	fsm.Template
+	Key      string        // idempotency key; "" = none
+	RunAt    fsm.Instant   // 0 = now (unless Delay)
+	Delay    time.Duration // relative to now; exclusive with RunAt
+	Deadline fsm.Instant   // 0 = none
 }
 
 // SubmitMode selects one of the three submit forms.
@@ -52,6 +45,14 @@ const (
 type Submitted struct {
 	ID        string
 	Duplicate bool // the idempotency key already named this task
+}
+
+// SubmitResult answers a submit: one Submitted per spec, in order; with
+// SubmitMany, Errs holds the error of each refused item (nil where
+// admitted, where Tasks[i] is zero).
+type SubmitResult struct {
+	Tasks []Submitted
+	Errs  []error
 }
 
 // Outcome is what a worker reports for an attempt.
@@ -85,6 +86,17 @@ func (r TaskRef) String() string {
 	return "key " + r.Key
 }
 
+// Check refuses a reference that names no task or names it twice.
+func (r TaskRef) Check() error {
+	switch {
+	case r.ID != "" && r.Key != "":
+		return Invalid("ref", "give an id or a key, not both")
+	case r.ID == "" && r.Key == "":
+		return Invalid("ref", "an id or a key is required")
+	}
+	return nil
+}
+
 // Offer is a worker's poll: it can run up to Slots more attempts of Pool on
 // capacity with Labels.
 type Offer struct {
@@ -101,12 +113,19 @@ type Grant struct {
 	Attempt uint32
 }
 
+// Cancelled answers a cancel: the task, and whether this call ended it
+// (false when it had ended already).
+type Cancelled struct {
+	ID        string
+	Cancelled bool
+}
+
 // ScheduleSpec creates or replaces a recurring schedule.
 type ScheduleSpec struct {
 	Name         string
 	Cron         string
 	TZ           string
-	Task         Spec // the template: Pool, Kind, Payload, Priority, Labels, Tags, Timeout, MaxAttempts
+	Task         fsm.Template // what each fire submits; zero fields take the defaults at each fire
 	Overlap      fsm.Overlap
 	CatchUp      fsm.CatchUp
 	CatchUpLimit uint32
@@ -117,60 +136,53 @@ type ScheduleSpec struct {
 // Outputs
 // ---------------------------------------------------------------------------
 
-// Output is what the core produced since the last call to Ready.
+// Output is what the core produced since the last call to Ready, by kind.
+//
+// Mutations are committed, in order, as part of the next batch. Replies,
+// Dispatches and Events are held: released only once Mutations and
+// everything produced before them are durable, each list in order (if the
+// commit fails, replies and dispatches get the commit error and events are
+// dropped). Aborts take effect at once.
 type Output struct {
-	// Mutations to commit, in order, as part of the next batch.
-	Mutations []fsm.Mutation
-	// Held actions: released, in order, only once Mutations and everything
-	// produced before them are durable. If the commit fails they are failed
-	// instead (replies get the commit error; dispatches and events are
-	// dropped).
-	Held []Action
-	// Immediate actions take effect at once (aborts: a revoked or lost
-	// lease tells its worker to stop).
-	Immediate []Action
+	Mutations  []fsm.Mutation
+	Replies    []Reply
+	Dispatches []Dispatch
+	Events     []Event
+	Aborts     []Abort
 }
 
 // Empty reports whether o carries nothing.
 func (o *Output) Empty() bool {
-	return len(o.Mutations) == 0 && len(o.Held) == 0 && len(o.Immediate) == 0
+	return len(o.Mutations) == 0 && !o.Holds() && len(o.Aborts) == 0
 }
 
-// ActionKind says what an Action does.
-type ActionKind uint8
+// Holds reports whether o has actions to hold until its mutations commit.
+func (o *Output) Holds() bool {
+	return len(o.Replies) > 0 || len(o.Dispatches) > 0 || len(o.Events) > 0
+}
 
-const (
-	ActReply    ActionKind = iota + 1 // answer request Req
-	ActDispatch                       // answer poll Req with Grants
-	ActAbort                          // tell Worker to stop the attempt under Lease
-	ActEvent                          // publish a status event
-)
+// Reply answers request Req: Err, or the value the request's method
+// documents (a *SubmitResult, a Cancelled, a task id...).
+type Reply struct {
+	Req   ReqID
+	Value any
+	Err   error
+}
 
-// Action is one effect for the driver to perform.
-type Action struct {
-	Kind ActionKind
-	Req  ReqID
-
-	// ActReply
-	Err       error       // the request failed (typed errors below)
-	Submitted []Submitted // submit forms: one per spec, in order (SubmitMany: with Errs)
-	Errs      []error     // SubmitMany: per-item error, nil where admitted
-	TaskID    string      // attach/cancel: the task concerned
-	Cancelled bool        // cancel: this call cancelled it
-	Removed   bool        // schedule removal: it existed
-	Paused    bool        // schedule pause/resume: the new state
-	NextFire  time.Time   // schedule add: the next fire instant
-
-	// ActDispatch
+// Dispatch answers poll Req: the attempts granted, or Err (the poll was
+// refused).
+type Dispatch struct {
+	Req    ReqID
 	Grants []Grant
+	Err    error
+}
 
-	// ActAbort
+// Abort tells Worker to stop the attempt under Lease, which is no longer
+// the task's (cancelled, timed out, lost, expired).
+type Abort struct {
 	Worker string
 	Lease  uint64
 	Reason string
-
-	// ActEvent
-	Event Event
 }
 
 // Event is a durable status transition of a task.
@@ -181,7 +193,7 @@ type Event struct {
 	Status  fsm.Status
 	Attempt uint32
 	Message string
-	At      time.Time
+	At      fsm.Instant
 }
 
 // ---------------------------------------------------------------------------
@@ -200,6 +212,19 @@ var (
 	ErrShuttingDown = errors.New("shutting down")
 )
 
+// VersionError refuses an operation that needs a log format newer than
+// every server of the cluster understands (Config.LogVersion): its entry
+// would stop the servers that cannot apply it. Upgrading them lifts it.
+type VersionError struct {
+	What string // the operation, or what in it needs the version
+	Need uint16 // the log format it needs
+	Have uint16 // the newest log format every server understands
+}
+
+func (e *VersionError) Error() string {
+	return fmt.Sprintf("%s needs log format version %d, but some server of the cluster understands only %d: upgrade every server first", e.What, e.Need, e.Have)
+}
+
 // InvalidError is a request refused for a bad field. It names the field.
 type InvalidError struct {
 	Field  string
@@ -211,6 +236,15 @@ func (e *InvalidError) Error() string { return fmt.Sprintf("invalid %s: %s", e.F
 // Invalid returns an *InvalidError.
 func Invalid(field, format string, args ...any) error {
 	return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// prefixed names the field of an *InvalidError inside a part of the
+// request ("specs[2]." + "kind"); other errors are returned unchanged.
+func prefixed(prefix string, err error) error {
+	if ie, ok := err.(*InvalidError); ok {
+		return &InvalidError{Field: prefix + ie.Field, Reason: ie.Reason}
+	}
+	return err
 }
 
 // ---------------------------------------------------------------------------
@@ -255,6 +289,11 @@ type Config struct {
 	FixedPools  bool // refuse pools not listed in Pools
 	Overflow    OverflowPolicy
 
+	// LogVersion is the newest log format every server of the cluster
+	// understands (fsm.LogVersion by default): operations that need a newer
+	// one are refused with a *VersionError. SetLogVersion changes it.
+	LogVersion uint16
+
 	// Seed seeds the PRNG used for backoff jitter. The driver passes a fresh
 	// random value; tests pass a fixed one.
 	Seed uint64
@@ -267,8 +306,8 @@ func DefaultConfig() Config {
 		LeaseGrace:      10 * time.Second,
 		MaxAttempts:     5,
 		Backoff: fsm.Backoff{
-			Initial: int64(time.Second),
-			Max:     int64(5 * time.Minute),
+			Initial: time.Second,
+			Max:     5 * time.Minute,
 			Jitter:  0.2,
 		},
 		Retention:   24 * time.Hour,
@@ -317,6 +356,9 @@ func (c Config) WithDefaults() Config {
 	if c.DefaultPool == (PoolConfig{}) {
 		c.DefaultPool = d.DefaultPool
 	}
+	if c.LogVersion == 0 {
+		c.LogVersion = fsm.LogVersion
+	}
 	return c
 }
 
@@ -331,6 +373,8 @@ func (c Config) Validate() error {
 		return Invalid("Backoff.Jitter", "must be in [0, 1)")
 	case c.FixedPools && len(c.Pools) == 0:
 		return Invalid("Pools", "a fixed pool list must name at least one pool")
+	case c.LogVersion > fsm.LogVersion:
+		return Invalid("LogVersion", "%d is newer than this release's %d", c.LogVersion, fsm.LogVersion)
 	}
 	return nil
 }

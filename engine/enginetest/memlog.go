@@ -195,7 +195,7 @@ func (l *Log) Apply(ctx context.Context, data []byte) (any, error) {
 
 // BumpEpoch commits an epoch bump to epoch and waits for it.
 func (l *Log) BumpEpoch(ctx context.Context, epoch uint64, leader string) error {
-	data, err := fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: epoch, Leader: leader, Time: time.Now().UnixNano()})
+	data, err := fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: epoch, Leader: leader, Time: fsm.InstantOf(time.Now())})
 	if err != nil {
 		return fmt.Errorf("encoding epoch bump: %w", err)
 	}

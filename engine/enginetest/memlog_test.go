@@ -19,7 +19,7 @@ func TestMain(m *testing.M) {
 func batch(t *testing.T, epoch uint64, kind string) []byte {
 	t.Helper()
 	data, err := fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: epoch, Time: 1, Mutations: []fsm.Mutation{{Insert: &fsm.Task{
-		ID: "01JQJ79BZB00000080000000" + kind, Pool: "p", Kind: kind, Status: fsm.StatusQueued, SubmittedAt: 1, UpdatedAt: 1,
+		ID: "01JQJ79BZB00000080000000" + kind, Template: fsm.Template{Pool: "p", Kind: kind}, Status: fsm.StatusQueued, SubmittedAt: 1, UpdatedAt: 1,
 	}}}})
 	require.NoError(t, err)
 	return data

@@ -51,7 +51,7 @@ func (c *Cron) Setup(ctx context.Context) error {
 		name := ScheduleName(i)
 		s := client.Schedule{
 			Name: name, Cron: fmt.Sprintf("@every %ds", int(Period(i)/time.Second)),
-			Task: client.TaskSpec{Pool: CronPool, Kind: "cron", Payload: []byte(name), MaxAttempts: 3},
+			Task: client.Template{Pool: CronPool, Kind: "cron", Payload: []byte(name), MaxAttempts: 3},
 		}
 		if i%2 == 1 {
 			s.Overlap = client.OverlapAllow

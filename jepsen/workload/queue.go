@@ -148,7 +148,7 @@ func (q *Queue) submitSpec(ctx context.Context, p Process, r *rand.Rand, key, pr
 		q.Submitted.Add(1)
 		done := q.env.Rec.Invoke(p.Name, "submit", n.ID, &history.Value{Pool: QueuePool, Key: key, Payload: key})
 		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		sub, err := c.Submit(actx, client.TaskSpec{Pool: QueuePool, Kind: "q", Key: key, Payload: []byte(key), MaxAttempts: QueueMaxAttempts, Priority: priority})
+		sub, err := c.Submit(actx, client.TaskSpec{Template: client.Template{Pool: QueuePool, Kind: "q", Payload: []byte(key), MaxAttempts: QueueMaxAttempts, Priority: priority}, Key: key})
 		cancel()
 		t := Outcome(err)
 		switch t {

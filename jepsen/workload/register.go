@@ -194,7 +194,7 @@ func (r *Register) submit(ctx context.Context, p Process, n Node, s *regSlot, ke
 	v := RegisterValue(key)
 	done := r.env.Rec.Invoke(p.Name, RegSubmit, n.ID, &history.Value{Key: key, Pool: key, Payload: v})
 	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	sub, err := c.Submit(actx, client.TaskSpec{Pool: key, Kind: "reg", Key: key, Payload: []byte(v), MaxAttempts: 1})
+	sub, err := c.Submit(actx, client.TaskSpec{Template: client.Template{Pool: key, Kind: "reg", Payload: []byte(v), MaxAttempts: 1}, Key: key})
 	cancel()
 	t := Outcome(err)
 	switch t {

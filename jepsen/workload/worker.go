@@ -11,9 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
-
 	"github.com/cronoq/cronoq/jepsen/history"
 )
 
@@ -474,9 +475,12 @@ func (w *Worker) handle(ctx context.Context, s *session, msg *cronoqv1.ServerMes
 func (w *Worker) grant(ctx context.Context, s *session, pg *cronoqv1.Grant) {
 	t := pg.GetTask()
 	g := Grant{
-		TaskID: t.GetId(), Key: t.GetKey(), Pool: t.GetPool(), Payload: string(t.GetPayload()),
-		Token: pg.GetLease(), Attempt: int(pg.GetAttempt()), Schedule: t.GetSchedule(), Slot: t.GetSlot(),
+		TaskID: t.GetId(), Key: t.GetKey(), Pool: t.GetTemplate().GetPool(), Payload: string(t.GetTemplate().GetPayload()),
+		Token: pg.GetLease(), Attempt: int(pg.GetAttempt()), Schedule: t.GetSchedule(),
 		Received: time.Now(),
+	}
+	if slot := t.GetSlot(); slot != nil {
+		g.Slot = slot.AsTime().UnixNano()
 	}
 	w.env.Rec.Add(history.Op{Process: w.cfg.Name, Type: history.OK, F: "grant", Node: s.node, Value: &history.Value{
 		Pool: g.Pool, ID: g.TaskID, Key: g.Key, Payload: g.Payload, Token: g.Token, Attempt: g.Attempt,
@@ -531,7 +535,7 @@ func (w *Worker) attempt(sessCtx context.Context, g Grant, b Behavior) {
 	case "retryable":
 		comp.Outcome = cronoqv1.OutcomeKind_OUTCOME_RETRYABLE
 		comp.Message = ErrorFor(g.Token)
-		comp.RetryAfterMs = 200
+		comp.RetryAfter = durationpb.New(200 * time.Millisecond)
 	case "permanent":
 		comp.Outcome = cronoqv1.OutcomeKind_OUTCOME_PERMANENT
 		comp.Message = ErrorFor(g.Token)

@@ -1,0 +1,59 @@
+package clienttest_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cronoq/cronoq/client"
+	"github.com/cronoq/cronoq/client/clienttest"
+)
+
+// An SDK user's test: submit a task, run a worker with the handler under
+// test against the fake cluster, and read the task's result. In a test,
+// clienttest.NewCluster(t) starts the cluster and closes it at the end.
+func Example() {
+	cluster, err := clienttest.New(clienttest.WithNodes(3))
+	if err != nil {
+		panic(err)
+	}
+	defer cluster.Close()
+
+	cl, err := client.New(cluster.Addrs())
+	if err != nil {
+		panic(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	sub, err := cl.Submit(ctx, client.TaskSpec{Template: client.Template{
+		Pool: "emails", Kind: "welcome", Payload: []byte("ada@example.com"),
+	}})
+	if err != nil {
+		panic(err)
+	}
+
+	// The handler under test.
+	send := client.HandlerFunc(func(_ context.Context, job *client.Job) ([]byte, error) {
+		return []byte("sent to " + string(job.Task.Payload)), nil
+	})
+	w, err := cl.NewWorker(client.WorkerConfig{Pool: "emails", Handlers: map[string]client.Handler{"welcome": send}})
+	if err != nil {
+		panic(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+
+	task, err := cl.Wait(ctx, sub.ID)
+	if err != nil {
+		panic(err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		panic(err)
+	}
+	fmt.Println(task.Status, task.Attempt, string(task.Output))
+	// Output: succeeded 1 sent to ada@example.com
+}

@@ -1,0 +1,320 @@
+package clienttest
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/cronoq/cronoq/api/apierr"
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
+	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
+)
+
+type taskService struct{ n *Node }
+
+func (s *taskService) Submit(ctx context.Context, req *connect.Request[cronoqv1.SubmitRequest]) (*connect.Response[cronoqv1.SubmitResponse], error) {
+	return unary(ctx, s.n, req, leaderCall, func(*served) (*cronoqv1.SubmitResponse, error) {
+		subs, _, err := s.n.c.admitLocked(submitOne, []*cronoqv1.TaskSpec{req.Msg.GetSpec()})
+		if err != nil {
+			return nil, err
+		}
+		return &cronoqv1.SubmitResponse{Result: subs[0]}, nil
+	})
+}
+
+func (s *taskService) SubmitBatch(ctx context.Context, req *connect.Request[cronoqv1.SubmitBatchRequest]) (*connect.Response[cronoqv1.SubmitBatchResponse], error) {
+	return unary(ctx, s.n, req, leaderCall, func(*served) (*cronoqv1.SubmitBatchResponse, error) {
+		if len(req.Msg.GetSpecs()) == 0 {
+			return nil, invalid("specs", "at least one spec is required")
+		}
+		subs, _, err := s.n.c.admitLocked(submitBatch, req.Msg.GetSpecs())
+		if err != nil {
+			return nil, err
+		}
+		return &cronoqv1.SubmitBatchResponse{Results: subs}, nil
+	})
+}
+
+func (s *taskService) EnqueueMany(ctx context.Context, req *connect.Request[cronoqv1.EnqueueManyRequest]) (*connect.Response[cronoqv1.EnqueueManyResponse], error) {
+	return unary(ctx, s.n, req, leaderCall, func(*served) (*cronoqv1.EnqueueManyResponse, error) {
+		if len(req.Msg.GetSpecs()) == 0 {
+			return nil, invalid("specs", "at least one spec is required")
+		}
+		subs, errs, err := s.n.c.admitLocked(submitMany, req.Msg.GetSpecs())
+		if err != nil {
+			return nil, err
+		}
+		out := &cronoqv1.EnqueueManyResponse{Results: make([]*cronoqv1.ItemResult, len(subs))}
+		for i := range subs {
+			if errs[i] != nil {
+				code, msg := itemError(errs[i])
+				out.Results[i] = &cronoqv1.ItemResult{Error: msg, Code: code}
+				continue
+			}
+			out.Results[i] = &cronoqv1.ItemResult{Submitted: subs[i]}
+		}
+		return out, nil
+	})
+}
+
+// lookupLocked finds the task of a reference.
+func (c *Cluster) lookupLocked(ref *cronoqv1.TaskRef) (*task, error) {
+	id, key := ref.GetId(), ref.GetKey()
+	switch {
+	case id != "" && key != "":
+		return nil, invalid("ref", "give an id or a key, not both")
+	case id == "" && key == "":
+		return nil, invalid("ref", "an id or a key is required")
+	}
+	t := c.tasks[id]
+	what := "task " + id
+	if id == "" {
+		t = c.byKey[key]
+		what = fmt.Sprintf("task with key %q", key)
+	}
+	if t == nil {
+		return nil, apierr.NotFound(what + " not found")
+	}
+	return t, nil
+}
+
+// readMetaLocked is the metadata of a read served as sv says.
+func (c *Cluster) readMetaLocked(sv *served, stale bool) *cronoqv1.ReadMeta {
+	n := sv.node
+	meta := &cronoqv1.ReadMeta{Stale: stale, Node: n.id, KnownLeader: c.leader >= 0, AppliedIndex: c.applied}
+	if !stale {
+		return meta
+	}
+	lc := n.lastContact
+	if c.leader >= 0 && c.nodes[c.leader] == n {
+		lc = 0
+	}
+	switch {
+	case lc < 0:
+	case lc == 0:
+		// 0 would read as "never heard from the leader": round up.
+		meta.LastContact = durationpb.New(1)
+	default:
+		meta.LastContact = durationpb.New(lc)
+	}
+	return meta
+}
+
+func (s *taskService) Get(ctx context.Context, req *connect.Request[cronoqv1.GetRequest]) (*connect.Response[cronoqv1.GetResponse], error) {
+	mode := leaderCall
+	if req.Msg.GetStale() {
+		mode = anyNode
+	}
+	return unary(ctx, s.n, req, mode, func(sv *served) (*cronoqv1.GetResponse, error) {
+		c := s.n.c
+		t, err := c.lookupLocked(req.Msg.GetRef())
+		if err != nil {
+			return nil, err
+		}
+		return &cronoqv1.GetResponse{Task: cloneTask(t.p), Meta: c.readMetaLocked(sv, req.Msg.GetStale())}, nil
+	})
+}
+
+// Wait holds until the task ends or the requested timeout passes, and
+// answers with the task as it then is.
+func (s *taskService) Wait(ctx context.Context, req *connect.Request[cronoqv1.WaitRequest]) (*connect.Response[cronoqv1.WaitResponse], error) {
+	c := s.n.c
+	hold, err := durationOf("timeout", req.Msg.GetTimeout())
+	if err == nil && hold < 0 {
+		err = invalid("timeout", "must not be negative")
+	}
+	if err != nil {
+		return nil, apiError(err)
+	}
+	sv, err := s.n.begin(ctx, req.Spec().Procedure, req.Msg, leaderCall)
+	if err != nil {
+		return nil, err
+	}
+	c.settleLocked() // the call is counted: let waiters see it
+	var holdC <-chan time.Time
+	if hold > 0 {
+		timer := time.NewTimer(hold)
+		defer timer.Stop()
+		holdC = timer.C
+	}
+	for {
+		t, err := c.lookupLocked(req.Msg.GetRef())
+		if err != nil || terminal(t.p.GetStatus()) {
+			var res *cronoqv1.WaitResponse
+			if err == nil {
+				res = &cronoqv1.WaitResponse{Task: cloneTask(t.p)}
+			}
+			return respond(c, sv, res, err)
+		}
+		ch := c.changed
+		c.mu.Unlock()
+		select {
+		case <-ch:
+			c.mu.Lock()
+		case <-holdC:
+			c.mu.Lock()
+			return respond(c, sv, &cronoqv1.WaitResponse{Task: cloneTask(t.p)}, nil)
+		case <-ctx.Done():
+			return nil, connect.NewError(connect.CodeCanceled, ctx.Err())
+		case <-c.done:
+			return nil, apierr.ShuttingDown()
+		}
+	}
+}
+
+func (s *taskService) Cancel(ctx context.Context, req *connect.Request[cronoqv1.CancelRequest]) (*connect.Response[cronoqv1.CancelResponse], error) {
+	return unary(ctx, s.n, req, leaderCall, func(*served) (*cronoqv1.CancelResponse, error) {
+		c := s.n.c
+		t, err := c.lookupLocked(req.Msg.GetRef())
+		if err != nil {
+			return nil, err
+		}
+		return &cronoqv1.CancelResponse{Id: t.p.GetId(), Cancelled: c.cancelLocked(t, reasonCancelAbort)}, nil
+	})
+}
+
+func (s *taskService) List(ctx context.Context, req *connect.Request[cronoqv1.ListRequest]) (*connect.Response[cronoqv1.ListResponse], error) {
+	mode := leaderCall
+	if req.Msg.GetStale() {
+		mode = anyNode
+	}
+	return unary(ctx, s.n, req, mode, func(sv *served) (*cronoqv1.ListResponse, error) {
+		c := s.n.c
+		m := req.Msg
+		limit := int(m.GetLimit())
+		switch {
+		case limit < 0:
+			return nil, invalid("limit", "must not be negative")
+		case limit == 0:
+			limit = DefaultListLimit
+		}
+		limit = min(limit, c.cfg.maxListLimit)
+		for _, st := range m.GetStatuses() {
+			if st <= cronoqv1.Status_STATUS_UNSPECIFIED || st > cronoqv1.Status_STATUS_EXPIRED {
+				return nil, invalid("statuses", "unknown status %d", int32(st))
+			}
+		}
+		var ids []string
+		for id, t := range c.tasks {
+			if id <= m.GetAfter() {
+				continue
+			}
+			if len(m.GetPools()) > 0 && !slices.Contains(m.GetPools(), t.pool()) {
+				continue
+			}
+			if len(m.GetStatuses()) > 0 && !slices.Contains(m.GetStatuses(), t.p.GetStatus()) {
+				continue
+			}
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		out := &cronoqv1.ListResponse{Meta: c.readMetaLocked(sv, m.GetStale())}
+		if len(ids) > limit {
+			ids = ids[:limit]
+			out.Next = ids[limit-1]
+		}
+		for _, id := range ids {
+			out.Tasks = append(out.Tasks, cloneTask(c.tasks[id].p))
+		}
+		return out, nil
+	})
+}
+
+func (s *taskService) Counts(ctx context.Context, req *connect.Request[cronoqv1.CountsRequest]) (*connect.Response[cronoqv1.CountsResponse], error) {
+	mode := leaderCall
+	if req.Msg.GetStale() {
+		mode = anyNode
+	}
+	return unary(ctx, s.n, req, mode, func(sv *served) (*cronoqv1.CountsResponse, error) {
+		c := s.n.c
+		by := map[string]map[cronoqv1.Status]int64{}
+		for _, t := range c.tasks {
+			if by[t.pool()] == nil {
+				by[t.pool()] = map[cronoqv1.Status]int64{}
+			}
+			by[t.pool()][t.p.GetStatus()]++
+		}
+		out := &cronoqv1.CountsResponse{Meta: c.readMetaLocked(sv, req.Msg.GetStale())}
+		for _, pool := range slices.Sorted(maps.Keys(by)) {
+			pc := &cronoqv1.PoolCounts{Pool: pool, ByStatus: make(map[string]int64, len(statusNames))}
+			for _, sn := range statusNames {
+				pc.ByStatus[sn.name] = by[pool][sn.s]
+			}
+			out.Pools = append(out.Pools, pc)
+		}
+		return out, nil
+	})
+}
+
+// Events streams the status events of the tasks of the pools asked for
+// (all when none), from the leader only. Without a script it carries the
+// cluster's own events; a subscriber that falls behind gets a lagged
+// marker where events were dropped.
+func (s *taskService) Events(ctx context.Context, req *connect.Request[cronoqv1.EventsRequest], stream *connect.ServerStream[cronoqv1.Event]) error {
+	c := s.n.c
+	if _, err := s.n.begin(ctx, cronoqv1connect.TaskServiceEventsProcedure, req.Msg, leaderStream); err != nil {
+		return err
+	}
+	n := c.calls[cronoqv1connect.TaskServiceEventsProcedure]
+	script := c.eventScript
+	sub := &subscriber{ch: make(chan *cronoqv1.Event, eventBuffer), end: make(chan struct{})}
+	if len(req.Msg.GetPools()) > 0 {
+		sub.pools = map[string]bool{}
+		for _, p := range req.Msg.GetPools() {
+			sub.pools[p] = true
+		}
+	}
+	c.subs[sub] = struct{}{}
+	c.settleLocked()
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.subs, sub)
+		c.notifyLocked()
+		c.mu.Unlock()
+	}()
+	// Headers go out at once, so that the subscriber knows it is subscribed.
+	if err := stream.Send(nil); err != nil {
+		return nil
+	}
+	if script != nil {
+		if err := script(n, stream.Send); err != nil {
+			return err
+		}
+	}
+	for {
+		select {
+		case ev := <-sub.ch:
+			c.mu.Lock()
+			lagged := sub.lagged
+			sub.lagged = false
+			c.mu.Unlock()
+			if lagged {
+				if err := stream.Send(&cronoqv1.Event{Lagged: true}); err != nil {
+					return nil
+				}
+			}
+			if err := stream.Send(ev); err != nil {
+				return nil
+			}
+		case <-sub.end:
+			c.mu.Lock()
+			err := sub.err
+			c.mu.Unlock()
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// statusName is the name of a status in messages.
+func statusName(s cronoqv1.Status) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "STATUS_"))
+}

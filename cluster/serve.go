@@ -1,0 +1,205 @@
+package cluster
+
+import (
+	"context"
+
+	"github.com/cronoq/cronoq/engine"
+	"github.com/cronoq/cronoq/engine/core"
+	"github.com/cronoq/cronoq/engine/core/cron"
+	"github.com/cronoq/cronoq/fsm"
+)
+
+// This file is what a Node serves to the API server: the leader's
+// operations, each run on the engine of the current term (or answered with
+// a *NotLeaderError while this node does not serve as leader), and reads of
+// its replica. The API server reaches the engine through these and nothing
+// else, so the vocabulary of the operations is named here too: the engine
+// core defines these types, and the aliases below let the server import
+// this package alone.
+
+// The vocabulary of the leader's operations.
+type (
+	Spec         = core.Spec
+	SubmitMode   = core.SubmitMode
+	SubmitResult = core.SubmitResult
+	Submitted    = core.Submitted
+	TaskRef      = core.TaskRef
+	Offer        = core.Offer
+	Grant        = core.Grant
+	Outcome      = core.Outcome
+	OutcomeKind  = core.OutcomeKind
+	Completion   = engine.Completion
+	Cancelled    = core.Cancelled
+	ScheduleSpec = core.ScheduleSpec
+	Event        = core.Event
+	InvalidError = core.InvalidError
+	VersionError = core.VersionError
+)
+
+// Submit modes and outcome kinds (see the engine core).
+const (
+	SubmitOne   = core.SubmitOne
+	SubmitBatch = core.SubmitBatch
+	SubmitMany  = core.SubmitMany
+
+	OutcomeSuccess   = core.OutcomeSuccess
+	OutcomeRetryable = core.OutcomeRetryable
+	OutcomePermanent = core.OutcomePermanent
+	OutcomeCancelled = core.OutcomeCancelled
+)
+
+// Errors of the leader's operations, besides *NotLeaderError,
+// *InvalidError and *VersionError.
+var (
+	ErrOverloaded     = core.ErrOverloaded
+	ErrNotFound       = core.ErrNotFound
+	ErrStaleLease     = core.ErrStaleLease
+	ErrShuttingDown   = core.ErrShuttingDown
+	ErrStopped        = engine.ErrStopped
+	ErrOutcomeUnknown = engine.ErrOutcomeUnknown
+)
+
+// Invalid returns an *InvalidError naming field.
+func Invalid(field, format string, args ...any) error { return core.Invalid(field, format, args...) }
+
+// Term is this node's current term of leadership: the epoch its engine
+// writes with, and a channel closed when the term ends (its engine stopped).
+type Term struct {
+	Epoch uint64
+	Done  <-chan struct{}
+}
+
+// Leading returns the current term while this node leads and serves, else
+// a *NotLeaderError naming the leader.
+func (n *Node) Leading() (Term, error) {
+	n.mu.Lock()
+	eng, ready, epoch := n.eng, n.ready, n.epoch
+	n.mu.Unlock()
+	if eng == nil || !ready || !n.IsLeader() {
+		return Term{}, n.notLeader(nil)
+	}
+	return Term{Epoch: epoch, Done: eng.Done()}, nil
+}
+
+// engine returns the engine of the current term while this node leads and
+// serves, else a *NotLeaderError naming the leader.
+func (n *Node) engine() (*engine.Engine, error) {
+	n.mu.Lock()
+	eng, ready := n.eng, n.ready
+	n.mu.Unlock()
+	if eng != nil && ready && n.IsLeader() {
+		return eng, nil
+	}
+	return nil, n.notLeader(nil)
+}
+
+// lead runs op on the engine of the current term.
+func lead[T any](n *Node, op func(*engine.Engine) (T, error)) (T, error) {
+	eng, err := n.engine()
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return op(eng)
+}
+
+// Submit admits tasks in one of the three submit forms.
+func (n *Node) Submit(ctx context.Context, mode SubmitMode, specs []Spec) (*SubmitResult, error) {
+	return lead(n, func(e *engine.Engine) (*SubmitResult, error) { return e.Submit(ctx, mode, specs) })
+}
+
+// Poll offers a worker's capacity and waits until attempts are granted.
+func (n *Node) Poll(ctx context.Context, offer Offer) ([]Grant, error) {
+	return lead(n, func(e *engine.Engine) ([]Grant, error) { return e.Poll(ctx, offer) })
+}
+
+// Heartbeat extends leases: one error per lease, nil or ErrStaleLease.
+func (n *Node) Heartbeat(ctx context.Context, leases []uint64) ([]error, error) {
+	return lead(n, func(e *engine.Engine) ([]error, error) { return e.Heartbeat(ctx, leases) })
+}
+
+// Complete reports the outcomes of attempts, one error per completion.
+func (n *Node) Complete(ctx context.Context, cs []Completion) []error {
+	errs, err := lead(n, func(e *engine.Engine) ([]error, error) { return e.CompleteMany(ctx, cs), nil })
+	if err != nil {
+		errs = make([]error, len(cs))
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
+// Cancel cancels a task.
+func (n *Node) Cancel(ctx context.Context, ref TaskRef) (Cancelled, error) {
+	return lead(n, func(e *engine.Engine) (Cancelled, error) { return e.Cancel(ctx, ref) })
+}
+
+// Wait returns the id of the task once it has ended and that is durable.
+func (n *Node) Wait(ctx context.Context, ref TaskRef) (string, error) {
+	return lead(n, func(e *engine.Engine) (string, error) { return e.Wait(ctx, ref) })
+}
+
+// AddSchedule creates or replaces a recurring schedule and returns its next
+// fire instant (0 while paused).
+func (n *Node) AddSchedule(ctx context.Context, spec ScheduleSpec) (fsm.Instant, error) {
+	return lead(n, func(e *engine.Engine) (fsm.Instant, error) { return e.AddSchedule(ctx, spec) })
+}
+
+// RemoveSchedule removes a recurring schedule; false when there was none.
+func (n *Node) RemoveSchedule(ctx context.Context, name string) (bool, error) {
+	return lead(n, func(e *engine.Engine) (bool, error) { return e.RemoveSchedule(ctx, name) })
+}
+
+// PauseSchedule pauses or resumes a recurring schedule and returns its new
+// state.
+func (n *Node) PauseSchedule(ctx context.Context, name string, paused bool) (bool, error) {
+	return lead(n, func(e *engine.Engine) (bool, error) { return e.PauseSchedule(ctx, name, paused) })
+}
+
+// EventStream is a subscription to the status events of the current term:
+// each is released once its transition is durable. A subscriber that falls
+// behind misses events and is told so by Dropped. C is closed by Close and
+// when the term ends.
+type EventStream interface {
+	C() <-chan Event
+	Dropped() uint64
+	Close()
+}
+
+// Subscribe subscribes to the status events of the current term, with room
+// for buffer undelivered events.
+func (n *Node) Subscribe(buffer int) (EventStream, error) {
+	return lead(n, func(e *engine.Engine) (EventStream, error) { return e.Subscribe(buffer), nil })
+}
+
+// NextFire is the next fire instant of a stored schedule after its
+// committed cursor (0 while paused, or when its expression no longer
+// parses).
+func NextFire(s *fsm.Schedule) fsm.Instant {
+	if s.Paused {
+		return 0
+	}
+	expr, err := cron.Parse(s.Cron, s.TZ)
+	if err != nil {
+		return 0
+	}
+	cursor := s.LastFire
+	if cursor == 0 {
+		cursor = s.CreatedAt
+	}
+	return fsm.InstantOf(cron.NextAfter(expr, cursor.Time()))
+}
+
+// ConsistentRead returns the replicated state for a linearizable read:
+// this node must lead, be ready (its barrier passed) and still hold a
+// quorum (VerifyLeader). Otherwise a *NotLeaderError.
+func (n *Node) ConsistentRead(ctx context.Context) (fsm.Reader, error) {
+	return n.consistentState(ctx)
+}
+
+// StaleRead returns the local replicated state, which may lag the leader,
+// with how stale it may be.
+func (n *Node) StaleRead() (fsm.Reader, Staleness) {
+	return n.staleState()
+}

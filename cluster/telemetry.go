@@ -1,0 +1,117 @@
+package cluster
+
+import (
+	"sync"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/cronoq/cronoq/engine"
+	"github.com/cronoq/cronoq/fsm"
+	"github.com/cronoq/cronoq/metrics"
+)
+
+// The node feeds its metrics (Config.Metrics) itself: the replicated state
+// at scrape time, every leader change raft reports, the commits of its
+// engine, and the status events of each term it leads.
+
+// metricsBuffer is the room of a term's metrics subscription to status
+// events.
+const metricsBuffer = 8192
+
+// metricsSource reads the node's replica at scrape time.
+type metricsSource struct{ n *Node }
+
+func (s metricsSource) TaskCounts(fn func(pool, status string, n int64)) {
+	for _, pc := range s.n.state.Counts() {
+		for _, st := range fsm.AllStatuses {
+			fn(pc.Pool, st.String(), pc.ByStatus[st])
+		}
+	}
+}
+
+func (s metricsSource) Epoch() uint64        { return s.n.state.Epoch() }
+func (s metricsSource) IsLeader() bool       { return s.n.IsLeader() }
+func (s metricsSource) AppliedIndex() uint64 { return s.n.raft.AppliedIndex() }
+
+// observeCommit is the engine's OnCommit when the node has metrics.
+func observeCommit(m *metrics.Metrics, ci engine.CommitInfo) {
+	m.ObserveCommit(metrics.Commit{Mutations: ci.Mutations, Bytes: ci.Bytes, Latency: ci.Latency, Failed: ci.Err != nil})
+}
+
+// leaderWatch counts the leader changes raft reports to this node. Its
+// observer blocks raft until the count is taken (a few nanoseconds), so
+// that no change goes uncounted.
+type leaderWatch struct {
+	r   *raft.Raft
+	obs *raft.Observer
+	ch  chan raft.Observation
+	wg  sync.WaitGroup
+}
+
+func watchLeader(r *raft.Raft, m *metrics.Metrics) *leaderWatch {
+	w := &leaderWatch{r: r, ch: make(chan raft.Observation, 16)}
+	w.obs = raft.NewObserver(w.ch, true, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	r.RegisterObserver(w.obs)
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		var last raft.ServerID
+		for o := range w.ch {
+			id := o.Data.(raft.LeaderObservation).LeaderID
+			if id == "" || id == last {
+				continue
+			}
+			if last != "" {
+				m.LeaderChanged()
+			}
+			last = id
+		}
+	}()
+	return w
+}
+
+// stop deregisters the observer, after which raft sends it nothing, and
+// waits for the counting goroutine.
+func (w *leaderWatch) stop() {
+	w.r.DeregisterObserver(w.obs)
+	close(w.ch)
+	w.wg.Wait()
+}
+
+// termFeed feeds the status events of one term's engine to the metrics
+// until the engine stops (which closes the subscription). The node starts
+// one after establishing its leadership and waits for it on revoke.
+type termFeed struct {
+	done chan struct{}
+}
+
+func feedTerm(eng *engine.Engine, m *metrics.Metrics) *termFeed {
+	f := &termFeed{done: make(chan struct{})}
+	sub := eng.Subscribe(metricsBuffer)
+	go func() {
+		defer close(f.done)
+		defer m.ResetAttempts()
+		var lost uint64
+		for ev := range sub.C() {
+			if d := sub.Dropped(); d > lost {
+				m.EventsLost(d - lost)
+				lost = d
+			}
+			m.ObserveEvent(metrics.TaskEvent{
+				TaskID:   ev.TaskID,
+				Pool:     ev.Pool,
+				Status:   ev.Status.String(),
+				Terminal: ev.Status.Terminal(),
+				Attempt:  ev.Attempt,
+				At:       ev.At.Time(),
+			})
+		}
+	}()
+	return f
+}
+
+// wait returns once the feed has ended (its engine stopped).
+func (f *termFeed) wait() { <-f.done }

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/cronoq/cronoq/client"
+)
+
+// The client commands talk to the cluster through these: connect with the
+// client flags, bound each call by -rpc-timeout, and explain errors for
+// people.
+
+// connect validates the client flags and returns a Client for them.
+func (cf *clientFlags) connect(logger hclog.Logger) (*client.Client, error) {
+	addrs, err := cf.validate()
+	if err != nil {
+		return nil, err
+	}
+	opts := []client.Option{}
+	if logger != nil {
+		opts = append(opts, client.WithLogger(logger))
+	}
+	cl, err := client.New(addrs, opts...)
+	if err != nil {
+		return nil, usagef("invalid -addr: %v", err)
+	}
+	return cl, nil
+}
+
+// call runs fn with a context bounded by -rpc-timeout and explains its
+// error (see callError).
+func call[T any](ctx context.Context, c *cmd, cf *clientFlags, fn func(ctx context.Context) (T, error)) (T, error) {
+	cctx, cancel := context.WithTimeout(ctx, cf.rpcTimeout)
+	defer cancel()
+	v, err := fn(cctx)
+	if err != nil {
+		return v, cf.callError(ctx, c, err)
+	}
+	return v, nil
+}
+
+// dial connects, runs fn as call does, and closes the connection: the
+// whole of a command that makes one call.
+func dial[T any](ctx context.Context, c *cmd, cf *clientFlags, fn func(ctx context.Context, cl *client.Client) (T, error)) (T, error) {
+	cl, err := cf.connect(nil)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	defer cl.Close()
+	return call(ctx, c, cf, func(ctx context.Context) (T, error) { return fn(ctx, cl) })
+}
+
+// callError explains an error of the SDK for people: refused input is a
+// usage error naming the command's flag for the field when it has one, an
+// expired -rpc-timeout and an interrupt are named as such.
+func (cf *clientFlags) callError(parent context.Context, c *cmd, err error) error {
+	var inv *client.InvalidError
+	switch {
+	case errors.As(err, &inv):
+		if name := flagFor(c, inv.Field); name != "" {
+			return &usageError{msg: fmt.Sprintf("invalid -%s: %s", name, inv.Reason)}
+		}
+		return &usageError{msg: err.Error()}
+	case parent.Err() != nil:
+		return fmt.Errorf("interrupted: %w", err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("no answer within -rpc-timeout %s: %w", cf.rpcTimeout, err)
+	}
+	return err
+}
+
+// flagFor is the flag of c that sets the request field named by the
+// cluster ("run_at", "task.pool", "specs[0].kind"), or "" when none does.
+func flagFor(c *cmd, field string) string {
+	if c == nil || field == "" {
+		return ""
+	}
+	if i := strings.LastIndexByte(field, '.'); i >= 0 && !strings.Contains(field[i:], "[") {
+		field = field[i+1:]
+	}
+	name := strings.ReplaceAll(field, "_", "-")
+	if c.fs.Lookup(name) == nil {
+		return ""
+	}
+	return name
+}

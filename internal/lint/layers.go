@@ -1,0 +1,40 @@
+package lint
+
+// Layers is the shape of docs/architecture.md as import rules: each layer
+// imports only the floors below it, and the API server reads the
+// replicated state without touching its write paths.
+//
+//	cmd/node ──► transport ──► cluster ──► engine ──► engine/core ──► fsm
+//	   └──► client ──► api       (jepsen: client and api only)
+//	metrics: a leaf that cluster and transport feed
+var Layers = []Layer{
+	// The replicated state imports nothing of cronoq.
+	{Pkg: "fsm/..."},
+	// The deterministic core (with its cron package): the state's types.
+	{Pkg: "engine/core/...", May: []string{"fsm"}},
+	// The driver and its in-memory log.
+	{Pkg: "engine/...", May: []string{"fsm", "engine/core/..."}},
+	// The cluster: raft, gossip, the leader's terms.
+	{Pkg: "cluster/...", May: []string{"fsm", "engine/...", "metrics"}},
+	// The API server reaches the engine only through the cluster, and of
+	// the state it reads only.
+	{Pkg: "transport/...", May: []string{"api/...", "cluster", "fsm", "metrics"}, Names: map[string][]string{
+		"fsm": {
+			"Reader", "Task", "Schedule", "Template", "KV", "Backoff", "Instant", "InstantOf",
+			"Status", "Status*", "AllStatuses", "Priority", "Priority*", "Overlap*", "CatchUp*",
+			"ListQuery", "PoolCounts",
+		},
+	}},
+	// The wire contract stands alone.
+	{Pkg: "api/..."},
+	// The SDK and what is built on it only.
+	{Pkg: "client/...", May: []string{"api/..."}},
+	{Pkg: "execworker/...", May: []string{"client"}},
+	{Pkg: "jepsen/...", May: []string{"api/...", "client"}},
+	// A leaf that others feed.
+	{Pkg: "metrics/..."},
+	{Pkg: "internal/lint"},
+	// The composition root and the test harness may wire anything.
+	{Pkg: "cmd/...", May: []string{"..."}},
+	{Pkg: "internal/testcluster", May: []string{"..."}},
+}

@@ -1,0 +1,2 @@
+// Package v1 keeps its rule.
+package v1

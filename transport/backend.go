@@ -1,0 +1,50 @@
+package transport
+
+import (
+	"context"
+
+	"github.com/cronoq/cronoq/cluster"
+	"github.com/cronoq/cronoq/fsm"
+)
+
+// Backend is the node a Server fronts: its place in the cluster, the
+// leader's operations, its replica of the state, and the operator's calls.
+// *cluster.Node implements it; the handlers' tests use a fake.
+//
+// The leader's operations run on the engine of the node's current term of
+// leadership; while the node does not lead (or not yet, or no longer) they
+// answer a *cluster.NotLeaderError naming the leader, and nothing is done.
+type Backend interface {
+	// ID is the node's id.
+	ID() string
+	// Leader returns the id and API address of the leader, both empty when
+	// none is known.
+	Leader() (id, httpAddr string)
+	// Leading returns the node's current term while it leads and serves.
+	Leading() (cluster.Term, error)
+	// Health is the node's view of itself and the cluster.
+	Health() cluster.Health
+
+	Submit(ctx context.Context, mode cluster.SubmitMode, specs []cluster.Spec) (*cluster.SubmitResult, error)
+	Poll(ctx context.Context, offer cluster.Offer) ([]cluster.Grant, error)
+	Heartbeat(ctx context.Context, leases []uint64) ([]error, error)
+	Complete(ctx context.Context, cs []cluster.Completion) []error
+	Cancel(ctx context.Context, ref cluster.TaskRef) (cluster.Cancelled, error)
+	Wait(ctx context.Context, ref cluster.TaskRef) (string, error)
+	AddSchedule(ctx context.Context, spec cluster.ScheduleSpec) (fsm.Instant, error)
+	RemoveSchedule(ctx context.Context, name string) (bool, error)
+	PauseSchedule(ctx context.Context, name string, paused bool) (bool, error)
+	Subscribe(buffer int) (cluster.EventStream, error)
+
+	// ConsistentRead is the replica for a linearizable read (leader only).
+	ConsistentRead(ctx context.Context) (fsm.Reader, error)
+	// StaleRead is this node's replica, with how stale it may be.
+	StaleRead() (fsm.Reader, cluster.Staleness)
+
+	Members() []cluster.Member
+	Peers() ([]cluster.Peer, error)
+	RemovePeer(ctx context.Context, id string) error
+	TransferLeadership(ctx context.Context, id string) (string, error)
+}
+
+var _ Backend = (*cluster.Node)(nil)

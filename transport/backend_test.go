@@ -1,0 +1,247 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cronoq/cronoq/api/apierr"
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
+	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
+	"github.com/cronoq/cronoq/cluster"
+	"github.com/cronoq/cronoq/fsm"
+)
+
+// fakeBackend is a Backend in memory: a node that leads (or names another
+// leader), with a replica and the leader's operations as functions the
+// tests set.
+type fakeBackend struct {
+	mu      sync.Mutex
+	leading bool
+	leader  string // id of the leader when this node does not lead
+	addr    string
+	state   *fsm.State
+	term    chan struct{}
+
+	submit func(mode cluster.SubmitMode, specs []cluster.Spec) (*cluster.SubmitResult, error)
+	cancel func(ref cluster.TaskRef) (cluster.Cancelled, error)
+	add    func(spec cluster.ScheduleSpec) (fsm.Instant, error)
+	calls  []string
+}
+
+func newFakeBackend() *fakeBackend {
+	return &fakeBackend{leading: true, state: fsm.New(), term: make(chan struct{})}
+}
+
+func (f *fakeBackend) record(call string) {
+	f.mu.Lock()
+	f.calls = append(f.calls, call)
+	f.mu.Unlock()
+}
+
+func (f *fakeBackend) notLeader() error {
+	return &cluster.NotLeaderError{LeaderID: f.leader, LeaderHTTPAddr: "127.0.0.9:8650", Err: raft.ErrNotLeader}
+}
+
+func (f *fakeBackend) ID() string { return "n1" }
+func (f *fakeBackend) Leader() (string, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.leading {
+		return "n1", f.addr
+	}
+	return f.leader, "127.0.0.9:8650"
+}
+func (f *fakeBackend) Leading() (cluster.Term, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.leading {
+		return cluster.Term{}, f.notLeader()
+	}
+	return cluster.Term{Epoch: 3, Done: f.term}, nil
+}
+func (f *fakeBackend) Health() cluster.Health {
+	return cluster.Health{Node: "n1", Leader: "n1", Epoch: 3, Status: cluster.HealthOK, Ready: true}
+}
+func (f *fakeBackend) Submit(_ context.Context, mode cluster.SubmitMode, specs []cluster.Spec) (*cluster.SubmitResult, error) {
+	f.record("submit")
+	return f.submit(mode, specs)
+}
+func (f *fakeBackend) Poll(ctx context.Context, _ cluster.Offer) ([]cluster.Grant, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+func (f *fakeBackend) Heartbeat(context.Context, []uint64) ([]error, error) {
+	return nil, errors.New("not used")
+}
+func (f *fakeBackend) Complete(_ context.Context, cs []cluster.Completion) []error {
+	return make([]error, len(cs))
+}
+func (f *fakeBackend) Cancel(_ context.Context, ref cluster.TaskRef) (cluster.Cancelled, error) {
+	f.record("cancel")
+	return f.cancel(ref)
+}
+func (f *fakeBackend) Wait(context.Context, cluster.TaskRef) (string, error) {
+	return "", errors.New("not used")
+}
+func (f *fakeBackend) AddSchedule(_ context.Context, spec cluster.ScheduleSpec) (fsm.Instant, error) {
+	f.record("add-schedule")
+	return f.add(spec)
+}
+func (f *fakeBackend) RemoveSchedule(context.Context, string) (bool, error) { return false, nil }
+func (f *fakeBackend) PauseSchedule(context.Context, string, bool) (bool, error) {
+	return false, nil
+}
+func (f *fakeBackend) Subscribe(int) (cluster.EventStream, error) { return nil, errors.New("not used") }
+func (f *fakeBackend) ConsistentRead(context.Context) (fsm.Reader, error) {
+	if _, err := f.Leading(); err != nil {
+		return nil, err
+	}
+	return f.state, nil
+}
+func (f *fakeBackend) StaleRead() (fsm.Reader, cluster.Staleness) {
+	return f.state, cluster.Staleness{KnownLeader: true, LastContact: 3 * time.Millisecond, AppliedIndex: f.state.AppliedIndex()}
+}
+func (f *fakeBackend) Members() []cluster.Member                { return nil }
+func (f *fakeBackend) Peers() ([]cluster.Peer, error)           { return nil, nil }
+func (f *fakeBackend) RemovePeer(context.Context, string) error { return nil }
+func (f *fakeBackend) TransferLeadership(context.Context, string) (string, error) {
+	return "", nil
+}
+
+var _ Backend = (*fakeBackend)(nil)
+
+// serveFake runs a Server over b on 127.0.0.1 and returns a task client.
+func serveFake(t *testing.T, b *fakeBackend) (cronoqv1connect.TaskServiceClient, cronoqv1connect.ScheduleServiceClient) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	b.addr = ln.Addr().String()
+	srv, err := New(Config{Backend: b, Listener: ln, HoldTimeout: 100 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, srv.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		require.NoError(t, srv.Stop(ctx))
+	})
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	hc := &http.Client{Transport: &http.Transport{Protocols: &p}}
+	t.Cleanup(hc.CloseIdleConnections)
+	base := "http://" + b.addr
+	return cronoqv1connect.NewTaskServiceClient(hc, base), cronoqv1connect.NewScheduleServiceClient(hc, base)
+}
+
+func spec(pool string) *cronoqv1.TaskSpec {
+	return &cronoqv1.TaskSpec{Template: &cronoqv1.TaskTemplate{Pool: pool, Kind: "k"}}
+}
+
+// The three submit forms share one path: a spec that does not convert is
+// the whole request's error for Submit and SubmitBatch (named specs[i] in a
+// batch), and that item's error for EnqueueMany, whose other items reach
+// the leader in their order.
+func TestSubmitFormsShareOnePath(t *testing.T) {
+	b := newFakeBackend()
+	var modes []cluster.SubmitMode
+	b.submit = func(mode cluster.SubmitMode, specs []cluster.Spec) (*cluster.SubmitResult, error) {
+		modes = append(modes, mode)
+		res := &cluster.SubmitResult{Tasks: make([]cluster.Submitted, len(specs))}
+		if mode == cluster.SubmitMany {
+			res.Errs = make([]error, len(specs))
+		}
+		for i, s := range specs {
+			if s.Pool == "full" {
+				res.Errs[i] = cluster.ErrOverloaded
+				continue
+			}
+			res.Tasks[i] = cluster.Submitted{ID: "id-" + s.Pool, Duplicate: s.Key != ""}
+		}
+		return res, nil
+	}
+	tasks, _ := serveFake(t, b)
+	ctx := context.Background()
+
+	one, err := tasks.Submit(ctx, connect.NewRequest(&cronoqv1.SubmitRequest{Spec: spec("a")}))
+	require.NoError(t, err)
+	require.Equal(t, "id-a", one.Msg.GetResult().GetId())
+
+	batch, err := tasks.SubmitBatch(ctx, connect.NewRequest(&cronoqv1.SubmitBatchRequest{Specs: []*cronoqv1.TaskSpec{spec("a"), spec("b")}}))
+	require.NoError(t, err)
+	require.Len(t, batch.Msg.GetResults(), 2)
+	require.Equal(t, "id-b", batch.Msg.GetResults()[1].GetId())
+
+	bad := &cronoqv1.TaskSpec{Template: &cronoqv1.TaskTemplate{Pool: "x", Priority: 9}}
+	_, err = tasks.SubmitBatch(ctx, connect.NewRequest(&cronoqv1.SubmitBatchRequest{Specs: []*cronoqv1.TaskSpec{spec("a"), bad}}))
+	require.Equal(t, apierr.KindInvalid, apierr.Kind(err))
+	field, _ := apierr.Field(err)
+	require.Equal(t, "specs[1].priority", field)
+	_, err = tasks.Submit(ctx, connect.NewRequest(&cronoqv1.SubmitRequest{Spec: bad}))
+	field, _ = apierr.Field(err)
+	require.Equal(t, "priority", field)
+
+	many, err := tasks.EnqueueMany(ctx, connect.NewRequest(&cronoqv1.EnqueueManyRequest{Specs: []*cronoqv1.TaskSpec{spec("a"), bad, spec("full"), spec("c")}}))
+	require.NoError(t, err)
+	rs := many.Msg.GetResults()
+	require.Len(t, rs, 4)
+	require.Equal(t, "id-a", rs[0].GetSubmitted().GetId())
+	require.Equal(t, apierr.KindInvalid, rs[1].GetCode())
+	require.Equal(t, apierr.KindOverloaded, rs[2].GetCode())
+	require.Equal(t, "id-c", rs[3].GetSubmitted().GetId())
+
+	require.Equal(t, []cluster.SubmitMode{cluster.SubmitOne, cluster.SubmitBatch, cluster.SubmitMany}, modes,
+		"refused requests never reached the leader")
+}
+
+// Errors of the leader's operations map to the wire convention.
+func TestBackendErrorsOnTheWire(t *testing.T) {
+	b := newFakeBackend()
+	b.add = func(cluster.ScheduleSpec) (fsm.Instant, error) {
+		return 0, &cluster.VersionError{What: "a schedule with a backoff", Need: 2, Have: 1}
+	}
+	b.cancel = func(ref cluster.TaskRef) (cluster.Cancelled, error) {
+		return cluster.Cancelled{}, errors.Join(errors.New("task "+ref.ID), cluster.ErrNotFound)
+	}
+	tasks, schedules := serveFake(t, b)
+	ctx := context.Background()
+
+	_, err := schedules.Add(ctx, connect.NewRequest(&cronoqv1.AddScheduleRequest{Schedule: &cronoqv1.Schedule{Name: "s", Task: &cronoqv1.TaskTemplate{Pool: "p"}}}))
+	require.Equal(t, apierr.KindUpgradeRequired, apierr.Kind(err), "%v", err)
+	require.Equal(t, connect.CodeFailedPrecondition, connect.CodeOf(err))
+	require.Contains(t, err.Error(), "needs log format version 2")
+
+	_, err = tasks.Cancel(ctx, connect.NewRequest(&cronoqv1.CancelRequest{Ref: &cronoqv1.TaskRef{Id: "nope"}}))
+	require.Equal(t, apierr.KindNotFound, apierr.Kind(err))
+
+	// Reads: a missing task, and the metadata of a stale read.
+	_, err = tasks.Get(ctx, connect.NewRequest(&cronoqv1.GetRequest{Ref: &cronoqv1.TaskRef{Key: "nope"}}))
+	require.Equal(t, apierr.KindNotFound, apierr.Kind(err))
+	_, err = tasks.Get(ctx, connect.NewRequest(&cronoqv1.GetRequest{Ref: &cronoqv1.TaskRef{Id: "a", Key: "b"}}))
+	require.Equal(t, apierr.KindInvalid, apierr.Kind(err))
+	list, err := tasks.List(ctx, connect.NewRequest(&cronoqv1.ListRequest{Stale: true}))
+	require.NoError(t, err)
+	require.True(t, list.Msg.GetMeta().GetStale())
+	require.Equal(t, 3*time.Millisecond, list.Msg.GetMeta().GetLastContact().AsDuration())
+
+	// A node that does not lead, with a forwarded request, names the leader
+	// (one hop at most).
+	b.mu.Lock()
+	b.leading, b.leader = false, "n2"
+	b.mu.Unlock()
+	req := connect.NewRequest(&cronoqv1.CancelRequest{Ref: &cronoqv1.TaskRef{Id: "t"}})
+	req.Header().Set(HeaderForwarded, "n3")
+	_, err = tasks.Cancel(ctx, req)
+	require.Equal(t, apierr.KindNotLeader, apierr.Kind(err), "%v", err)
+	id, addr := apierr.Leader(err)
+	require.Equal(t, "n2", id)
+	require.Equal(t, "127.0.0.9:8650", addr)
+	require.Equal(t, []string{"add-schedule", "cancel"}, b.calls, "nothing ran on a node that does not lead")
+}
