@@ -186,5 +186,30 @@ func decodeCommitBatch(body []byte, b *CommitBatch) error {
 			return fmt.Errorf("%w: commit batch: mutation %d: %d fields set, want exactly 1", ErrCorrupt, i, n)
 		}
 	}
+	shareStrings(b)
 	return nil
+}
+
+// shareStrings makes the tasks of b share one copy of the pool, kind and
+// worker strings they repeat (most tasks of a batch have the same), so that
+// the state holds one copy per batch rather than one per task.
+func shareStrings(b *CommitBatch) {
+	var pool, kind, worker string
+	share := func(s, last *string) {
+		if *s == *last {
+			*s = *last
+		} else {
+			*last = *s
+		}
+	}
+	for i := range b.Mutations {
+		switch m := &b.Mutations[i]; {
+		case m.Insert != nil:
+			share(&m.Insert.Pool, &pool)
+			share(&m.Insert.Kind, &kind)
+			share(&m.Insert.Worker, &worker)
+		case m.Start != nil:
+			share(&m.Start.Worker, &worker)
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"github.com/tinylib/msgp/msgp"
@@ -1007,4 +1008,22 @@ func FuzzDecodeEntry(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, again, third)
 	})
+}
+
+// TestDecodeSharesRepeatedStrings: the tasks of a batch share one copy of
+// the pool, kind and worker they repeat.
+func TestDecodeSharesRepeatedStrings(t *testing.T) {
+	data, err := EncodeCommitBatch(&CommitBatch{Epoch: 1, Time: baseTime, Mutations: []Mutation{
+		insert("t1", "p", ""), insert("t2", "p", ""), insert("t3", "q", ""),
+		start("t1", 1, lease(1, 1)), start("t2", 1, lease(1, 2)),
+	}})
+	require.NoError(t, err)
+	_, v, err := DecodeEntry(data)
+	require.NoError(t, err)
+	ms := v.(*CommitBatch).Mutations
+	same := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
+	require.True(t, same(ms[0].Insert.Pool, ms[1].Insert.Pool))
+	require.True(t, same(ms[0].Insert.Kind, ms[2].Insert.Kind))
+	require.Equal(t, "q", ms[2].Insert.Pool)
+	require.True(t, same(ms[3].Start.Worker, ms[4].Start.Worker))
 }

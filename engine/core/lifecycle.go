@@ -123,9 +123,9 @@ func (c *Core) resolveRef(ref TaskRef) (*task, error) {
 	return t, nil
 }
 
-// Complete reports the end of the attempt under lease. The reply (held) is
-// the task's id when the report was taken, ErrStaleLease when lease is not
-// the task's current lease (nothing changes then).
+// Complete reports the end of the attempt under lease. The reply (held) has
+// no value when the report was taken, ErrStaleLease when lease is not the
+// task's current lease (nothing changes then).
 //
 // Success ends the task succeeded with the output, or failed when the output
 // exceeds MaxOutput (it is never truncated). A retryable failure retries
@@ -161,7 +161,7 @@ func (c *Core) Complete(now time.Time, req ReqID, lease uint64, out Outcome) {
 		c.fail(req, Invalid("outcome", "unknown kind %d", out.Kind))
 		return
 	}
-	c.reply(req, t.id)
+	c.reply(req, nil)
 }
 
 func orDefault(s, def string) string {

@@ -17,8 +17,22 @@ type unit struct {
 	batch bool        // errors are reported for the whole request
 	many  *manyReply  // set for an enqueue-many item
 	slot  int         // the item's index in its request
-	pairs []pairKey   // distinct (pool, class) of specs, sorted
+	pairs []pairKey   // distinct (pool, class) of specs, in order of appearance
 	elem  *list.Element
+
+	// Room for the common case of one spec and for the answer, so that a
+	// submit costs no allocations beyond its unit, its record and its id.
+	one     [1]*fsm.Task
+	onePair [1]pairKey
+	res     SubmitResult
+}
+
+// single returns a unit of one spec.
+func single(req ReqID, rec *fsm.Task) *unit {
+	u := &unit{req: req}
+	u.one[0] = rec
+	u.specs = u.one[:]
+	return u
 }
 
 // manyReply collects the per-item results of an enqueue-many request, which
@@ -171,7 +185,7 @@ func (c *Core) Submit(now time.Time, req ReqID, mode SubmitMode, specs []Spec) {
 			c.fail(req, err)
 			return
 		}
-		c.submitUnit(&unit{req: req, specs: []*fsm.Task{rec}})
+		c.submitUnit(single(req, rec))
 	case SubmitBatch:
 		if len(specs) == 0 {
 			c.fail(req, Invalid("specs", "at least one spec is required"))
@@ -194,13 +208,13 @@ func (c *Core) Submit(now time.Time, req ReqID, mode SubmitMode, specs []Spec) {
 		}
 		g := &manyReply{req: req, res: &SubmitResult{Tasks: make([]Submitted, len(specs)), Errs: make([]error, len(specs))}, remaining: len(specs)}
 		for i := range specs {
-			u := &unit{req: req, many: g, slot: i}
 			rec, err := c.prepare(&specs[i])
 			if err != nil {
-				c.answer(u, nil, err)
+				c.answer(&unit{req: req, many: g, slot: i}, nil, err)
 				continue
 			}
-			u.specs = []*fsm.Task{rec}
+			u := single(req, rec)
+			u.many, u.slot = g, i
 			c.submitUnit(u)
 		}
 	default:
@@ -210,7 +224,7 @@ func (c *Core) Submit(now time.Time, req ReqID, mode SubmitMode, specs []Spec) {
 
 // submitUnit admits u now, parks it, or refuses it.
 func (c *Core) submitUnit(u *unit) {
-	u.pairs = unitPairs(u.specs)
+	u.pairs = unitPairs(u.onePair[:0], u.specs)
 	if _, d := c.plan(u); len(d) == 0 {
 		// Only duplicates: nothing to admit, no reason to wait in line.
 		subs, _ := c.tryAdmit(u)
@@ -236,8 +250,8 @@ func (c *Core) submitUnit(u *unit) {
 	c.park(u)
 }
 
-func unitPairs(specs []*fsm.Task) []pairKey {
-	var ps []pairKey
+// unitPairs appends the distinct (pool, class) pairs of specs to ps.
+func unitPairs(ps []pairKey, specs []*fsm.Task) []pairKey {
 	for _, s := range specs {
 		k := pairKey{s.Pool, s.Priority}
 		if !slices.Contains(ps, k) {
@@ -275,7 +289,8 @@ func (c *Core) answer(u *unit, subs []Submitted, err error) {
 		c.fail(u.req, err)
 		return
 	}
-	c.reply(u.req, &SubmitResult{Tasks: subs})
+	u.res.Tasks = subs
+	c.reply(u.req, &u.res)
 }
 
 // delta is the number of new tasks per (pool, class) a unit would add, one
