@@ -1,12 +1,16 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cronoq/cronoq/cluster"
@@ -81,6 +85,8 @@ func TestRollingUpgrade(t *testing.T) {
 	old := c.Config("n4")
 	old.LogVersion = 1
 	old.Join = []string{c.Node("n1").Addrs.Gossip}
+	var logged lockedBuffer
+	old.Logger = hclog.New(&hclog.LoggerOptions{Name: "n4", Output: &logged})
 	n4 := c.Start(old)
 	require.Eventually(t, func() bool {
 		h := n4.Node.Health()
@@ -94,6 +100,15 @@ func TestRollingUpgrade(t *testing.T) {
 	halted := n4.Node.FSM().Halted()
 	require.NotNil(t, halted)
 	require.Equal(t, halted.Index-1, n4.Node.FSM().AppliedIndex(), "it stopped right before the entry")
+	var fatal []string
+	for _, line := range strings.Split(logged.String(), "\n") {
+		if strings.Contains(line, "FATAL") {
+			fatal = append(fatal, line)
+		}
+	}
+	require.Len(t, fatal, 1, "one fatal line:\n%s", logged.String())
+	require.Contains(t, fatal[0], fmt.Sprintf("index=%d", halted.Index))
+	require.Contains(t, fatal[0], "needs_log_version=2")
 
 	// While it is in the cluster, the leader writes no format 2 entry.
 	require.Eventually(t, func() bool {
@@ -102,4 +117,22 @@ func TestRollingUpgrade(t *testing.T) {
 	l, _ := c.Leader()
 	require.NotEqual(t, "n4", l.ID)
 	require.Equal(t, cluster.HealthOK, l.Node.Health().Status, "%v", l.Node.Health().Reasons)
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger and a reader.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
