@@ -53,6 +53,7 @@ FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run=NONE -fuzz=FuzzDecodeEntry -fuzztime=$(FUZZTIME) ./fsm/
 	$(GO) test -run=NONE -fuzz=FuzzApply -fuzztime=$(FUZZTIME) ./fsm/
+	$(GO) test -run=NONE -fuzz=FuzzRestore -fuzztime=$(FUZZTIME) ./fsm/
 
 clean:
 	rm -rf bin
