@@ -51,9 +51,9 @@ lint: vet fmt-check staticcheck
 ## fuzz: run each fuzz target for a short while.
 FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run=NONE -fuzz=FuzzDecodeEntry -fuzztime=$(FUZZTIME) ./fsm/
-	$(GO) test -run=NONE -fuzz=FuzzApply -fuzztime=$(FUZZTIME) ./fsm/
-	$(GO) test -run=NONE -fuzz=FuzzRestore -fuzztime=$(FUZZTIME) ./fsm/
+	$(GO) test -run=NONE -fuzz=FuzzDecodeEntry -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./fsm/
+	$(GO) test -run=NONE -fuzz=FuzzApply -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./fsm/
+	$(GO) test -run=NONE -fuzz=FuzzRestore -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./fsm/
 
 clean:
 	rm -rf bin

@@ -34,6 +34,13 @@ type (
 	Event        = core.Event
 	InvalidError = core.InvalidError
 	VersionError = core.VersionError
+
+	StepSpec          = core.StepSpec
+	WorkflowSpec      = core.WorkflowSpec
+	WorkflowSubmitted = core.WorkflowSubmitted
+	StepTask          = core.StepTask
+	WorkflowRef       = core.WorkflowRef
+	CancelledWorkflow = core.CancelledWorkflow
 )
 
 // Submit modes and outcome kinds (see the engine core).
@@ -55,6 +62,7 @@ var (
 	ErrNotFound       = core.ErrNotFound
 	ErrStaleLease     = core.ErrStaleLease
 	ErrShuttingDown   = core.ErrShuttingDown
+	ErrNotWaiting     = core.ErrNotWaiting
 	ErrStopped        = engine.ErrStopped
 	ErrOutcomeUnknown = engine.ErrOutcomeUnknown
 )
@@ -138,6 +146,28 @@ func (n *Node) Cancel(ctx context.Context, ref TaskRef) (Cancelled, error) {
 // Wait returns the id of the task once it has ended and that is durable.
 func (n *Node) Wait(ctx context.Context, ref TaskRef) (string, error) {
 	return lead(n, func(e *engine.Engine) (string, error) { return e.Wait(ctx, ref) })
+}
+
+// CompleteExternal ends an external task waiting for its completion and
+// returns its id once that is durable.
+func (n *Node) CompleteExternal(ctx context.Context, ref TaskRef, out Outcome) (string, error) {
+	return lead(n, func(e *engine.Engine) (string, error) { return e.CompleteExternal(ctx, ref, out) })
+}
+
+// SubmitWorkflow admits a workflow, its steps atomically.
+func (n *Node) SubmitWorkflow(ctx context.Context, spec WorkflowSpec) (*WorkflowSubmitted, error) {
+	return lead(n, func(e *engine.Engine) (*WorkflowSubmitted, error) { return e.SubmitWorkflow(ctx, spec) })
+}
+
+// CancelWorkflow cancels every live member of a workflow, in one commit.
+func (n *Node) CancelWorkflow(ctx context.Context, ref WorkflowRef) (CancelledWorkflow, error) {
+	return lead(n, func(e *engine.Engine) (CancelledWorkflow, error) { return e.CancelWorkflow(ctx, ref) })
+}
+
+// WaitWorkflow returns the id of the workflow once it has ended and that
+// is durable.
+func (n *Node) WaitWorkflow(ctx context.Context, ref WorkflowRef) (string, error) {
+	return lead(n, func(e *engine.Engine) (string, error) { return e.WaitWorkflow(ctx, ref) })
 }
 
 // AddSchedule creates or replaces a recurring schedule and returns its next

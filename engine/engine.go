@@ -524,6 +524,49 @@ func (e *Engine) Wait(ctx context.Context, ref core.TaskRef) (string, error) {
 	})
 }
 
+// SubmitWorkflow admits a workflow: its steps, atomically (see
+// core.Core.SubmitWorkflow).
+func (e *Engine) SubmitWorkflow(ctx context.Context, spec core.WorkflowSpec) (*core.WorkflowSubmitted, error) {
+	res, err := send[*core.WorkflowSubmitted](ctx, e, true, func(c *core.Core, now time.Time, req core.ReqID) {
+		c.SubmitWorkflow(now, req, spec)
+	})
+	if err == nil {
+		if res.Duplicate {
+			e.stats.duplicates.Add(1)
+		} else {
+			e.stats.submitted.Add(uint64(len(res.Tasks)))
+		}
+	}
+	return res, err
+}
+
+// CancelWorkflow cancels every live member of a workflow, in one commit.
+func (e *Engine) CancelWorkflow(ctx context.Context, ref core.WorkflowRef) (core.CancelledWorkflow, error) {
+	return send[core.CancelledWorkflow](ctx, e, true, func(c *core.Core, now time.Time, req core.ReqID) {
+		c.CancelWorkflow(now, req, ref)
+	})
+}
+
+// WaitWorkflow returns the id of the workflow once it has ended and its end
+// is durable; the caller reads it from the FSM.
+func (e *Engine) WaitWorkflow(ctx context.Context, ref core.WorkflowRef) (string, error) {
+	return send[string](ctx, e, false, func(c *core.Core, now time.Time, req core.ReqID) {
+		c.AttachWorkflow(now, req, ref)
+	})
+}
+
+// CompleteExternal ends an external task waiting for its completion, and
+// returns its id once the end is durable.
+func (e *Engine) CompleteExternal(ctx context.Context, ref core.TaskRef, out core.Outcome) (string, error) {
+	id, err := send[string](ctx, e, true, func(c *core.Core, now time.Time, req core.ReqID) {
+		c.CompleteExternal(now, req, ref, out)
+	})
+	if err == nil {
+		e.stats.completed.Add(1)
+	}
+	return id, err
+}
+
 // AddSchedule creates or replaces a recurring schedule and returns its next
 // fire instant (0 while paused).
 func (e *Engine) AddSchedule(ctx context.Context, spec core.ScheduleSpec) (fsm.Instant, error) {

@@ -126,16 +126,111 @@ func randBatch(r *prng, all bool) *CommitBatch {
 	return b
 }
 
-// wantVersion is the Version EncodeCommitBatch must write for b, worked out
-// from the definition of the log formats (see LogVersion): 2 when a
-// schedule carries a backoff, else none (0).
-func wantVersion(b *CommitBatch) uint16 {
-	for _, m := range b.Mutations {
-		if m.PutSchedule != nil && m.PutSchedule.Backoff != (Backoff{}) {
-			return 2
+// The additions of log format 3 (see LogVersion), by Go name: the mutation
+// kinds it added, and the fields it added to the records and mutations of
+// the earlier formats. A task is of format 3 also when it is blocked.
+var (
+	format3Kinds          = []string{"Unblock", "PutWorkflow", "EndWorkflow", "PurgeWorkflow"}
+	format3TaskFields     = []string{"DependsOn", "DepPolicy", "External", "Workflow", "Step", "Parent"}
+	format3ScheduleFields = []string{"Workflow", "Steps"}
+	format3FinishFields   = []string{"Workflow"}
+	format3FireFields     = []string{"Workflow"}
+)
+
+// anySet reports whether any of the named fields of the struct v points to
+// is set.
+func anySet(v any, names []string) bool {
+	e := reflect.ValueOf(v).Elem()
+	for _, name := range names {
+		f := e.FieldByName(name)
+		if !f.IsValid() {
+			panic("no field " + name)
+		}
+		if !f.IsZero() {
+			return true
 		}
 	}
-	return 0
+	return false
+}
+
+// clearFields zeroes the named fields of the struct v points to.
+func clearFields(v any, names []string) {
+	e := reflect.ValueOf(v).Elem()
+	for _, name := range names {
+		f := e.FieldByName(name)
+		f.Set(reflect.Zero(f.Type()))
+	}
+}
+
+// kindName returns the name of the kind of m (the field set).
+func kindName(m *Mutation) string {
+	v := reflect.ValueOf(m).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		if !v.Field(i).IsNil() {
+			return v.Type().Field(i).Name
+		}
+	}
+	return ""
+}
+
+// wantMutationVersion is the log format m needs, worked out from the
+// definition of the log formats (see LogVersion): 3 for a kind or a field
+// format 3 added (or a blocked task), 2 for a schedule with a backoff, else
+// 1.
+func wantMutationVersion(m *Mutation) uint16 {
+	switch {
+	case contains(format3Kinds, kindName(m)):
+		return 3
+	case m.Insert != nil && (m.Insert.Status == StatusBlocked || anySet(m.Insert, format3TaskFields)):
+		return 3
+	case m.PutSchedule != nil && anySet(m.PutSchedule, format3ScheduleFields):
+		return 3
+	case m.Finish != nil && anySet(m.Finish, format3FinishFields):
+		return 3
+	case m.Fire != nil && anySet(m.Fire, format3FireFields):
+		return 3
+	case m.PutSchedule != nil && m.PutSchedule.Backoff != (Backoff{}):
+		return 2
+	}
+	return 1
+}
+
+// wantVersion is the Version EncodeCommitBatch must write for b: the
+// highest format its mutations need, or none (0) when that is 1.
+func wantVersion(b *CommitBatch) uint16 {
+	v := uint16(0)
+	for i := range b.Mutations {
+		if w := wantMutationVersion(&b.Mutations[i]); w > 1 {
+			v = max(v, w)
+		}
+	}
+	return v
+}
+
+// dropFormat3 makes b a batch of the earlier formats: it removes the
+// mutations of the kinds format 3 added and clears the fields it added.
+func dropFormat3(b *CommitBatch) {
+	ms := b.Mutations[:0]
+	for _, m := range b.Mutations {
+		if contains(format3Kinds, kindName(&m)) {
+			continue
+		}
+		switch {
+		case m.Insert != nil:
+			clearFields(m.Insert, format3TaskFields)
+			if m.Insert.Status == StatusBlocked {
+				m.Insert.Status = StatusQueued
+			}
+		case m.PutSchedule != nil:
+			clearFields(m.PutSchedule, format3ScheduleFields)
+		case m.Finish != nil:
+			clearFields(m.Finish, format3FinishFields)
+		case m.Fire != nil:
+			clearFields(m.Fire, format3FireFields)
+		}
+		ms = append(ms, m)
+	}
+	b.Mutations = ms
 }
 
 // goldenBatch returns a batch with one mutation of every kind, every field
@@ -198,6 +293,91 @@ func goldenV2Batch() *CommitBatch {
 		{PutSchedule: backoffSchedule("s")},
 		{Ready: &Ready{ID: "r", At: baseTime}},
 	}}
+}
+
+// goldenWorkflow returns a workflow record with every field set.
+func goldenWorkflow() *Workflow {
+	return &Workflow{
+		ID: "wf-1", Name: "nightly-etl", Key: "etl-2024-01-01", Status: WorkflowRunning,
+		Schedule: "flow", Slot: baseTime, Parent: "01J00000000000000000000002",
+		SubmittedAt: baseTime, UpdatedAt: baseTime + 1, FinishedAt: -1,
+		CreateIndex: 255, ModifyIndex: 1 << 32,
+	}
+}
+
+// goldenV3Task returns a task with every field of log format 3 set.
+func goldenV3Task() *Task {
+	return &Task{
+		ID: "01J00000000000000000000003", Template: Template{Pool: "etl", Kind: "load"},
+		RunAt: baseTime + 60e9, DependsOn: []string{"01J00000000000000000000001", "01J00000000000000000000002"},
+		DepPolicy: DepDone, External: true, Workflow: "wf-1", Step: "load", Parent: "01J00000000000000000000002",
+		Status: StatusBlocked, SubmittedAt: baseTime, UpdatedAt: baseTime, CreateIndex: 7, ModifyIndex: 8,
+	}
+}
+
+// goldenV3Schedule returns a schedule that fires a workflow, whose steps
+// set every field of a step between them.
+func goldenV3Schedule() *Schedule {
+	return &Schedule{
+		Name: "flow", Cron: "0 2 * * *", TZ: "UTC", CreatedAt: baseTime,
+		Workflow: "nightly-etl",
+		Steps: []StepTemplate{
+			{Name: "extract", Template: Template{Pool: "etl", Kind: "extract"}},
+			{
+				Name: "load",
+				Template: Template{
+					Pool: "etl", Kind: "load", Priority: PriorityHigh, Payload: []byte{9},
+					Labels: []KV{{K: "region", V: "eu"}}, Tags: []KV{{K: "t", V: "1"}},
+					Timeout: 30 * time.Second, MaxAttempts: 4,
+					Backoff: Backoff{Initial: time.Second, Max: time.Minute, Jitter: 0.25},
+				},
+				DependsOn: []string{"extract"}, DepPolicy: DepDone, External: true,
+			},
+		},
+		LastFire: baseTime, LastTask: "wf-1", Fires: 3, CreateIndex: 4, ModifyIndex: 300,
+	}
+}
+
+// goldenV3Batch returns a batch of log format 3: one mutation of every kind
+// format 3 added, and of every kind it extended with its new fields set,
+// with integers of several encoded widths.
+func goldenV3Batch() *CommitBatch {
+	return &CommitBatch{Epoch: 1 << 16, Time: baseTime, Mutations: []Mutation{
+		{PutWorkflow: goldenWorkflow()},
+		{Insert: goldenV3Task()},
+		{Unblock: &Unblock{ID: "01J00000000000000000000003", At: baseTime + 1}},
+		{Finish: &Finish{ID: "01J00000000000000000000002", Status: StatusCancelled, At: -1, Workflow: "wf-1"}},
+		{PutSchedule: goldenV3Schedule()},
+		{Fire: &Fire{Name: "flow", Slot: baseTime + 86_400e9, Skipped: 1, Workflow: "wf-1"}},
+		{EndWorkflow: &EndWorkflow{ID: "wf-1", Status: WorkflowFailed, At: 65_536}},
+		{PurgeWorkflow: &PurgeWorkflow{ID: "wf-1"}},
+	}}
+}
+
+// smallV3Batch returns a short batch of the kinds of log format 3 whose
+// bodies are small, to pin as hex.
+func smallV3Batch() *CommitBatch {
+	return &CommitBatch{Epoch: 2, Time: baseTime, Mutations: []Mutation{
+		{Unblock: &Unblock{ID: "t1", At: baseTime}},
+		{EndWorkflow: &EndWorkflow{ID: "w", Status: WorkflowSucceeded, At: -1}},
+		{PurgeWorkflow: &PurgeWorkflow{ID: "w"}},
+	}}
+}
+
+// goldenV3State returns a small state of every record type of log format
+// 3: a workflow, a blocked member of it, a task spawned by a member, a
+// schedule that fires workflows and a tombstone.
+func goldenV3State(t testing.TB) *State {
+	h := newHarness(t)
+	member := insert("a", "p", "ka")
+	member.Insert.Workflow, member.Insert.Step = "w", "first"
+	blocked := insertBlocked("b", "p", "a")
+	blocked.Insert.Workflow, blocked.Insert.Step, blocked.Insert.DepPolicy = "w", "second", DepDone
+	spawned := insert("c", "q", "")
+	spawned.Insert.Parent, spawned.Insert.External = "a", true
+	h.ok(Mutation{PutWorkflow: &Workflow{ID: "w", Name: "n", Key: "kw", Status: WorkflowRunning, SubmittedAt: baseTime}},
+		member, blocked, spawned, Mutation{PutSchedule: goldenV3Schedule()}, tombstone("n1", false))
+	return h.s
 }
 
 // goldenState returns a small state of every record type, with a schedule
@@ -277,6 +457,123 @@ func TestFormatIsStable(t *testing.T) {
 	restored := New()
 	require.NoError(t, restored.Restore(bytes.NewReader(snap)))
 	require.Equal(t, snap, snapshotBytes(t, restored))
+
+	// Log format 3. The entries and records above, of the earlier formats,
+	// keep their bytes; what format 3 added is pinned below, computed once
+	// from the encoder of the release that introduced it and pasted in.
+	//
+	// A short batch of format 3 kinds, and "v": 3 at the end.
+	small3, err := EncodeCommitBatch(smallV3Batch())
+	require.NoError(t, err)
+	require.Equal(t, smallV3BatchHex, hex.EncodeToString(small3))
+	require.True(t, bytes.HasSuffix(small3, []byte{0xa1, 'v', 0x03}))
+
+	// One mutation of every kind format 3 added or extended, every field
+	// format 3 added set.
+	v3, err := EncodeCommitBatch(goldenV3Batch())
+	require.NoError(t, err)
+	require.Len(t, v3, goldenV3BatchLen)
+	require.Equal(t, goldenV3BatchSHA256, sha256Hex(v3))
+	require.True(t, bytes.HasSuffix(v3, []byte{0xa1, 'v', 0x03}))
+
+	// Snapshot records of format 3.
+	require.Equal(t, goldenWorkflowHex, hex.EncodeToString(recordBody(goldenWorkflow())))
+	require.Equal(t, goldenV3TaskHex, hex.EncodeToString(recordBody(goldenV3Task())))
+	require.Equal(t, goldenV3ScheduleSHA256, sha256Hex(recordBody(goldenV3Schedule())))
+
+	// A whole snapshot of format 3: header (version 3, epoch 1, epoch term
+	// 1, applied index 2), records, and an end marker of four counts (3
+	// tasks, 1 schedule, 1 tombstone, 1 workflow).
+	snap3 := snapshotBytes(t, goldenV3State(t))
+	require.Equal(t, "43525153"+"0003"+"0000000000000001"+"0000000000000001"+"0000000000000002",
+		hex.EncodeToString(snap3[:30]))
+	require.Equal(t, "ff"+"0000000000000003"+"0000000000000001"+"0000000000000001"+"0000000000000001",
+		hex.EncodeToString(snap3[len(snap3)-33:]))
+	require.Len(t, snap3, goldenV3SnapshotLen)
+	require.Equal(t, goldenV3SnapshotSHA256, sha256Hex(snap3))
+
+	// They read back as what was written.
+	for _, tc := range []struct {
+		data []byte
+		want *CommitBatch
+	}{{small3, smallV3Batch()}, {v3, goldenV3Batch()}} {
+		_, v, err = DecodeEntry(tc.data)
+		require.NoError(t, err)
+		tc.want.Version = 3
+		require.Equal(t, tc.want, v)
+	}
+	restored = New()
+	require.NoError(t, restored.Restore(bytes.NewReader(snap3)))
+	require.Equal(t, snap3, snapshotBytes(t, restored))
+}
+
+// TestGoldenBatchesCoverEveryKind holds the golden batches of
+// TestFormatIsStable to pin every mutation kind between them: the kinds
+// of formats 1 and 2 in goldenBatch, those format 3 added in
+// goldenV3Batch, which also sets every field format 3 added.
+func TestGoldenBatchesCoverEveryKind(t *testing.T) {
+	kinds := func(b *CommitBatch) []string {
+		var out []string
+		for i := range b.Mutations {
+			out = append(out, kindName(&b.Mutations[i]))
+		}
+		return out
+	}
+	old, v3 := kinds(goldenBatch()), kinds(goldenV3Batch())
+	for i := 0; i < numMutationKinds; i++ {
+		name := reflect.TypeOf(Mutation{}).Field(i).Name
+		if contains(format3Kinds, name) {
+			require.Contains(t, v3, name)
+			require.NotContains(t, old, name)
+		} else {
+			require.Contains(t, old, name)
+		}
+	}
+	for _, m := range goldenV3Batch().Mutations {
+		switch {
+		case m.Insert != nil:
+			requireFieldsSet(t, m.Insert, format3TaskFields...)
+			require.Equal(t, StatusBlocked, m.Insert.Status)
+		case m.PutSchedule != nil:
+			requireFieldsSet(t, m.PutSchedule, format3ScheduleFields...)
+			// Every field of a step is set in some step.
+			typ := reflect.TypeOf(StepTemplate{})
+			for i := 0; i < typ.NumField(); i++ {
+				set := false
+				for _, st := range m.PutSchedule.Steps {
+					set = set || !reflect.ValueOf(st).Field(i).IsZero()
+				}
+				require.True(t, set, "no step sets %s", typ.Field(i).Name)
+			}
+		case m.Finish != nil:
+			requireFieldsSet(t, m.Finish, format3FinishFields...)
+		case m.Fire != nil:
+			requireFieldsSet(t, m.Fire, format3FireFields...)
+		case m.PutWorkflow != nil:
+			requireFieldsSet(t, m.PutWorkflow)
+		case m.Unblock != nil:
+			requireFieldsSet(t, m.Unblock)
+		case m.EndWorkflow != nil:
+			requireFieldsSet(t, m.EndWorkflow)
+		case m.PurgeWorkflow != nil:
+			requireFieldsSet(t, m.PurgeWorkflow)
+		}
+	}
+}
+
+// requireFieldsSet requires the named fields (every field when none is
+// named) of the struct v points to to be set.
+func requireFieldsSet(t *testing.T, v any, names ...string) {
+	t.Helper()
+	e := reflect.ValueOf(v).Elem()
+	if len(names) == 0 {
+		for i := 0; i < e.NumField(); i++ {
+			names = append(names, e.Type().Field(i).Name)
+		}
+	}
+	for _, name := range names {
+		require.False(t, e.FieldByName(name).IsZero(), "%T.%s is not set", v, name)
+	}
 }
 
 // The golden values of TestFormatIsStable, computed from the encoder of
@@ -299,6 +596,28 @@ const (
 	goldenSnapshotSHA256 = "7f14264af1c26f3156c39ab2cccd6b7edfb88b2864ea74c41e5b2b34d7a0b833"
 )
 
+// The golden values of log format 3 in TestFormatIsStable, computed once
+// from the encoder of the release that introduced format 3 (msgp v1.6.5)
+// and pasted in. Never update them to make the test pass: a change is a
+// format break.
+const (
+	smallV3BatchHex = "0284a16502a174d317979cfe362a0000a16d9381a2756282a26964a27431a26174d317979cfe362a0000" +
+		"81a2657783a26964a177a2737402a26174ff81a370776681a26964a177a17603"
+	goldenV3BatchLen    = 813
+	goldenV3BatchSHA256 = "a001f9a829f698d71e1a08baa4f6ae01f7b37b26a1b29de1de4b35333a2ef442"
+	goldenWorkflowHex   = "8ca26964a477662d31a16eab6e696768746c792d65746ca36b6579ae65746c2d323032342d30312d3031" +
+		"a2737401a27363a4666c6f77a2736cd317979cfe362a0000a3706172ba30314a3030303030303030303030303030303030303030303032" +
+		"a27361d317979cfe362a0000a27561d317979cfe362a0001a26661ffa26369ccffa26d69cf0000000100000000"
+	goldenV3TaskHex = "8fa26964ba30314a3030303030303030303030303030303030303030303033a170a365746ca16ba46c6f6164" +
+		"a27261d317979d0c2e715800a2647092ba30314a3030303030303030303030303030303030303030303031" +
+		"ba30314a3030303030303030303030303030303030303030303032a364707001a3657874c3a27766a477662d31" +
+		"a3737470a46c6f6164a3706172ba30314a3030303030303030303030303030303030303030303032a2737409" +
+		"a27361d317979cfe362a0000a27561d317979cfe362a0000a2636907a26d6908"
+	goldenV3ScheduleSHA256 = "2febb022b697fad9b8b19bd6a486ca43c4b3d6a425ab4428c6bfca9372e194d3"
+	goldenV3SnapshotLen    = 653
+	goldenV3SnapshotSHA256 = "352a5045a4b9df034ca97b7258f1bcbe2ea3b361e7c399cc0a9656c715cd7eb2"
+)
+
 // intRewrites are the ways of writing the same body that the decoder must
 // all read alike: the integers of every writer, wide headers and narrow
 // floats.
@@ -313,16 +632,19 @@ var intRewrites = []rewrite{
 // headers or float32s; and EncodeCommitBatch to set the batch's Version.
 func TestCodecRoundTrip(t *testing.T) {
 	r := &prng{s: 1}
-	v2 := 0
+	versions := map[uint16]int{}
 	for round := 0; round < 300; round++ {
 		b := randBatch(r, round%10 == 0)
+		if round%3 == 1 {
+			// Most random batches hold something of format 3: every third
+			// is kept to the earlier formats.
+			dropFormat3(b)
+		}
 		data, err := EncodeCommitBatch(b)
 		require.NoError(t, err)
 		require.Equal(t, byte(EntryCommitBatch), data[0])
 		require.Equal(t, wantVersion(b), b.Version, "round %d", round)
-		if b.Version == 2 {
-			v2++
-		}
+		versions[b.Version]++
 		require.Equal(t, data[1:], rewrite{}.apply(t, data[1:]), "the rewriter keeps what it is not told to change")
 		typ, v, err := DecodeEntry(data)
 		require.NoError(t, err)
@@ -336,7 +658,9 @@ func TestCodecRoundTrip(t *testing.T) {
 			require.Equal(t, b, v, "round %d, %+v", round, w)
 		}
 	}
-	require.Greater(t, v2, 10, "batches of format 2 were drawn")
+	for _, v := range []uint16{0, 2, 3} {
+		require.Greater(t, versions[v], 10, "batches of format %d were drawn: %v", v, versions)
+	}
 }
 
 // TestSnapshotRecordsRoundTrip holds every snapshot record type to decode to
@@ -348,7 +672,7 @@ func TestSnapshotRecordsRoundTrip(t *testing.T) {
 		for _, v := range []interface {
 			msgp.Marshaler
 			msgp.Unmarshaler
-		}{new(Task), new(Schedule), new(Tombstone)} {
+		}{new(Task), new(Schedule), new(Tombstone), new(Workflow)} {
 			fillValue(r, reflect.ValueOf(v).Elem(), all)
 			body := recordBody(v)
 			for _, w := range append([]rewrite{{}}, intRewrites...) {
@@ -468,9 +792,12 @@ func TestDecodeSkipsUnknownFieldsOfEveryType(t *testing.T) {
 	require.NoError(t, err)
 	v2, err := EncodeCommitBatch(goldenV2Batch())
 	require.NoError(t, err)
-	entries := [][]byte{bump, batch, v2}
+	v3, err := EncodeCommitBatch(goldenV3Batch())
+	require.NoError(t, err)
+	entries := [][]byte{bump, batch, v2, v3}
 	records := []msgp.Marshaler{goldenBatch().Mutations[0].Insert, goldenBatch().Mutations[6].PutSchedule,
-		backoffSchedule("s"), &Tombstone{NodeID: "n", At: 4}}
+		backoffSchedule("s"), &Tombstone{NodeID: "n", At: 4},
+		goldenV3Task(), goldenV3Schedule(), goldenWorkflow()}
 
 	var all [][]byte
 	check := func(extra [][]byte, what string) {
@@ -574,10 +901,16 @@ func TestValidateAcceptsEveryType(t *testing.T) {
 	values := everyType()
 	batch, err := EncodeCommitBatch(goldenBatch())
 	require.NoError(t, err)
+	v3, err := EncodeCommitBatch(goldenV3Batch())
+	require.NoError(t, err)
 	values = append(values,
 		mpValue{"golden batch", batch[1:]},
 		mpValue{"golden batch, wide", rewrite{ints: intsUint64, wide: true}.apply(t, batch[1:])},
-		mpValue{"golden task", recordBody(goldenBatch().Mutations[0].Insert)})
+		mpValue{"golden task", recordBody(goldenBatch().Mutations[0].Insert)},
+		mpValue{"golden v3 batch", v3[1:]},
+		mpValue{"golden v3 batch, wide", rewrite{ints: intsUint64, wide: true}.apply(t, v3[1:])},
+		mpValue{"golden workflow", recordBody(goldenWorkflow())},
+		mpValue{"golden v3 schedule", recordBody(goldenV3Schedule())})
 	for _, v := range values {
 		require.NoError(t, validate(v.data), v.name)
 		for n := 0; n < len(v.data); n += 1 + n/16 {
@@ -695,6 +1028,13 @@ func TestDecodeEntryErrors(t *testing.T) {
 		{"mutation with two fields", entry(EntryCommitBatch, mpMap("m", mpArray(twoFields))), ErrCorrupt},
 		{"nil mutation", entry(EntryCommitBatch, mpMap("m", mpArray(msgp.AppendNil(nil)))), ErrCorrupt},
 		{"mutation not a map", entry(EntryCommitBatch, mpMap("m", mpArray(mpInt(1)))), ErrCorrupt},
+		{"mutation with two format 3 fields", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("ub", mpMap("id", mpStr("a")), "pwf", mpMap("id", mpStr("w")))))), ErrCorrupt},
+		{"mutation with an old and a format 3 field", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("pg", mpMap("id", mpStr("a")), "ew", mpMap("id", mpStr("w")))))), ErrCorrupt},
+		{"integer for a bool", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("in", mpMap("ext", mpInt(1)))))), ErrCorrupt},
+		{"string for a list of dependencies", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("in", mpMap("dp", mpStr("a")))))), ErrCorrupt},
+		{"integer in a list of dependencies", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("in", mpMap("dp", mpArray(mpInt(1))))))), ErrCorrupt},
+		{"steps not an array", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("ps", mpMap("wst", mpMap()))))), ErrCorrupt},
+		{"workflow not a map", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("pw", mpStr("w"))))), ErrCorrupt},
 		{"mutation field not a map", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("pg", mpArray())))), ErrCorrupt},
 		{"epoch bump garbage", []byte{byte(EntryEpochBump), 0xc1}, ErrCorrupt},
 		{"epoch bump not a map", []byte{byte(EntryEpochBump), 0x07}, ErrCorrupt},
@@ -706,6 +1046,7 @@ func TestDecodeEntryErrors(t *testing.T) {
 		{"mutation of an unknown kind", entry(EntryCommitBatch, mpMap("m", mpArray(purgeBody, mpMap("zz", mpMap("id", mpStr("a")))))), ErrUnknownMutation},
 		{"empty mutation", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap()))), ErrUnknownMutation},
 		{"nil mutation field only", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("in", msgp.AppendNil(nil))))), ErrUnknownMutation},
+		{"nil format 3 field only", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("pw", msgp.AppendNil(nil))))), ErrUnknownMutation},
 		{"unknown type", []byte{0x05, 1, 2}, ErrUnknownEntry},
 		{"type zero", []byte{0x00, 0x80}, ErrUnknownEntry},
 		{"unknown type ignorable", []byte{0x05 | byte(IgnoreUnknownFlag), 1, 2}, nil},
@@ -765,6 +1106,17 @@ func TestOutOfRangeIntegersAreCorrupt(t *testing.T) {
 		{"backoff above MaxInt64", batch(task("bo", mpMap("i", mpUint(1<<63))))},
 		{"skipped 2^32", batch(mpMap("fr", mpMap("n", mpStr("s"), "s", mpInt(1), "k", mpUint(1<<32))))},
 		{"overlap 256", batch(mpMap("ps", mpMap("n", mpStr("s"), "ov", mpUint(256))))},
+		// Log format 3.
+		{"dependency policy 256", batch(task("dp", mpArray(mpStr("a")), "dpp", mpUint(256)))},
+		{"dependency policy -1", batch(task("dpp", mpInt(-1)))},
+		{"step dependency policy 256", batch(mpMap("ps", mpMap("n", mpStr("s"), "wst", mpArray(mpMap("n", mpStr("x"), "dpp", mpUint(256))))))},
+		{"step max attempts -1", batch(mpMap("ps", mpMap("n", mpStr("s"), "wst", mpArray(mpMap("n", mpStr("x"), "ma", mpInt(-1))))))},
+		{"workflow status 256 on end", batch(mpMap("ew", mpMap("id", mpStr("w"), "st", mpUint(256))))},
+		{"workflow status -1 on put", batch(mpMap("pw", mpMap("id", mpStr("w"), "st", mpInt(-1))))},
+		{"workflow create index -1", batch(mpMap("pw", mpMap("id", mpStr("w"), "st", mpUint(1), "ci", mpInt(-1))))},
+		{"workflow slot above MaxInt64", batch(mpMap("pw", mpMap("id", mpStr("w"), "st", mpUint(1), "sl", mpUint(1<<63))))},
+		{"unblock instant above MaxInt64", batch(mpMap("ub", mpMap("id", mpStr("a"), "at", mpUint(1<<63))))},
+		{"end instant above MaxInt64", batch(mpMap("ew", mpMap("id", mpStr("w"), "st", mpUint(2), "at", mpUint(math.MaxUint64))))},
 	}
 	for _, tc := range corrupt {
 		t.Run(tc.name, func(t *testing.T) {
@@ -789,7 +1141,12 @@ func TestOutOfRangeIntegersAreCorrupt(t *testing.T) {
 		data []byte
 	}{
 		{"status 200", batch(finish("s", mpUint(200)))},
-		{"status 9 on insert", batch(task("st", mpUint(9)))},
+		{"status 9 on insert", batch(task("st", mpUint(9)))}, // blocked without dependencies
+		{"status 9 on finish", batch(finish("s", mpUint(9)))},
+		{"workflow status 200 on put", batch(mpMap("pw", mpMap("id", mpStr("w"), "st", mpUint(200))))},
+		{"workflow status 0 on put", batch(mpMap("pw", mpMap("id", mpStr("w"), "st", mpUint(0))))},
+		{"workflow status 5 on end", batch(mpMap("pw", mpMap("id", mpStr("w"), "st", mpUint(1))),
+			mpMap("ew", mpMap("id", mpStr("w"), "st", mpUint(5))))},
 	}
 	for _, tc := range rejected {
 		t.Run(tc.name, func(t *testing.T) {
@@ -814,7 +1171,9 @@ func TestDecodeEveryTruncation(t *testing.T) {
 	}
 	v2, err := EncodeCommitBatch(goldenV2Batch())
 	require.NoError(t, err)
-	for _, data := range [][]byte{batchEntry(t, 4, ms...), v2, bumpEntry(t, 3)} {
+	v3, err := EncodeCommitBatch(goldenV3Batch())
+	require.NoError(t, err)
+	for _, data := range [][]byte{batchEntry(t, 4, ms...), v2, v3, bumpEntry(t, 3)} {
 		for n := 0; n < len(data); n++ {
 			_, v, err := DecodeEntry(data[:n])
 			require.ErrorIs(t, err, ErrCorrupt, "prefix of %d bytes", n)
@@ -875,6 +1234,15 @@ func TestEncodeCommitBatchSetsVersion(t *testing.T) {
 		{"a schedule with a backoff", 0, []Mutation{{PutSchedule: backoffSchedule("s")}}, 2},
 		{"a schedule with only a jitter", 0, []Mutation{{PutSchedule: &Schedule{Name: "j", Template: Template{Backoff: Backoff{Jitter: 0.1}}}}}, 2},
 		{"mixed", 9, []Mutation{plain, {PutSchedule: backoffSchedule("s")}, purge("x")}, 2},
+		{"a format 3 kind", 0, []Mutation{unblock("a", baseTime)}, 3},
+		{"every format 3 kind", 2, []Mutation{putWorkflow("w", "k"), unblock("a", 0), endWorkflow("w", WorkflowFailed), purgeWorkflow("w")}, 3},
+		{"a blocked insert", 0, []Mutation{insertBlocked("b", "p", "a")}, 3},
+		{"an insert into a workflow", 0, []Mutation{insertInto("b", "", "w")}, 3},
+		{"a finish into a workflow", 0, []Mutation{finishInto("a", 0, StatusCancelled, "w")}, 3},
+		{"a finish outside workflows", 0, []Mutation{finish("a", 0, StatusCancelled)}, 0},
+		{"a fire of a workflow", 0, []Mutation{fireWorkflow("s", baseTime, "w")}, 3},
+		{"a schedule of a workflow", 0, []Mutation{{PutSchedule: goldenV3Schedule()}}, 3},
+		{"format 2 and format 3", 0, []Mutation{{PutSchedule: backoffSchedule("s")}, purgeWorkflow("w"), plain}, 3},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -895,25 +1263,115 @@ func TestEncodeCommitBatchSetsVersion(t *testing.T) {
 }
 
 // TestVersions holds the Version methods to the definition of the log
-// formats: only a schedule with a backoff needs format 2.
+// formats: a schedule with a backoff needs format 2; the kinds format 3
+// added, a blocked task, and a task, schedule, finish or fire with a field
+// format 3 added need format 3; everything else format 1.
 func TestVersions(t *testing.T) {
 	r := &prng{s: 9}
 	for k := 0; k < numMutationKinds; k++ {
-		m := randMutation(r, k, true)
-		want := uint16(1)
-		if m.PutSchedule != nil {
-			want = 2 // fillValue sets every field, the backoff too
-			m.PutSchedule.Backoff = Backoff{}
-			require.Equal(t, uint16(1), m.Version())
-			m.PutSchedule.Backoff = Backoff{Max: 1}
+		m := randMutation(r, k, true) // every field set, format 3's too
+		name := kindName(&m)
+		var want uint16
+		switch name {
+		case "Unblock", "PutWorkflow", "EndWorkflow", "PurgeWorkflow":
+			want = 3
+		case "Insert":
+			want = 3
+			task := *m.Insert
+			clearFields(&task, format3TaskFields)
+			for _, st := range AllStatuses {
+				task.Status = st
+				wantSt := uint16(1)
+				if st == StatusBlocked {
+					wantSt = 3
+				}
+				require.Equal(t, wantSt, (&Mutation{Insert: &task}).Version(), "insert of a %s task without the fields of format 3", st)
+			}
+			task.Status = StatusQueued
+			require.NotZero(t, task.Backoff, "a task's backoff is format 1")
+			for _, f := range format3TaskFields {
+				one := task
+				setField(t, &one, f)
+				require.Equal(t, uint16(3), (&Mutation{Insert: &one}).Version(), "insert with %s set", f)
+				require.Equal(t, uint16(3), one.Version(), "task with %s set", f)
+			}
+		case "PutSchedule":
+			want = 3
+			sc := *m.PutSchedule
+			clearFields(&sc, format3ScheduleFields)
+			require.Equal(t, uint16(2), (&Mutation{PutSchedule: &sc}).Version(), "the backoff")
+			sc.Backoff = Backoff{}
+			require.Equal(t, uint16(1), (&Mutation{PutSchedule: &sc}).Version())
+			for _, f := range format3ScheduleFields {
+				one := sc
+				setField(t, &one, f)
+				require.Equal(t, uint16(3), (&Mutation{PutSchedule: &one}).Version(), "schedule with %s set", f)
+				one.Backoff = Backoff{Max: 1}
+				require.Equal(t, uint16(3), one.Version(), "schedule with %s set and a backoff", f)
+			}
+		case "Finish":
+			want = 3
+			f := *m.Finish
+			clearFields(&f, format3FinishFields)
+			require.Equal(t, uint16(1), (&Mutation{Finish: &f}).Version(), "finish without a workflow")
+		case "Fire":
+			want = 3
+			f := *m.Fire
+			clearFields(&f, format3FireFields)
+			require.Equal(t, uint16(1), (&Mutation{Fire: &f}).Version(), "fire without a workflow")
+			f.TaskID = ""
+			f.Workflow = "w"
+			require.Equal(t, uint16(3), (&Mutation{Fire: &f}).Version(), "fire of a workflow")
+		default:
+			want = 1
 		}
-		require.Equal(t, want, m.Version(), "kind %d", k)
+		require.Equal(t, want, m.Version(), "kind %d (%s)", k, name)
+		require.Equal(t, want, wantMutationVersion(&m), "kind %d (%s): the test's own rule", k, name)
+		require.LessOrEqual(t, m.Version(), uint16(LogVersion))
+	}
+	// The format 3 kinds need it even empty.
+	for _, m := range []Mutation{{Unblock: &Unblock{}}, {PutWorkflow: &Workflow{}}, {EndWorkflow: &EndWorkflow{}}, {PurgeWorkflow: &PurgeWorkflow{}}} {
+		require.Equal(t, uint16(3), m.Version(), kindName(&m))
 	}
 	require.Equal(t, uint16(1), (&Schedule{}).Version())
 	require.Equal(t, uint16(2), backoffSchedule("s").Version())
 	require.LessOrEqual(t, backoffSchedule("s").Version(), uint16(LogVersion))
+	require.Equal(t, uint16(3), (&Schedule{Steps: []StepTemplate{{Name: "a"}}}).Version())
+	require.Equal(t, uint16(3), (&Schedule{Workflow: "w"}).Version())
+	require.Equal(t, uint16(1), (&Task{}).Version())
+	require.Equal(t, uint16(1), (&Task{DepPolicy: DepSucceeded, DependsOn: []string{}}).Version(), "the defaults")
+	require.Equal(t, uint16(3), (&Task{Status: StatusBlocked}).Version())
+	require.Equal(t, uint16(3), (&Task{DepPolicy: DepDone}).Version())
+	require.Equal(t, uint16(3), goldenV3Schedule().Version())
+	require.Equal(t, uint16(3), uint16(LogVersion))
 	require.Equal(t, uint16(LogVersion), New().Version())
 	require.Equal(t, uint16(1), NewVersion(1).Version())
+	require.Equal(t, uint16(2), NewVersion(2).Version())
+}
+
+// setField sets the named field of the struct v points to to a non-zero
+// value of its type.
+func setField(t *testing.T, v any, name string) {
+	t.Helper()
+	f := reflect.ValueOf(v).Elem().FieldByName(name)
+	require.True(t, f.IsValid(), name)
+	switch f.Kind() {
+	case reflect.String:
+		f.SetString("x")
+	case reflect.Bool:
+		f.SetBool(true)
+	case reflect.Uint8:
+		f.SetUint(1)
+	case reflect.Slice:
+		s := reflect.MakeSlice(f.Type(), 1, 1)
+		if s.Index(0).Kind() == reflect.String {
+			s.Index(0).SetString("x")
+		}
+		f.Set(s)
+	default:
+		t.Fatalf("setField: %s is a %s", name, f.Kind())
+	}
+	require.False(t, f.IsZero(), name)
 }
 
 func TestEncodeRejectsBadMutations(t *testing.T) {
@@ -963,6 +1421,11 @@ func FuzzDecodeEntry(f *testing.F) {
 	v2, err := EncodeCommitBatch(goldenV2Batch())
 	require.NoError(f, err)
 	f.Add(v2)
+	for _, b := range []*CommitBatch{goldenV3Batch(), smallV3Batch()} {
+		v3, err := EncodeCommitBatch(b)
+		require.NoError(f, err)
+		f.Add(v3)
+	}
 	bump, err := EncodeEpochBump(&EpochBump{Epoch: 2, Leader: "l"})
 	require.NoError(f, err)
 	f.Add(bump)

@@ -199,7 +199,7 @@ func TestSnapshotVersion(t *testing.T) {
 		snap    []byte
 		err     error // nil: restored
 	}{
-		{"format 3 on this release", LogVersion, newSnapshotWriter(LogVersion+1).end(0, 0, 0), ErrNewerVersion},
+		{"a newer format on this release", LogVersion, newSnapshotWriter(LogVersion+1).end(0, 0, 0), ErrNewerVersion},
 		{"format 2 with v1 records on a v1 node", 1, newSnapshotWriter(2).record(recTask, taskRecord("a", "")).end(1, 0, 0), ErrNewerVersion},
 		{"format 2 with v1 records", LogVersion, newSnapshotWriter(2).record(recTask, taskRecord("a", "")).end(1, 0, 0), nil},
 		{"format 2 with a v2 record", LogVersion, newSnapshotWriter(2).record(recSchedule, v2rec).end(0, 1, 0), nil},
@@ -222,6 +222,187 @@ func TestSnapshotVersion(t *testing.T) {
 			}
 			require.Equal(t, before, snapshotBytes(t, s))
 		})
+	}
+}
+
+// format3Case is a batch that applies on a state of this release at epoch
+// 1, after task "a" and schedule "s": setup, then m, a mutation of a kind
+// log format 3 added or with a field it added set.
+type format3Case struct {
+	name  string
+	setup []Mutation
+	m     Mutation
+}
+
+func format3Cases() []format3Case {
+	with := func(m Mutation, change func(*Task)) Mutation { change(m.Insert); return m }
+	wf := putWorkflow("w", "kw")
+	return []format3Case{
+		{"put workflow", nil, putWorkflow("w", "kw")},
+		{"put workflow without a key", nil, putWorkflow("w", "")},
+		{"insert blocked", nil, insertBlocked("b", "p", "a")},
+		{"insert blocked with the policy done", nil, with(insertBlocked("b", "p", "a"), func(t *Task) { t.DepPolicy = DepDone })},
+		{"insert queued with dependencies", nil, with(insert("b", "p", ""), func(t *Task) { t.DependsOn = []string{"a"} })},
+		{"insert with a dependency policy", nil, with(insert("b", "p", ""), func(t *Task) { t.DepPolicy = DepDone })},
+		{"insert external", nil, with(insert("b", "p", ""), func(t *Task) { t.External = true })},
+		{"insert with a step", nil, with(insert("b", "p", ""), func(t *Task) { t.Step = "x" })},
+		{"insert with a parent", nil, with(insert("b", "p", ""), func(t *Task) { t.Parent = "a" })},
+		{"insert into a workflow", []Mutation{wf}, insertInto("b", "", "w")},
+		{"unblock", []Mutation{insertBlocked("b", "p", "a")}, unblock("b", 0)},
+		{"end workflow", []Mutation{wf}, endWorkflow("w", WorkflowSucceeded)},
+		{"purge workflow", []Mutation{wf, endWorkflow("w", WorkflowCancelled)}, purgeWorkflow("w")},
+		{"finish into a workflow", []Mutation{wf}, finishInto("a", 0, StatusCancelled, "w")},
+		{"fire a workflow", []Mutation{wf}, fireWorkflow("s", baseTime, "w")},
+		{"put schedule of a workflow", nil, Mutation{PutSchedule: goldenV3Schedule()}},
+		{"put schedule with steps only", nil, Mutation{PutSchedule: &Schedule{Name: "t", Cron: "@hourly", Steps: []StepTemplate{{Name: "x"}}}}},
+		{"put schedule with a workflow name only", nil, Mutation{PutSchedule: &Schedule{Name: "t", Cron: "@hourly", Workflow: "etl"}}},
+	}
+}
+
+// TestFormat2NodeHaltsOnFormat3 plays a node of log format 2 meeting each
+// entry of format 3: it halts at the entry, asking for format 3, whether
+// the batch says it needs format 3 or the mutation alone does; its state,
+// applied index included, is unchanged, and the next entries are refused
+// alike. A state of this release applies the same entries.
+func TestFormat2NodeHaltsOnFormat3(t *testing.T) {
+	setup := func(t *testing.T, s *State) *harness {
+		h := &harness{t: t, s: s, term: 1}
+		require.Equal(t, uint64(1), h.apply(bumpEntry(t, 1)))
+		h.ok(insert("a", "p", "ka"), putSchedule("s"))
+		return h
+	}
+	for _, tc := range format3Cases() {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, uint16(3), tc.m.Version())
+			full := append(append([]Mutation{}, tc.setup...), tc.m)
+			entries := []struct {
+				name string
+				data []byte
+				at   int // the mutation named in the error; -1 for the batch
+			}{
+				{"as written", batchEntry(t, 1, full...), -1},
+				{"the mutation alone, no batch version", rawBatch(t, &CommitBatch{Epoch: 1, Mutations: []Mutation{tc.m}}), 0},
+				{"after a format 1 mutation, no batch version", rawBatch(t, &CommitBatch{Epoch: 1, Mutations: []Mutation{insert("c", "p", ""), tc.m}}), 1},
+				{"the batch claims format 2", rawBatch(t, &CommitBatch{Epoch: 1, Mutations: []Mutation{insert("c", "p", ""), tc.m}, Version: 2}), 1},
+			}
+			for _, e := range entries {
+				h := setup(t, NewVersion(2))
+				good := snapshotBytes(t, h.s)
+				applied := h.s.AppliedIndex()
+				resp := h.apply(e.data)
+				halt, ok := resp.(*HaltError)
+				require.True(t, ok, "%s: answer %T %v, want a *HaltError", e.name, resp, resp)
+				require.Equal(t, &HaltError{Index: h.index, Need: 3, Version: 2, Err: halt.Err}, halt, e.name)
+				require.ErrorIs(t, halt, ErrNewerVersion)
+				require.Contains(t, halt.Error(), "needs log format version 3 (this node understands 2)")
+				if e.at >= 0 {
+					require.Contains(t, halt.Error(), fmt.Sprintf("mutation %d:", e.at), e.name)
+				}
+				require.Equal(t, applied, h.s.AppliedIndex())
+				require.Equal(t, good, snapshotBytes(t, h.s), e.name)
+				_, ok = h.s.Get("c")
+				require.False(t, ok)
+				require.Same(t, halt, h.apply(batchEntry(t, 1, insert("d", "p", ""))))
+				require.Equal(t, good, snapshotBytes(t, h.s))
+			}
+
+			// This release applies it, and so does a node of format 3.
+			for _, s := range []*State{New(), NewVersion(3)} {
+				h := setup(t, s)
+				require.Nil(t, h.apply(batchEntry(t, 1, full...)))
+				require.Nil(t, h.s.Halted())
+				checkIndexes(t, h.s.View())
+			}
+		})
+	}
+
+	// A node of format 2 still applies format 2.
+	h := setup(t, NewVersion(2))
+	h.ok(Mutation{PutSchedule: backoffSchedule("b")}, finish("a", 0, StatusCancelled), fire("s", baseTime, 0, "a"))
+	require.Nil(t, h.s.Halted())
+}
+
+// TestSnapshotVersionFormat3 holds the snapshot header to log format 3
+// while a record needs it (a workflow, a blocked task or one with a field
+// of format 3, a schedule of a workflow), and back to 1 or 2 once none
+// does. A node of format 2 restores what it can read and refuses a
+// snapshot of format 3 as newer, not bad.
+func TestSnapshotVersionFormat3(t *testing.T) {
+	header := func(snap []byte) uint16 { return binary.BigEndian.Uint16(snap[4:6]) }
+	h := newHarness(t)
+	h.ok(insert("a", "p", "ka"), putSchedule("plain"))
+	v1 := snapshotBytes(t, h.s)
+	require.Equal(t, uint16(1), header(v1))
+
+	steps := []struct {
+		name string
+		ms   []Mutation
+		want uint16
+	}{
+		{"a blocked task", []Mutation{insertBlocked("b", "p", "a")}, 3},
+		{"released, it keeps its dependencies", []Mutation{unblock("b", 0)}, 3},
+		{"purged", []Mutation{finish("b", 0, StatusCancelled), purge("b")}, 1},
+		{"a workflow without members", []Mutation{putWorkflow("w", "kw")}, 3},
+		{"ended", []Mutation{endWorkflow("w", WorkflowSucceeded)}, 3},
+		{"purged", []Mutation{purgeWorkflow("w")}, 1},
+		{"a task spawned by another", []Mutation{func() Mutation { m := insert("c", "p", ""); m.Insert.Parent = "a"; return m }()}, 3},
+		{"purged", []Mutation{finish("c", 0, StatusSucceeded), purge("c")}, 1},
+		{"a task that joined a workflow", []Mutation{putWorkflow("w", ""), finishInto("a", 0, StatusSucceeded, "w")}, 3},
+		{"purged with its workflow", []Mutation{endWorkflow("w", WorkflowSucceeded), purgeWorkflow("w")}, 1},
+		{"a schedule of a workflow", []Mutation{{PutSchedule: goldenV3Schedule()}}, 3},
+		{"and one of format 2", []Mutation{{PutSchedule: backoffSchedule("b")}}, 3},
+		{"replaced by a plain one", []Mutation{putSchedule("flow")}, 2},
+		{"the format 2 one deleted", []Mutation{delSchedule("b")}, 1},
+	}
+	var v3 []byte
+	for _, step := range steps {
+		h.ok(step.ms...)
+		snap := snapshotBytes(t, h.s)
+		require.Equal(t, step.want, header(snap), step.name)
+		// The end marker counts the workflows from format 3 on.
+		v := h.s.View()
+		counts := []uint64{uint64(v.Len()), uint64(len(v.Schedules())), uint64(len(v.Tombstones()))}
+		if step.want >= 3 {
+			n := uint64(0)
+			v.EachWorkflow(func(*Workflow) bool { n++; return true })
+			counts = append(counts, n)
+			v3 = snap
+		}
+		end := snap[len(snap)-1-8*len(counts):]
+		require.Equal(t, recEnd, end[0], step.name)
+		for i, c := range counts {
+			require.Equal(t, c, binary.BigEndian.Uint64(end[1+8*i:]), "%s: count %d", step.name, i)
+		}
+		restored := New()
+		require.NoError(t, restored.Restore(bytes.NewReader(snap)))
+		require.Equal(t, snap, snapshotBytes(t, restored), step.name)
+		// A node of format 2 restores it exactly when it needs no more.
+		old := NewVersion(2)
+		err := old.Restore(bytes.NewReader(snap))
+		if step.want <= 2 {
+			require.NoError(t, err, step.name)
+			require.Equal(t, snap, snapshotBytes(t, old), step.name)
+		} else {
+			require.ErrorIs(t, err, ErrNewerVersion, step.name)
+			require.NotErrorIs(t, err, ErrBadSnapshot, step.name)
+		}
+	}
+
+	// A node of format 2 refuses a snapshot of format 3 and keeps its state.
+	for _, snap := range [][]byte{v3, snapshotBytes(t, goldenV3State(t)), snapshotBytes(t, workflowState(t)),
+		newSnapshotWriter(3).record(recTask, taskRecord("x", "")).end4(1, 0, 0, 0)} {
+		for _, version := range []uint16{1, 2} {
+			old := &harness{t: t, s: NewVersion(version), term: 1}
+			require.Equal(t, uint64(1), old.apply(bumpEntry(t, 1)))
+			old.ok(insert("mine", "p", "k"))
+			before := snapshotBytes(t, old.s)
+			err := old.s.Restore(bytes.NewReader(snap))
+			require.ErrorIs(t, err, ErrNewerVersion)
+			require.NotErrorIs(t, err, ErrBadSnapshot)
+			require.ErrorContains(t, err, fmt.Sprintf("snapshot needs log format version 3, this node understands %d", version))
+			require.Equal(t, before, snapshotBytes(t, old.s))
+			old.ok(insert("next", "p", ""))
+		}
 	}
 }
 

@@ -151,6 +151,49 @@ func tombstone(node string, remove bool) Mutation {
 	return Mutation{Tombstone: &Tombstone{NodeID: node, At: baseTime, Remove: remove}}
 }
 
+// Mutation constructors of log format 3.
+
+// insertBlocked inserts a task blocked on deps.
+func insertBlocked(id, pool string, deps ...string) Mutation {
+	m := insert(id, pool, "")
+	m.Insert.Status = StatusBlocked
+	m.Insert.DependsOn = deps
+	return m
+}
+
+// insertInto inserts a queued task into workflow wf.
+func insertInto(id, key, wf string) Mutation {
+	m := insert(id, "p", key)
+	m.Insert.Workflow = wf
+	m.Insert.Step = "step-" + id
+	return m
+}
+
+func unblock(id string, at Instant) Mutation { return Mutation{Unblock: &Unblock{ID: id, At: at}} }
+
+// putWorkflow creates a running workflow.
+func putWorkflow(id, key string) Mutation {
+	return Mutation{PutWorkflow: &Workflow{ID: id, Name: "name-" + id, Key: key, Status: WorkflowRunning, SubmittedAt: baseTime}}
+}
+
+func endWorkflow(id string, st WorkflowStatus) Mutation {
+	return Mutation{EndWorkflow: &EndWorkflow{ID: id, Status: st, At: baseTime + 5}}
+}
+
+func purgeWorkflow(id string) Mutation { return Mutation{PurgeWorkflow: &PurgeWorkflow{ID: id}} }
+
+// finishInto is finish, the task joining workflow wf as it ends.
+func finishInto(id string, lease uint64, st Status, wf string) Mutation {
+	m := finish(id, lease, st)
+	m.Finish.Workflow = wf
+	return m
+}
+
+// fireWorkflow fires schedule name at slot, inserting workflow wf.
+func fireWorkflow(name string, slot Instant, wf string) Mutation {
+	return Mutation{Fire: &Fire{Name: name, Slot: slot, Workflow: wf}}
+}
+
 // lease builds a lease token of the given epoch.
 func lease(epoch, n uint64) uint64 { return epoch<<32 | n }
 

@@ -20,6 +20,10 @@ type Reader interface {
 	Counts() []PoolCounts
 	Schedule(name string) (*Schedule, bool)
 	Schedules() []*Schedule
+	Workflow(id string) (*Workflow, bool)
+	WorkflowByKey(key string) (*Workflow, bool)
+	WorkflowTasks(id string) []*Task
+	ListWorkflows(q WorkflowQuery) (workflows []*Workflow, next string)
 }
 
 var (
@@ -33,6 +37,13 @@ type ListQuery struct {
 	Statuses []Status // empty = every status
 	After    string   // return only ids after this one (exclusive cursor)
 	Limit    int      // at most this many tasks; <= 0 = no limit
+}
+
+// WorkflowQuery selects workflows for ListWorkflows.
+type WorkflowQuery struct {
+	Statuses []WorkflowStatus // empty = every status
+	After    string           // return only ids after this one (exclusive cursor)
+	Limit    int              // at most this many workflows; <= 0 = no limit
 }
 
 // PoolCounts is the number of tasks of one pool in each status.
@@ -86,6 +97,52 @@ func (t *tables) tombstones() []Tombstone {
 		return true
 	})
 	return out
+}
+
+func (t *tables) workflow(id string) (*Workflow, bool) {
+	it, ok := t.wfs.Get(wfItem{id: id})
+	return it.w, ok
+}
+
+func (t *tables) workflowByKey(key string) (*Workflow, bool) {
+	k, ok := t.wfKeys.Get(keyItem{key: key})
+	if !ok {
+		return nil, false
+	}
+	return t.workflow(k.id)
+}
+
+// workflowTasks returns the members of workflow id in id order.
+func (t *tables) workflowTasks(id string) []*Task {
+	var out []*Task
+	t.members.AscendGreaterOrEqual(memberItem{wf: id}, func(mi memberItem) bool {
+		if mi.wf != id {
+			return false
+		}
+		task, _ := t.get(mi.id)
+		out = append(out, task)
+		return true
+	})
+	return out
+}
+
+func (t *tables) listWorkflows(q WorkflowQuery) ([]*Workflow, string) {
+	var out []*Workflow
+	t.wfs.AscendGreaterOrEqual(wfItem{id: q.After}, func(it wfItem) bool {
+		if it.id == q.After {
+			return true
+		}
+		if len(q.Statuses) > 0 && !slices.Contains(q.Statuses, it.w.Status) {
+			return true
+		}
+		out = append(out, it.w)
+		return q.Limit <= 0 || len(out) <= q.Limit
+	})
+	if q.Limit > 0 && len(out) > q.Limit {
+		out = out[:q.Limit]
+		return out, out[len(out)-1].ID
+	}
+	return out, ""
 }
 
 // countsList returns the counts of every pool, in pool order.
@@ -303,6 +360,36 @@ func (s *State) Schedules() []*Schedule {
 	return s.t.schedules()
 }
 
+// Workflow returns the workflow with the given id.
+func (s *State) Workflow(id string) (*Workflow, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.t.workflow(id)
+}
+
+// WorkflowByKey returns the workflow that holds the given idempotency key.
+func (s *State) WorkflowByKey(key string) (*Workflow, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.t.workflowByKey(key)
+}
+
+// WorkflowTasks returns the members of workflow id, in id order.
+func (s *State) WorkflowTasks(id string) []*Task {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.t.workflowTasks(id)
+}
+
+// ListWorkflows returns, in id order, the workflows with any of q.Statuses
+// whose id is after q.After, at most q.Limit of them. next is the cursor
+// for the following page, or "" when no more match.
+func (s *State) ListWorkflows(q WorkflowQuery) (workflows []*Workflow, next string) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.t.listWorkflows(q)
+}
+
 // Tombstoned reports whether nodeID was removed from the cluster on purpose.
 func (s *State) Tombstoned(nodeID string) bool {
 	s.mu.RLock()
@@ -363,6 +450,20 @@ func (v *View) Schedule(name string) (*Schedule, bool) { return v.t.schedule(nam
 // Schedules returns every schedule in name order.
 func (v *View) Schedules() []*Schedule { return v.t.schedules() }
 
+// Workflow returns the workflow with the given id.
+func (v *View) Workflow(id string) (*Workflow, bool) { return v.t.workflow(id) }
+
+// WorkflowByKey returns the workflow that holds the given idempotency key.
+func (v *View) WorkflowByKey(key string) (*Workflow, bool) { return v.t.workflowByKey(key) }
+
+// WorkflowTasks returns the members of workflow id, in id order.
+func (v *View) WorkflowTasks(id string) []*Task { return v.t.workflowTasks(id) }
+
+// ListWorkflows is State.ListWorkflows on the view.
+func (v *View) ListWorkflows(q WorkflowQuery) (workflows []*Workflow, next string) {
+	return v.t.listWorkflows(q)
+}
+
 // Tombstoned reports whether nodeID was removed from the cluster on purpose.
 func (v *View) Tombstoned(nodeID string) bool { return v.t.tombstoned(nodeID) }
 
@@ -375,6 +476,12 @@ func (v *View) Len() int { return v.t.tasks.Len() }
 // EachTask calls fn for every task in id order until fn returns false.
 func (v *View) EachTask(fn func(*Task) bool) {
 	v.t.tasks.Ascend(func(it taskItem) bool { return fn(it.t) })
+}
+
+// EachWorkflow calls fn for every workflow in id order until fn returns
+// false.
+func (v *View) EachWorkflow(fn func(*Workflow) bool) {
+	v.t.wfs.Ascend(func(it wfItem) bool { return fn(it.w) })
 }
 
 // EachSchedule calls fn for every schedule in name order until fn returns

@@ -18,8 +18,10 @@ import (
 //	epochTerm  uint64
 //	applied    uint64
 //	records    [type byte][uvarint length][msgpack body], in order:
-//	           tasks by id, then schedules by name, then tombstones by node id
-//	end        [0xff][uint64 tasks][uint64 schedules][uint64 tombstones]
+//	           tasks by id, then schedules by name, then tombstones by node
+//	           id, then (version 3 on) workflows by id
+//	end        [0xff][uint64 tasks][uint64 schedules][uint64 tombstones],
+//	           and from version 3 on [uint64 workflows]
 //
 // The encoding is a pure function of the state, so every node that applied
 // the same log writes the same bytes.
@@ -30,6 +32,7 @@ const (
 	recTask      byte = 1
 	recSchedule  byte = 2
 	recTombstone byte = 3
+	recWorkflow  byte = 4 // log format 3
 	recEnd       byte = 0xff
 
 	// maxRecordSize bounds one record of a snapshot being restored.
@@ -62,7 +65,8 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 
 	hdr := make([]byte, 0, 64)
 	hdr = append(hdr, snapshotMagic...)
-	hdr = binary.BigEndian.AppendUint16(hdr, t.version())
+	version := t.version()
+	hdr = binary.BigEndian.AppendUint16(hdr, version)
 	hdr = binary.BigEndian.AppendUint64(hdr, t.epoch)
 	hdr = binary.BigEndian.AppendUint64(hdr, t.epochTerm)
 	hdr = binary.BigEndian.AppendUint64(hdr, t.applied)
@@ -99,6 +103,12 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 			return err == nil && record(recTombstone)
 		})
 	}
+	if err == nil {
+		t.wfs.Ascend(func(it wfItem) bool {
+			body, err = it.w.MarshalMsg(body[:0])
+			return err == nil && record(recWorkflow)
+		})
+	}
 	if err != nil {
 		return cw.n, fmt.Errorf("writing snapshot records: %w", err)
 	}
@@ -107,6 +117,9 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 	end = binary.BigEndian.AppendUint64(end, uint64(t.tasks.Len()))
 	end = binary.BigEndian.AppendUint64(end, uint64(t.scheds.Len()))
 	end = binary.BigEndian.AppendUint64(end, uint64(t.tombs.Len()))
+	if version >= 3 {
+		end = binary.BigEndian.AppendUint64(end, uint64(t.wfs.Len()))
+	}
 	if _, err := bw.Write(end); err != nil {
 		return cw.n, fmt.Errorf("writing snapshot end: %w", err)
 	}
@@ -117,9 +130,12 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 }
 
 // version is the log format the records of t need: the highest Version of
-// its tasks and schedules.
+// its tasks and schedules, and 3 when it holds a workflow.
 func (t *tables) version() uint16 {
 	v := uint16(1)
+	if t.wfs.Len() > 0 {
+		v = 3
+	}
 	t.tasks.Ascend(func(it taskItem) bool {
 		v = max(v, it.t.Version())
 		return v < LogVersion
@@ -224,7 +240,11 @@ func readSnapshot(r io.Reader, version uint16) (*tables, error) {
 		if typ == recEnd {
 			break
 		}
-		if typ < last || typ < recTask || typ > recTombstone {
+		maxType := recTombstone
+		if hdrVersion >= 3 {
+			maxType = recWorkflow
+		}
+		if typ < last || typ < recTask || typ > maxType {
 			return nil, badSnapshot("record %d: type %d after type %d", n, typ, last)
 		}
 		if typ != last {
@@ -249,14 +269,26 @@ func readSnapshot(r io.Reader, version uint16) (*tables, error) {
 		}
 	}
 
-	var end [3 * 8]byte
-	if _, err := io.ReadFull(br, end[:]); err != nil {
+	var endBuf [4 * 8]byte
+	end := endBuf[:3*8]
+	if hdrVersion >= 3 {
+		end = endBuf[:]
+	}
+	if _, err := io.ReadFull(br, end); err != nil {
 		return nil, eofError("end marker", err)
 	}
 	nt, ns, nb := binary.BigEndian.Uint64(end[:]), binary.BigEndian.Uint64(end[8:]), binary.BigEndian.Uint64(end[16:])
 	if nt != uint64(t.tasks.Len()) || ns != uint64(t.scheds.Len()) || nb != uint64(t.tombs.Len()) {
 		return nil, badSnapshot("end marker counts %d tasks, %d schedules, %d tombstones; read %d, %d, %d",
 			nt, ns, nb, t.tasks.Len(), t.scheds.Len(), t.tombs.Len())
+	}
+	if hdrVersion >= 3 {
+		if nw := binary.BigEndian.Uint64(end[24:]); nw != uint64(t.wfs.Len()) {
+			return nil, badSnapshot("end marker counts %d workflows; read %d", nw, t.wfs.Len())
+		}
+	}
+	if err := t.checkReferences(); err != nil {
+		return nil, badSnapshot("%v", err)
 	}
 	if v := t.version(); v > hdrVersion {
 		return nil, badSnapshot("records need log format version %d, the header says %d", v, hdrVersion)
@@ -316,6 +348,18 @@ func (t *tables) restoreRecord(typ byte, body []byte, prev string) (string, erro
 			return "", fmt.Errorf("schedule: %w", err)
 		}
 		key, put = sc.Name, func() { t.putSchedule(nil, sc) }
+	case recWorkflow:
+		w := new(Workflow)
+		if err := decodeBody(body, w); err != nil {
+			return "", fmt.Errorf("workflow: %w", err)
+		}
+		if !w.Status.Valid() {
+			return "", fmt.Errorf("workflow %s: invalid status %d", w.ID, w.Status)
+		}
+		if w.Key != "" && t.wfKeys.Has(keyItem{key: w.Key}) {
+			return "", fmt.Errorf("workflow %s: duplicate key %q", w.ID, w.Key)
+		}
+		key, put = w.ID, func() { t.putWorkflow(nil, w) }
 	case recTombstone:
 		tb := new(Tombstone)
 		if err := decodeBody(body, tb); err != nil {
@@ -333,4 +377,24 @@ func (t *tables) restoreRecord(typ byte, body []byte, prev string) (string, erro
 	}
 	put()
 	return key, nil
+}
+
+// checkReferences checks what records of a restored state say of each
+// other: every task's workflow exists, and an ended workflow has no live
+// member.
+func (t *tables) checkReferences() error {
+	var err error
+	t.members.Ascend(func(mi memberItem) bool {
+		w, ok := t.workflow(mi.wf)
+		switch {
+		case !ok:
+			err = fmt.Errorf("task %s: workflow %s does not exist", mi.id, mi.wf)
+		case w.Status.Terminal():
+			if task, _ := t.get(mi.id); !task.Status.Terminal() {
+				err = fmt.Errorf("task %s is %s in workflow %s, which is %s", mi.id, task.Status, mi.wf, w.Status)
+			}
+		}
+		return err == nil
+	})
+	return err
 }

@@ -29,12 +29,27 @@ type (
 		name string
 		s    *Schedule
 	}
+	wfItem struct {
+		id string
+		w  *Workflow
+	}
+	// memberItem indexes the members of a workflow, in task id order.
+	memberItem struct {
+		wf, id string
+	}
 )
 
 func lessTask(a, b taskItem) bool   { return a.id < b.id }
 func lessKey(a, b keyItem) bool     { return a.key < b.key }
 func lessSched(a, b schedItem) bool { return a.name < b.name }
 func lessTomb(a, b Tombstone) bool  { return a.NodeID < b.NodeID }
+func lessWf(a, b wfItem) bool       { return a.id < b.id }
+func lessMember(a, b memberItem) bool {
+	if a.wf != b.wf {
+		return a.wf < b.wf
+	}
+	return a.id < b.id
+}
 
 // poolIndex indexes the tasks of one pool: by status, each in id order, with
 // their counts. A tree is created on first use.
@@ -67,6 +82,11 @@ type tables struct {
 	keys   *btree.BTreeG[keyItem]   // idempotency key -> id
 	scheds *btree.BTreeG[schedItem] // by name
 	tombs  *btree.BTreeG[Tombstone] // by node id
+	wfs    *btree.BTreeG[wfItem]    // workflows by id
+	wfKeys *btree.BTreeG[keyItem]   // workflow idempotency key -> id
+	// members indexes the tasks of each workflow (derived from
+	// Task.Workflow).
+	members *btree.BTreeG[memberItem]
 	// pools indexes the tasks by (pool, status), for List and the counts;
 	// pools with no task are absent. A map rather than one tree keyed by
 	// (pool, status, id): there are few pools, and a status change then
@@ -77,11 +97,14 @@ type tables struct {
 
 func newTables() *tables {
 	return &tables{
-		tasks:  btree.NewG(btreeDegree, lessTask),
-		keys:   btree.NewG(btreeDegree, lessKey),
-		scheds: btree.NewG(btreeDegree, lessSched),
-		tombs:  btree.NewG(btreeDegree, lessTomb),
-		pools:  make(map[string]*poolIndex),
+		tasks:   btree.NewG(btreeDegree, lessTask),
+		keys:    btree.NewG(btreeDegree, lessKey),
+		scheds:  btree.NewG(btreeDegree, lessSched),
+		tombs:   btree.NewG(btreeDegree, lessTomb),
+		wfs:     btree.NewG(btreeDegree, lessWf),
+		wfKeys:  btree.NewG(btreeDegree, lessKey),
+		members: btree.NewG(btreeDegree, lessMember),
+		pools:   make(map[string]*poolIndex),
 	}
 }
 
@@ -94,6 +117,9 @@ func (t *tables) clone() *tables {
 	c.keys = t.keys.Clone()
 	c.scheds = t.scheds.Clone()
 	c.tombs = t.tombs.Clone()
+	c.wfs = t.wfs.Clone()
+	c.wfKeys = t.wfKeys.Clone()
+	c.members = t.members.Clone()
 	c.pools = make(map[string]*poolIndex, len(t.pools))
 	for name, p := range t.pools {
 		c.pools[name] = p.clone()
@@ -113,6 +139,9 @@ func (t *tables) putTask(old, new *Task) {
 		if old.Key != "" && (new == nil || new.Key != old.Key) {
 			t.keys.Delete(keyItem{key: old.Key})
 		}
+		if old.Workflow != "" && (new == nil || new.Workflow != old.Workflow) {
+			t.members.Delete(memberItem{wf: old.Workflow, id: old.ID})
+		}
 		if moved {
 			p := t.pools[old.Pool]
 			p.byStatus[old.Status].Delete(taskItem{id: old.ID})
@@ -127,6 +156,9 @@ func (t *tables) putTask(old, new *Task) {
 		t.tasks.ReplaceOrInsert(item)
 		if new.Key != "" && (old == nil || old.Key != new.Key) {
 			t.keys.ReplaceOrInsert(keyItem{key: new.Key, id: new.ID})
+		}
+		if new.Workflow != "" && (old == nil || old.Workflow != new.Workflow) {
+			t.members.ReplaceOrInsert(memberItem{wf: new.Workflow, id: new.ID})
 		}
 		p := t.pools[new.Pool]
 		if p == nil {
@@ -154,6 +186,25 @@ func (t *tables) putSchedule(old, new *Schedule) {
 		return
 	}
 	t.scheds.ReplaceOrInsert(schedItem{name: new.Name, s: new})
+}
+
+// putWorkflow replaces workflow old with new (nil for absent), keeping the
+// key index in step.
+func (t *tables) putWorkflow(old, new *Workflow) {
+	if old != nil {
+		if new == nil {
+			t.wfs.Delete(wfItem{id: old.ID})
+		}
+		if old.Key != "" && (new == nil || new.Key != old.Key) {
+			t.wfKeys.Delete(keyItem{key: old.Key})
+		}
+	}
+	if new != nil {
+		t.wfs.ReplaceOrInsert(wfItem{id: new.ID, w: new})
+		if new.Key != "" && (old == nil || old.Key != new.Key) {
+			t.wfKeys.ReplaceOrInsert(keyItem{key: new.Key, id: new.ID})
+		}
+	}
 }
 
 // putTombstone replaces tombstone old with new (nil for absent).
@@ -243,6 +294,7 @@ type undo struct {
 	oldT, newT *Task
 	oldS, newS *Schedule
 	oldB, newB *Tombstone
+	oldW, newW *Workflow
 	kind       undoKind
 }
 
@@ -252,6 +304,7 @@ const (
 	undoTask undoKind = iota
 	undoSchedule
 	undoTombstone
+	undoWorkflow
 )
 
 // Apply applies the log entry data committed at index in term. It returns,
@@ -368,6 +421,8 @@ func (s *State) rollback() {
 			s.t.putSchedule(u.newS, u.oldS)
 		case undoTombstone:
 			s.t.putTombstone(u.newB, u.oldB)
+		case undoWorkflow:
+			s.t.putWorkflow(u.newW, u.oldW)
 		}
 	}
 }
@@ -388,6 +443,11 @@ func (s *State) setSchedule(old, new *Schedule) {
 func (s *State) setTombstone(old, new *Tombstone) {
 	s.t.putTombstone(old, new)
 	s.undo = append(s.undo, undo{kind: undoTombstone, oldB: old, newB: new})
+}
+
+func (s *State) setWorkflow(old, new *Workflow) {
+	s.t.putWorkflow(old, new)
+	s.undo = append(s.undo, undo{kind: undoWorkflow, oldW: old, newW: new})
 }
 
 // instant returns at, or the batch time when at is unset.
@@ -424,6 +484,14 @@ func (s *State) mutate(index uint64, batchTime Instant, m *Mutation) error {
 		return s.fire(index, m.Fire)
 	case m.Tombstone != nil:
 		return s.tombstone(instant(m.Tombstone.At, batchTime), m.Tombstone)
+	case m.Unblock != nil:
+		return s.unblock(index, instant(m.Unblock.At, batchTime), m.Unblock)
+	case m.PutWorkflow != nil:
+		return s.putWorkflow(index, m.PutWorkflow)
+	case m.EndWorkflow != nil:
+		return s.endWorkflow(index, instant(m.EndWorkflow.At, batchTime), m.EndWorkflow)
+	case m.PurgeWorkflow != nil:
+		return s.purgeWorkflow(m.PurgeWorkflow)
 	}
 	return errors.New("empty mutation") // unreachable: decoding checks this
 }
@@ -449,11 +517,30 @@ func (s *State) insert(index uint64, t *Task) error {
 			return fmt.Errorf("insert %s: key %q is in use by task %s", t.ID, t.Key, k.id)
 		}
 	}
-	if t.Status != StatusScheduled && t.Status != StatusQueued {
-		return fmt.Errorf("insert %s: status %s, want scheduled or queued", t.ID, t.Status)
+	switch t.Status {
+	case StatusScheduled, StatusQueued:
+	case StatusBlocked:
+		if len(t.DependsOn) == 0 {
+			return fmt.Errorf("insert %s: blocked without dependencies", t.ID)
+		}
+	default:
+		return fmt.Errorf("insert %s: status %s, want scheduled, queued or blocked", t.ID, t.Status)
 	}
 	if t.Attempt != 0 || t.Lease != 0 {
 		return fmt.Errorf("insert %s: attempt %d and lease %d, want 0", t.ID, t.Attempt, t.Lease)
+	}
+	for _, dep := range t.DependsOn {
+		if dep == t.ID || !s.t.tasks.Has(taskItem{id: dep}) {
+			return fmt.Errorf("insert %s: dependency %s does not exist", t.ID, dep)
+		}
+	}
+	if t.Workflow != "" {
+		if err := s.runningWorkflow("insert "+t.ID+" into", t.Workflow); err != nil {
+			return err
+		}
+	}
+	if t.Parent != "" && !s.t.tasks.Has(taskItem{id: t.Parent}) {
+		return fmt.Errorf("insert %s: parent %s does not exist", t.ID, t.Parent)
 	}
 	t.CreateIndex = index
 	t.ModifyIndex = index
@@ -547,6 +634,15 @@ func (s *State) finish(index uint64, at Instant, m *Finish) error {
 		return fmt.Errorf("finish %s without a lease: task is %s, want live and not running", m.ID, cur.Status)
 	}
 	t := cur.Clone()
+	if m.Workflow != "" {
+		if cur.Workflow != "" {
+			return fmt.Errorf("finish %s into workflow %s: task is in workflow %s", m.ID, m.Workflow, cur.Workflow)
+		}
+		if err := s.runningWorkflow("finish "+m.ID+" into", m.Workflow); err != nil {
+			return err
+		}
+		t.Workflow = m.Workflow
+	}
 	t.Status = m.Status
 	t.Output = m.Output
 	t.Error = m.Error
@@ -626,14 +722,24 @@ func (s *State) fire(index uint64, m *Fire) error {
 	if m.TaskID != "" && !s.t.tasks.Has(taskItem{id: m.TaskID}) {
 		return fmt.Errorf("fire %q: task %s does not exist", m.Name, m.TaskID)
 	}
+	if m.Workflow != "" && !s.t.wfs.Has(wfItem{id: m.Workflow}) {
+		return fmt.Errorf("fire %q: workflow %s does not exist", m.Name, m.Workflow)
+	}
+	if m.TaskID != "" && m.Workflow != "" {
+		return fmt.Errorf("fire %q: both a task and a workflow", m.Name)
+	}
 	sc := cur.Clone()
 	sc.LastFire = m.Slot
 	sc.Skipped += uint64(m.Skipped)
-	if m.TaskID == "" {
-		sc.Skipped++ // the slot itself was skipped
-	} else {
+	switch {
+	case m.TaskID != "":
 		sc.Fires++
 		sc.LastTask = m.TaskID
+	case m.Workflow != "":
+		sc.Fires++
+		sc.LastTask = m.Workflow
+	default:
+		sc.Skipped++ // the slot itself was skipped
 	}
 	sc.ModifyIndex = index
 	s.setSchedule(cur, sc)
@@ -655,5 +761,129 @@ func (s *State) tombstone(at Instant, m *Tombstone) error {
 		return nil
 	}
 	s.setTombstone(old, &Tombstone{NodeID: m.NodeID, At: at})
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Dependencies and workflows (log format 3)
+// ---------------------------------------------------------------------------
+
+func (s *State) unblock(index uint64, at Instant, m *Unblock) error {
+	cur, err := s.task("unblock", m.ID)
+	if err != nil {
+		return err
+	}
+	if cur.Status != StatusBlocked {
+		return fmt.Errorf("unblock %s: task is %s, want blocked", m.ID, cur.Status)
+	}
+	t := cur.Clone()
+	t.Status = StatusQueued
+	if t.RunAt > at {
+		t.Status = StatusScheduled
+	}
+	t.ModifyIndex = index
+	t.UpdatedAt = at
+	s.setTask(cur, t)
+	return nil
+}
+
+// runningWorkflow checks that workflow id exists and runs.
+func (s *State) runningWorkflow(op, id string) error {
+	it, ok := s.t.wfs.Get(wfItem{id: id})
+	switch {
+	case !ok:
+		return fmt.Errorf("%s workflow %s: no such workflow", op, id)
+	case it.w.Status != WorkflowRunning:
+		return fmt.Errorf("%s workflow %s: workflow is %s, want running", op, id, it.w.Status)
+	}
+	return nil
+}
+
+// putWorkflow creates a workflow; w is owned by the state from here on.
+func (s *State) putWorkflow(index uint64, w *Workflow) error {
+	switch {
+	case w.ID == "":
+		return errors.New("put workflow: empty id")
+	case s.t.wfs.Has(wfItem{id: w.ID}):
+		return fmt.Errorf("put workflow %s: workflow exists", w.ID)
+	case w.Status != WorkflowRunning:
+		return fmt.Errorf("put workflow %s: status %s, want running", w.ID, w.Status)
+	}
+	if w.Key != "" {
+		if k, ok := s.t.wfKeys.Get(keyItem{key: w.Key}); ok {
+			return fmt.Errorf("put workflow %s: key %q is in use by workflow %s", w.ID, w.Key, k.id)
+		}
+	}
+	w.CreateIndex = index
+	w.ModifyIndex = index
+	if w.UpdatedAt == 0 {
+		w.UpdatedAt = w.SubmittedAt
+	}
+	s.setWorkflow(nil, w)
+	return nil
+}
+
+// liveMember returns a member of workflow id that has not ended, if any.
+func (t *tables) liveMember(id string) (string, bool) {
+	var live string
+	t.members.AscendGreaterOrEqual(memberItem{wf: id}, func(mi memberItem) bool {
+		if mi.wf != id {
+			return false
+		}
+		if task, _ := t.get(mi.id); !task.Status.Terminal() {
+			live = mi.id
+			return false
+		}
+		return true
+	})
+	return live, live != ""
+}
+
+func (s *State) endWorkflow(index uint64, at Instant, m *EndWorkflow) error {
+	it, ok := s.t.wfs.Get(wfItem{id: m.ID})
+	switch {
+	case !ok:
+		return fmt.Errorf("end workflow %s: no such workflow", m.ID)
+	case it.w.Status != WorkflowRunning:
+		return fmt.Errorf("end workflow %s: workflow is %s, want running", m.ID, it.w.Status)
+	case !m.Status.Terminal():
+		return fmt.Errorf("end workflow %s: status %s is not terminal", m.ID, m.Status)
+	}
+	if id, live := s.t.liveMember(m.ID); live {
+		return fmt.Errorf("end workflow %s: member %s has not ended", m.ID, id)
+	}
+	w := it.w.Clone()
+	w.Status = m.Status
+	w.FinishedAt = at
+	w.UpdatedAt = at
+	w.ModifyIndex = index
+	s.setWorkflow(it.w, w)
+	return nil
+}
+
+func (s *State) purgeWorkflow(m *PurgeWorkflow) error {
+	it, ok := s.t.wfs.Get(wfItem{id: m.ID})
+	switch {
+	case !ok:
+		return fmt.Errorf("purge workflow %s: no such workflow", m.ID)
+	case !it.w.Status.Terminal():
+		return fmt.Errorf("purge workflow %s: workflow is %s, want ended", m.ID, it.w.Status)
+	}
+	var members []*Task
+	s.t.members.AscendGreaterOrEqual(memberItem{wf: m.ID}, func(mi memberItem) bool {
+		if mi.wf != m.ID {
+			return false
+		}
+		t, _ := s.t.get(mi.id)
+		members = append(members, t)
+		return true
+	})
+	for _, t := range members {
+		if !t.Status.Terminal() {
+			return fmt.Errorf("purge workflow %s: member %s is %s, want terminal", m.ID, t.ID, t.Status)
+		}
+		s.setTask(t, nil)
+	}
+	s.setWorkflow(it.w, nil)
 	return nil
 }

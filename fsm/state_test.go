@@ -681,7 +681,12 @@ func FuzzApply(f *testing.F) {
 	seed := func(t testing.TB) *State {
 		h := newHarness(t)
 		h.ok(insert("a", "p", "ka"), insert("b", "q", "kb"), insertScheduled("c", "p", baseTime+9),
-			start("b", 1, l1), putSchedule("s"), tombstone("n1", false))
+			start("b", 1, l1), putSchedule("s"), tombstone("n1", false),
+			// Log format 3: a running workflow with a live member and a
+			// blocked one, an ended one with a terminal member.
+			putWorkflow("w", "kw"), insertInto("m", "km", "w"), insertBlocked("bl", "p", "a", "m"),
+			putWorkflow("we", ""), insertInto("me", "", "we"), finish("me", 0, StatusSucceeded),
+			endWorkflow("we", WorkflowSucceeded))
 		return h.s
 	}
 	base := seed(f)
@@ -692,8 +697,20 @@ func FuzzApply(f *testing.F) {
 		{retry("b", l1, baseTime+5), ready("c")},
 		{fire("s", baseTime, 1, "a"), pauseSchedule("s", true), delSchedule("s")},
 		{tombstone("n1", true), putSchedule("t")},
+		// Log format 3.
+		{unblock("bl", baseTime+1), putWorkflow("w2", "kw2"), insertInto("d", "", "w2")},
+		{finish("m", 0, StatusCancelled), endWorkflow("w", WorkflowCancelled), purgeWorkflow("w")},
+		{purgeWorkflow("we"), finishInto("a", 0, StatusSucceeded, "w")},
+		{fireWorkflow("s", baseTime, "w"), {PutSchedule: goldenV3Schedule()}},
+		{insertBlocked("d", "p", "a"), endWorkflow("w", WorkflowFailed)}, // rejected: m is live
 	} {
 		f.Add(batchEntry(f, 1, ms...))
+	}
+	for _, b := range []*CommitBatch{goldenV3Batch(), smallV3Batch()} {
+		b.Epoch = 1
+		data, err := EncodeCommitBatch(b)
+		require.NoError(f, err)
+		f.Add(data)
 	}
 	f.Add(bumpEntry(f, 2))
 	f.Add([]byte{0x99, 0x00})
@@ -720,6 +737,7 @@ func FuzzApply(f *testing.F) {
 		}
 		require.Nil(t, s.Halted())
 		require.Equal(t, recount(s.View()), s.Counts())
+		checkIndexes(t, s.View())
 		// Whatever was accepted survives a snapshot round trip.
 		restored := New()
 		require.NoError(t, restored.Restore(bytes.NewReader(after)))

@@ -29,7 +29,10 @@ import (
 //
 //	1  the first format
 //	2  a schedule's task template may carry a retry backoff
-const LogVersion = 2
+//	3  workflows: task dependencies and the blocked status, workflow
+//	   records, external tasks, tasks spawned by a completion, schedules
+//	   that fire a workflow
+const LogVersion = 3
 
 // Status is the lifecycle state of a task. The numeric values are part of the
 // log and snapshot format: append new values only.
@@ -45,19 +48,21 @@ const (
 	StatusFailed    Status = 6
 	StatusCancelled Status = 7
 	StatusExpired   Status = 8 // its deadline passed before it succeeded
+	StatusBlocked   Status = 9 // waiting for its dependencies to end (log format 3)
 
-	numStatuses = 9
+	numStatuses = 10
 )
 
 // AllStatuses lists every valid status in numeric order.
 var AllStatuses = []Status{
 	StatusScheduled, StatusQueued, StatusRunning, StatusRetrying,
 	StatusSucceeded, StatusFailed, StatusCancelled, StatusExpired,
+	StatusBlocked,
 }
 
 var statusNames = [numStatuses]string{
 	"unknown", "scheduled", "queued", "running", "retrying",
-	"succeeded", "failed", "cancelled", "expired",
+	"succeeded", "failed", "cancelled", "expired", "blocked",
 }
 
 func (s Status) String() string {
@@ -71,9 +76,9 @@ func (s Status) String() string {
 func (s Status) Terminal() bool { return s >= StatusSucceeded && s <= StatusExpired }
 
 // Pending reports whether s counts against the pending bounds (waiting to
-// run: scheduled, queued or retrying).
+// run: blocked, scheduled, queued or retrying).
 func (s Status) Pending() bool {
-	return s == StatusScheduled || s == StatusQueued || s == StatusRetrying
+	return s == StatusScheduled || s == StatusQueued || s == StatusRetrying || s == StatusBlocked
 }
 
 // Valid reports whether s is one of AllStatuses.
@@ -216,6 +221,14 @@ type Task struct {
 	Schedule string  `msgpack:"sc,omitempty"` // recurring schedule that fired it
 	Slot     Instant `msgpack:"sl,omitempty"` // the scheduled instant of that fire
 
+	// Dependencies and workflows (log format 3).
+	DependsOn []string  `msgpack:"dp,omitempty"`  // ids of the tasks it waits for, in the order given
+	DepPolicy DepPolicy `msgpack:"dpp,omitempty"` // when it may run once they end
+	External  bool      `msgpack:"ext,omitempty"` // completed by an API call, never dispatched
+	Workflow  string    `msgpack:"wf,omitempty"`  // id of the workflow it belongs to
+	Step      string    `msgpack:"stp,omitempty"` // its name in the workflow
+	Parent    string    `msgpack:"par,omitempty"` // the task whose completion spawned it
+
 	Status    Status `msgpack:"st"`
 	Attempt   uint32 `msgpack:"at,omitempty"` // attempts started
 	Lease     uint64 `msgpack:"ls,omitempty"` // current lease token (0 = none)
@@ -241,9 +254,117 @@ func (t *Task) Clone() *Task {
 }
 
 // Version is the log format a node needs to hold t faithfully: its
-// template's (a field added to Task itself gets its case here).
+// template's, and 3 when it takes part in a workflow or dependency (a field
+// added to Task itself gets its case here).
 func (t *Task) Version() uint16 {
-	return t.Template.Version()
+	v := t.Template.Version()
+	if t.Status == StatusBlocked || len(t.DependsOn) > 0 || t.DepPolicy != DepSucceeded ||
+		t.External || t.Workflow != "" || t.Step != "" || t.Parent != "" {
+		v = max(v, 3)
+	}
+	return v
+}
+
+// DepPolicy says when a task with dependencies may run.
+type DepPolicy uint8
+
+const (
+	DepSucceeded DepPolicy = 0 // once every dependency succeeded; a dependency that did not succeed ends it cancelled (default)
+	DepDone      DepPolicy = 1 // once every dependency is terminal, whatever its status
+)
+
+func (p DepPolicy) String() string {
+	switch p {
+	case DepSucceeded:
+		return "succeeded"
+	case DepDone:
+		return "done"
+	}
+	return "unknown"
+}
+
+// ParseDepPolicy parses "succeeded" (also "") or "done".
+func ParseDepPolicy(s string) (DepPolicy, bool) {
+	switch s {
+	case "succeeded", "":
+		return DepSucceeded, true
+	case "done":
+		return DepDone, true
+	}
+	return DepSucceeded, false
+}
+
+// WorkflowStatus is the state of a workflow, derived from its members: it
+// runs while any member is live, and ends when the last one ends. The
+// numeric values are part of the log and snapshot format.
+type WorkflowStatus uint8
+
+const (
+	WorkflowRunning   WorkflowStatus = 1
+	WorkflowSucceeded WorkflowStatus = 2 // every member succeeded
+	WorkflowFailed    WorkflowStatus = 3 // some member failed or expired
+	WorkflowCancelled WorkflowStatus = 4 // cancelled as a whole, or some member cancelled and none failed
+)
+
+var workflowStatusNames = [...]string{"unknown", "running", "succeeded", "failed", "cancelled"}
+
+func (s WorkflowStatus) String() string {
+	if int(s) < len(workflowStatusNames) {
+		return workflowStatusNames[s]
+	}
+	return "unknown"
+}
+
+// Terminal reports whether s is a final state.
+func (s WorkflowStatus) Terminal() bool { return s >= WorkflowSucceeded && s <= WorkflowCancelled }
+
+// Valid reports whether s is a known status.
+func (s WorkflowStatus) Valid() bool { return s >= WorkflowRunning && s <= WorkflowCancelled }
+
+// ParseWorkflowStatus parses the name of a workflow status.
+func ParseWorkflowStatus(name string) (WorkflowStatus, bool) {
+	for i, n := range workflowStatusNames {
+		if i != 0 && n == name {
+			return WorkflowStatus(i), true
+		}
+	}
+	return 0, false
+}
+
+// Workflow is a named set of tasks submitted together (log format 3). Its
+// members carry its id; their records are the workflow's content.
+type Workflow struct {
+	ID       string         `msgpack:"id"`
+	Name     string         `msgpack:"n,omitempty"`
+	Key      string         `msgpack:"key,omitempty"` // idempotency key
+	Status   WorkflowStatus `msgpack:"st"`
+	Schedule string         `msgpack:"sc,omitempty"`  // recurring schedule that fired it
+	Slot     Instant        `msgpack:"sl,omitempty"`  // the scheduled instant of that fire
+	Parent   string         `msgpack:"par,omitempty"` // the task whose spawn created it
+
+	SubmittedAt Instant `msgpack:"sa"`
+	UpdatedAt   Instant `msgpack:"ua"`
+	FinishedAt  Instant `msgpack:"fa,omitempty"`
+
+	CreateIndex uint64 `msgpack:"ci"`
+	ModifyIndex uint64 `msgpack:"mi"`
+}
+
+// Clone returns a shallow copy of w.
+func (w *Workflow) Clone() *Workflow {
+	c := *w
+	return &c
+}
+
+// StepTemplate is one step of a workflow that a recurring schedule fires:
+// the task to insert, under its step name, and its dependencies by step
+// name.
+type StepTemplate struct {
+	Name      string `msgpack:"n"`
+	Template  `msgpack:",flatten"`
+	DependsOn []string  `msgpack:"dp,omitempty"` // names of other steps of the workflow
+	DepPolicy DepPolicy `msgpack:"dpp,omitempty"`
+	External  bool      `msgpack:"ext,omitempty"`
 }
 
 // Overlap policy of a recurring schedule.
@@ -271,8 +392,12 @@ type Schedule struct {
 	Cron string `msgpack:"c"`
 	TZ   string `msgpack:"tz,omitempty"` // IANA zone name; "" = UTC
 
-	// Template is the task each fire submits.
+	// Template is the task each fire submits, unless Steps is set.
 	Template `msgpack:",flatten"`
+	// Workflow and Steps, when Steps is set, are the workflow each fire
+	// submits instead of one task (log format 3).
+	Workflow string         `msgpack:"wn,omitempty"`
+	Steps    []StepTemplate `msgpack:"wst,omitempty"`
 
 	Overlap      Overlap `msgpack:"ov,omitempty"`
 	CatchUp      CatchUp `msgpack:"cu,omitempty"`
@@ -281,7 +406,7 @@ type Schedule struct {
 	Paused    bool    `msgpack:"pa,omitempty"`
 	CreatedAt Instant `msgpack:"ca"`           // fires are strictly after this instant
 	LastFire  Instant `msgpack:"lf,omitempty"` // cursor: last slot fired or skipped (0 = none yet)
-	LastTask  string  `msgpack:"lt,omitempty"` // task created by the last fire
+	LastTask  string  `msgpack:"lt,omitempty"` // task (or workflow, with Steps) created by the last fire
 	Fires     uint64  `msgpack:"fi,omitempty"` // slots that created a task
 	Skipped   uint64  `msgpack:"sk,omitempty"` // slots recorded as skipped
 
@@ -302,6 +427,9 @@ func (s *Schedule) Version() uint16 {
 	v := s.Template.Version()
 	if s.Backoff != (Backoff{}) {
 		v = max(v, 2)
+	}
+	if len(s.Steps) > 0 || s.Workflow != "" {
+		v = max(v, 3)
 	}
 	return v
 }
@@ -333,6 +461,11 @@ type Mutation struct {
 	PauseSchedule *PauseSchedule `msgpack:"pz,omitempty"`
 	Fire          *Fire          `msgpack:"fr,omitempty"`
 	Tombstone     *Tombstone     `msgpack:"tb,omitempty"`
+	// Log format 3.
+	Unblock       *Unblock       `msgpack:"ub,omitempty"`
+	PutWorkflow   *Workflow      `msgpack:"pw,omitempty"`
+	EndWorkflow   *EndWorkflow   `msgpack:"ew,omitempty"`
+	PurgeWorkflow *PurgeWorkflow `msgpack:"pwf,omitempty"`
 }
 
 // fields reports how many fields of m are set.
@@ -342,7 +475,8 @@ func (m *Mutation) fields() int {
 		m.Insert != nil, m.Ready != nil, m.Start != nil, m.Retry != nil,
 		m.Finish != nil, m.Purge != nil, m.PutSchedule != nil,
 		m.DelSchedule != nil, m.PauseSchedule != nil, m.Fire != nil,
-		m.Tombstone != nil,
+		m.Tombstone != nil, m.Unblock != nil, m.PutWorkflow != nil,
+		m.EndWorkflow != nil, m.PurgeWorkflow != nil,
 	} {
 		if set {
 			n++
@@ -365,6 +499,10 @@ func (m *Mutation) Version() uint16 {
 		return m.Insert.Version()
 	case m.PutSchedule != nil:
 		return m.PutSchedule.Version()
+	case m.Finish != nil && m.Finish.Workflow != "",
+		m.Fire != nil && m.Fire.Workflow != "",
+		m.Unblock != nil, m.PutWorkflow != nil, m.EndWorkflow != nil, m.PurgeWorkflow != nil:
+		return 3
 	}
 	return 1
 }
@@ -407,6 +545,30 @@ type Finish struct {
 	Output []byte  `msgpack:"o,omitempty"`
 	Error  string  `msgpack:"e,omitempty"`
 	At     Instant `msgpack:"at"`
+	// Workflow, when set, makes the task a member of that workflow as it
+	// ends: a task outside any workflow whose completion spawns children
+	// joins the workflow created for them (log format 3).
+	Workflow string `msgpack:"wf,omitempty"`
+}
+
+// Unblock releases a blocked task whose dependencies allow it to run: it
+// becomes queued, or scheduled when its run time is after At.
+type Unblock struct {
+	ID string  `msgpack:"id"`
+	At Instant `msgpack:"at"`
+}
+
+// EndWorkflow ends a running workflow whose members have all ended.
+type EndWorkflow struct {
+	ID     string         `msgpack:"id"`
+	Status WorkflowStatus `msgpack:"st"`
+	At     Instant        `msgpack:"at"`
+}
+
+// PurgeWorkflow removes an ended workflow and all its members, whose
+// retention ended.
+type PurgeWorkflow struct {
+	ID string `msgpack:"id"`
 }
 
 // Purge removes a terminal task whose retention ended.
@@ -435,6 +597,9 @@ type Fire struct {
 	Slot    Instant `msgpack:"s"`
 	Skipped uint32  `msgpack:"k,omitempty"`
 	TaskID  string  `msgpack:"t,omitempty"`
+	// Workflow names the workflow inserted by this fire, for a schedule
+	// that fires workflows (log format 3; TaskID is then empty).
+	Workflow string `msgpack:"w,omitempty"`
 }
 
 // ---------------------------------------------------------------------------

@@ -315,6 +315,112 @@ func (z DelSchedule) Msgsize() (s int) {
 }
 
 // MarshalMsg implements msgp.Marshaler
+func (z DepPolicy) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	o = msgp.AppendUint8(o, uint8(z))
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *DepPolicy) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	{
+		var zb0001 uint8
+		zb0001, bts, err = msgp.ReadUint8Bytes(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		(*z) = DepPolicy(zb0001)
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z DepPolicy) Msgsize() (s int) {
+	s = msgp.Uint8Size
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z EndWorkflow) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// map header, size 3
+	// string "id"
+	o = append(o, 0x83, 0xa2, 0x69, 0x64)
+	o = msgp.AppendString(o, z.ID)
+	// string "st"
+	o = append(o, 0xa2, 0x73, 0x74)
+	o = msgp.AppendUint8(o, uint8(z.Status))
+	// string "at"
+	o = append(o, 0xa2, 0x61, 0x74)
+	o = msgp.AppendInt64(o, int64(z.At))
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *EndWorkflow) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "id":
+			z.ID, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "ID")
+				return
+			}
+		case "st":
+			{
+				var zb0002 uint8
+				zb0002, bts, err = msgp.ReadUint8Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Status")
+					return
+				}
+				z.Status = WorkflowStatus(zb0002)
+			}
+		case "at":
+			{
+				var zb0003 int64
+				zb0003, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "At")
+					return
+				}
+				z.At = Instant(zb0003)
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z EndWorkflow) Msgsize() (s int) {
+	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 3 + msgp.Uint8Size + 3 + msgp.Int64Size
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
 func (z EntryType) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	o = msgp.AppendUint8(o, uint8(z))
@@ -420,8 +526,8 @@ func (z EpochBump) Msgsize() (s int) {
 func (z *Finish) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(6)
-	var zb0001Mask uint8 /* 6 bits */
+	zb0001Len := uint32(7)
+	var zb0001Mask uint8 /* 7 bits */
 	_ = zb0001Mask
 	if z.Lease == 0 {
 		zb0001Len--
@@ -434,6 +540,10 @@ func (z *Finish) MarshalMsg(b []byte) (o []byte, err error) {
 	if z.Error == "" {
 		zb0001Len--
 		zb0001Mask |= 0x10
+	}
+	if z.Workflow == "" {
+		zb0001Len--
+		zb0001Mask |= 0x40
 	}
 	// variable map header, size zb0001Len
 	o = append(o, 0x80|uint8(zb0001Len))
@@ -464,6 +574,11 @@ func (z *Finish) MarshalMsg(b []byte) (o []byte, err error) {
 		// string "at"
 		o = append(o, 0xa2, 0x61, 0x74)
 		o = msgp.AppendInt64(o, int64(z.At))
+		if (zb0001Mask & 0x40) == 0 { // if not omitted
+			// string "wf"
+			o = append(o, 0xa2, 0x77, 0x66)
+			o = msgp.AppendString(o, z.Workflow)
+		}
 	}
 	return
 }
@@ -530,6 +645,12 @@ func (z *Finish) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				}
 				z.At = Instant(zb0003)
 			}
+		case "wf":
+			z.Workflow, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Workflow")
+				return
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -544,7 +665,7 @@ func (z *Finish) UnmarshalMsg(bts []byte) (o []byte, err error) {
 
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
 func (z *Finish) Msgsize() (s int) {
-	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 2 + msgp.Uint64Size + 2 + msgp.Uint8Size + 2 + msgp.BytesPrefixSize + len(z.Output) + 2 + msgp.StringPrefixSize + len(z.Error) + 3 + msgp.Int64Size
+	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 2 + msgp.Uint64Size + 2 + msgp.Uint8Size + 2 + msgp.BytesPrefixSize + len(z.Output) + 2 + msgp.StringPrefixSize + len(z.Error) + 3 + msgp.Int64Size + 3 + msgp.StringPrefixSize + len(z.Workflow)
 	return
 }
 
@@ -552,8 +673,8 @@ func (z *Finish) Msgsize() (s int) {
 func (z *Fire) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(4)
-	var zb0001Mask uint8 /* 4 bits */
+	zb0001Len := uint32(5)
+	var zb0001Mask uint8 /* 5 bits */
 	_ = zb0001Mask
 	if z.Skipped == 0 {
 		zb0001Len--
@@ -562,6 +683,10 @@ func (z *Fire) MarshalMsg(b []byte) (o []byte, err error) {
 	if z.TaskID == "" {
 		zb0001Len--
 		zb0001Mask |= 0x8
+	}
+	if z.Workflow == "" {
+		zb0001Len--
+		zb0001Mask |= 0x10
 	}
 	// variable map header, size zb0001Len
 	o = append(o, 0x80|uint8(zb0001Len))
@@ -583,6 +708,11 @@ func (z *Fire) MarshalMsg(b []byte) (o []byte, err error) {
 			// string "t"
 			o = append(o, 0xa1, 0x74)
 			o = msgp.AppendString(o, z.TaskID)
+		}
+		if (zb0001Mask & 0x10) == 0 { // if not omitted
+			// string "w"
+			o = append(o, 0xa1, 0x77)
+			o = msgp.AppendString(o, z.Workflow)
 		}
 	}
 	return
@@ -634,6 +764,12 @@ func (z *Fire) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				err = msgp.WrapError(err, "TaskID")
 				return
 			}
+		case "w":
+			z.Workflow, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Workflow")
+				return
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -648,7 +784,7 @@ func (z *Fire) UnmarshalMsg(bts []byte) (o []byte, err error) {
 
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
 func (z *Fire) Msgsize() (s int) {
-	s = 1 + 2 + msgp.StringPrefixSize + len(z.Name) + 2 + msgp.Int64Size + 2 + msgp.Uint32Size + 2 + msgp.StringPrefixSize + len(z.TaskID)
+	s = 1 + 2 + msgp.StringPrefixSize + len(z.Name) + 2 + msgp.Int64Size + 2 + msgp.Uint32Size + 2 + msgp.StringPrefixSize + len(z.TaskID) + 2 + msgp.StringPrefixSize + len(z.Workflow)
 	return
 }
 
@@ -745,8 +881,8 @@ func (z KV) Msgsize() (s int) {
 func (z *Mutation) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(11)
-	var zb0001Mask uint16 /* 11 bits */
+	zb0001Len := uint32(15)
+	var zb0001Mask uint16 /* 15 bits */
 	_ = zb0001Mask
 	if z.Insert == nil {
 		zb0001Len--
@@ -791,6 +927,22 @@ func (z *Mutation) MarshalMsg(b []byte) (o []byte, err error) {
 	if z.Tombstone == nil {
 		zb0001Len--
 		zb0001Mask |= 0x400
+	}
+	if z.Unblock == nil {
+		zb0001Len--
+		zb0001Mask |= 0x800
+	}
+	if z.PutWorkflow == nil {
+		zb0001Len--
+		zb0001Mask |= 0x1000
+	}
+	if z.EndWorkflow == nil {
+		zb0001Len--
+		zb0001Mask |= 0x2000
+	}
+	if z.PurgeWorkflow == nil {
+		zb0001Len--
+		zb0001Mask |= 0x4000
 	}
 	// variable map header, size zb0001Len
 	o = append(o, 0x80|uint8(zb0001Len))
@@ -938,6 +1090,59 @@ func (z *Mutation) MarshalMsg(b []byte) (o []byte, err error) {
 					err = msgp.WrapError(err, "Tombstone")
 					return
 				}
+			}
+		}
+		if (zb0001Mask & 0x800) == 0 { // if not omitted
+			// string "ub"
+			o = append(o, 0xa2, 0x75, 0x62)
+			if z.Unblock == nil {
+				o = msgp.AppendNil(o)
+			} else {
+				// map header, size 2
+				// string "id"
+				o = append(o, 0x82, 0xa2, 0x69, 0x64)
+				o = msgp.AppendString(o, z.Unblock.ID)
+				// string "at"
+				o = append(o, 0xa2, 0x61, 0x74)
+				o = msgp.AppendInt64(o, int64(z.Unblock.At))
+			}
+		}
+		if (zb0001Mask & 0x1000) == 0 { // if not omitted
+			// string "pw"
+			o = append(o, 0xa2, 0x70, 0x77)
+			if z.PutWorkflow == nil {
+				o = msgp.AppendNil(o)
+			} else {
+				o, err = z.PutWorkflow.MarshalMsg(o)
+				if err != nil {
+					err = msgp.WrapError(err, "PutWorkflow")
+					return
+				}
+			}
+		}
+		if (zb0001Mask & 0x2000) == 0 { // if not omitted
+			// string "ew"
+			o = append(o, 0xa2, 0x65, 0x77)
+			if z.EndWorkflow == nil {
+				o = msgp.AppendNil(o)
+			} else {
+				o, err = z.EndWorkflow.MarshalMsg(o)
+				if err != nil {
+					err = msgp.WrapError(err, "EndWorkflow")
+					return
+				}
+			}
+		}
+		if (zb0001Mask & 0x4000) == 0 { // if not omitted
+			// string "pwf"
+			o = append(o, 0xa3, 0x70, 0x77, 0x66)
+			if z.PurgeWorkflow == nil {
+				o = msgp.AppendNil(o)
+			} else {
+				// map header, size 1
+				// string "id"
+				o = append(o, 0x81, 0xa2, 0x69, 0x64)
+				o = msgp.AppendString(o, z.PurgeWorkflow.ID)
 			}
 		}
 	}
@@ -1228,6 +1433,130 @@ func (z *Mutation) UnmarshalMsg(bts []byte) (o []byte, err error) {
 					return
 				}
 			}
+		case "ub":
+			if msgp.IsNil(bts) {
+				bts, err = msgp.ReadNilBytes(bts)
+				if err != nil {
+					return
+				}
+				z.Unblock = nil
+			} else {
+				if z.Unblock == nil {
+					z.Unblock = new(Unblock)
+				}
+				var zb0006 uint32
+				zb0006, bts, err = msgp.ReadMapHeaderBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Unblock")
+					return
+				}
+				for zb0006 > 0 {
+					zb0006--
+					field, bts, err = msgp.ReadMapKeyZC(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Unblock")
+						return
+					}
+					switch msgp.UnsafeString(field) {
+					case "id":
+						z.Unblock.ID, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Unblock", "ID")
+							return
+						}
+					case "at":
+						{
+							var zb0007 int64
+							zb0007, bts, err = msgp.ReadInt64Bytes(bts)
+							if err != nil {
+								err = msgp.WrapError(err, "Unblock", "At")
+								return
+							}
+							z.Unblock.At = Instant(zb0007)
+						}
+					default:
+						bts, err = msgp.Skip(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Unblock")
+							return
+						}
+					}
+				}
+			}
+		case "pw":
+			if msgp.IsNil(bts) {
+				bts, err = msgp.ReadNilBytes(bts)
+				if err != nil {
+					return
+				}
+				z.PutWorkflow = nil
+			} else {
+				if z.PutWorkflow == nil {
+					z.PutWorkflow = new(Workflow)
+				}
+				bts, err = z.PutWorkflow.UnmarshalMsg(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "PutWorkflow")
+					return
+				}
+			}
+		case "ew":
+			if msgp.IsNil(bts) {
+				bts, err = msgp.ReadNilBytes(bts)
+				if err != nil {
+					return
+				}
+				z.EndWorkflow = nil
+			} else {
+				if z.EndWorkflow == nil {
+					z.EndWorkflow = new(EndWorkflow)
+				}
+				bts, err = z.EndWorkflow.UnmarshalMsg(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "EndWorkflow")
+					return
+				}
+			}
+		case "pwf":
+			if msgp.IsNil(bts) {
+				bts, err = msgp.ReadNilBytes(bts)
+				if err != nil {
+					return
+				}
+				z.PurgeWorkflow = nil
+			} else {
+				if z.PurgeWorkflow == nil {
+					z.PurgeWorkflow = new(PurgeWorkflow)
+				}
+				var zb0008 uint32
+				zb0008, bts, err = msgp.ReadMapHeaderBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "PurgeWorkflow")
+					return
+				}
+				for zb0008 > 0 {
+					zb0008--
+					field, bts, err = msgp.ReadMapKeyZC(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "PurgeWorkflow")
+						return
+					}
+					switch msgp.UnsafeString(field) {
+					case "id":
+						z.PurgeWorkflow.ID, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "PurgeWorkflow", "ID")
+							return
+						}
+					default:
+						bts, err = msgp.Skip(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "PurgeWorkflow")
+							return
+						}
+					}
+				}
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -1307,6 +1636,30 @@ func (z *Mutation) Msgsize() (s int) {
 		s += msgp.NilSize
 	} else {
 		s += z.Tombstone.Msgsize()
+	}
+	s += 3
+	if z.Unblock == nil {
+		s += msgp.NilSize
+	} else {
+		s += 1 + 3 + msgp.StringPrefixSize + len(z.Unblock.ID) + 3 + msgp.Int64Size
+	}
+	s += 3
+	if z.PutWorkflow == nil {
+		s += msgp.NilSize
+	} else {
+		s += z.PutWorkflow.Msgsize()
+	}
+	s += 3
+	if z.EndWorkflow == nil {
+		s += msgp.NilSize
+	} else {
+		s += z.EndWorkflow.Msgsize()
+	}
+	s += 4
+	if z.PurgeWorkflow == nil {
+		s += msgp.NilSize
+	} else {
+		s += 1 + 3 + msgp.StringPrefixSize + len(z.PurgeWorkflow.ID)
 	}
 	return
 }
@@ -1494,6 +1847,58 @@ func (z Purge) Msgsize() (s int) {
 }
 
 // MarshalMsg implements msgp.Marshaler
+func (z PurgeWorkflow) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// map header, size 1
+	// string "id"
+	o = append(o, 0x81, 0xa2, 0x69, 0x64)
+	o = msgp.AppendString(o, z.ID)
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *PurgeWorkflow) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "id":
+			z.ID, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "ID")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z PurgeWorkflow) Msgsize() (s int) {
+	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID)
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
 func (z Ready) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// map header, size 2
@@ -1673,8 +2078,8 @@ func (z *Retry) Msgsize() (s int) {
 func (z *Schedule) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(23)
-	var zb0001Mask uint32 /* 23 bits */
+	zb0001Len := uint32(25)
+	var zb0001Mask uint32 /* 25 bits */
 	_ = zb0001Mask
 	if z.TZ == "" {
 		zb0001Len--
@@ -1708,37 +2113,45 @@ func (z *Schedule) MarshalMsg(b []byte) (o []byte, err error) {
 		zb0001Len--
 		zb0001Mask |= 0x800
 	}
-	if z.Overlap == 0 {
+	if z.Workflow == "" {
 		zb0001Len--
 		zb0001Mask |= 0x1000
 	}
-	if z.CatchUp == 0 {
+	if z.Steps == nil {
 		zb0001Len--
 		zb0001Mask |= 0x2000
 	}
-	if z.CatchUpLimit == 0 {
+	if z.Overlap == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x4000
 	}
-	if z.Paused == false {
+	if z.CatchUp == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x8000
 	}
-	if z.LastFire == 0 {
+	if z.CatchUpLimit == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x10000
+	}
+	if z.Paused == false {
 		zb0001Len--
 		zb0001Mask |= 0x20000
 	}
-	if z.LastTask == "" {
-		zb0001Len--
-		zb0001Mask |= 0x40000
-	}
-	if z.Fires == 0 {
+	if z.LastFire == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x80000
 	}
-	if z.Skipped == 0 {
+	if z.LastTask == "" {
 		zb0001Len--
 		zb0001Mask |= 0x100000
+	}
+	if z.Fires == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x200000
+	}
+	if z.Skipped == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x400000
 	}
 	// variable map header, size zb0001Len
 	o = msgp.AppendMapHeader(o, zb0001Len)
@@ -1852,21 +2265,38 @@ func (z *Schedule) MarshalMsg(b []byte) (o []byte, err error) {
 			}
 		}
 		if (zb0001Mask & 0x1000) == 0 { // if not omitted
+			// string "wn"
+			o = append(o, 0xa2, 0x77, 0x6e)
+			o = msgp.AppendString(o, z.Workflow)
+		}
+		if (zb0001Mask & 0x2000) == 0 { // if not omitted
+			// string "wst"
+			o = append(o, 0xa3, 0x77, 0x73, 0x74)
+			o = msgp.AppendArrayHeader(o, uint32(len(z.Steps)))
+			for za0003 := range z.Steps {
+				o, err = z.Steps[za0003].MarshalMsg(o)
+				if err != nil {
+					err = msgp.WrapError(err, "Steps", za0003)
+					return
+				}
+			}
+		}
+		if (zb0001Mask & 0x4000) == 0 { // if not omitted
 			// string "ov"
 			o = append(o, 0xa2, 0x6f, 0x76)
 			o = msgp.AppendUint8(o, uint8(z.Overlap))
 		}
-		if (zb0001Mask & 0x2000) == 0 { // if not omitted
+		if (zb0001Mask & 0x8000) == 0 { // if not omitted
 			// string "cu"
 			o = append(o, 0xa2, 0x63, 0x75)
 			o = msgp.AppendUint8(o, uint8(z.CatchUp))
 		}
-		if (zb0001Mask & 0x4000) == 0 { // if not omitted
+		if (zb0001Mask & 0x10000) == 0 { // if not omitted
 			// string "cl"
 			o = append(o, 0xa2, 0x63, 0x6c)
 			o = msgp.AppendUint32(o, z.CatchUpLimit)
 		}
-		if (zb0001Mask & 0x8000) == 0 { // if not omitted
+		if (zb0001Mask & 0x20000) == 0 { // if not omitted
 			// string "pa"
 			o = append(o, 0xa2, 0x70, 0x61)
 			o = msgp.AppendBool(o, z.Paused)
@@ -1874,22 +2304,22 @@ func (z *Schedule) MarshalMsg(b []byte) (o []byte, err error) {
 		// string "ca"
 		o = append(o, 0xa2, 0x63, 0x61)
 		o = msgp.AppendInt64(o, int64(z.CreatedAt))
-		if (zb0001Mask & 0x20000) == 0 { // if not omitted
+		if (zb0001Mask & 0x80000) == 0 { // if not omitted
 			// string "lf"
 			o = append(o, 0xa2, 0x6c, 0x66)
 			o = msgp.AppendInt64(o, int64(z.LastFire))
 		}
-		if (zb0001Mask & 0x40000) == 0 { // if not omitted
+		if (zb0001Mask & 0x100000) == 0 { // if not omitted
 			// string "lt"
 			o = append(o, 0xa2, 0x6c, 0x74)
 			o = msgp.AppendString(o, z.LastTask)
 		}
-		if (zb0001Mask & 0x80000) == 0 { // if not omitted
+		if (zb0001Mask & 0x200000) == 0 { // if not omitted
 			// string "fi"
 			o = append(o, 0xa2, 0x66, 0x69)
 			o = msgp.AppendUint64(o, z.Fires)
 		}
-		if (zb0001Mask & 0x100000) == 0 { // if not omitted
+		if (zb0001Mask & 0x400000) == 0 { // if not omitted
 			// string "sk"
 			o = append(o, 0xa2, 0x73, 0x6b)
 			o = msgp.AppendUint64(o, z.Skipped)
@@ -2117,25 +2547,50 @@ func (z *Schedule) UnmarshalMsg(bts []byte) (o []byte, err error) {
 					}
 				}
 			}
-		case "ov":
-			{
-				var zb0008 uint8
-				zb0008, bts, err = msgp.ReadUint8Bytes(bts)
+		case "wn":
+			z.Workflow, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Workflow")
+				return
+			}
+		case "wst":
+			var zb0008 uint32
+			zb0008, bts, err = msgp.ReadArrayHeaderBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Steps")
+				return
+			}
+			if cap(z.Steps) >= int(zb0008) {
+				z.Steps = (z.Steps)[:zb0008]
+			} else {
+				z.Steps = make([]StepTemplate, zb0008)
+			}
+			for za0003 := range z.Steps {
+				bts, err = z.Steps[za0003].UnmarshalMsg(bts)
 				if err != nil {
-					err = msgp.WrapError(err, "Overlap")
+					err = msgp.WrapError(err, "Steps", za0003)
 					return
 				}
-				z.Overlap = Overlap(zb0008)
 			}
-		case "cu":
+		case "ov":
 			{
 				var zb0009 uint8
 				zb0009, bts, err = msgp.ReadUint8Bytes(bts)
 				if err != nil {
+					err = msgp.WrapError(err, "Overlap")
+					return
+				}
+				z.Overlap = Overlap(zb0009)
+			}
+		case "cu":
+			{
+				var zb0010 uint8
+				zb0010, bts, err = msgp.ReadUint8Bytes(bts)
+				if err != nil {
 					err = msgp.WrapError(err, "CatchUp")
 					return
 				}
-				z.CatchUp = CatchUp(zb0009)
+				z.CatchUp = CatchUp(zb0010)
 			}
 		case "cl":
 			z.CatchUpLimit, bts, err = msgp.ReadUint32Bytes(bts)
@@ -2151,23 +2606,23 @@ func (z *Schedule) UnmarshalMsg(bts []byte) (o []byte, err error) {
 			}
 		case "ca":
 			{
-				var zb0010 int64
-				zb0010, bts, err = msgp.ReadInt64Bytes(bts)
+				var zb0011 int64
+				zb0011, bts, err = msgp.ReadInt64Bytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "CreatedAt")
 					return
 				}
-				z.CreatedAt = Instant(zb0010)
+				z.CreatedAt = Instant(zb0011)
 			}
 		case "lf":
 			{
-				var zb0011 int64
-				zb0011, bts, err = msgp.ReadInt64Bytes(bts)
+				var zb0012 int64
+				zb0012, bts, err = msgp.ReadInt64Bytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "LastFire")
 					return
 				}
-				z.LastFire = Instant(zb0011)
+				z.LastFire = Instant(zb0012)
 			}
 		case "lt":
 			z.LastTask, bts, err = msgp.ReadStringBytes(bts)
@@ -2221,7 +2676,11 @@ func (z *Schedule) Msgsize() (s int) {
 	for za0002 := range z.Tags {
 		s += 1 + 2 + msgp.StringPrefixSize + len(z.Tags[za0002].K) + 2 + msgp.StringPrefixSize + len(z.Tags[za0002].V)
 	}
-	s += 3 + msgp.DurationSize + 3 + msgp.Uint32Size + 3 + 1 + 2 + msgp.DurationSize + 2 + msgp.DurationSize + 2 + msgp.Float64Size + 3 + msgp.Uint8Size + 3 + msgp.Uint8Size + 3 + msgp.Uint32Size + 3 + msgp.BoolSize + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.StringPrefixSize + len(z.LastTask) + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size
+	s += 3 + msgp.DurationSize + 3 + msgp.Uint32Size + 3 + 1 + 2 + msgp.DurationSize + 2 + msgp.DurationSize + 2 + msgp.Float64Size + 3 + msgp.StringPrefixSize + len(z.Workflow) + 4 + msgp.ArrayHeaderSize
+	for za0003 := range z.Steps {
+		s += z.Steps[za0003].Msgsize()
+	}
+	s += 3 + msgp.Uint8Size + 3 + msgp.Uint8Size + 3 + msgp.Uint32Size + 3 + msgp.BoolSize + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.StringPrefixSize + len(z.LastTask) + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size
 	return
 }
 
@@ -2361,11 +2820,449 @@ func (z Status) Msgsize() (s int) {
 }
 
 // MarshalMsg implements msgp.Marshaler
+func (z *StepTemplate) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// check for omitted fields
+	zb0001Len := uint32(13)
+	var zb0001Mask uint16 /* 13 bits */
+	_ = zb0001Mask
+	if z.Priority == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x8
+	}
+	if z.Payload == nil {
+		zb0001Len--
+		zb0001Mask |= 0x10
+	}
+	if z.Labels == nil {
+		zb0001Len--
+		zb0001Mask |= 0x20
+	}
+	if z.Tags == nil {
+		zb0001Len--
+		zb0001Mask |= 0x40
+	}
+	if z.Timeout == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x80
+	}
+	if z.MaxAttempts == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x100
+	}
+	if z.Backoff == (Backoff{}) {
+		zb0001Len--
+		zb0001Mask |= 0x200
+	}
+	if z.DependsOn == nil {
+		zb0001Len--
+		zb0001Mask |= 0x400
+	}
+	if z.DepPolicy == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x800
+	}
+	if z.External == false {
+		zb0001Len--
+		zb0001Mask |= 0x1000
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "n"
+		o = append(o, 0xa1, 0x6e)
+		o = msgp.AppendString(o, z.Name)
+		// string "p"
+		o = append(o, 0xa1, 0x70)
+		o = msgp.AppendString(o, z.Pool)
+		// string "k"
+		o = append(o, 0xa1, 0x6b)
+		o = msgp.AppendString(o, z.Kind)
+		if (zb0001Mask & 0x8) == 0 { // if not omitted
+			// string "pr"
+			o = append(o, 0xa2, 0x70, 0x72)
+			o = msgp.AppendUint8(o, uint8(z.Priority))
+		}
+		if (zb0001Mask & 0x10) == 0 { // if not omitted
+			// string "pl"
+			o = append(o, 0xa2, 0x70, 0x6c)
+			o = msgp.AppendBytes(o, z.Payload)
+		}
+		if (zb0001Mask & 0x20) == 0 { // if not omitted
+			// string "lb"
+			o = append(o, 0xa2, 0x6c, 0x62)
+			o = msgp.AppendArrayHeader(o, uint32(len(z.Labels)))
+			for za0001 := range z.Labels {
+				// map header, size 2
+				// string "k"
+				o = append(o, 0x82, 0xa1, 0x6b)
+				o = msgp.AppendString(o, z.Labels[za0001].K)
+				// string "v"
+				o = append(o, 0xa1, 0x76)
+				o = msgp.AppendString(o, z.Labels[za0001].V)
+			}
+		}
+		if (zb0001Mask & 0x40) == 0 { // if not omitted
+			// string "tg"
+			o = append(o, 0xa2, 0x74, 0x67)
+			o = msgp.AppendArrayHeader(o, uint32(len(z.Tags)))
+			for za0002 := range z.Tags {
+				// map header, size 2
+				// string "k"
+				o = append(o, 0x82, 0xa1, 0x6b)
+				o = msgp.AppendString(o, z.Tags[za0002].K)
+				// string "v"
+				o = append(o, 0xa1, 0x76)
+				o = msgp.AppendString(o, z.Tags[za0002].V)
+			}
+		}
+		if (zb0001Mask & 0x80) == 0 { // if not omitted
+			// string "to"
+			o = append(o, 0xa2, 0x74, 0x6f)
+			o = msgp.AppendDuration(o, z.Timeout)
+		}
+		if (zb0001Mask & 0x100) == 0 { // if not omitted
+			// string "ma"
+			o = append(o, 0xa2, 0x6d, 0x61)
+			o = msgp.AppendUint32(o, z.MaxAttempts)
+		}
+		if (zb0001Mask & 0x200) == 0 { // if not omitted
+			// string "bo"
+			o = append(o, 0xa2, 0x62, 0x6f)
+			// check for omitted fields
+			zb0004Len := uint32(3)
+			var zb0004Mask uint8 /* 3 bits */
+			_ = zb0004Mask
+			if z.Backoff.Initial == 0 {
+				zb0004Len--
+				zb0004Mask |= 0x1
+			}
+			if z.Backoff.Max == 0 {
+				zb0004Len--
+				zb0004Mask |= 0x2
+			}
+			if z.Backoff.Jitter == 0 {
+				zb0004Len--
+				zb0004Mask |= 0x4
+			}
+			// variable map header, size zb0004Len
+			o = append(o, 0x80|uint8(zb0004Len))
+
+			// skip if no fields are to be emitted
+			if zb0004Len != 0 {
+				if (zb0004Mask & 0x1) == 0 { // if not omitted
+					// string "i"
+					o = append(o, 0xa1, 0x69)
+					o = msgp.AppendDuration(o, z.Backoff.Initial)
+				}
+				if (zb0004Mask & 0x2) == 0 { // if not omitted
+					// string "m"
+					o = append(o, 0xa1, 0x6d)
+					o = msgp.AppendDuration(o, z.Backoff.Max)
+				}
+				if (zb0004Mask & 0x4) == 0 { // if not omitted
+					// string "j"
+					o = append(o, 0xa1, 0x6a)
+					o = msgp.AppendFloat64(o, z.Backoff.Jitter)
+				}
+			}
+		}
+		if (zb0001Mask & 0x400) == 0 { // if not omitted
+			// string "dp"
+			o = append(o, 0xa2, 0x64, 0x70)
+			o = msgp.AppendArrayHeader(o, uint32(len(z.DependsOn)))
+			for za0003 := range z.DependsOn {
+				o = msgp.AppendString(o, z.DependsOn[za0003])
+			}
+		}
+		if (zb0001Mask & 0x800) == 0 { // if not omitted
+			// string "dpp"
+			o = append(o, 0xa3, 0x64, 0x70, 0x70)
+			o = msgp.AppendUint8(o, uint8(z.DepPolicy))
+		}
+		if (zb0001Mask & 0x1000) == 0 { // if not omitted
+			// string "ext"
+			o = append(o, 0xa3, 0x65, 0x78, 0x74)
+			o = msgp.AppendBool(o, z.External)
+		}
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *StepTemplate) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "n":
+			z.Name, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Name")
+				return
+			}
+		case "p":
+			z.Pool, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Pool")
+				return
+			}
+		case "k":
+			z.Kind, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Kind")
+				return
+			}
+		case "pr":
+			{
+				var zb0002 uint8
+				zb0002, bts, err = msgp.ReadUint8Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Priority")
+					return
+				}
+				z.Priority = Priority(zb0002)
+			}
+		case "pl":
+			z.Payload, bts, err = msgp.ReadBytesBytes(bts, z.Payload)
+			if err != nil {
+				err = msgp.WrapError(err, "Payload")
+				return
+			}
+		case "lb":
+			var zb0003 uint32
+			zb0003, bts, err = msgp.ReadArrayHeaderBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Labels")
+				return
+			}
+			if cap(z.Labels) >= int(zb0003) {
+				z.Labels = (z.Labels)[:zb0003]
+			} else {
+				z.Labels = make([]KV, zb0003)
+			}
+			for za0001 := range z.Labels {
+				var zb0004 uint32
+				zb0004, bts, err = msgp.ReadMapHeaderBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Labels", za0001)
+					return
+				}
+				for zb0004 > 0 {
+					zb0004--
+					field, bts, err = msgp.ReadMapKeyZC(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Labels", za0001)
+						return
+					}
+					switch msgp.UnsafeString(field) {
+					case "k":
+						z.Labels[za0001].K, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Labels", za0001, "K")
+							return
+						}
+					case "v":
+						z.Labels[za0001].V, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Labels", za0001, "V")
+							return
+						}
+					default:
+						bts, err = msgp.Skip(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Labels", za0001)
+							return
+						}
+					}
+				}
+			}
+		case "tg":
+			var zb0005 uint32
+			zb0005, bts, err = msgp.ReadArrayHeaderBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Tags")
+				return
+			}
+			if cap(z.Tags) >= int(zb0005) {
+				z.Tags = (z.Tags)[:zb0005]
+			} else {
+				z.Tags = make([]KV, zb0005)
+			}
+			for za0002 := range z.Tags {
+				var zb0006 uint32
+				zb0006, bts, err = msgp.ReadMapHeaderBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Tags", za0002)
+					return
+				}
+				for zb0006 > 0 {
+					zb0006--
+					field, bts, err = msgp.ReadMapKeyZC(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Tags", za0002)
+						return
+					}
+					switch msgp.UnsafeString(field) {
+					case "k":
+						z.Tags[za0002].K, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Tags", za0002, "K")
+							return
+						}
+					case "v":
+						z.Tags[za0002].V, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Tags", za0002, "V")
+							return
+						}
+					default:
+						bts, err = msgp.Skip(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Tags", za0002)
+							return
+						}
+					}
+				}
+			}
+		case "to":
+			z.Timeout, bts, err = msgp.ReadDurationBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Timeout")
+				return
+			}
+		case "ma":
+			z.MaxAttempts, bts, err = msgp.ReadUint32Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "MaxAttempts")
+				return
+			}
+		case "bo":
+			var zb0007 uint32
+			zb0007, bts, err = msgp.ReadMapHeaderBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Backoff")
+				return
+			}
+			for zb0007 > 0 {
+				zb0007--
+				field, bts, err = msgp.ReadMapKeyZC(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Backoff")
+					return
+				}
+				switch msgp.UnsafeString(field) {
+				case "i":
+					z.Backoff.Initial, bts, err = msgp.ReadDurationBytes(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Backoff", "Initial")
+						return
+					}
+				case "m":
+					z.Backoff.Max, bts, err = msgp.ReadDurationBytes(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Backoff", "Max")
+						return
+					}
+				case "j":
+					z.Backoff.Jitter, bts, err = msgp.ReadFloat64Bytes(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Backoff", "Jitter")
+						return
+					}
+				default:
+					bts, err = msgp.Skip(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Backoff")
+						return
+					}
+				}
+			}
+		case "dp":
+			var zb0008 uint32
+			zb0008, bts, err = msgp.ReadArrayHeaderBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "DependsOn")
+				return
+			}
+			if cap(z.DependsOn) >= int(zb0008) {
+				z.DependsOn = (z.DependsOn)[:zb0008]
+			} else {
+				z.DependsOn = make([]string, zb0008)
+			}
+			for za0003 := range z.DependsOn {
+				z.DependsOn[za0003], bts, err = msgp.ReadStringBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "DependsOn", za0003)
+					return
+				}
+			}
+		case "dpp":
+			{
+				var zb0009 uint8
+				zb0009, bts, err = msgp.ReadUint8Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "DepPolicy")
+					return
+				}
+				z.DepPolicy = DepPolicy(zb0009)
+			}
+		case "ext":
+			z.External, bts, err = msgp.ReadBoolBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "External")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z *StepTemplate) Msgsize() (s int) {
+	s = 1 + 2 + msgp.StringPrefixSize + len(z.Name) + 2 + msgp.StringPrefixSize + len(z.Pool) + 2 + msgp.StringPrefixSize + len(z.Kind) + 3 + msgp.Uint8Size + 3 + msgp.BytesPrefixSize + len(z.Payload) + 3 + msgp.ArrayHeaderSize
+	for za0001 := range z.Labels {
+		s += 1 + 2 + msgp.StringPrefixSize + len(z.Labels[za0001].K) + 2 + msgp.StringPrefixSize + len(z.Labels[za0001].V)
+	}
+	s += 3 + msgp.ArrayHeaderSize
+	for za0002 := range z.Tags {
+		s += 1 + 2 + msgp.StringPrefixSize + len(z.Tags[za0002].K) + 2 + msgp.StringPrefixSize + len(z.Tags[za0002].V)
+	}
+	s += 3 + msgp.DurationSize + 3 + msgp.Uint32Size + 3 + 1 + 2 + msgp.DurationSize + 2 + msgp.DurationSize + 2 + msgp.Float64Size + 3 + msgp.ArrayHeaderSize
+	for za0003 := range z.DependsOn {
+		s += msgp.StringPrefixSize + len(z.DependsOn[za0003])
+	}
+	s += 4 + msgp.Uint8Size + 4 + msgp.BoolSize
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
 func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(28)
-	var zb0001Mask uint32 /* 28 bits */
+	zb0001Len := uint32(34)
+	var zb0001Mask uint64 /* 34 bits */
 	_ = zb0001Mask
 	if z.Priority == 0 {
 		zb0001Len--
@@ -2415,37 +3312,61 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 		zb0001Len--
 		zb0001Mask |= 0x4000
 	}
-	if z.Attempt == 0 {
+	if z.DependsOn == nil {
+		zb0001Len--
+		zb0001Mask |= 0x8000
+	}
+	if z.DepPolicy == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x10000
 	}
-	if z.Lease == 0 {
+	if z.External == false {
 		zb0001Len--
 		zb0001Mask |= 0x20000
 	}
-	if z.LastLease == 0 {
+	if z.Workflow == "" {
 		zb0001Len--
 		zb0001Mask |= 0x40000
 	}
-	if z.Worker == "" {
+	if z.Step == "" {
 		zb0001Len--
 		zb0001Mask |= 0x80000
 	}
-	if z.Output == nil {
+	if z.Parent == "" {
 		zb0001Len--
 		zb0001Mask |= 0x100000
 	}
-	if z.Error == "" {
+	if z.Attempt == 0 {
 		zb0001Len--
-		zb0001Mask |= 0x200000
+		zb0001Mask |= 0x400000
 	}
-	if z.StartedAt == 0 {
+	if z.Lease == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x800000
 	}
-	if z.FinishedAt == 0 {
+	if z.LastLease == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x1000000
+	}
+	if z.Worker == "" {
 		zb0001Len--
 		zb0001Mask |= 0x2000000
+	}
+	if z.Output == nil {
+		zb0001Len--
+		zb0001Mask |= 0x4000000
+	}
+	if z.Error == "" {
+		zb0001Len--
+		zb0001Mask |= 0x8000000
+	}
+	if z.StartedAt == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x20000000
+	}
+	if z.FinishedAt == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x80000000
 	}
 	// variable map header, size zb0001Len
 	o = msgp.AppendMapHeader(o, zb0001Len)
@@ -2575,35 +3496,68 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 			o = append(o, 0xa2, 0x73, 0x6c)
 			o = msgp.AppendInt64(o, int64(z.Slot))
 		}
+		if (zb0001Mask & 0x8000) == 0 { // if not omitted
+			// string "dp"
+			o = append(o, 0xa2, 0x64, 0x70)
+			o = msgp.AppendArrayHeader(o, uint32(len(z.DependsOn)))
+			for za0003 := range z.DependsOn {
+				o = msgp.AppendString(o, z.DependsOn[za0003])
+			}
+		}
+		if (zb0001Mask & 0x10000) == 0 { // if not omitted
+			// string "dpp"
+			o = append(o, 0xa3, 0x64, 0x70, 0x70)
+			o = msgp.AppendUint8(o, uint8(z.DepPolicy))
+		}
+		if (zb0001Mask & 0x20000) == 0 { // if not omitted
+			// string "ext"
+			o = append(o, 0xa3, 0x65, 0x78, 0x74)
+			o = msgp.AppendBool(o, z.External)
+		}
+		if (zb0001Mask & 0x40000) == 0 { // if not omitted
+			// string "wf"
+			o = append(o, 0xa2, 0x77, 0x66)
+			o = msgp.AppendString(o, z.Workflow)
+		}
+		if (zb0001Mask & 0x80000) == 0 { // if not omitted
+			// string "stp"
+			o = append(o, 0xa3, 0x73, 0x74, 0x70)
+			o = msgp.AppendString(o, z.Step)
+		}
+		if (zb0001Mask & 0x100000) == 0 { // if not omitted
+			// string "par"
+			o = append(o, 0xa3, 0x70, 0x61, 0x72)
+			o = msgp.AppendString(o, z.Parent)
+		}
 		// string "st"
 		o = append(o, 0xa2, 0x73, 0x74)
 		o = msgp.AppendUint8(o, uint8(z.Status))
-		if (zb0001Mask & 0x10000) == 0 { // if not omitted
+		if (zb0001Mask & 0x400000) == 0 { // if not omitted
 			// string "at"
 			o = append(o, 0xa2, 0x61, 0x74)
 			o = msgp.AppendUint32(o, z.Attempt)
 		}
-		if (zb0001Mask & 0x20000) == 0 { // if not omitted
+		if (zb0001Mask & 0x800000) == 0 { // if not omitted
 			// string "ls"
 			o = append(o, 0xa2, 0x6c, 0x73)
 			o = msgp.AppendUint64(o, z.Lease)
 		}
-		if (zb0001Mask & 0x40000) == 0 { // if not omitted
+		if (zb0001Mask & 0x1000000) == 0 { // if not omitted
 			// string "ll"
 			o = append(o, 0xa2, 0x6c, 0x6c)
 			o = msgp.AppendUint64(o, z.LastLease)
 		}
-		if (zb0001Mask & 0x80000) == 0 { // if not omitted
+		if (zb0001Mask & 0x2000000) == 0 { // if not omitted
 			// string "wk"
 			o = append(o, 0xa2, 0x77, 0x6b)
 			o = msgp.AppendString(o, z.Worker)
 		}
-		if (zb0001Mask & 0x100000) == 0 { // if not omitted
+		if (zb0001Mask & 0x4000000) == 0 { // if not omitted
 			// string "out"
 			o = append(o, 0xa3, 0x6f, 0x75, 0x74)
 			o = msgp.AppendBytes(o, z.Output)
 		}
-		if (zb0001Mask & 0x200000) == 0 { // if not omitted
+		if (zb0001Mask & 0x8000000) == 0 { // if not omitted
 			// string "err"
 			o = append(o, 0xa3, 0x65, 0x72, 0x72)
 			o = msgp.AppendString(o, z.Error)
@@ -2611,7 +3565,7 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 		// string "sa"
 		o = append(o, 0xa2, 0x73, 0x61)
 		o = msgp.AppendInt64(o, int64(z.SubmittedAt))
-		if (zb0001Mask & 0x800000) == 0 { // if not omitted
+		if (zb0001Mask & 0x20000000) == 0 { // if not omitted
 			// string "sta"
 			o = append(o, 0xa3, 0x73, 0x74, 0x61)
 			o = msgp.AppendInt64(o, int64(z.StartedAt))
@@ -2619,7 +3573,7 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 		// string "ua"
 		o = append(o, 0xa2, 0x75, 0x61)
 		o = msgp.AppendInt64(o, int64(z.UpdatedAt))
-		if (zb0001Mask & 0x2000000) == 0 { // if not omitted
+		if (zb0001Mask & 0x80000000) == 0 { // if not omitted
 			// string "fa"
 			o = append(o, 0xa2, 0x66, 0x61)
 			o = msgp.AppendInt64(o, int64(z.FinishedAt))
@@ -2877,15 +3831,68 @@ func (z *Task) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				}
 				z.Slot = Instant(zb0010)
 			}
+		case "dp":
+			var zb0011 uint32
+			zb0011, bts, err = msgp.ReadArrayHeaderBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "DependsOn")
+				return
+			}
+			if cap(z.DependsOn) >= int(zb0011) {
+				z.DependsOn = (z.DependsOn)[:zb0011]
+			} else {
+				z.DependsOn = make([]string, zb0011)
+			}
+			for za0003 := range z.DependsOn {
+				z.DependsOn[za0003], bts, err = msgp.ReadStringBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "DependsOn", za0003)
+					return
+				}
+			}
+		case "dpp":
+			{
+				var zb0012 uint8
+				zb0012, bts, err = msgp.ReadUint8Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "DepPolicy")
+					return
+				}
+				z.DepPolicy = DepPolicy(zb0012)
+			}
+		case "ext":
+			z.External, bts, err = msgp.ReadBoolBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "External")
+				return
+			}
+		case "wf":
+			z.Workflow, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Workflow")
+				return
+			}
+		case "stp":
+			z.Step, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Step")
+				return
+			}
+		case "par":
+			z.Parent, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Parent")
+				return
+			}
 		case "st":
 			{
-				var zb0011 uint8
-				zb0011, bts, err = msgp.ReadUint8Bytes(bts)
+				var zb0013 uint8
+				zb0013, bts, err = msgp.ReadUint8Bytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "Status")
 					return
 				}
-				z.Status = Status(zb0011)
+				z.Status = Status(zb0013)
 			}
 		case "at":
 			z.Attempt, bts, err = msgp.ReadUint32Bytes(bts)
@@ -2925,43 +3932,43 @@ func (z *Task) UnmarshalMsg(bts []byte) (o []byte, err error) {
 			}
 		case "sa":
 			{
-				var zb0012 int64
-				zb0012, bts, err = msgp.ReadInt64Bytes(bts)
+				var zb0014 int64
+				zb0014, bts, err = msgp.ReadInt64Bytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "SubmittedAt")
 					return
 				}
-				z.SubmittedAt = Instant(zb0012)
+				z.SubmittedAt = Instant(zb0014)
 			}
 		case "sta":
-			{
-				var zb0013 int64
-				zb0013, bts, err = msgp.ReadInt64Bytes(bts)
-				if err != nil {
-					err = msgp.WrapError(err, "StartedAt")
-					return
-				}
-				z.StartedAt = Instant(zb0013)
-			}
-		case "ua":
-			{
-				var zb0014 int64
-				zb0014, bts, err = msgp.ReadInt64Bytes(bts)
-				if err != nil {
-					err = msgp.WrapError(err, "UpdatedAt")
-					return
-				}
-				z.UpdatedAt = Instant(zb0014)
-			}
-		case "fa":
 			{
 				var zb0015 int64
 				zb0015, bts, err = msgp.ReadInt64Bytes(bts)
 				if err != nil {
+					err = msgp.WrapError(err, "StartedAt")
+					return
+				}
+				z.StartedAt = Instant(zb0015)
+			}
+		case "ua":
+			{
+				var zb0016 int64
+				zb0016, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "UpdatedAt")
+					return
+				}
+				z.UpdatedAt = Instant(zb0016)
+			}
+		case "fa":
+			{
+				var zb0017 int64
+				zb0017, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
 					err = msgp.WrapError(err, "FinishedAt")
 					return
 				}
-				z.FinishedAt = Instant(zb0015)
+				z.FinishedAt = Instant(zb0017)
 			}
 		case "ci":
 			z.CreateIndex, bts, err = msgp.ReadUint64Bytes(bts)
@@ -2997,7 +4004,11 @@ func (z *Task) Msgsize() (s int) {
 	for za0002 := range z.Tags {
 		s += 1 + 2 + msgp.StringPrefixSize + len(z.Tags[za0002].K) + 2 + msgp.StringPrefixSize + len(z.Tags[za0002].V)
 	}
-	s += 3 + msgp.DurationSize + 3 + msgp.Uint32Size + 3 + 1 + 2 + msgp.DurationSize + 2 + msgp.DurationSize + 2 + msgp.Float64Size + 4 + msgp.StringPrefixSize + len(z.Key) + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.StringPrefixSize + len(z.Schedule) + 3 + msgp.Int64Size + 3 + msgp.Uint8Size + 3 + msgp.Uint32Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size + 3 + msgp.StringPrefixSize + len(z.Worker) + 4 + msgp.BytesPrefixSize + len(z.Output) + 4 + msgp.StringPrefixSize + len(z.Error) + 3 + msgp.Int64Size + 4 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size
+	s += 3 + msgp.DurationSize + 3 + msgp.Uint32Size + 3 + 1 + 2 + msgp.DurationSize + 2 + msgp.DurationSize + 2 + msgp.Float64Size + 4 + msgp.StringPrefixSize + len(z.Key) + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.StringPrefixSize + len(z.Schedule) + 3 + msgp.Int64Size + 3 + msgp.ArrayHeaderSize
+	for za0003 := range z.DependsOn {
+		s += msgp.StringPrefixSize + len(z.DependsOn[za0003])
+	}
+	s += 4 + msgp.Uint8Size + 4 + msgp.BoolSize + 3 + msgp.StringPrefixSize + len(z.Workflow) + 4 + msgp.StringPrefixSize + len(z.Step) + 4 + msgp.StringPrefixSize + len(z.Parent) + 3 + msgp.Uint8Size + 3 + msgp.Uint32Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size + 3 + msgp.StringPrefixSize + len(z.Worker) + 4 + msgp.BytesPrefixSize + len(z.Output) + 4 + msgp.StringPrefixSize + len(z.Error) + 3 + msgp.Int64Size + 4 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size
 	return
 }
 
@@ -3447,5 +4458,314 @@ func (z *Tombstone) UnmarshalMsg(bts []byte) (o []byte, err error) {
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
 func (z Tombstone) Msgsize() (s int) {
 	s = 1 + 2 + msgp.StringPrefixSize + len(z.NodeID) + 3 + msgp.Int64Size + 2 + msgp.BoolSize
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z Unblock) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// map header, size 2
+	// string "id"
+	o = append(o, 0x82, 0xa2, 0x69, 0x64)
+	o = msgp.AppendString(o, z.ID)
+	// string "at"
+	o = append(o, 0xa2, 0x61, 0x74)
+	o = msgp.AppendInt64(o, int64(z.At))
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *Unblock) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "id":
+			z.ID, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "ID")
+				return
+			}
+		case "at":
+			{
+				var zb0002 int64
+				zb0002, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "At")
+					return
+				}
+				z.At = Instant(zb0002)
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z Unblock) Msgsize() (s int) {
+	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 3 + msgp.Int64Size
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z *Workflow) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// check for omitted fields
+	zb0001Len := uint32(12)
+	var zb0001Mask uint16 /* 12 bits */
+	_ = zb0001Mask
+	if z.Name == "" {
+		zb0001Len--
+		zb0001Mask |= 0x2
+	}
+	if z.Key == "" {
+		zb0001Len--
+		zb0001Mask |= 0x4
+	}
+	if z.Schedule == "" {
+		zb0001Len--
+		zb0001Mask |= 0x10
+	}
+	if z.Slot == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x20
+	}
+	if z.Parent == "" {
+		zb0001Len--
+		zb0001Mask |= 0x40
+	}
+	if z.FinishedAt == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x200
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "id"
+		o = append(o, 0xa2, 0x69, 0x64)
+		o = msgp.AppendString(o, z.ID)
+		if (zb0001Mask & 0x2) == 0 { // if not omitted
+			// string "n"
+			o = append(o, 0xa1, 0x6e)
+			o = msgp.AppendString(o, z.Name)
+		}
+		if (zb0001Mask & 0x4) == 0 { // if not omitted
+			// string "key"
+			o = append(o, 0xa3, 0x6b, 0x65, 0x79)
+			o = msgp.AppendString(o, z.Key)
+		}
+		// string "st"
+		o = append(o, 0xa2, 0x73, 0x74)
+		o = msgp.AppendUint8(o, uint8(z.Status))
+		if (zb0001Mask & 0x10) == 0 { // if not omitted
+			// string "sc"
+			o = append(o, 0xa2, 0x73, 0x63)
+			o = msgp.AppendString(o, z.Schedule)
+		}
+		if (zb0001Mask & 0x20) == 0 { // if not omitted
+			// string "sl"
+			o = append(o, 0xa2, 0x73, 0x6c)
+			o = msgp.AppendInt64(o, int64(z.Slot))
+		}
+		if (zb0001Mask & 0x40) == 0 { // if not omitted
+			// string "par"
+			o = append(o, 0xa3, 0x70, 0x61, 0x72)
+			o = msgp.AppendString(o, z.Parent)
+		}
+		// string "sa"
+		o = append(o, 0xa2, 0x73, 0x61)
+		o = msgp.AppendInt64(o, int64(z.SubmittedAt))
+		// string "ua"
+		o = append(o, 0xa2, 0x75, 0x61)
+		o = msgp.AppendInt64(o, int64(z.UpdatedAt))
+		if (zb0001Mask & 0x200) == 0 { // if not omitted
+			// string "fa"
+			o = append(o, 0xa2, 0x66, 0x61)
+			o = msgp.AppendInt64(o, int64(z.FinishedAt))
+		}
+		// string "ci"
+		o = append(o, 0xa2, 0x63, 0x69)
+		o = msgp.AppendUint64(o, z.CreateIndex)
+		// string "mi"
+		o = append(o, 0xa2, 0x6d, 0x69)
+		o = msgp.AppendUint64(o, z.ModifyIndex)
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *Workflow) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "id":
+			z.ID, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "ID")
+				return
+			}
+		case "n":
+			z.Name, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Name")
+				return
+			}
+		case "key":
+			z.Key, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Key")
+				return
+			}
+		case "st":
+			{
+				var zb0002 uint8
+				zb0002, bts, err = msgp.ReadUint8Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Status")
+					return
+				}
+				z.Status = WorkflowStatus(zb0002)
+			}
+		case "sc":
+			z.Schedule, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Schedule")
+				return
+			}
+		case "sl":
+			{
+				var zb0003 int64
+				zb0003, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Slot")
+					return
+				}
+				z.Slot = Instant(zb0003)
+			}
+		case "par":
+			z.Parent, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Parent")
+				return
+			}
+		case "sa":
+			{
+				var zb0004 int64
+				zb0004, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "SubmittedAt")
+					return
+				}
+				z.SubmittedAt = Instant(zb0004)
+			}
+		case "ua":
+			{
+				var zb0005 int64
+				zb0005, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "UpdatedAt")
+					return
+				}
+				z.UpdatedAt = Instant(zb0005)
+			}
+		case "fa":
+			{
+				var zb0006 int64
+				zb0006, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "FinishedAt")
+					return
+				}
+				z.FinishedAt = Instant(zb0006)
+			}
+		case "ci":
+			z.CreateIndex, bts, err = msgp.ReadUint64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "CreateIndex")
+				return
+			}
+		case "mi":
+			z.ModifyIndex, bts, err = msgp.ReadUint64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "ModifyIndex")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z *Workflow) Msgsize() (s int) {
+	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 2 + msgp.StringPrefixSize + len(z.Name) + 4 + msgp.StringPrefixSize + len(z.Key) + 3 + msgp.Uint8Size + 3 + msgp.StringPrefixSize + len(z.Schedule) + 3 + msgp.Int64Size + 4 + msgp.StringPrefixSize + len(z.Parent) + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z WorkflowStatus) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	o = msgp.AppendUint8(o, uint8(z))
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *WorkflowStatus) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	{
+		var zb0001 uint8
+		zb0001, bts, err = msgp.ReadUint8Bytes(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		(*z) = WorkflowStatus(zb0001)
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z WorkflowStatus) Msgsize() (s int) {
+	s = msgp.Uint8Size
 	return
 }

@@ -55,6 +55,11 @@ type Core struct {
 
 	waiting map[ReqID]*task // result waiters
 
+	workflows  map[string]*workflow // live and retained ended workflows
+	wfKeys     map[string]*workflow // idempotency key -> workflow
+	wfWaiting  map[ReqID]*workflow  // workflow result waiters
+	wfSettle   []*workflow          // workflows whose last live member ended in this step
+
 	shutdown bool
 	out      Output
 	// Emptied slices of earlier outputs handed back by Recycle, reused by
@@ -113,6 +118,7 @@ type pairKey struct {
 type purgeItem struct {
 	at fsm.Instant
 	id string
+	wf bool // id names a workflow, purged with its members
 }
 
 func purgeLess(a, b purgeItem) bool {
@@ -151,6 +157,17 @@ type task struct {
 	gen        uint64 // bumped at every status change (validates ready timers)
 
 	waiters []ReqID
+
+	// Dependencies and workflows.
+	deps           []string      // ids of its dependencies (fsm.Task.DependsOn)
+	depPolicy      fsm.DepPolicy //
+	waitingOn      int           // dependencies not ended yet, while blocked
+	dependents     []*task       // blocked tasks waiting for this one to end
+	liveDependents int           // dependents that have not ended: while any lives, it is not purged
+	purgeHeld      bool          // its retention ended while a dependent lived
+	external       bool
+	wf             *workflow
+	step           string
 }
 
 func (t *task) readyItem() readyItem {
@@ -159,7 +176,7 @@ func (t *task) readyItem() readyItem {
 
 // Stats is a snapshot of the core's sizes.
 type Stats struct {
-	Pending   int // scheduled, queued or retrying
+	Pending   int // blocked, scheduled, queued or retrying
 	Queued    int // ready to dispatch
 	Running   int
 	Parked    int // submit requests (or enqueue-many items) waiting for space
@@ -168,6 +185,7 @@ type Stats struct {
 	Waiters   int // result waiters
 	Tasks     int // tasks known to the core, terminal ones included
 	Schedules int
+	Workflows int // workflows known to the core, ended ones included
 	// InertSchedules are recovered schedules whose expression no longer
 	// parses: they are kept but never fire.
 	InertSchedules int
@@ -199,6 +217,9 @@ func newCore(cfg Config, epoch uint64) (*Core, error) {
 		parkedByReq: make(map[ReqID][]*list.Element),
 		parkedPairs: make(map[pairKey]int),
 		waiting:     make(map[ReqID]*task),
+		workflows:   make(map[string]*workflow),
+		wfKeys:      make(map[string]*workflow),
+		wfWaiting:   make(map[ReqID]*workflow),
 	}, nil
 }
 
@@ -262,6 +283,7 @@ func (c *Core) Stats() Stats {
 		Waiters:      len(c.waiting),
 		Tasks:        len(c.tasks),
 		Schedules:    len(c.schedules),
+		Workflows:    len(c.workflows),
 		Timers:       len(c.timers) + c.purges.Len(),
 		ShuttingDown: c.shutdown,
 	}
@@ -316,7 +338,7 @@ func (c *Core) event(t *task, msg string) {
 	if c.out.Events == nil {
 		c.out.Events = c.spareEvents.get()
 	}
-	c.out.Events = append(c.out.Events, Event{
+	ev := Event{
 		TaskID:  t.id,
 		Pool:    t.pool.name,
 		Kind:    t.kind,
@@ -324,6 +346,25 @@ func (c *Core) event(t *task, msg string) {
 		Attempt: t.attempt,
 		Message: msg,
 		At:      c.now,
+		Step:    t.step,
+	}
+	if t.wf != nil {
+		ev.Workflow = t.wf.rec.ID
+	}
+	c.out.Events = append(c.out.Events, ev)
+}
+
+// wfEvent publishes w's current status (held).
+func (c *Core) wfEvent(w *workflow, msg string) {
+	if c.out.Events == nil {
+		c.out.Events = c.spareEvents.get()
+	}
+	c.out.Events = append(c.out.Events, Event{
+		Workflow:       w.rec.ID,
+		Kind:           w.rec.Name,
+		WorkflowStatus: w.rec.Status,
+		Message:        msg,
+		At:             c.now,
 	})
 }
 
@@ -443,14 +484,20 @@ func (c *Core) runTimers() {
 			break
 		}
 		c.purges.DeleteMin()
-		c.purge(c.tasks[p.id])
+		if p.wf {
+			c.purgeWorkflow(c.workflows[p.id])
+		} else {
+			c.purge(c.tasks[p.id])
+		}
 	}
 }
 
-// serve serves waiting polls and parked submitters until neither can make
-// progress. Every command ends with it.
+// serve ends the workflows whose members all ended and serves waiting polls
+// and parked submitters, until none of them can make progress. Every
+// command ends with it.
 func (c *Core) serve() {
-	for len(c.dirty) > 0 || c.spaceFreed {
+	for len(c.dirty) > 0 || c.spaceFreed || len(c.wfSettle) > 0 {
+		c.settleWorkflows()
 		c.dispatchDirty()
 		if c.spaceFreed {
 			c.spaceFreed = false

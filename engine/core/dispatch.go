@@ -145,8 +145,12 @@ func normalizeKVs(field string, kvs []fsm.KV) ([]fsm.KV, error) {
 	return out, nil
 }
 
-// enqueue makes a queued task dispatchable.
+// enqueue makes a queued task dispatchable (an external task waits for its
+// completion instead).
 func (c *Core) enqueue(t *task) {
+	if t.external {
+		return
+	}
 	p := t.pool
 	g, ok := p.groups[t.sig]
 	if !ok {
@@ -162,6 +166,9 @@ func (c *Core) enqueue(t *task) {
 
 // dequeue removes a queued task from its ready queue.
 func (c *Core) dequeue(t *task) {
+	if t.external {
+		return
+	}
 	p := t.pool
 	g := p.groups[t.sig]
 	if _, ok := g.ready.Delete(t.readyItem()); ok {

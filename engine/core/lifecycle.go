@@ -47,23 +47,42 @@ func (c *Core) setStatus(t *task, s fsm.Status) {
 }
 
 // finish ends t with a terminal status, revoking its lease if it runs, and
-// answers its waiters.
+// answers its waiters; its dependents follow (see ended).
 func (c *Core) finish(t *task, status fsm.Status, output []byte, msg string) {
+	c.finishJoin(t, status, output, msg, nil)
+}
+
+// finishJoin is finish, making t a member of workflow join (when not nil)
+// as it ends.
+func (c *Core) finishJoin(t *task, status fsm.Status, output []byte, msg string, join *workflow) {
 	if t.status == fsm.StatusQueued {
 		c.dequeue(t)
 	}
-	c.mutate(fsm.Mutation{Finish: &fsm.Finish{
-		ID: t.id, Lease: t.lease, Status: status, Output: output, Error: msg, At: c.now,
-	}})
+	fin := &fsm.Finish{ID: t.id, Lease: t.lease, Status: status, Output: output, Error: msg, At: c.now}
+	if join != nil {
+		fin.Workflow = join.rec.ID
+	}
+	c.mutate(fsm.Mutation{Finish: fin})
 	c.setStatus(t, status)
 	t.finishedAt = c.now
-	c.purges.ReplaceOrInsert(purgeItem{at: c.now.Add(c.cfg.Retention), id: t.id})
+	if w := t.wf; w != nil {
+		w.note(t)
+		w.live--
+		if w.live == 0 {
+			c.settleLater(w)
+		}
+	} else if join != nil {
+		c.join(t, join)
+	} else {
+		c.purges.ReplaceOrInsert(purgeItem{at: c.now.Add(c.cfg.Retention), id: t.id})
+	}
 	c.event(t, msg)
 	for _, w := range t.waiters {
 		c.reply(w, t.id)
 		delete(c.waiting, w)
 	}
 	t.waiters = nil
+	c.ended(t)
 }
 
 // failAttempt ends the running attempt of t with a retryable failure: the
@@ -99,8 +118,13 @@ func (c *Core) expire(t *task) {
 	c.finish(t, fsm.StatusExpired, nil, msgDeadline)
 }
 
-// purge forgets a terminal task whose retention ended and frees its key.
+// purge forgets a terminal task whose retention ended and frees its key,
+// unless a task that depends on it lives (it then waits for it).
 func (c *Core) purge(t *task) {
+	if t.liveDependents > 0 {
+		t.purgeHeld = true
+		return
+	}
 	c.mutate(fsm.Mutation{Purge: &fsm.Purge{ID: t.id}})
 	delete(c.tasks, t.id)
 	if t.key != "" && c.keys[t.key] == t {
@@ -143,12 +167,22 @@ func (c *Core) Complete(now time.Time, req ReqID, lease uint64, out Outcome) {
 		c.fail(req, ErrStaleLease)
 		return
 	}
+	if (len(out.Children) > 0 || out.Then != nil) && out.Kind != OutcomeSuccess {
+		c.fail(req, Invalid("children", "only a successful attempt spawns children"))
+		return
+	}
 	switch out.Kind {
 	case OutcomeSuccess:
-		if len(out.Output) > c.cfg.MaxOutput {
+		switch {
+		case len(out.Output) > c.cfg.MaxOutput:
 			c.finish(t, fsm.StatusFailed, nil,
 				fmt.Sprintf("output of %d bytes exceeds the limit of %d", len(out.Output), c.cfg.MaxOutput))
-		} else {
+		case len(out.Children) > 0 || out.Then != nil:
+			if err := c.spawn(t, out); err != nil {
+				c.fail(req, err)
+				return
+			}
+		default:
 			c.finish(t, fsm.StatusSucceeded, slices.Clone(out.Output), "")
 		}
 	case OutcomeRetryable:
@@ -227,6 +261,10 @@ func (c *Core) Detach(req ReqID) {
 	if t, ok := c.waiting[req]; ok {
 		t.waiters = slices.DeleteFunc(t.waiters, func(r ReqID) bool { return r == req })
 		delete(c.waiting, req)
+	}
+	if w, ok := c.wfWaiting[req]; ok {
+		w.waiters = slices.DeleteFunc(w.waiters, func(r ReqID) bool { return r == req })
+		delete(c.wfWaiting, req)
 	}
 	if els, ok := c.parkedByReq[req]; ok {
 		for _, e := range els {

@@ -13,6 +13,7 @@ import (
 type Source interface {
 	EachTask(fn func(*fsm.Task) bool)
 	EachSchedule(fn func(*fsm.Schedule) bool)
+	EachWorkflow(fn func(*fsm.Workflow) bool)
 }
 
 // Recover rebuilds a core for a new epoch from the durable state, as a new
@@ -34,6 +35,19 @@ func Recover(cfg Config, src Source, epoch uint64, now time.Time) (*Core, error)
 		return nil, err
 	}
 	c.now = fsm.InstantOf(now)
+	var wfs []*workflow
+	src.EachWorkflow(func(rec *fsm.Workflow) bool {
+		if _, dup := c.workflows[rec.ID]; dup {
+			err = fmt.Errorf("recovering workflow %s: listed twice", rec.ID)
+			return false
+		}
+		c.ids.observe(rec.ID)
+		wfs = append(wfs, c.trackWorkflow(rec.Clone()))
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
 	src.EachTask(func(rec *fsm.Task) bool {
 		if rec.LastLease>>32 >= epoch || rec.Lease>>32 >= epoch {
 			err = fmt.Errorf("recovering task %s: lease %#x was granted at or after epoch %d", rec.ID, rec.LastLease, epoch)
@@ -41,6 +55,10 @@ func Recover(cfg Config, src Source, epoch uint64, now time.Time) (*Core, error)
 		}
 		if _, dup := c.tasks[rec.ID]; dup {
 			err = fmt.Errorf("recovering task %s: listed twice", rec.ID)
+			return false
+		}
+		if rec.Workflow != "" && c.workflows[rec.Workflow] == nil {
+			err = fmt.Errorf("recovering task %s: its workflow %s does not exist", rec.ID, rec.Workflow)
 			return false
 		}
 		c.ids.observe(rec.ID)
@@ -51,6 +69,13 @@ func Recover(cfg Config, src Source, epoch uint64, now time.Time) (*Core, error)
 	})
 	if err != nil {
 		return nil, err
+	}
+	// A running workflow whose members all ended (a step of the previous
+	// leader did not get to end it) ends at the first step.
+	for _, w := range wfs {
+		if w.live == 0 {
+			c.settleLater(w)
+		}
 	}
 	src.EachSchedule(func(rec *fsm.Schedule) bool {
 		s := &schedule{rec: rec.Clone()}

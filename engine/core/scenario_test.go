@@ -68,8 +68,10 @@ type harness struct {
 	autocommit bool
 	pending    []Output // produced, not committed yet
 
-	ids      map[string]string // real id -> t1
+	ids      map[string]string // real id -> t1 (tasks) or w1 (workflows)
 	idsRev   map[string]string
+	tasks    int // task names handed out
+	wfs      int // workflow names handed out
 	reqs     map[string]ReqID
 	reqNames map[ReqID]string
 	reqCmds  map[ReqID]string // the command that made each request
@@ -116,6 +118,7 @@ func (h *harness) reset(cfg Config, autocommit bool) {
 	h.pending = nil
 	h.ids = map[string]string{}
 	h.idsRev = map[string]string{}
+	h.tasks, h.wfs = 0, 0
 	h.reqs = map[string]ReqID{}
 	h.reqNames = map[ReqID]string{}
 	h.reqCmds = map[ReqID]string{}
@@ -153,10 +156,45 @@ func (h *harness) name(id string) string {
 	if n, ok := h.ids[id]; ok {
 		return n
 	}
-	n := fmt.Sprintf("t%d", len(h.ids)+1)
+	h.tasks++
+	n := fmt.Sprintf("t%d", h.tasks)
 	h.ids[id] = n
 	h.idsRev[n] = id
 	return n
+}
+
+// subst replaces the real ids in s (in messages) by their names.
+func (h *harness) subst(s string) string {
+	if !strings.Contains(s, "01") {
+		return s
+	}
+	for id, n := range h.ids {
+		s = strings.ReplaceAll(s, id, n)
+	}
+	return s
+}
+
+// wfName names a workflow id: w1, w2, ...
+func (h *harness) wfName(id string) string {
+	if id == "" {
+		return "-"
+	}
+	if n, ok := h.ids[id]; ok {
+		return n
+	}
+	h.wfs++
+	n := fmt.Sprintf("w%d", h.wfs)
+	h.ids[id] = n
+	h.idsRev[n] = id
+	return n
+}
+
+func (h *harness) names(ids []string) string {
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = h.name(id)
+	}
+	return "(" + strings.Join(parts, ",") + ")"
 }
 
 func (h *harness) realID(n string) string {
@@ -307,7 +345,44 @@ func (h *harness) fmtMutation(m fsm.Mutation) string {
 		if t.Schedule != "" {
 			fmt.Fprintf(&b, " schedule=%s slot=%s", t.Schedule, fmtAt(t.Slot))
 		}
+		if len(t.DependsOn) > 0 {
+			fmt.Fprintf(&b, " deps=%s", h.names(t.DependsOn))
+		}
+		if t.DepPolicy != fsm.DepSucceeded {
+			fmt.Fprintf(&b, " policy=%s", t.DepPolicy)
+		}
+		if t.External {
+			b.WriteString(" external")
+		}
+		if t.Workflow != "" {
+			fmt.Fprintf(&b, " wf=%s", h.wfName(t.Workflow))
+		}
+		if t.Step != "" {
+			fmt.Fprintf(&b, " step=%s", t.Step)
+		}
+		if t.Parent != "" {
+			fmt.Fprintf(&b, " parent=%s", h.name(t.Parent))
+		}
 		return b.String()
+	case m.Unblock != nil:
+		return fmt.Sprintf("unblock %s", h.name(m.Unblock.ID))
+	case m.PutWorkflow != nil:
+		w := m.PutWorkflow
+		s := fmt.Sprintf("put-workflow %s name=%q", h.wfName(w.ID), w.Name)
+		if w.Key != "" {
+			s += " key=" + w.Key
+		}
+		if w.Schedule != "" {
+			s += fmt.Sprintf(" schedule=%s slot=%s", w.Schedule, fmtAt(w.Slot))
+		}
+		if w.Parent != "" {
+			s += " parent=" + h.name(w.Parent)
+		}
+		return s
+	case m.EndWorkflow != nil:
+		return fmt.Sprintf("end-workflow %s %s", h.wfName(m.EndWorkflow.ID), m.EndWorkflow.Status)
+	case m.PurgeWorkflow != nil:
+		return fmt.Sprintf("purge-workflow %s", h.wfName(m.PurgeWorkflow.ID))
 	case m.Ready != nil:
 		return fmt.Sprintf("ready %s", h.name(m.Ready.ID))
 	case m.Start != nil:
@@ -325,6 +400,9 @@ func (h *harness) fmtMutation(m fsm.Mutation) string {
 		if f.Error != "" {
 			s += fmt.Sprintf(" err=%q", f.Error)
 		}
+		if f.Workflow != "" {
+			s += " joins=" + h.wfName(f.Workflow)
+		}
 		return s
 	case m.Purge != nil:
 		return fmt.Sprintf("purge %s", h.name(m.Purge.ID))
@@ -335,6 +413,17 @@ func (h *harness) fmtMutation(m fsm.Mutation) string {
 		if s.Backoff != (fsm.Backoff{}) {
 			out += fmt.Sprintf(" backoff=%s/%s/%g", s.Backoff.Initial, s.Backoff.Max, s.Backoff.Jitter)
 		}
+		if len(s.Steps) > 0 {
+			var steps []string
+			for _, st := range s.Steps {
+				one := st.Name + ":" + st.Pool + "/" + st.Kind
+				if len(st.DependsOn) > 0 {
+					one += "<-" + strings.Join(st.DependsOn, "+")
+				}
+				steps = append(steps, one)
+			}
+			out += fmt.Sprintf(" workflow=%q steps=(%s)", s.Workflow, strings.Join(steps, " "))
+		}
 		return out
 	case m.DelSchedule != nil:
 		return fmt.Sprintf("del-schedule %s", m.DelSchedule.Name)
@@ -342,6 +431,9 @@ func (h *harness) fmtMutation(m fsm.Mutation) string {
 		return fmt.Sprintf("pause-schedule %s paused=%t", m.PauseSchedule.Name, m.PauseSchedule.Paused)
 	case m.Fire != nil:
 		f := m.Fire
+		if f.Workflow != "" {
+			return fmt.Sprintf("fire %s slot=%s skipped=%d workflow=%s", f.Name, fmtAt(f.Slot), f.Skipped, h.wfName(f.Workflow))
+		}
 		return fmt.Sprintf("fire %s slot=%s skipped=%d task=%s", f.Name, fmtAt(f.Slot), f.Skipped, h.name(f.TaskID))
 	case m.Tombstone != nil:
 		return fmt.Sprintf("tombstone %s", m.Tombstone.NodeID)
@@ -369,6 +461,8 @@ func fmtErr(err error) string {
 		return "stale-lease"
 	case errors.Is(err, ErrShuttingDown):
 		return "shutting-down"
+	case errors.Is(err, ErrNotWaiting):
+		return "not-waiting(" + err.Error() + ")"
 	}
 	var ve *VersionError
 	if errors.As(err, &ve) {
@@ -415,7 +509,22 @@ func (h *harness) fmtReply(r Reply) string {
 		}
 		return s
 	case string:
+		if h.reqCmds[r.Req] == "attach-workflow" {
+			return s + " workflow=" + h.wfName(v)
+		}
 		return s + " task=" + h.name(v)
+	case *WorkflowSubmitted:
+		s += " workflow=" + h.wfName(v.ID)
+		if v.Duplicate {
+			s += "(dup)"
+		}
+		var parts []string
+		for _, st := range v.Tasks {
+			parts = append(parts, st.Step+"="+h.name(st.ID))
+		}
+		return s + " [" + strings.Join(parts, " ") + "]"
+	case CancelledWorkflow:
+		return fmt.Sprintf("%s workflow=%s cancelled=%d", s, h.wfName(v.ID), v.Cancelled)
 	case fsm.Instant:
 		if v != 0 {
 			return s + " next-fire=" + fmtAt(v)
@@ -447,6 +556,9 @@ func (h *harness) fmtDispatch(d Dispatch) string {
 }
 
 func (h *harness) fmtEvent(e Event) string {
+	if e.TaskID == "" {
+		return fmt.Sprintf("event workflow %s %s", h.wfName(e.Workflow), e.WorkflowStatus)
+	}
 	s := fmt.Sprintf("event %s %s", h.name(e.TaskID), e.Status)
 	if e.Attempt > 0 {
 		s += fmt.Sprintf(" attempt=%d", e.Attempt)
@@ -491,12 +603,12 @@ func (h *harness) collect(b *strings.Builder) {
 		if h.quiet {
 			break
 		}
-		fmt.Fprintf(b, "mut  %s\n", h.fmtMutation(m))
+		fmt.Fprintf(b, "mut  %s\n", h.subst(h.fmtMutation(m)))
 	}
 	lines := h.actions(o)
 	if !h.quiet {
 		for _, line := range lines {
-			fmt.Fprintln(b, line)
+			fmt.Fprintln(b, h.subst(line))
 		}
 	}
 	if h.trace != nil {
@@ -570,6 +682,23 @@ func (h *harness) crossCheck(b *strings.Builder) {
 	if n := len(h.state.Schedules()); n != len(h.core.schedules) {
 		fmt.Fprintf(b, "MISMATCH: %d schedules in the FSM, %d in the core\n", n, len(h.core.schedules))
 	}
+	wfs := 0
+	h.state.View().EachWorkflow(func(rec *fsm.Workflow) bool {
+		wfs++
+		w, ok := h.core.workflows[rec.ID]
+		switch {
+		case !ok:
+			fmt.Fprintf(b, "MISMATCH workflow %s: in the FSM, not in the core\n", h.wfName(rec.ID))
+		case w.rec.Status != rec.Status:
+			fmt.Fprintf(b, "MISMATCH workflow %s: core %s, fsm %s\n", h.wfName(rec.ID), w.rec.Status, rec.Status)
+		case len(w.members) != len(h.state.WorkflowTasks(rec.ID)):
+			fmt.Fprintf(b, "MISMATCH workflow %s: core %d members, fsm %d\n", h.wfName(rec.ID), len(w.members), len(h.state.WorkflowTasks(rec.ID)))
+		}
+		return true
+	})
+	if wfs != len(h.core.workflows) {
+		fmt.Fprintf(b, "MISMATCH: %d workflows in the FSM, %d in the core\n", wfs, len(h.core.workflows))
+	}
 }
 
 // ---------------------------------------------------------------------------
@@ -635,7 +764,23 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "complete":
 		var s string
 		d.ScanArgs(t, "lease", &s)
-		h.core.Complete(h.now, h.req(d), h.parseLease(s), h.outcome(d))
+		o := h.outcome(d)
+		if strings.TrimSpace(d.Input) != "" {
+			// Children, one per line: "child [NAME] ARGS", "then [NAME] ARGS".
+			for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
+				cmd, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
+				st := h.step(rest)
+				switch cmd {
+				case "child":
+					o.Children = append(o.Children, st)
+				case "then":
+					o.Then = &st
+				default:
+					t.Fatalf("unknown child line %q", line)
+				}
+			}
+		}
+		h.core.Complete(h.now, h.req(d), h.parseLease(s), o)
 	case "complete-all":
 		// Completes every attempt granted so far that still runs, in id order.
 		var ids []string
@@ -650,6 +795,19 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		}
 	case "cancel":
 		h.core.Cancel(h.now, h.req(d), h.ref(d))
+	case "workflow":
+		ws := WorkflowSpec{Steps: h.steps(d.Input)}
+		d.MaybeScanArgs(t, "name", &ws.Name)
+		d.MaybeScanArgs(t, "key", &ws.Key)
+		h.core.SubmitWorkflow(h.now, h.req(d), ws)
+	case "cancel-workflow":
+		h.core.CancelWorkflow(h.now, h.req(d), h.wfRef(d))
+	case "attach-workflow":
+		h.core.AttachWorkflow(h.now, h.req(d), h.wfRef(d))
+	case "complete-external":
+		h.core.CompleteExternal(h.now, h.req(d), h.ref(d), h.outcome(d))
+	case "workflows":
+		return h.dumpWorkflows()
 	case "attach":
 		h.core.Attach(h.now, h.req(d), h.ref(d))
 	case "detach":
@@ -713,8 +871,8 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return h.dumpSchedules()
 	case "stats":
 		s := h.core.Stats()
-		return fmt.Sprintf("pending=%d queued=%d running=%d parked=%d polls=%d leases=%d waiters=%d tasks=%d schedules=%d",
-			s.Pending, s.Queued, s.Running, s.Parked, s.Polls, s.Leases, s.Waiters, s.Tasks, s.Schedules)
+		return fmt.Sprintf("pending=%d queued=%d running=%d parked=%d polls=%d leases=%d waiters=%d tasks=%d schedules=%d workflows=%d",
+			s.Pending, s.Queued, s.Running, s.Parked, s.Polls, s.Leases, s.Waiters, s.Tasks, s.Schedules, s.Workflows)
 	default:
 		t.Fatalf("unknown command %q", d.Cmd)
 	}
@@ -879,11 +1037,72 @@ func (h *harness) spec(args []datadriven.CmdArg) Spec {
 			s.MaxAttempts = uint32(n)
 		case "backoff":
 			s.Backoff = h.backoff(a.Vals)
+		case "deps":
+			for _, v := range a.Vals {
+				if k, ok := strings.CutPrefix(v, "key:"); ok {
+					s.DependsOn = append(s.DependsOn, TaskRef{Key: k})
+				} else {
+					s.DependsOn = append(s.DependsOn, TaskRef{ID: h.realID(v)})
+				}
+			}
+		case "policy":
+			p, ok := fsm.ParseDepPolicy(v)
+			if !ok {
+				p = 9
+			}
+			s.DepPolicy = p
+		case "external":
+			s.External = true
+		case "after", "name":
+			// read by step
 		default:
 			h.t.Fatalf("unknown spec field %q", a.Key)
 		}
 	}
 	return s
+}
+
+// step parses "[NAME] ARGS": a step's name (a first word without '=') and
+// its spec, with after=(a,b) naming the steps it depends on.
+func (h *harness) step(line string) StepSpec {
+	_, args, err := datadriven.ParseLine("step " + line)
+	require.NoError(h.t, err)
+	var st StepSpec
+	if len(args) > 0 && len(args[0].Vals) == 0 && args[0].Key != "external" {
+		st.Name = args[0].Key
+		args = args[1:]
+	}
+	for _, a := range args {
+		switch a.Key {
+		case "after":
+			st.DependsOnSteps = append(st.DependsOnSteps, a.Vals...)
+		case "name":
+			st.Name = strings.Join(a.Vals, ",")
+		}
+	}
+	st.Spec = h.spec(args)
+	return st
+}
+
+// steps parses one step per line.
+func (h *harness) steps(input string) []StepSpec {
+	var out []StepSpec
+	for _, line := range strings.Split(strings.TrimSpace(input), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			out = append(out, h.step(line))
+		}
+	}
+	return out
+}
+
+func (h *harness) wfRef(d *datadriven.TestData) WorkflowRef {
+	var r WorkflowRef
+	var s string
+	if d.MaybeScanArgs(h.t, "id", &s) {
+		r.ID = h.realID(s)
+	}
+	d.MaybeScanArgs(h.t, "key", &r.Key)
+	return r
 }
 
 func (h *harness) scheduleSpec(d *datadriven.TestData) ScheduleSpec {
@@ -910,9 +1129,23 @@ func (h *harness) scheduleSpec(d *datadriven.TestData) ScheduleSpec {
 			sp.CatchUpLimit = uint32(n)
 		case "paused":
 			sp.Paused = true
+		case "workflow":
+			sp.Workflow = v
 		default:
 			rest = append(rest, a)
 		}
+	}
+	if strings.TrimSpace(d.Input) != "" {
+		for _, st := range h.steps(d.Input) {
+			sp.Steps = append(sp.Steps, fsm.StepTemplate{
+				Name: st.Name, Template: st.Template, DependsOn: st.DependsOnSteps,
+				DepPolicy: st.DepPolicy, External: st.External,
+			})
+		}
+		if len(rest) > 0 {
+			sp.Task = h.spec(rest).Template // to see it refused
+		}
+		return sp
 	}
 	sp.Task = h.spec(rest).Template
 	return sp
@@ -982,7 +1215,11 @@ func (h *harness) recover(b *strings.Builder) {
 	out := c.Ready()
 	require.True(h.t, out.Empty(), "recover produced output")
 	s := c.Stats()
-	fmt.Fprintf(b, "epoch %d: pending=%d queued=%d running=%d tasks=%d schedules=%d\n", h.epoch, s.Pending, s.Queued, s.Running, s.Tasks, s.Schedules)
+	fmt.Fprintf(b, "epoch %d: pending=%d queued=%d running=%d tasks=%d schedules=%d", h.epoch, s.Pending, s.Queued, s.Running, s.Tasks, s.Schedules)
+	if s.Workflows > 0 {
+		fmt.Fprintf(b, " workflows=%d", s.Workflows)
+	}
+	b.WriteByte('\n')
 	h.crossCheck(b)
 }
 
@@ -1001,6 +1238,15 @@ func (h *harness) dumpState() string {
 		}
 		if t.Error != "" {
 			fmt.Fprintf(&b, " err=%q", t.Error)
+		}
+		if len(t.DependsOn) > 0 {
+			fmt.Fprintf(&b, " deps=%s", h.names(t.DependsOn))
+		}
+		if t.Workflow != "" {
+			fmt.Fprintf(&b, " wf=%s", h.wfName(t.Workflow))
+		}
+		if t.Step != "" {
+			fmt.Fprintf(&b, " step=%s", t.Step)
 		}
 		b.WriteByte('\n')
 		return true
@@ -1035,6 +1281,34 @@ func (h *harness) dumpSchedules() string {
 		fmt.Fprintf(&b, "%s cron=%q tz=%q paused=%t created=%s last-fire=%s last-task=%s fires=%d skipped=%d\n",
 			s.Name, s.Cron, s.TZ, s.Paused, fmtAt(s.CreatedAt), fmtAt(s.LastFire), h.name(s.LastTask), s.Fires, s.Skipped)
 	}
+	if b.Len() == 0 {
+		return "none"
+	}
+	return b.String()
+}
+
+func (h *harness) dumpWorkflows() string {
+	var b strings.Builder
+	h.state.View().EachWorkflow(func(w *fsm.Workflow) bool {
+		fmt.Fprintf(&b, "%s %s name=%q", h.wfName(w.ID), w.Status, w.Name)
+		if w.Key != "" {
+			fmt.Fprintf(&b, " key=%s", w.Key)
+		}
+		if w.Parent != "" {
+			fmt.Fprintf(&b, " parent=%s", h.name(w.Parent))
+		}
+		fmt.Fprintf(&b, " submitted=%s finished=%s members=", fmtAt(w.SubmittedAt), fmtAt(w.FinishedAt))
+		var parts []string
+		for _, t := range h.state.WorkflowTasks(w.ID) {
+			p := h.name(t.ID)
+			if t.Step != "" {
+				p = t.Step + "=" + p
+			}
+			parts = append(parts, p+":"+t.Status.String())
+		}
+		b.WriteString("(" + strings.Join(parts, " ") + ")\n")
+		return true
+	})
 	if b.Len() == 0 {
 		return "none"
 	}

@@ -46,7 +46,11 @@ func (c *Core) fireSchedule(s *schedule) {
 	for _, d := range decs {
 		id := ""
 		if d.Fire && (s.rec.Overlap == fsm.OverlapAllow || c.lastTaskEnded(s)) {
-			id = c.fireTask(s, d.Slot)
+			if len(s.rec.Steps) > 0 {
+				id = c.fireWorkflow(s, d.Slot)
+			} else {
+				id = c.fireTask(s, d.Slot)
+			}
 		}
 		c.recordFire(s, d.Slot, d.Skipped, id)
 	}
@@ -63,8 +67,14 @@ func (c *Core) fireSchedule(s *schedule) {
 	c.arm(s)
 }
 
+// recordFire commits the fire of slot: id names the task, or the workflow
+// for a schedule with Steps, that it inserted ("" when skipped).
 func (c *Core) recordFire(s *schedule, slot time.Time, skipped uint32, id string) {
-	c.mutate(fsm.Mutation{Fire: &fsm.Fire{Name: s.rec.Name, Slot: fsm.InstantOf(slot), Skipped: skipped, TaskID: id}})
+	fire := &fsm.Fire{Name: s.rec.Name, Slot: fsm.InstantOf(slot), Skipped: skipped, TaskID: id}
+	if len(s.rec.Steps) > 0 {
+		fire.TaskID, fire.Workflow = "", id
+	}
+	c.mutate(fsm.Mutation{Fire: fire})
 	rec := s.rec.Clone()
 	rec.LastFire = fsm.InstantOf(slot)
 	rec.Skipped += uint64(skipped)
@@ -77,11 +87,14 @@ func (c *Core) recordFire(s *schedule, slot time.Time, skipped uint32, id string
 	s.rec = rec
 }
 
-// lastTaskEnded reports whether the task of the schedule's last fire is
-// terminal or gone.
+// lastTaskEnded reports whether the task (or workflow) of the schedule's
+// last fire has ended or is gone.
 func (c *Core) lastTaskEnded(s *schedule) bool {
 	if s.rec.LastTask == "" {
 		return true
+	}
+	if w, ok := c.workflows[s.rec.LastTask]; ok {
+		return w.rec.Status != fsm.WorkflowRunning
 	}
 	t, ok := c.tasks[s.rec.LastTask]
 	return !ok || t.status.Terminal()
@@ -129,7 +142,10 @@ func (c *Core) AddSchedule(now time.Time, req ReqID, spec ScheduleSpec) {
 	rec, expr, err := c.checkSchedule(&spec)
 	if err == nil {
 		what := "this schedule"
-		if rec.Backoff != (fsm.Backoff{}) {
+		switch {
+		case len(rec.Steps) > 0:
+			what = "a schedule that fires a workflow"
+		case rec.Backoff != (fsm.Backoff{}):
 			what = "a schedule whose task has a retry backoff"
 		}
 		err = c.requireVersion(what, rec.Version())
@@ -172,20 +188,38 @@ func (c *Core) checkSchedule(spec *ScheduleSpec) (*fsm.Schedule, *cron.Expr, err
 	case spec.CatchUpLimit > cron.MaxCatchUpLimit:
 		return nil, nil, Invalid("catch_up_limit", "%d is above the maximum of %d", spec.CatchUpLimit, cron.MaxCatchUpLimit)
 	}
-	tpl, err := c.checkTemplate(&spec.Task)
-	if err != nil {
-		return nil, nil, prefixed("task.", err)
-	}
-	return &fsm.Schedule{
+	rec := &fsm.Schedule{
 		Name:         spec.Name,
 		Cron:         spec.Cron,
 		TZ:           spec.TZ,
-		Template:     tpl, // zero fields take the defaults at each fire
 		Overlap:      spec.Overlap,
 		CatchUp:      spec.CatchUp,
 		CatchUpLimit: spec.CatchUpLimit,
 		Paused:       spec.Paused,
-	}, expr, nil
+	}
+	if len(spec.Steps) > 0 {
+		if !isZeroTemplate(&spec.Task) {
+			return nil, nil, Invalid("task", "a schedule fires a task or a workflow, not both")
+		}
+		if len(spec.Workflow) > c.cfg.MaxKindLen {
+			return nil, nil, Invalid("workflow", "%d bytes exceeds the limit of %d", len(spec.Workflow), c.cfg.MaxKindLen)
+		}
+		steps, err := c.checkStepTemplates(spec.Steps)
+		if err != nil {
+			return nil, nil, err
+		}
+		rec.Workflow, rec.Steps = spec.Workflow, steps
+		return rec, expr, nil
+	}
+	if spec.Workflow != "" {
+		return nil, nil, Invalid("steps", "a workflow needs at least one step")
+	}
+	tpl, err := c.checkTemplate(&spec.Task)
+	if err != nil {
+		return nil, nil, prefixed("task.", err)
+	}
+	rec.Template = tpl // zero fields take the defaults at each fire
+	return rec, expr, nil
 }
 
 // RemoveSchedule deletes a recurring schedule. The reply (held) is whether
@@ -238,4 +272,11 @@ func (c *Core) PauseSchedule(now time.Time, req ReqID, name string, paused bool)
 		c.arm(s)
 	}
 	c.reply(req, paused)
+}
+
+// isZeroTemplate reports whether t sets nothing.
+func isZeroTemplate(t *fsm.Template) bool {
+	return t.Pool == "" && t.Kind == "" && t.Priority == 0 && len(t.Payload) == 0 &&
+		len(t.Labels) == 0 && len(t.Tags) == 0 && t.Timeout == 0 && t.MaxAttempts == 0 &&
+		t.Backoff == (fsm.Backoff{})
 }

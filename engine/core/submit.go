@@ -20,6 +20,13 @@ type unit struct {
 	pairs []pairKey   // distinct (pool, class) of specs, in order of appearance
 	elem  *list.Element
 
+	// Dependencies of each spec (nil when no spec has any): references to
+	// tasks, and indexes of earlier specs of the unit (workflow steps).
+	refs     [][]TaskRef
+	stepDeps [][]int
+	// wf is set for a workflow submit: the unit's specs are its steps.
+	wf *wfUnit
+
 	// Room for the common case of one spec and for the answer, so that a
 	// submit costs no allocations beyond its unit, its record and its id.
 	one     [1]*fsm.Task
@@ -28,11 +35,25 @@ type unit struct {
 }
 
 // single returns a unit of one spec.
-func single(req ReqID, rec *fsm.Task) *unit {
+func single(req ReqID, rec *fsm.Task, refs []TaskRef) *unit {
 	u := &unit{req: req}
 	u.one[0] = rec
 	u.specs = u.one[:]
+	if len(refs) > 0 {
+		u.refs = [][]TaskRef{refs}
+	}
 	return u
+}
+
+// field is the prefix naming spec i in the unit's errors.
+func (u *unit) field(i int) string {
+	switch {
+	case u.wf != nil:
+		return fmt.Sprintf("steps[%d].", i)
+	case u.batch:
+		return fmt.Sprintf("specs[%d].", i)
+	}
+	return ""
 }
 
 // manyReply collects the per-item results of an enqueue-many request, which
@@ -120,8 +141,20 @@ func (c *Core) prepare(s *Spec) (*fsm.Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec := &fsm.Task{Template: c.resolve(tpl), Key: s.Key}
-	if err := c.requireVersion("this task", rec.Version()); err != nil {
+	rec := &fsm.Task{Template: c.resolve(tpl), Key: s.Key, External: s.External, DepPolicy: s.DepPolicy}
+	if s.DepPolicy > fsm.DepDone {
+		return nil, Invalid("dependency_policy", "unknown policy %d", s.DepPolicy)
+	}
+	for i, ref := range s.DependsOn {
+		if err := ref.Check(); err != nil {
+			return nil, prefixed(fmt.Sprintf("depends_on[%d].", i), err)
+		}
+	}
+	need := rec.Version()
+	if len(s.DependsOn) > 0 {
+		need = max(need, 3)
+	}
+	if err := c.requireVersion("this task", need); err != nil {
 		return nil, err
 	}
 	var runAt fsm.Instant
@@ -185,22 +218,28 @@ func (c *Core) Submit(now time.Time, req ReqID, mode SubmitMode, specs []Spec) {
 			c.fail(req, err)
 			return
 		}
-		c.submitUnit(single(req, rec))
+		c.submitUnit(single(req, rec, specs[0].DependsOn))
 	case SubmitBatch:
 		if len(specs) == 0 {
 			c.fail(req, Invalid("specs", "at least one spec is required"))
 			return
 		}
-		recs := make([]*fsm.Task, len(specs))
+		u := &unit{req: req, specs: make([]*fsm.Task, len(specs)), batch: true}
 		for i := range specs {
 			rec, err := c.prepare(&specs[i])
 			if err != nil {
 				c.fail(req, indexed(i, err))
 				return
 			}
-			recs[i] = rec
+			u.specs[i] = rec
+			if len(specs[i].DependsOn) > 0 {
+				if u.refs == nil {
+					u.refs = make([][]TaskRef, len(specs))
+				}
+				u.refs[i] = specs[i].DependsOn
+			}
 		}
-		c.submitUnit(&unit{req: req, specs: recs, batch: true})
+		c.submitUnit(u)
 	case SubmitMany:
 		if len(specs) == 0 {
 			c.fail(req, Invalid("specs", "at least one spec is required"))
@@ -213,7 +252,7 @@ func (c *Core) Submit(now time.Time, req ReqID, mode SubmitMode, specs []Spec) {
 				c.answer(&unit{req: req, many: g, slot: i}, nil, err)
 				continue
 			}
-			u := single(req, rec)
+			u := single(req, rec, specs[i].DependsOn)
 			u.many, u.slot = g, i
 			c.submitUnit(u)
 		}
@@ -224,6 +263,10 @@ func (c *Core) Submit(now time.Time, req ReqID, mode SubmitMode, specs []Spec) {
 
 // submitUnit admits u now, parks it, or refuses it.
 func (c *Core) submitUnit(u *unit) {
+	if err := c.checkRefs(u); err != nil {
+		c.answer(u, nil, err)
+		return
+	}
 	u.pairs = unitPairs(u.onePair[:0], u.specs)
 	if _, d := c.plan(u); len(d) == 0 {
 		// Only duplicates: nothing to admit, no reason to wait in line.
@@ -272,6 +315,10 @@ func (c *Core) queuesBehind(u *unit, blocked map[pairKey]int) bool {
 
 // answer answers u: with subs when admitted, else with err.
 func (c *Core) answer(u *unit, subs []Submitted, err error) {
+	if u.wf != nil {
+		c.answerWorkflow(u, subs, err)
+		return
+	}
 	if g := u.many; g != nil {
 		if err != nil {
 			g.res.Errs[u.slot] = err
@@ -417,41 +464,150 @@ func (c *Core) fitsWhenEmpty(u *unit) bool {
 	return c.fits(d, true)
 }
 
+// checkRefs checks that the dependencies of u name tasks that exist: by
+// id, or by key an earlier spec of u or an existing task.
+func (c *Core) checkRefs(u *unit) error {
+	for i, refs := range u.refs {
+		for j, ref := range refs {
+			if _, err := c.resolveDep(u, i, ref); err != nil {
+				return prefixed(fmt.Sprintf("%sdepends_on[%d].", u.field(i), j), err)
+			}
+		}
+	}
+	return nil
+}
+
+// resolveDep finds the task (or earlier spec of u: its index) that ref, a
+// dependency of spec i of u, names. It returns -1 and no error for an
+// existing task, which resolveDepTask then looks up.
+func (c *Core) resolveDep(u *unit, i int, ref TaskRef) (int, error) {
+	if ref.ID != "" {
+		if _, ok := c.tasks[ref.ID]; !ok {
+			return -1, Invalid("id", "task %s does not exist (unknown, or purged)", ref.ID)
+		}
+		return -1, nil
+	}
+	for j := i - 1; j >= 0; j-- {
+		if u.specs[j].Key == ref.Key {
+			return j, nil
+		}
+	}
+	if _, ok := c.keys[ref.Key]; !ok {
+		return -1, Invalid("key", "no task has the key %q (unknown, or purged)", ref.Key)
+	}
+	return -1, nil
+}
+
 // tryAdmit inserts the tasks of u if they all fit the bounds.
 func (c *Core) tryAdmit(u *unit) ([]Submitted, bool) {
+	if u.wf != nil && u.wf.key != "" {
+		if w := c.wfKeys[u.wf.key]; w != nil {
+			// Submitted with the same key while this one waited for room.
+			u.wf.dup = w
+			return nil, true
+		}
+	}
 	ps, d := c.plan(u)
 	if !c.fits(d, false) {
 		return nil, false
+	}
+	if u.wf != nil {
+		u.wf.w = c.createWorkflow(u.wf.name, u.wf.key, "", 0, "")
 	}
 	subs := make([]Submitted, len(u.specs))
 	for i, s := range u.specs {
 		switch {
 		case ps == nil:
-			subs[i] = Submitted{ID: c.insert(s).id}
+			subs[i] = Submitted{ID: c.insertDeps(u, i, s, subs).id}
 		case ps[i].existing != "":
 			subs[i] = Submitted{ID: ps[i].existing, Duplicate: true}
 		case ps[i].sameAs >= 0:
 			subs[i] = Submitted{ID: subs[ps[i].sameAs].ID, Duplicate: true}
 		default:
-			subs[i] = Submitted{ID: c.insert(s).id}
+			subs[i] = Submitted{ID: c.insertDeps(u, i, s, subs).id}
 		}
 	}
 	return subs, true
 }
 
+// insertDeps inserts spec i of u with its dependencies resolved (subs holds
+// the ids of the specs before it).
+func (c *Core) insertDeps(u *unit, i int, s *fsm.Task, subs []Submitted) *task {
+	var deps []*task
+	if u.refs != nil {
+		for _, ref := range u.refs[i] {
+			j, _ := c.resolveDep(u, i, ref) // checked by checkRefs in this step
+			switch {
+			case j >= 0:
+				deps = append(deps, c.tasks[subs[j].ID])
+			case ref.ID != "":
+				deps = append(deps, c.tasks[ref.ID])
+			default:
+				deps = append(deps, c.keys[ref.Key])
+			}
+		}
+	}
+	if u.stepDeps != nil {
+		for _, j := range u.stepDeps[i] {
+			deps = append(deps, c.tasks[subs[j].ID])
+		}
+	}
+	if u.wf != nil {
+		return c.insertMember(s, deps, u.wf.w, "")
+	}
+	return c.insertMember(s, deps, nil, "")
+}
+
 // insert creates a task from a validated template.
 func (c *Core) insert(tmpl *fsm.Task) *task {
+	return c.insertMember(tmpl, nil, nil, "")
+}
+
+// insertMember creates a task from a validated template, waiting for deps,
+// as a member of workflow w (nil: none), spawned by parent ("" = none). A
+// task whose dependencies have not all ended is inserted blocked; one that
+// can never run (a dependency that did not succeed, under policy
+// succeeded) ends cancelled in the same commit.
+func (c *Core) insertMember(tmpl *fsm.Task, deps []*task, w *workflow, parent string) *task {
 	rec := *tmpl
 	rec.ID = c.ids.next(uint64(int64(c.now) / int64(time.Millisecond)))
 	rec.SubmittedAt = c.now
 	rec.UpdatedAt = c.now
-	rec.Status = fsm.StatusQueued
-	if rec.RunAt > c.now {
+	rec.Parent = parent
+	if w != nil {
+		rec.Workflow = w.rec.ID
+	}
+	var doomed *task // a dependency that ended without success, under policy succeeded
+	waiting := false
+	if len(deps) > 0 {
+		rec.DependsOn = make([]string, 0, len(deps))
+		for _, d := range deps {
+			if slices.Contains(rec.DependsOn, d.id) {
+				continue
+			}
+			rec.DependsOn = append(rec.DependsOn, d.id)
+			switch {
+			case !d.status.Terminal():
+				waiting = true
+			case d.status != fsm.StatusSucceeded && rec.DepPolicy == fsm.DepSucceeded && doomed == nil:
+				doomed = d
+			}
+		}
+	}
+	switch {
+	case waiting || doomed != nil:
+		rec.Status = fsm.StatusBlocked
+	case rec.RunAt > c.now:
 		rec.Status = fsm.StatusScheduled
+	default:
+		rec.Status = fsm.StatusQueued
 	}
 	c.mutate(fsm.Mutation{Insert: &rec})
 	t := c.track(&rec)
 	c.event(t, "")
+	if doomed != nil {
+		c.finish(t, fsm.StatusCancelled, nil, depMessage(doomed))
+	}
 	return t
 }
 
@@ -477,6 +633,10 @@ func (c *Core) track(rec *fsm.Task) *task {
 		worker:      rec.Worker,
 		startedAt:   rec.StartedAt,
 		finishedAt:  rec.FinishedAt,
+		deps:        rec.DependsOn,
+		depPolicy:   rec.DepPolicy,
+		external:    rec.External,
+		step:        rec.Step,
 	}
 	c.tasks[t.id] = t
 	if t.key != "" {
@@ -498,10 +658,18 @@ func (c *Core) track(rec *fsm.Task) *task {
 		if t.timeout > 0 {
 			c.timers.push(timer{when: t.startedAt.Add(t.timeout), kind: tmTimeout, id: t.id, gen: t.lease})
 		}
+	case fsm.StatusBlocked:
+		c.setStatus(t, fsm.StatusBlocked)
 	default: // terminal
 		t.status = rec.Status
+	}
+	if rec.Workflow != "" {
+		c.join(t, c.workflows[rec.Workflow])
+	}
+	if t.wf == nil && t.status.Terminal() {
 		c.purges.ReplaceOrInsert(purgeItem{at: t.finishedAt.Add(c.cfg.Retention), id: t.id})
 	}
+	c.linkDeps(t)
 	if t.deadline != 0 && !t.status.Terminal() {
 		c.timers.push(timer{when: t.deadline, kind: tmDeadline, id: t.id})
 	}
@@ -538,6 +706,14 @@ func (c *Core) retryParked() {
 		}
 		next := e.Next()
 		u := e.Value.(*unit)
+		if err := c.checkRefs(u); err != nil {
+			// A dependency was purged while the submit waited.
+			c.unpark(e)
+			c.dropParkedRef(u)
+			c.answer(u, nil, err)
+			e = next
+			continue
+		}
 		if !c.queuesBehind(u, blocked) {
 			if subs, ok := c.tryAdmit(u); ok {
 				c.unpark(e)

@@ -30,6 +30,68 @@ type Spec struct {
 	RunAt    fsm.Instant   // 0 = now (unless Delay)
 	Delay    time.Duration // relative to now; exclusive with RunAt
 	Deadline fsm.Instant   // 0 = none
+
+	// DependsOn names the tasks it waits for: existing tasks, by id or key,
+	// or, by key, specs earlier in the same atomic batch. While any has not
+	// ended the task is blocked. Log format 3, like DepPolicy and External.
+	DependsOn []TaskRef
+	DepPolicy fsm.DepPolicy // when it may run once they end
+	// External tasks are never dispatched: they wait until CompleteExternal
+	// ends them (an approval, a callback), or their deadline passes.
+	External bool
+}
+
+// StepSpec is one step of a workflow: a task under a name, which the
+// workflow's other steps use to depend on it.
+type StepSpec struct {
+	Spec
+	Name string // unique in the workflow; may be empty for spawned children
+	// DependsOnSteps names the steps it depends on: earlier steps of the
+	// same submit (or spawn), or existing steps of the workflow.
+	DependsOnSteps []string
+}
+
+// WorkflowSpec is a workflow to submit: its steps, inserted atomically.
+type WorkflowSpec struct {
+	Name  string
+	Key   string // idempotency key of the workflow; "" = none
+	Steps []StepSpec
+}
+
+// WorkflowSubmitted answers a workflow submit: the workflow and its tasks,
+// one per step in step order (a duplicate answers with the existing
+// workflow's named members, in id order).
+type WorkflowSubmitted struct {
+	ID        string
+	Duplicate bool // the key already named this workflow
+	Tasks     []StepTask
+}
+
+// StepTask is the task of one step of a workflow.
+type StepTask struct {
+	Step string
+	ID   string
+}
+
+// WorkflowRef names a workflow by id or by idempotency key (exactly one is
+// set).
+type WorkflowRef struct {
+	ID  string
+	Key string
+}
+
+func (r WorkflowRef) String() string {
+	if r.ID != "" {
+		return r.ID
+	}
+	return "key " + r.Key
+}
+
+// CancelledWorkflow answers a workflow cancel: the workflow, and how many
+// of its members this call ended.
+type CancelledWorkflow struct {
+	ID        string
+	Cancelled int
 }
 
 // SubmitMode selects one of the three submit forms.
@@ -61,6 +123,13 @@ type Outcome struct {
 	Output     []byte        // with OutcomeSuccess
 	Message    string        // with failures
 	RetryAfter time.Duration // with OutcomeRetryable: overrides the backoff when > 0
+
+	// Children are tasks a successful attempt spawns, inserted in the same
+	// commit as its completion, in the task's workflow (one is created for
+	// them when the task had none). Then, when set, is a continuation that
+	// depends on every child. Log format 3.
+	Children []StepSpec
+	Then     *StepSpec
 }
 
 // OutcomeKind classifies an attempt's end.
@@ -126,6 +195,10 @@ type ScheduleSpec struct {
 	Cron         string
 	TZ           string
 	Task         fsm.Template // what each fire submits; zero fields take the defaults at each fire
+	// Workflow and Steps, when Steps is set, are the workflow each fire
+	// submits instead of one task (Task is then zero). Log format 3.
+	Workflow     string
+	Steps        []fsm.StepTemplate
 	Overlap      fsm.Overlap
 	CatchUp      fsm.CatchUp
 	CatchUpLimit uint32
@@ -185,7 +258,9 @@ type Abort struct {
 	Reason string
 }
 
-// Event is a durable status transition of a task.
+// Event is a durable status transition of a task, or of a workflow: a
+// workflow event has no TaskID and sets WorkflowStatus (its start and its
+// end).
 type Event struct {
 	TaskID  string
 	Pool    string
@@ -194,6 +269,10 @@ type Event struct {
 	Attempt uint32
 	Message string
 	At      fsm.Instant
+
+	Workflow       string             // the workflow of the task, or the workflow of a workflow event
+	Step           string             // the task's step in its workflow
+	WorkflowStatus fsm.WorkflowStatus // set for a workflow event only
 }
 
 // ---------------------------------------------------------------------------
@@ -210,6 +289,9 @@ var (
 	ErrStaleLease = errors.New("stale lease: not the task's current lease")
 	// ErrShuttingDown: the engine stops admitting work.
 	ErrShuttingDown = errors.New("shutting down")
+	// ErrNotWaiting: CompleteExternal on a task that is not an external
+	// task waiting for its completion.
+	ErrNotWaiting = errors.New("not waiting for an external completion")
 )
 
 // VersionError refuses an operation that needs a log format newer than
