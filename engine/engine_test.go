@@ -891,3 +891,125 @@ func TestCompleteManyCanceledIsOutcomeUnknown(t *testing.T) {
 		return a.Status == fsm.StatusSucceeded && b.Status == fsm.StatusSucceeded
 	}, waitFor, time.Millisecond, "the entry did commit")
 }
+
+// Workflows through the driver: every call answers once its entry is
+// durable, a workflow waiter once the workflow's end is, the children of a
+// completion are durable with it, a cancelled workflow's running member is
+// aborted at once, and workflow events reach subscribers.
+func TestWorkflowOperations(t *testing.T) {
+	aborts := make(chan uint64, 4)
+	h := setup(t, engine.Config{OnAbort: func(_ string, lease uint64, _ string) { aborts <- lease }}, core.Config{})
+	events := h.eng.Subscribe(256)
+	defer events.Close()
+
+	wf := core.WorkflowSpec{Name: "release", Key: "r1", Steps: []core.StepSpec{
+		{Name: "build", Spec: spec("build")},
+		{Name: "approve", Spec: core.Spec{Template: spec("approve").Template, External: true}, DependsOnSteps: []string{"build"}},
+		{Name: "ship", Spec: spec("ship"), DependsOnSteps: []string{"build", "approve"}},
+	}}
+	res, err := h.eng.SubmitWorkflow(h.ctx, wf)
+	require.NoError(t, err)
+	require.False(t, res.Duplicate)
+	require.Len(t, res.Tasks, 3)
+	w, ok := h.state.Workflow(res.ID)
+	require.True(t, ok, "the workflow is durable before it is acknowledged")
+	require.Equal(t, fsm.WorkflowRunning, w.Status)
+	build, approve, ship := res.Tasks[0].ID, res.Tasks[1].ID, res.Tasks[2].ID
+	task, _ := h.state.Get(ship)
+	require.Equal(t, fsm.StatusBlocked, task.Status)
+	require.Equal(t, []string{build, approve}, task.DependsOn)
+
+	dup, err := h.eng.SubmitWorkflow(h.ctx, wf)
+	require.NoError(t, err)
+	require.True(t, dup.Duplicate)
+	require.Equal(t, res.ID, dup.ID)
+
+	waited := make(chan error, 1)
+	go func() {
+		got, err := h.eng.WaitWorkflow(h.ctx, core.WorkflowRef{Key: "r1"})
+		if err == nil && got != res.ID {
+			err = fmt.Errorf("wait returned %s", got)
+		}
+		waited <- err
+	}()
+
+	_, err = h.eng.CompleteExternal(h.ctx, core.TaskRef{ID: approve}, core.Outcome{Kind: core.OutcomeSuccess})
+	require.ErrorIs(t, err, core.ErrNotWaiting, "blocked until build ends")
+
+	grants, err := h.eng.Poll(h.ctx, core.Offer{Worker: "w1", Pool: "p", Slots: 4})
+	require.NoError(t, err)
+	require.Len(t, grants, 1, "only build is ready; approve is never dispatched")
+	require.Equal(t, build, grants[0].ID)
+	require.NoError(t, h.eng.Complete(h.ctx, grants[0].Lease, core.Outcome{
+		Kind:     core.OutcomeSuccess,
+		Children: []core.StepSpec{{Name: "part-1", Spec: spec("part")}, {Name: "part-2", Spec: spec("part")}},
+		Then:     &core.StepSpec{Name: "merge", Spec: spec("merge")},
+	}))
+	members := h.state.WorkflowTasks(res.ID)
+	require.Len(t, members, 6, "the children are durable with the completion")
+	merge := members[5]
+	require.Equal(t, "merge", merge.Step)
+	require.Equal(t, build, merge.Parent)
+	require.Equal(t, fsm.StatusBlocked, merge.Status)
+	require.Equal(t, []string{members[3].ID, members[4].ID}, merge.DependsOn)
+	task, _ = h.state.Get(approve)
+	require.Equal(t, fsm.StatusQueued, task.Status, "released in the commit of build's end")
+
+	id, err := h.eng.CompleteExternal(h.ctx, core.TaskRef{ID: approve}, core.Outcome{Kind: core.OutcomeSuccess, Output: []byte("yes")})
+	require.NoError(t, err)
+	require.Equal(t, approve, id)
+	task, _ = h.state.Get(approve)
+	require.Equal(t, fsm.StatusSucceeded, task.Status)
+	require.Equal(t, []byte("yes"), task.Output)
+
+	// The parts and ship, then merge.
+	for done := 0; done < 4; {
+		grants, err := h.eng.Poll(h.ctx, core.Offer{Worker: "w1", Pool: "p", Slots: 4})
+		require.NoError(t, err)
+		for _, g := range grants {
+			require.NoError(t, h.eng.Complete(h.ctx, g.Lease, core.Outcome{Kind: core.OutcomeSuccess}))
+			done++
+		}
+	}
+	require.NoError(t, recv(t, waited))
+	w, _ = h.state.Workflow(res.ID)
+	require.Equal(t, fsm.WorkflowSucceeded, w.Status, "durable when its waiter is answered")
+
+	res2, err := h.eng.SubmitWorkflow(h.ctx, core.WorkflowSpec{Name: "nightly", Steps: []core.StepSpec{
+		{Name: "a", Spec: spec("a")},
+		{Name: "b", Spec: spec("b"), DependsOnSteps: []string{"a"}},
+	}})
+	require.NoError(t, err)
+	grants, err = h.eng.Poll(h.ctx, core.Offer{Worker: "w1", Pool: "p", Slots: 4})
+	require.NoError(t, err)
+	require.Len(t, grants, 1)
+	cw, err := h.eng.CancelWorkflow(h.ctx, core.WorkflowRef{ID: res2.ID})
+	require.NoError(t, err)
+	require.Equal(t, core.CancelledWorkflow{ID: res2.ID, Cancelled: 2}, cw)
+	require.Equal(t, grants[0].Lease, recv(t, aborts), "the running member is aborted")
+	w, _ = h.state.Workflow(res2.ID)
+	require.Equal(t, fsm.WorkflowCancelled, w.Status)
+	got, err := h.eng.WaitWorkflow(h.ctx, core.WorkflowRef{ID: res2.ID})
+	require.NoError(t, err)
+	require.Equal(t, res2.ID, got, "an ended workflow answers its waiter at once")
+	require.ErrorIs(t, h.eng.Complete(h.ctx, grants[0].Lease, core.Outcome{}), core.ErrStaleLease)
+	_, err = h.eng.CancelWorkflow(h.ctx, core.WorkflowRef{Key: "nope"})
+	require.ErrorIs(t, err, core.ErrNotFound)
+
+	type wfEvent struct {
+		id     string
+		status fsm.WorkflowStatus
+	}
+	var seen []wfEvent
+	for len(seen) < 4 {
+		ev := recv(t, events.C())
+		if ev.TaskID == "" {
+			seen = append(seen, wfEvent{ev.Workflow, ev.WorkflowStatus})
+		}
+	}
+	require.Equal(t, []wfEvent{
+		{res.ID, fsm.WorkflowRunning}, {res.ID, fsm.WorkflowSucceeded},
+		{res2.ID, fsm.WorkflowRunning}, {res2.ID, fsm.WorkflowCancelled},
+	}, seen)
+	require.False(t, events.Lagged())
+}

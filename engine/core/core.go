@@ -55,10 +55,10 @@ type Core struct {
 
 	waiting map[ReqID]*task // result waiters
 
-	workflows  map[string]*workflow // live and retained ended workflows
-	wfKeys     map[string]*workflow // idempotency key -> workflow
-	wfWaiting  map[ReqID]*workflow  // workflow result waiters
-	wfSettle   []*workflow          // workflows whose last live member ended in this step
+	workflows map[string]*workflow // live and retained ended workflows
+	wfKeys    map[string]*workflow // idempotency key -> workflow
+	wfWaiting map[ReqID]*workflow  // workflow result waiters
+	wfSettle  []*workflow          // workflows whose last live member ended in this step
 
 	shutdown bool
 	out      Output

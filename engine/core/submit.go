@@ -605,8 +605,13 @@ func (c *Core) insertMember(tmpl *fsm.Task, deps []*task, w *workflow, parent st
 	c.mutate(fsm.Mutation{Insert: &rec})
 	t := c.track(&rec)
 	c.event(t, "")
-	if doomed != nil {
+	switch {
+	case doomed != nil:
 		c.finish(t, fsm.StatusCancelled, nil, depMessage(doomed))
+	case rec.Deadline != 0 && rec.Deadline <= c.now:
+		// Admitted after waiting for room past its deadline: it ends now,
+		// before any poll can take it.
+		c.expire(t)
 	}
 	return t
 }

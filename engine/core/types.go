@@ -191,10 +191,10 @@ type Cancelled struct {
 
 // ScheduleSpec creates or replaces a recurring schedule.
 type ScheduleSpec struct {
-	Name         string
-	Cron         string
-	TZ           string
-	Task         fsm.Template // what each fire submits; zero fields take the defaults at each fire
+	Name string
+	Cron string
+	TZ   string
+	Task fsm.Template // what each fire submits; zero fields take the defaults at each fire
 	// Workflow and Steps, when Steps is set, are the workflow each fire
 	// submits instead of one task (Task is then zero). Log format 3.
 	Workflow     string

@@ -120,7 +120,7 @@ func (c *Core) ended(t *task) {
 		}
 		dt.waitingOn--
 		switch {
-		case t.status != fsm.StatusSucceeded && dt.depPolicy == fsm.DepSucceeded:
+		case t.status != fsm.StatusSucceeded && dt.depPolicy == fsm.DepSucceeded && !bugDepDone:
 			c.finish(dt, fsm.StatusCancelled, nil, depMessage(t))
 		case dt.waitingOn == 0:
 			c.unblock(dt)
