@@ -31,6 +31,10 @@ type Backend interface {
 	Complete(ctx context.Context, cs []cluster.Completion) []error
 	Cancel(ctx context.Context, ref cluster.TaskRef) (cluster.Cancelled, error)
 	Wait(ctx context.Context, ref cluster.TaskRef) (string, error)
+	CompleteExternal(ctx context.Context, ref cluster.TaskRef, out cluster.Outcome) (string, error)
+	SubmitWorkflow(ctx context.Context, spec cluster.WorkflowSpec) (*cluster.WorkflowSubmitted, error)
+	CancelWorkflow(ctx context.Context, ref cluster.WorkflowRef) (cluster.CancelledWorkflow, error)
+	WaitWorkflow(ctx context.Context, ref cluster.WorkflowRef) (string, error)
 	AddSchedule(ctx context.Context, spec cluster.ScheduleSpec) (fsm.Instant, error)
 	RemoveSchedule(ctx context.Context, name string) (bool, error)
 	PauseSchedule(ctx context.Context, name string, paused bool) (bool, error)

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"sync"
@@ -31,14 +32,63 @@ type fakeBackend struct {
 	state   *fsm.State
 	term    chan struct{}
 
-	submit func(mode cluster.SubmitMode, specs []cluster.Spec) (*cluster.SubmitResult, error)
-	cancel func(ref cluster.TaskRef) (cluster.Cancelled, error)
-	add    func(spec cluster.ScheduleSpec) (fsm.Instant, error)
-	calls  []string
+	submit           func(mode cluster.SubmitMode, specs []cluster.Spec) (*cluster.SubmitResult, error)
+	cancel           func(ref cluster.TaskRef) (cluster.Cancelled, error)
+	add              func(spec cluster.ScheduleSpec) (fsm.Instant, error)
+	completeExternal func(ref cluster.TaskRef, out cluster.Outcome) (string, error)
+	submitWorkflow   func(spec cluster.WorkflowSpec) (*cluster.WorkflowSubmitted, error)
+	cancelWorkflow   func(ref cluster.WorkflowRef) (cluster.CancelledWorkflow, error)
+	// waitWorkflow runs under the call's context (nil: wait for it to end).
+	waitWorkflow func(ctx context.Context, ref cluster.WorkflowRef) (string, error)
+	// poll answers a worker's offer (nil: nothing is ever granted).
+	poll func(ctx context.Context, offer cluster.Offer) ([]cluster.Grant, error)
+	// subscribed receives the event channel of each subscription, for the
+	// test to feed (nil: Subscribe fails).
+	subscribed chan chan<- cluster.Event
+	// completions receives the completions the worker streams report.
+	completions chan []cluster.Completion
+
+	calls []string
+
+	// index is the log index of the last entry applied to state.
+	index uint64
 }
 
 func newFakeBackend() *fakeBackend {
 	return &fakeBackend{leading: true, state: fsm.New(), term: make(chan struct{})}
+}
+
+// apply commits ms to the fake's replica as one batch at leader time at,
+// as raft would.
+func (f *fakeBackend) apply(t *testing.T, at fsm.Instant, ms ...fsm.Mutation) {
+	t.Helper()
+	require.NoError(t, f.applyErr(at, ms...))
+}
+
+// applyErr is apply for the fake's operations, which run on the server's
+// goroutines.
+func (f *fakeBackend) applyErr(at fsm.Instant, ms ...fsm.Mutation) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.index == 0 {
+		bump, err := fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: 1, Leader: "n1", Time: at})
+		if err != nil {
+			return err
+		}
+		f.index++
+		if resp := f.state.Apply(f.index, 1, bump); resp != uint64(1) {
+			return fmt.Errorf("epoch bump: %v", resp)
+		}
+	}
+	data, err := fsm.EncodeCommitBatch(&fsm.CommitBatch{Epoch: 1, Time: at, Mutations: ms})
+	if err != nil {
+		return err
+	}
+	f.index++
+	if resp := f.state.Apply(f.index, 1, data); resp != nil {
+		return fmt.Errorf("batch rejected: %v", resp)
+	}
+	return nil
 }
 
 func (f *fakeBackend) record(call string) {
@@ -75,7 +125,10 @@ func (f *fakeBackend) Submit(_ context.Context, mode cluster.SubmitMode, specs [
 	f.record("submit")
 	return f.submit(mode, specs)
 }
-func (f *fakeBackend) Poll(ctx context.Context, _ cluster.Offer) ([]cluster.Grant, error) {
+func (f *fakeBackend) Poll(ctx context.Context, offer cluster.Offer) ([]cluster.Grant, error) {
+	if f.poll != nil {
+		return f.poll(ctx, offer)
+	}
 	<-ctx.Done()
 	return nil, ctx.Err()
 }
@@ -83,6 +136,9 @@ func (f *fakeBackend) Heartbeat(context.Context, []uint64) ([]error, error) {
 	return nil, errors.New("not used")
 }
 func (f *fakeBackend) Complete(_ context.Context, cs []cluster.Completion) []error {
+	if f.completions != nil {
+		f.completions <- cs
+	}
 	return make([]error, len(cs))
 }
 func (f *fakeBackend) Cancel(_ context.Context, ref cluster.TaskRef) (cluster.Cancelled, error) {
@@ -92,6 +148,25 @@ func (f *fakeBackend) Cancel(_ context.Context, ref cluster.TaskRef) (cluster.Ca
 func (f *fakeBackend) Wait(context.Context, cluster.TaskRef) (string, error) {
 	return "", errors.New("not used")
 }
+func (f *fakeBackend) CompleteExternal(_ context.Context, ref cluster.TaskRef, out cluster.Outcome) (string, error) {
+	f.record("complete-external")
+	return f.completeExternal(ref, out)
+}
+func (f *fakeBackend) SubmitWorkflow(_ context.Context, spec cluster.WorkflowSpec) (*cluster.WorkflowSubmitted, error) {
+	f.record("submit-workflow")
+	return f.submitWorkflow(spec)
+}
+func (f *fakeBackend) CancelWorkflow(_ context.Context, ref cluster.WorkflowRef) (cluster.CancelledWorkflow, error) {
+	f.record("cancel-workflow")
+	return f.cancelWorkflow(ref)
+}
+func (f *fakeBackend) WaitWorkflow(ctx context.Context, ref cluster.WorkflowRef) (string, error) {
+	if f.waitWorkflow != nil {
+		return f.waitWorkflow(ctx, ref)
+	}
+	<-ctx.Done()
+	return "", ctx.Err()
+}
 func (f *fakeBackend) AddSchedule(_ context.Context, spec cluster.ScheduleSpec) (fsm.Instant, error) {
 	f.record("add-schedule")
 	return f.add(spec)
@@ -100,7 +175,21 @@ func (f *fakeBackend) RemoveSchedule(context.Context, string) (bool, error) { re
 func (f *fakeBackend) PauseSchedule(context.Context, string, bool) (bool, error) {
 	return false, nil
 }
-func (f *fakeBackend) Subscribe(int) (cluster.EventStream, error) { return nil, errors.New("not used") }
+func (f *fakeBackend) Subscribe(buffer int) (cluster.EventStream, error) {
+	if f.subscribed == nil {
+		return nil, errors.New("not used")
+	}
+	c := make(chan cluster.Event, buffer)
+	f.subscribed <- c
+	return fakeStream{c}, nil
+}
+
+// fakeStream is a subscription to the fake's events, fed by the test.
+type fakeStream struct{ c chan cluster.Event }
+
+func (s fakeStream) C() <-chan cluster.Event { return s.c }
+func (s fakeStream) Dropped() uint64         { return 0 }
+func (s fakeStream) Close()                  {}
 func (f *fakeBackend) ConsistentRead(context.Context) (fsm.Reader, error) {
 	if _, err := f.Leading(); err != nil {
 		return nil, err
@@ -122,11 +211,22 @@ var _ Backend = (*fakeBackend)(nil)
 // serveFake runs a Server over b on 127.0.0.1 and returns a task client.
 func serveFake(t *testing.T, b *fakeBackend) (cronoqv1connect.TaskServiceClient, cronoqv1connect.ScheduleServiceClient) {
 	t.Helper()
+	hc, base := startFake(t, b, nil)
+	return cronoqv1connect.NewTaskServiceClient(hc, base), cronoqv1connect.NewScheduleServiceClient(hc, base)
+}
+
+// startFake runs a Server over b on 127.0.0.1, adjusted by tweak (when set)
+// before it starts, and returns an h2c client and the server's base URL.
+func startFake(t *testing.T, b *fakeBackend, tweak func(*Server)) (*http.Client, string) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	b.addr = ln.Addr().String()
 	srv, err := New(Config{Backend: b, Listener: ln, HoldTimeout: 100 * time.Millisecond})
 	require.NoError(t, err)
+	if tweak != nil {
+		tweak(srv)
+	}
 	require.NoError(t, srv.Start(context.Background()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -137,8 +237,7 @@ func serveFake(t *testing.T, b *fakeBackend) (cronoqv1connect.TaskServiceClient,
 	p.SetUnencryptedHTTP2(true)
 	hc := &http.Client{Transport: &http.Transport{Protocols: &p}}
 	t.Cleanup(hc.CloseIdleConnections)
-	base := "http://" + b.addr
-	return cronoqv1connect.NewTaskServiceClient(hc, base), cronoqv1connect.NewScheduleServiceClient(hc, base)
+	return hc, "http://" + b.addr
 }
 
 func spec(pool string) *cronoqv1.TaskSpec {

@@ -1,9 +1,11 @@
 package transport
 
 import (
+	"fmt"
 	"math"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -107,16 +109,48 @@ func priorityToProto(p fsm.Priority) cronoqv1.Priority {
 }
 
 func statusFromProto(s cronoqv1.Status) (fsm.Status, error) {
-	st := fsm.Status(s)
-	if s < 0 || !st.Valid() {
+	// The range check comes first: fsm.Status is a byte, which a large
+	// value would wrap into a valid one.
+	if s < 0 || s > math.MaxUint8 || !fsm.Status(s).Valid() {
 		return 0, invalidf("statuses", "unknown status %d", int32(s))
 	}
-	return st, nil
+	return fsm.Status(s), nil
 }
 
 // statusToProto relies on the two enums sharing their numbers (checked by a
 // test).
 func statusToProto(s fsm.Status) cronoqv1.Status { return cronoqv1.Status(s) }
+
+// workflowStatusFromProto reads a workflow status of a list filter.
+func workflowStatusFromProto(s cronoqv1.WorkflowStatus) (fsm.WorkflowStatus, error) {
+	if s < 0 || s > math.MaxUint8 || !fsm.WorkflowStatus(s).Valid() {
+		return 0, invalidf("statuses", "unknown workflow status %d", int32(s))
+	}
+	return fsm.WorkflowStatus(s), nil
+}
+
+// workflowStatusToProto relies on the two enums sharing their numbers
+// (checked by a test).
+func workflowStatusToProto(s fsm.WorkflowStatus) cronoqv1.WorkflowStatus {
+	return cronoqv1.WorkflowStatus(s)
+}
+
+func depPolicyFromProto(p cronoqv1.DependencyPolicy) (fsm.DepPolicy, error) {
+	switch p {
+	case cronoqv1.DependencyPolicy_DEPENDENCY_POLICY_SUCCEEDED:
+		return fsm.DepSucceeded, nil
+	case cronoqv1.DependencyPolicy_DEPENDENCY_POLICY_DONE:
+		return fsm.DepDone, nil
+	}
+	return 0, invalidf("dependency_policy", "unknown dependency policy %d", int32(p))
+}
+
+func depPolicyToProto(p fsm.DepPolicy) cronoqv1.DependencyPolicy {
+	if p == fsm.DepDone {
+		return cronoqv1.DependencyPolicy_DEPENDENCY_POLICY_DONE
+	}
+	return cronoqv1.DependencyPolicy_DEPENDENCY_POLICY_SUCCEEDED
+}
 
 func overlapFromProto(o cronoqv1.Overlap) (fsm.Overlap, error) {
 	switch o {
@@ -173,8 +207,39 @@ func outcomeFromProto(c *cronoqv1.Completion) (cluster.Outcome, error) {
 		return cluster.Outcome{}, invalidf("outcome", "unknown outcome %d", int32(c.GetOutcome()))
 	}
 	var err error
-	out.RetryAfter, err = durationFromProto("retry_after", c.GetRetryAfter())
-	return out, err
+	if out.RetryAfter, err = durationFromProto("retry_after", c.GetRetryAfter()); err != nil {
+		return cluster.Outcome{}, err
+	}
+	// Children and a continuation go to the engine as they are: whether
+	// the outcome may carry them is the core's to decide.
+	if len(c.GetChildren()) > 0 {
+		out.Children = make([]cluster.StepSpec, len(c.GetChildren()))
+		for i, p := range c.GetChildren() {
+			if out.Children[i], err = stepFromProto(p); err != nil {
+				return cluster.Outcome{}, prefixed(fmt.Sprintf("children[%d].", i), err)
+			}
+		}
+	}
+	if p := c.GetThen(); p != nil {
+		then, err := stepFromProto(p)
+		if err != nil {
+			return cluster.Outcome{}, prefixed("then.", err)
+		}
+		out.Then = &then
+	}
+	return out, nil
+}
+
+// externalOutcomeFromProto reads the end of an external task: a success
+// with its output, or a permanent failure with its message.
+func externalOutcomeFromProto(m *cronoqv1.CompleteRequest) (cluster.Outcome, error) {
+	switch m.GetOutcome() {
+	case cronoqv1.OutcomeKind_OUTCOME_SUCCESS:
+		return cluster.Outcome{Kind: cluster.OutcomeSuccess, Output: m.GetOutput()}, nil
+	case cronoqv1.OutcomeKind_OUTCOME_PERMANENT:
+		return cluster.Outcome{Kind: cluster.OutcomePermanent, Message: m.GetMessage()}, nil
+	}
+	return cluster.Outcome{}, invalidf("outcome", "an external task ends with success or a permanent failure, not %s", m.GetOutcome())
 }
 
 // ---------------------------------------------------------------------------
@@ -281,11 +346,103 @@ func specFromProto(p *cronoqv1.TaskSpec) (cluster.Spec, error) {
 	if s.Deadline, err = instantFromProto("deadline", p.GetDeadline()); err != nil {
 		return s, err
 	}
+	if len(p.GetDependsOn()) > 0 {
+		s.DependsOn = make([]cluster.TaskRef, len(p.GetDependsOn()))
+		for i, r := range p.GetDependsOn() {
+			ref := refFromProto(r)
+			switch {
+			case ref.ID != "" && ref.Key != "":
+				return s, invalidf(fmt.Sprintf("depends_on[%d]", i), "give an id or a key, not both")
+			case ref.ID == "" && ref.Key == "":
+				return s, invalidf(fmt.Sprintf("depends_on[%d]", i), "an id or a key is required")
+			}
+			s.DependsOn[i] = ref
+		}
+	}
+	if s.DepPolicy, err = depPolicyFromProto(p.GetDependencyPolicy()); err != nil {
+		return s, err
+	}
+	s.External = p.GetExternal()
 	return s, nil
 }
 
 func refFromProto(r *cronoqv1.TaskRef) cluster.TaskRef {
 	return cluster.TaskRef{ID: r.GetId(), Key: r.GetKey()}
+}
+
+// ---------------------------------------------------------------------------
+// Workflows
+// ---------------------------------------------------------------------------
+
+// stepFromProto converts one step of a workflow submit, or a child or
+// continuation of a completion.
+func stepFromProto(p *cronoqv1.WorkflowStep) (cluster.StepSpec, error) {
+	spec, err := specFromProto(p.GetSpec())
+	if err != nil {
+		return cluster.StepSpec{}, err
+	}
+	return cluster.StepSpec{Spec: spec, Name: p.GetName(), DependsOnSteps: p.GetDependsOn()}, nil
+}
+
+// workflowSpecFromProto converts a workflow to submit; the errors of a
+// step name it as steps[i].
+func workflowSpecFromProto(p *cronoqv1.WorkflowSpec) (cluster.WorkflowSpec, error) {
+	out := cluster.WorkflowSpec{Name: p.GetName(), Key: p.GetKey()}
+	if len(p.GetSteps()) > 0 {
+		out.Steps = make([]cluster.StepSpec, len(p.GetSteps()))
+	}
+	for i, st := range p.GetSteps() {
+		var err error
+		if out.Steps[i], err = stepFromProto(st); err != nil {
+			return out, prefixed(fmt.Sprintf("steps[%d].", i), err)
+		}
+	}
+	return out, nil
+}
+
+func workflowRefFromProto(r *cronoqv1.WorkflowRef) cluster.WorkflowRef {
+	return cluster.WorkflowRef{ID: r.GetId(), Key: r.GetKey()}
+}
+
+// workflowToProto converts a stored workflow, with members when given
+// (Get and Wait answer them, List does not).
+func workflowToProto(w *fsm.Workflow, members []*fsm.Task) *cronoqv1.Workflow {
+	out := &cronoqv1.Workflow{
+		Id:          w.ID,
+		Name:        w.Name,
+		Key:         w.Key,
+		Status:      workflowStatusToProto(w.Status),
+		SubmittedAt: instantToProto(w.SubmittedAt),
+		UpdatedAt:   instantToProto(w.UpdatedAt),
+		FinishedAt:  instantToProto(w.FinishedAt),
+		Schedule:    w.Schedule,
+		Slot:        instantToProto(w.Slot),
+		Parent:      w.Parent,
+	}
+	if len(members) > 0 {
+		out.Tasks = make([]*cronoqv1.Task, len(members))
+		for i, t := range members {
+			out.Tasks[i] = taskToProto(t)
+		}
+	}
+	return out
+}
+
+// dependencyToProto is what dependency t of a granted task ended with,
+// its output left out when omit is set.
+func dependencyToProto(t *fsm.Task, omit bool) *cronoqv1.DependencyResult {
+	out := &cronoqv1.DependencyResult{
+		Id:     t.ID,
+		Step:   t.Step,
+		Status: statusToProto(t.Status),
+		Error:  t.Error,
+	}
+	if omit {
+		out.OutputOmitted = len(t.Output) > 0
+	} else {
+		out.Output = t.Output
+	}
+	return out
 }
 
 func taskToProto(t *fsm.Task) *cronoqv1.Task {
@@ -309,6 +466,13 @@ func taskToProto(t *fsm.Task) *cronoqv1.Task {
 		Deadline:    instantToProto(t.Deadline),
 		Schedule:    t.Schedule,
 		Slot:        instantToProto(t.Slot),
+
+		DependsOn:        t.DependsOn,
+		DependencyPolicy: depPolicyToProto(t.DepPolicy),
+		External:         t.External,
+		Workflow:         t.Workflow,
+		Step:             t.Step,
+		Parent:           t.Parent,
 	}
 }
 
@@ -319,10 +483,20 @@ func taskSize(t *fsm.Task) int { return t.Msgsize() }
 // Schedules and events
 // ---------------------------------------------------------------------------
 
+// scheduleFromProto converts a schedule to add. A schedule that fires a
+// workflow (steps set) leaves its task unset (or sends it empty): that is
+// the zero template, not the conversion of an empty one (whose priority
+// would be normal, so the engine would take it for a task template that
+// is set). A task set next to steps is passed on for the engine to refuse.
 func scheduleFromProto(p *cronoqv1.Schedule) (cluster.ScheduleSpec, error) {
-	tpl, err := templateFromProto(p.GetTask())
-	if err != nil {
-		return cluster.ScheduleSpec{}, prefixed("task.", err)
+	var (
+		tpl fsm.Template
+		err error
+	)
+	if len(p.GetSteps()) == 0 || proto.Size(p.GetTask()) > 0 {
+		if tpl, err = templateFromProto(p.GetTask()); err != nil {
+			return cluster.ScheduleSpec{}, prefixed("task.", err)
+		}
 	}
 	ov, err := overlapFromProto(p.GetOverlap())
 	if err != nil {
@@ -332,25 +506,74 @@ func scheduleFromProto(p *cronoqv1.Schedule) (cluster.ScheduleSpec, error) {
 	if err != nil {
 		return cluster.ScheduleSpec{}, err
 	}
-	return cluster.ScheduleSpec{
+	out := cluster.ScheduleSpec{
 		Name:         p.GetName(),
 		Cron:         p.GetCron(),
 		TZ:           p.GetTz(),
 		Task:         tpl,
+		Workflow:     p.GetWorkflow(),
 		Overlap:      ov,
 		CatchUp:      cu,
 		CatchUpLimit: p.GetCatchUpLimit(),
 		Paused:       p.GetPaused(),
+	}
+	if len(p.GetSteps()) > 0 {
+		out.Steps = make([]fsm.StepTemplate, len(p.GetSteps()))
+		for i, st := range p.GetSteps() {
+			if out.Steps[i], err = stepTemplateFromProto(st); err != nil {
+				return cluster.ScheduleSpec{}, prefixed(fmt.Sprintf("steps[%d].", i), err)
+			}
+		}
+	}
+	return out, nil
+}
+
+// stepTemplateFromProto converts a step of a schedule's workflow. Its spec
+// holds a template, a dependency policy and the external flag: each fire
+// runs its steps at the fire's instant, and they depend on other steps
+// only, so the rest of a spec has no place here and is refused rather
+// than dropped.
+func stepTemplateFromProto(p *cronoqv1.WorkflowStep) (fsm.StepTemplate, error) {
+	sp := p.GetSpec()
+	notHere := func(field string) (fsm.StepTemplate, error) {
+		return fsm.StepTemplate{}, invalidf(field, "a step of a schedule takes a template, a dependency policy and the external flag only")
+	}
+	switch {
+	case sp.GetKey() != "":
+		return notHere("spec.key")
+	case sp.GetRunAt() != nil:
+		return notHere("spec.run_at")
+	case sp.GetDelay() != nil:
+		return notHere("spec.delay")
+	case sp.GetDeadline() != nil:
+		return notHere("spec.deadline")
+	case len(sp.GetDependsOn()) > 0:
+		return notHere("spec.depends_on")
+	}
+	tpl, err := templateFromProto(sp.GetTemplate())
+	if err != nil {
+		return fsm.StepTemplate{}, err
+	}
+	pol, err := depPolicyFromProto(sp.GetDependencyPolicy())
+	if err != nil {
+		return fsm.StepTemplate{}, err
+	}
+	return fsm.StepTemplate{
+		Name:      p.GetName(),
+		Template:  tpl,
+		DependsOn: p.GetDependsOn(),
+		DepPolicy: pol,
+		External:  sp.GetExternal(),
 	}, nil
 }
 
 // scheduleToProto converts a stored schedule with its next fire.
 func scheduleToProto(s *fsm.Schedule) *cronoqv1.Schedule {
-	return &cronoqv1.Schedule{
+	out := &cronoqv1.Schedule{
 		Name:         s.Name,
 		Cron:         s.Cron,
 		Tz:           s.TZ,
-		Task:         templateToProto(&s.Template),
+		Workflow:     s.Workflow,
 		Overlap:      overlapToProto(s.Overlap),
 		CatchUp:      catchUpToProto(s.CatchUp),
 		CatchUpLimit: s.CatchUpLimit,
@@ -361,6 +584,25 @@ func scheduleToProto(s *fsm.Schedule) *cronoqv1.Schedule {
 		Skipped:      s.Skipped,
 		LastTask:     s.LastTask,
 	}
+	if len(s.Steps) == 0 {
+		out.Task = templateToProto(&s.Template)
+		return out
+	}
+	// A schedule that fires a workflow has no task template.
+	out.Steps = make([]*cronoqv1.WorkflowStep, len(s.Steps))
+	for i := range s.Steps {
+		st := &s.Steps[i]
+		out.Steps[i] = &cronoqv1.WorkflowStep{
+			Name: st.Name,
+			Spec: &cronoqv1.TaskSpec{
+				Template:         templateToProto(&st.Template),
+				DependencyPolicy: depPolicyToProto(st.DepPolicy),
+				External:         st.External,
+			},
+			DependsOn: st.DependsOn,
+		}
+	}
+	return out
 }
 
 func eventToProto(ev cluster.Event) *cronoqv1.Event {
@@ -372,5 +614,9 @@ func eventToProto(ev cluster.Event) *cronoqv1.Event {
 		Attempt: ev.Attempt,
 		Message: ev.Message,
 		At:      instantToProto(ev.At),
+
+		Workflow:       ev.Workflow,
+		Step:           ev.Step,
+		WorkflowStatus: workflowStatusToProto(ev.WorkflowStatus),
 	}
 }

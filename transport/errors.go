@@ -44,6 +44,8 @@ func (s *Server) apiError(err error) error {
 		return apierr.NotFound(err.Error())
 	case errors.Is(err, cluster.ErrStaleLease):
 		return apierr.StaleLease(err.Error())
+	case errors.Is(err, cluster.ErrNotWaiting):
+		return apierr.NotWaiting(err.Error())
 	case errors.Is(err, cluster.ErrOutcomeUnknown):
 		return apierr.OutcomeUnknown(err.Error())
 	case errors.Is(err, cluster.ErrShutdown) || s.stopping():

@@ -27,13 +27,14 @@ func TestStatusNumbersMatch(t *testing.T) {
 		require.Equal(t, "STATUS_"+map[fsm.Status]string{
 			fsm.StatusScheduled: "SCHEDULED", fsm.StatusQueued: "QUEUED", fsm.StatusRunning: "RUNNING",
 			fsm.StatusRetrying: "RETRYING", fsm.StatusSucceeded: "SUCCEEDED", fsm.StatusFailed: "FAILED",
-			fsm.StatusCancelled: "CANCELLED", fsm.StatusExpired: "EXPIRED",
+			fsm.StatusCancelled: "CANCELLED", fsm.StatusExpired: "EXPIRED", fsm.StatusBlocked: "BLOCKED",
 		}[st], p.String())
 		back, err := statusFromProto(p)
 		require.NoError(t, err)
 		require.Equal(t, st, back)
 	}
-	for _, bad := range []cronoqv1.Status{cronoqv1.Status_STATUS_UNSPECIFIED, 9, -1} {
+	// 265 would wrap into a valid status of a byte.
+	for _, bad := range []cronoqv1.Status{cronoqv1.Status_STATUS_UNSPECIFIED, 10, -1, 265} {
 		_, err := statusFromProto(bad)
 		var ie *cluster.InvalidError
 		require.ErrorAs(t, err, &ie)
@@ -144,6 +145,8 @@ func TestTaskToProtoKeepsEveryField(t *testing.T) {
 		Key: "k1", RunAt: at, Deadline: at + 5, Schedule: "s", Slot: at + 6, Status: fsm.StatusRunning,
 		Attempt: 2, Lease: 77, Output: []byte("out"), Error: "e",
 		SubmittedAt: at + 1, StartedAt: at + 2, UpdatedAt: at + 3, FinishedAt: at + 4,
+		DependsOn: []string{"d1", "d2"}, DepPolicy: fsm.DepDone, External: true,
+		Workflow: "w1", Step: "build", Parent: "t0",
 	}
 	p := taskToProto(task)
 	back, err := templateFromProto(p.GetTemplate())
@@ -164,7 +167,14 @@ func TestTaskToProtoKeepsEveryField(t *testing.T) {
 	require.Equal(t, []byte("out"), p.GetOutput())
 	require.Equal(t, "e", p.GetError())
 	require.Equal(t, "s", p.GetSchedule())
+	require.Equal(t, []string{"d1", "d2"}, p.GetDependsOn())
+	require.Equal(t, cronoqv1.DependencyPolicy_DEPENDENCY_POLICY_DONE, p.GetDependencyPolicy())
+	require.True(t, p.GetExternal())
+	require.Equal(t, "w1", p.GetWorkflow())
+	require.Equal(t, "build", p.GetStep())
+	require.Equal(t, "t0", p.GetParent())
 	require.Nil(t, taskToProto(&fsm.Task{}).GetRunAt(), "an unset instant is unset on the wire")
+	require.Equal(t, cronoqv1.DependencyPolicy_DEPENDENCY_POLICY_SUCCEEDED, taskToProto(&fsm.Task{}).GetDependencyPolicy())
 }
 
 func want(at fsm.Instant) time.Time { return at.Time() }

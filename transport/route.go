@@ -31,6 +31,7 @@ type forwarder struct {
 // endpoint is the generated clients for one node's API address.
 type endpoint struct {
 	tasks     cronoqv1connect.TaskServiceClient
+	workflows cronoqv1connect.WorkflowServiceClient
 	schedules cronoqv1connect.ScheduleServiceClient
 	operator  cronoqv1connect.OperatorServiceClient
 }
@@ -72,6 +73,7 @@ func (f *forwarder) endpoint(addr string) *endpoint {
 	opts := []connect.ClientOption{connect.WithSendMaxBytes(f.limit)}
 	ep := &endpoint{
 		tasks:     cronoqv1connect.NewTaskServiceClient(f.httpc, base, opts...),
+		workflows: cronoqv1connect.NewWorkflowServiceClient(f.httpc, base, opts...),
 		schedules: cronoqv1connect.NewScheduleServiceClient(f.httpc, base, opts...),
 		operator:  cronoqv1connect.NewOperatorServiceClient(f.httpc, base, opts...),
 	}

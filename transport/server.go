@@ -1,7 +1,8 @@
 // Package transport is the network API of a cronoq node: the ConnectRPC
-// services of the schema in proto/ (tasks, schedules, workers, operators),
-// `GET /v1/health` and `GET /metrics`, on one HTTP address that speaks
-// HTTP/1.1 and unencrypted HTTP/2 (h2c, which the worker stream needs).
+// services of the schema in proto/ (tasks, workflows, schedules, workers,
+// operators), `GET /v1/health` and `GET /metrics`, on one HTTP address that
+// speaks HTTP/1.1 and unencrypted HTTP/2 (h2c, which the worker stream
+// needs).
 //
 // Any node serves any call. Calls that need the leader are served locally
 // when this node is the ready leader and otherwise forwarded, server-side, to
@@ -149,6 +150,9 @@ type Server struct {
 	ln      net.Listener
 	fwd     *forwarder
 	workers *registry
+	// grantDepOutputs is the budget of inline dependency outputs of one
+	// Grants message (grantDependencyOutputs; tests lower it).
+	grantDepOutputs int
 
 	baseCtx    context.Context
 	cancelBase context.CancelFunc
@@ -179,6 +183,8 @@ func New(cfg Config) (*Server, error) {
 		m:       cfg.Metrics,
 		workers: cfg.Hooks.workers,
 		done:    make(chan struct{}),
+
+		grantDepOutputs: grantDependencyOutputs,
 	}
 	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
 	fwd, err := newForwarder(cfg.Addr, cfg.MaxRequestBytes)
@@ -211,6 +217,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(cronoqv1connect.NewTaskServiceHandler(&taskService{s}, common...))
+	mux.Handle(cronoqv1connect.NewWorkflowServiceHandler(&workflowService{s}, common...))
 	mux.Handle(cronoqv1connect.NewScheduleServiceHandler(&scheduleService{s}, common...))
 	mux.Handle(cronoqv1connect.NewWorkerServiceHandler(&workerService{s}, workerOpts...))
 	mux.Handle(cronoqv1connect.NewOperatorServiceHandler(&operatorService{s}, common...))

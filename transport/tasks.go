@@ -236,6 +236,35 @@ func (t *taskService) Cancel(ctx context.Context, req *connect.Request[cronoqv1.
 	})
 }
 
+// Complete ends an external task that waits for its completion: a success
+// with its output, or a permanent failure with its message. It answers
+// with the task as stored once its end is durable.
+func (t *taskService) Complete(ctx context.Context, req *connect.Request[cronoqv1.CompleteRequest]) (*connect.Response[cronoqv1.CompleteResponse], error) {
+	s := t.s
+	ref := refFromProto(req.Msg.GetRef())
+	out, err := externalOutcomeFromProto(req.Msg)
+	if err != nil {
+		return nil, s.apiError(err)
+	}
+	return route(ctx, s, writeCall, req, func(ctx context.Context) (*cronoqv1.CompleteResponse, error) {
+		id, err := s.node.CompleteExternal(ctx, ref, out)
+		if err != nil {
+			return nil, err
+		}
+		// The call returned once the end was applied on this node (the
+		// leader): its own replica has it. A consistent read could fail
+		// now that the end is done, and the call would be routed again.
+		r, _ := s.node.StaleRead()
+		task, err := lookup(r, cluster.TaskRef{ID: id})
+		if err != nil {
+			return nil, fmt.Errorf("reading task %s after its completion: %w", id, err)
+		}
+		return &cronoqv1.CompleteResponse{Task: taskToProto(task)}, nil
+	}, func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.CompleteRequest]) (*connect.Response[cronoqv1.CompleteResponse], error) {
+		return ep.tasks.Complete
+	})
+}
+
 // listQuery reads a list request.
 func listQuery(m *cronoqv1.ListRequest) (fsm.ListQuery, error) {
 	q := fsm.ListQuery{Pools: m.GetPools(), After: m.GetAfter(), Limit: int(m.GetLimit())}
@@ -310,7 +339,9 @@ const eventsBuffer = 1024
 
 // Events streams the status events of the leader's engine (leader only: a
 // follower answers not_leader with the leader's address). A marker event
-// with lagged set tells the subscriber it missed events.
+// with lagged set tells the subscriber it missed events. A subscriber that
+// names pools gets the task events of those pools only; the events of
+// workflows (which have no pool) go to the subscribers that name none.
 func (t *taskService) Events(ctx context.Context, req *connect.Request[cronoqv1.EventsRequest], stream *connect.ServerStream[cronoqv1.Event]) error {
 	s := t.s
 	if err := s.awaitLeader(ctx); err != nil {
@@ -346,7 +377,7 @@ func (t *taskService) Events(ctx context.Context, req *connect.Request[cronoqv1.
 					return nil
 				}
 			}
-			if len(pools) > 0 && !pools[ev.Pool] {
+			if !wanted(pools, ev) {
 				continue
 			}
 			if err := stream.Send(eventToProto(ev)); err != nil {
@@ -359,4 +390,12 @@ func (t *taskService) Events(ctx context.Context, req *connect.Request[cronoqv1.
 			return nil
 		}
 	}
+}
+
+// wanted reports whether a subscriber to pools (none: every pool) gets ev.
+func wanted(pools map[string]bool, ev cluster.Event) bool {
+	if len(pools) == 0 {
+		return true
+	}
+	return ev.TaskID != "" && pools[ev.Pool]
 }

@@ -553,6 +553,189 @@ func TestCluster(t *testing.T) {
 		require.ErrorIs(t, err, client.ErrNotFound)
 	})
 
+	t.Run("workflows", func(t *testing.T) {
+		ctx := ctxT(t, 60*time.Second)
+		wf1 := workflowClient(t, f1)
+		wf2 := workflowClient(t, f2)
+		w := connectRaw(ctx, t, leader, "wf-raw", "wf")
+		step := func(name string, deps ...string) *cronoqv1.WorkflowStep {
+			return &cronoqv1.WorkflowStep{Name: name, Spec: &cronoqv1.TaskSpec{Template: &cronoqv1.TaskTemplate{Pool: "wf", Kind: name}}, DependsOn: deps}
+		}
+		done := func(g *cronoqv1.Grant, children []*cronoqv1.WorkflowStep, then *cronoqv1.WorkflowStep) {
+			t.Helper()
+			res := w.complete(&cronoqv1.Completion{Lease: g.GetLease(), Output: []byte("out-" + g.GetTask().GetStep()), Children: children, Then: then})
+			require.Empty(t, res[0].GetCode(), res[0].GetError())
+		}
+
+		// A diamond, submitted through a follower.
+		sub, err := wf1.Submit(ctx, connect.NewRequest(&cronoqv1.SubmitWorkflowRequest{Spec: &cronoqv1.WorkflowSpec{
+			Name: "diamond", Key: "diamond-1",
+			Steps: []*cronoqv1.WorkflowStep{step("a"), step("b", "a"), step("c", "a"), step("d", "b", "c")},
+		}}))
+		require.NoError(t, err)
+		wfID := sub.Msg.GetId()
+		require.NotEmpty(t, wfID)
+		ids := map[string]string{}
+		for _, st := range sub.Msg.GetTasks() {
+			ids[st.GetStep()] = st.GetId()
+		}
+		require.Len(t, ids, 4)
+		again, err := wf2.Submit(ctx, connect.NewRequest(&cronoqv1.SubmitWorkflowRequest{Spec: &cronoqv1.WorkflowSpec{
+			Name: "diamond", Key: "diamond-1", Steps: []*cronoqv1.WorkflowStep{step("a")},
+		}}))
+		require.NoError(t, err)
+		require.True(t, again.Msg.GetDuplicate())
+		require.Equal(t, wfID, again.Msg.GetId())
+
+		// b and c wait for a; d for both.
+		get, err := wf2.Get(ctx, connect.NewRequest(&cronoqv1.GetWorkflowRequest{Ref: &cronoqv1.WorkflowRef{Id: wfID}}))
+		require.NoError(t, err)
+		require.Equal(t, cronoqv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING, get.Msg.GetWorkflow().GetStatus())
+		for _, m := range get.Msg.GetWorkflow().GetTasks() {
+			want := cronoqv1.Status_STATUS_BLOCKED
+			if m.GetStep() == "a" {
+				want = cronoqv1.Status_STATUS_QUEUED
+			}
+			require.Equal(t, want, m.GetStatus(), m.GetStep())
+			require.Equal(t, wfID, m.GetWorkflow())
+		}
+
+		g := w.grants(1)[0]
+		require.Equal(t, ids["a"], g.GetTask().GetId())
+		require.Empty(t, g.GetDependencies())
+		done(g, nil, nil)
+		bc := w.grants(2)
+		got := []string{bc[0].GetTask().GetStep(), bc[1].GetTask().GetStep()}
+		require.ElementsMatch(t, []string{"b", "c"}, got)
+		for _, g := range bc {
+			deps := g.GetDependencies()
+			require.Len(t, deps, 1)
+			require.Equal(t, ids["a"], deps[0].GetId())
+			require.Equal(t, "out-a", string(deps[0].GetOutput()))
+			done(g, nil, nil)
+		}
+
+		// The continuation sees both ends, in its dependency order, and
+		// fans out: two children and a continuation of its own.
+		g = w.grants(1)[0]
+		require.Equal(t, ids["d"], g.GetTask().GetId())
+		deps := g.GetDependencies()
+		require.Len(t, deps, 2)
+		for i, name := range []string{"b", "c"} {
+			require.Equal(t, ids[name], deps[i].GetId())
+			require.Equal(t, name, deps[i].GetStep())
+			require.Equal(t, cronoqv1.Status_STATUS_SUCCEEDED, deps[i].GetStatus())
+			require.Equal(t, "out-"+name, string(deps[i].GetOutput()))
+			require.False(t, deps[i].GetOutputOmitted())
+		}
+		done(g, []*cronoqv1.WorkflowStep{step("x1"), step("x2", "x1")}, step("sum"))
+		for _, name := range []string{"x1", "x2"} {
+			g = w.grants(1)[0]
+			require.Equal(t, name, g.GetTask().GetStep())
+			require.Equal(t, ids["d"], g.GetTask().GetParent())
+			require.Equal(t, wfID, g.GetTask().GetWorkflow())
+			done(g, nil, nil)
+		}
+		g = w.grants(1)[0]
+		require.Equal(t, "sum", g.GetTask().GetStep())
+		var depSteps []string
+		for _, d := range g.GetDependencies() {
+			depSteps = append(depSteps, d.GetStep())
+		}
+		require.Equal(t, []string{"x1", "x2"}, depSteps)
+		done(g, nil, nil)
+
+		// Waiting through a follower: ended, with its seven members.
+		wait, err := wf2.Wait(ctx, connect.NewRequest(&cronoqv1.WaitWorkflowRequest{Ref: &cronoqv1.WorkflowRef{Key: "diamond-1"}}))
+		require.NoError(t, err)
+		ended := wait.Msg.GetWorkflow()
+		require.Equal(t, cronoqv1.WorkflowStatus_WORKFLOW_STATUS_SUCCEEDED, ended.GetStatus())
+		require.NotNil(t, ended.GetFinishedAt())
+		require.Len(t, ended.GetTasks(), 7)
+		for _, m := range ended.GetTasks() {
+			require.Equal(t, cronoqv1.Status_STATUS_SUCCEEDED, m.GetStatus(), m.GetStep())
+		}
+
+		// A consistent read through a follower is the leader's; a stale one
+		// the follower's own, once it caught up.
+		get, err = wf2.Get(ctx, connect.NewRequest(&cronoqv1.GetWorkflowRequest{Ref: &cronoqv1.WorkflowRef{Id: wfID}}))
+		require.NoError(t, err)
+		require.Equal(t, cronoqv1.WorkflowStatus_WORKFLOW_STATUS_SUCCEEDED, get.Msg.GetWorkflow().GetStatus())
+		require.Equal(t, leader.ID, get.Msg.GetMeta().GetNode())
+		require.Equal(t, leader.Addr(), get.Header().Get(apierr.HeaderLeaderAddr))
+		require.Eventually(t, func() bool {
+			stale, err := wf2.Get(ctx, connect.NewRequest(&cronoqv1.GetWorkflowRequest{Ref: &cronoqv1.WorkflowRef{Id: wfID}, Stale: true}))
+			return err == nil && stale.Msg.GetMeta().GetStale() && stale.Msg.GetMeta().GetNode() == f2.ID &&
+				stale.Msg.GetWorkflow().GetStatus() == cronoqv1.WorkflowStatus_WORKFLOW_STATUS_SUCCEEDED &&
+				len(stale.Msg.GetWorkflow().GetTasks()) == 7
+		}, 10*time.Second, 10*time.Millisecond)
+
+		// An external step: not dispatched, ended by the API; its dependent
+		// then runs and sees its output.
+		sub, err = wf1.Submit(ctx, connect.NewRequest(&cronoqv1.SubmitWorkflowRequest{Spec: &cronoqv1.WorkflowSpec{
+			Name: "approval", Steps: []*cronoqv1.WorkflowStep{
+				{Name: "gate", Spec: &cronoqv1.TaskSpec{Template: &cronoqv1.TaskTemplate{Pool: "wf", Kind: "gate"}, External: true}},
+				step("ship", "gate"),
+			},
+		}}))
+		require.NoError(t, err)
+		gate, ship := sub.Msg.GetTasks()[0].GetId(), sub.Msg.GetTasks()[1].GetId()
+		tc := taskClient(t, f1)
+		_, err = tc.Complete(ctx, connect.NewRequest(&cronoqv1.CompleteRequest{Ref: &cronoqv1.TaskRef{Id: ship}}))
+		require.Equal(t, apierr.KindNotWaiting, apierr.Kind(err), "blocked: %v", err)
+		completed, err := tc.Complete(ctx, connect.NewRequest(&cronoqv1.CompleteRequest{
+			Ref: &cronoqv1.TaskRef{Id: gate}, Outcome: cronoqv1.OutcomeKind_OUTCOME_SUCCESS, Output: []byte("approved"),
+		}))
+		require.NoError(t, err)
+		require.Equal(t, cronoqv1.Status_STATUS_SUCCEEDED, completed.Msg.GetTask().GetStatus())
+		require.Equal(t, "approved", string(completed.Msg.GetTask().GetOutput()))
+		require.True(t, completed.Msg.GetTask().GetExternal())
+		_, err = tc.Complete(ctx, connect.NewRequest(&cronoqv1.CompleteRequest{Ref: &cronoqv1.TaskRef{Id: gate}}))
+		require.Equal(t, apierr.KindNotWaiting, apierr.Kind(err), "ended: %v", err)
+		require.Equal(t, connect.CodeFailedPrecondition, connect.CodeOf(err))
+		g = w.grants(1)[0]
+		require.Equal(t, ship, g.GetTask().GetId())
+		require.Equal(t, "approved", string(g.GetDependencies()[0].GetOutput()))
+		done(g, nil, nil)
+
+		// Cancelling a workflow as a whole, through a follower.
+		sub, err = wf1.Submit(ctx, connect.NewRequest(&cronoqv1.SubmitWorkflowRequest{Spec: &cronoqv1.WorkflowSpec{
+			Name: "doomed", Steps: []*cronoqv1.WorkflowStep{
+				{Name: "x", Spec: &cronoqv1.TaskSpec{Template: &cronoqv1.TaskTemplate{Pool: "wf-idle", Kind: "k"}}},
+				{Name: "y", Spec: &cronoqv1.TaskSpec{Template: &cronoqv1.TaskTemplate{Pool: "wf-idle", Kind: "k"}}, DependsOn: []string{"x"}},
+			},
+		}}))
+		require.NoError(t, err)
+		doomed := sub.Msg.GetId()
+		cancelled, err := wf2.Cancel(ctx, connect.NewRequest(&cronoqv1.CancelWorkflowRequest{Ref: &cronoqv1.WorkflowRef{Id: doomed}}))
+		require.NoError(t, err)
+		require.Equal(t, int32(2), cancelled.Msg.GetCancelled())
+		get, err = wf1.Get(ctx, connect.NewRequest(&cronoqv1.GetWorkflowRequest{Ref: &cronoqv1.WorkflowRef{Id: doomed}}))
+		require.NoError(t, err)
+		require.Equal(t, cronoqv1.WorkflowStatus_WORKFLOW_STATUS_CANCELLED, get.Msg.GetWorkflow().GetStatus())
+		for _, m := range get.Msg.GetWorkflow().GetTasks() {
+			require.Equal(t, cronoqv1.Status_STATUS_CANCELLED, m.GetStatus())
+			require.Equal(t, "workflow cancelled", m.GetError())
+		}
+
+		// Listed by status, without members.
+		list, err := wf2.List(ctx, connect.NewRequest(&cronoqv1.ListWorkflowsRequest{
+			Statuses: []cronoqv1.WorkflowStatus{cronoqv1.WorkflowStatus_WORKFLOW_STATUS_CANCELLED},
+		}))
+		require.NoError(t, err)
+		require.Len(t, list.Msg.GetWorkflows(), 1)
+		require.Equal(t, doomed, list.Msg.GetWorkflows()[0].GetId())
+		require.Empty(t, list.Msg.GetWorkflows()[0].GetTasks())
+		list, err = wf2.List(ctx, connect.NewRequest(&cronoqv1.ListWorkflowsRequest{Limit: 2}))
+		require.NoError(t, err)
+		require.Len(t, list.Msg.GetWorkflows(), 2)
+		require.Equal(t, list.Msg.GetWorkflows()[1].GetId(), list.Msg.GetNext())
+
+		require.NoError(t, w.stream.CloseRequest())
+		_, err = w.stream.Receive()
+		require.ErrorIs(t, err, io.EOF)
+	})
+
 	t.Run("health and metrics over HTTP", func(t *testing.T) {
 		for _, n := range []*testNode{leader, f1, f2} {
 			code, body := httpGet(t, n, "/v1/health")
@@ -592,6 +775,67 @@ func TestCluster(t *testing.T) {
 		require.Contains(t, body, `cronoq_rpc_forwarded_total{procedure="/cronoq.v1.TaskService/Submit"}`)
 		require.Contains(t, body, `cronoq_tasks{pool="p",status="succeeded"}`)
 	})
+}
+
+func workflowClient(t *testing.T, n *testNode) cronoqv1connect.WorkflowServiceClient {
+	return cronoqv1connect.NewWorkflowServiceClient(h2c(t), "http://"+n.Addr())
+}
+
+// rawWorker is a worker stream driven by hand: each call sends one message
+// and reads what answers it.
+type rawWorker struct {
+	t      *testing.T
+	stream *connect.BidiStreamForClient[cronoqv1.WorkerMessage, cronoqv1.ServerMessage]
+}
+
+// connectRaw opens a worker stream on n (the leader) for pool, closed when
+// the test ends.
+func connectRaw(ctx context.Context, t *testing.T, n *testNode, worker, pool string) *rawWorker {
+	t.Helper()
+	stream := cronoqv1connect.NewWorkerServiceClient(h2c(t), "http://"+n.Addr()).Connect(ctx)
+	t.Cleanup(func() {
+		_ = stream.CloseRequest()
+		_ = stream.CloseResponse()
+	})
+	w := &rawWorker{t: t, stream: stream}
+	w.send(&cronoqv1.WorkerMessage{Msg: &cronoqv1.WorkerMessage_Hello{Hello: &cronoqv1.Hello{Worker: worker, Pool: pool}}})
+	require.NotNil(t, w.next().GetWelcome())
+	return w
+}
+
+func (w *rawWorker) send(m *cronoqv1.WorkerMessage) {
+	w.t.Helper()
+	require.NoError(w.t, w.stream.Send(m))
+}
+
+func (w *rawWorker) next() *cronoqv1.ServerMessage {
+	w.t.Helper()
+	msg, err := w.stream.Receive()
+	require.NoError(w.t, err)
+	return msg
+}
+
+// grants offers n slots and returns the n grants that fill them.
+func (w *rawWorker) grants(n int) []*cronoqv1.Grant {
+	w.t.Helper()
+	w.send(&cronoqv1.WorkerMessage{Msg: &cronoqv1.WorkerMessage_Poll{Poll: &cronoqv1.Poll{Slots: int32(n)}}})
+	var out []*cronoqv1.Grant
+	for len(out) < n {
+		msg := w.next()
+		require.NotNil(w.t, msg.GetGrants(), "want grants, got %v", msg)
+		out = append(out, msg.GetGrants().GetGrants()...)
+	}
+	require.Len(w.t, out, n)
+	return out
+}
+
+// complete reports completions and returns their results.
+func (w *rawWorker) complete(cs ...*cronoqv1.Completion) []*cronoqv1.LeaseResult {
+	w.t.Helper()
+	w.send(&cronoqv1.WorkerMessage{Msg: &cronoqv1.WorkerMessage_Complete{Complete: &cronoqv1.Complete{Completions: cs}}})
+	msg := w.next()
+	require.NotNil(w.t, msg.GetCompleteAck(), "want a completion ack, got %v", msg)
+	return msg.GetCompleteAck().GetResults()
 }
 
 func containsAll(have []string, want ...string) bool {

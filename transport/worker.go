@@ -21,6 +21,13 @@ const (
 	// maxOutbox bounds the messages waiting to be sent on one stream; a
 	// worker that stops reading has its stream ended.
 	maxOutbox = 1 << 16
+	// grantDependencyOutputs bounds the outputs of dependencies that one
+	// Grants message carries, for all its grants together (their total, in
+	// bytes, 4 MiB): a task may depend on many others, each with an output
+	// up to the engine's limit. Taken in grant order and each task's
+	// dependency order, an output that does not fit in what is left is left
+	// out and marked so; the worker reads it with TaskService.Get.
+	grantDependencyOutputs = 4 << 20
 )
 
 var (
@@ -298,16 +305,45 @@ func (ws *workerStream) poll() {
 		}
 		state, _ := ws.s.node.StaleRead()
 		out := &cronoqv1.Grants{Grants: make([]*cronoqv1.Grant, len(grants))}
+		budget := ws.s.grantDepOutputs
 		for i, g := range grants {
-			task := &cronoqv1.Task{Id: g.ID}
-			// The grant is durable, so applied here (the leader) already.
+			grant := &cronoqv1.Grant{Task: &cronoqv1.Task{Id: g.ID}, Lease: g.Lease, Attempt: g.Attempt}
+			// The grant is durable, so applied here (the leader) already,
+			// and so are the ends of the task's dependencies before it.
 			if t, ok := state.Get(g.ID); ok {
-				task = taskToProto(t)
+				grant.Task = taskToProto(t)
+				grant.Dependencies = dependencies(state, t.DependsOn, &budget)
 			}
-			out.Grants[i] = &cronoqv1.Grant{Task: task, Lease: g.Lease, Attempt: g.Attempt}
+			out.Grants[i] = grant
 		}
 		ws.emit(&cronoqv1.ServerMessage{Msg: &cronoqv1.ServerMessage_Grants{Grants: out}})
 	}
+}
+
+// dependencies is what the dependencies ids of a granted task ended with,
+// in their order, read from state: each output inline when it fits in what
+// is left of *budget bytes (which it then spends), else left out and marked
+// so. A dependency that no longer exists (purges wait for the dependents
+// that have not ended, so it should not happen) is reported without a
+// status.
+func dependencies(state fsm.Reader, ids []string, budget *int) []*cronoqv1.DependencyResult {
+	if len(ids) == 0 {
+		return nil
+	}
+	out := make([]*cronoqv1.DependencyResult, len(ids))
+	for i, id := range ids {
+		d, ok := state.Get(id)
+		if !ok {
+			out[i] = &cronoqv1.DependencyResult{Id: id, Error: fmt.Sprintf("dependency %s no longer exists (purged)", id)}
+			continue
+		}
+		fits := len(d.Output) <= *budget
+		if fits {
+			*budget -= len(d.Output)
+		}
+		out[i] = dependencyToProto(d, !fits)
+	}
+	return out
 }
 
 func (ws *workerStream) heartbeat(leases []uint64) {

@@ -51,6 +51,9 @@ const (
 	// KindUpgradeRequired: the call needs a log format some server of the
 	// cluster does not understand yet; upgrading every server lifts it.
 	KindUpgradeRequired = "upgrade_required"
+	// KindNotWaiting: the task is not an external task waiting for its
+	// completion (not external, blocked, or ended).
+	KindNotWaiting = "not_waiting"
 )
 
 // Code is the connect code that goes with a kind. Unknown kinds map to
@@ -65,7 +68,7 @@ func Code(kind string) connect.Code {
 		return connect.CodeInvalidArgument
 	case KindNotFound:
 		return connect.CodeNotFound
-	case KindStaleLease, KindUpgradeRequired:
+	case KindStaleLease, KindUpgradeRequired, KindNotWaiting:
 		return connect.CodeFailedPrecondition
 	default:
 		return connect.CodeUnknown
@@ -118,6 +121,10 @@ func StaleLease(msg string) *connect.Error { return New(KindStaleLease, msg) }
 // UpgradeRequired says the call needs a newer log format than some server
 // of the cluster understands.
 func UpgradeRequired(msg string) *connect.Error { return New(KindUpgradeRequired, msg) }
+
+// NotWaiting says the task is not an external task waiting for its
+// completion.
+func NotWaiting(msg string) *connect.Error { return New(KindNotWaiting, msg) }
 
 // OutcomeUnknown says the request may or may not have taken effect (for
 // instance leadership was lost while its entry was in flight); retrying with

@@ -88,6 +88,8 @@ const (
 	Status_STATUS_FAILED      Status = 6
 	Status_STATUS_CANCELLED   Status = 7
 	Status_STATUS_EXPIRED     Status = 8
+	// Waiting for its dependencies to end.
+	Status_STATUS_BLOCKED Status = 9
 )
 
 // Enum value maps for Status.
@@ -102,6 +104,7 @@ var (
 		6: "STATUS_FAILED",
 		7: "STATUS_CANCELLED",
 		8: "STATUS_EXPIRED",
+		9: "STATUS_BLOCKED",
 	}
 	Status_value = map[string]int32{
 		"STATUS_UNSPECIFIED": 0,
@@ -113,6 +116,7 @@ var (
 		"STATUS_FAILED":      6,
 		"STATUS_CANCELLED":   7,
 		"STATUS_EXPIRED":     8,
+		"STATUS_BLOCKED":     9,
 	}
 )
 
@@ -141,6 +145,114 @@ func (x Status) Number() protoreflect.EnumNumber {
 // Deprecated: Use Status.Descriptor instead.
 func (Status) EnumDescriptor() ([]byte, []int) {
 	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{1}
+}
+
+// When a task with dependencies may run.
+type DependencyPolicy int32
+
+const (
+	// Once every dependency succeeded; a dependency that ends otherwise ends
+	// it cancelled, without running.
+	DependencyPolicy_DEPENDENCY_POLICY_SUCCEEDED DependencyPolicy = 0
+	// Once every dependency ended, whatever its status.
+	DependencyPolicy_DEPENDENCY_POLICY_DONE DependencyPolicy = 1
+)
+
+// Enum value maps for DependencyPolicy.
+var (
+	DependencyPolicy_name = map[int32]string{
+		0: "DEPENDENCY_POLICY_SUCCEEDED",
+		1: "DEPENDENCY_POLICY_DONE",
+	}
+	DependencyPolicy_value = map[string]int32{
+		"DEPENDENCY_POLICY_SUCCEEDED": 0,
+		"DEPENDENCY_POLICY_DONE":      1,
+	}
+)
+
+func (x DependencyPolicy) Enum() *DependencyPolicy {
+	p := new(DependencyPolicy)
+	*p = x
+	return p
+}
+
+func (x DependencyPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DependencyPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_cronoq_v1_cronoq_proto_enumTypes[2].Descriptor()
+}
+
+func (DependencyPolicy) Type() protoreflect.EnumType {
+	return &file_cronoq_v1_cronoq_proto_enumTypes[2]
+}
+
+func (x DependencyPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DependencyPolicy.Descriptor instead.
+func (DependencyPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{2}
+}
+
+type WorkflowStatus int32
+
+const (
+	WorkflowStatus_WORKFLOW_STATUS_UNSPECIFIED WorkflowStatus = 0
+	WorkflowStatus_WORKFLOW_STATUS_RUNNING     WorkflowStatus = 1
+	// Every member succeeded.
+	WorkflowStatus_WORKFLOW_STATUS_SUCCEEDED WorkflowStatus = 2
+	// A member failed or expired, and nothing more can run.
+	WorkflowStatus_WORKFLOW_STATUS_FAILED WorkflowStatus = 3
+	// Cancelled as a whole, or a member cancelled and none failed.
+	WorkflowStatus_WORKFLOW_STATUS_CANCELLED WorkflowStatus = 4
+)
+
+// Enum value maps for WorkflowStatus.
+var (
+	WorkflowStatus_name = map[int32]string{
+		0: "WORKFLOW_STATUS_UNSPECIFIED",
+		1: "WORKFLOW_STATUS_RUNNING",
+		2: "WORKFLOW_STATUS_SUCCEEDED",
+		3: "WORKFLOW_STATUS_FAILED",
+		4: "WORKFLOW_STATUS_CANCELLED",
+	}
+	WorkflowStatus_value = map[string]int32{
+		"WORKFLOW_STATUS_UNSPECIFIED": 0,
+		"WORKFLOW_STATUS_RUNNING":     1,
+		"WORKFLOW_STATUS_SUCCEEDED":   2,
+		"WORKFLOW_STATUS_FAILED":      3,
+		"WORKFLOW_STATUS_CANCELLED":   4,
+	}
+)
+
+func (x WorkflowStatus) Enum() *WorkflowStatus {
+	p := new(WorkflowStatus)
+	*p = x
+	return p
+}
+
+func (x WorkflowStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WorkflowStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_cronoq_v1_cronoq_proto_enumTypes[3].Descriptor()
+}
+
+func (WorkflowStatus) Type() protoreflect.EnumType {
+	return &file_cronoq_v1_cronoq_proto_enumTypes[3]
+}
+
+func (x WorkflowStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WorkflowStatus.Descriptor instead.
+func (WorkflowStatus) EnumDescriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{3}
 }
 
 type Overlap int32
@@ -173,11 +285,11 @@ func (x Overlap) String() string {
 }
 
 func (Overlap) Descriptor() protoreflect.EnumDescriptor {
-	return file_cronoq_v1_cronoq_proto_enumTypes[2].Descriptor()
+	return file_cronoq_v1_cronoq_proto_enumTypes[4].Descriptor()
 }
 
 func (Overlap) Type() protoreflect.EnumType {
-	return &file_cronoq_v1_cronoq_proto_enumTypes[2]
+	return &file_cronoq_v1_cronoq_proto_enumTypes[4]
 }
 
 func (x Overlap) Number() protoreflect.EnumNumber {
@@ -186,7 +298,7 @@ func (x Overlap) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Overlap.Descriptor instead.
 func (Overlap) EnumDescriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{2}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{4}
 }
 
 type CatchUp int32
@@ -222,11 +334,11 @@ func (x CatchUp) String() string {
 }
 
 func (CatchUp) Descriptor() protoreflect.EnumDescriptor {
-	return file_cronoq_v1_cronoq_proto_enumTypes[3].Descriptor()
+	return file_cronoq_v1_cronoq_proto_enumTypes[5].Descriptor()
 }
 
 func (CatchUp) Type() protoreflect.EnumType {
-	return &file_cronoq_v1_cronoq_proto_enumTypes[3]
+	return &file_cronoq_v1_cronoq_proto_enumTypes[5]
 }
 
 func (x CatchUp) Number() protoreflect.EnumNumber {
@@ -235,7 +347,7 @@ func (x CatchUp) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CatchUp.Descriptor instead.
 func (CatchUp) EnumDescriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{3}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{5}
 }
 
 type OutcomeKind int32
@@ -274,11 +386,11 @@ func (x OutcomeKind) String() string {
 }
 
 func (OutcomeKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_cronoq_v1_cronoq_proto_enumTypes[4].Descriptor()
+	return file_cronoq_v1_cronoq_proto_enumTypes[6].Descriptor()
 }
 
 func (OutcomeKind) Type() protoreflect.EnumType {
-	return &file_cronoq_v1_cronoq_proto_enumTypes[4]
+	return &file_cronoq_v1_cronoq_proto_enumTypes[6]
 }
 
 func (x OutcomeKind) Number() protoreflect.EnumNumber {
@@ -287,7 +399,7 @@ func (x OutcomeKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OutcomeKind.Descriptor instead.
 func (OutcomeKind) EnumDescriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{4}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{6}
 }
 
 type KV struct {
@@ -530,7 +642,14 @@ type TaskSpec struct {
 	RunAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
 	Delay *durationpb.Duration   `protobuf:"bytes,4,opt,name=delay,proto3" json:"delay,omitempty"`
 	// Unset: none.
-	Deadline      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// Tasks it waits for: existing tasks by id or key, or by key specs
+	// earlier in the same atomic batch. It is blocked until they end.
+	DependsOn        []*TaskRef       `protobuf:"bytes,6,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	DependencyPolicy DependencyPolicy `protobuf:"varint,7,opt,name=dependency_policy,json=dependencyPolicy,proto3,enum=cronoq.v1.DependencyPolicy" json:"dependency_policy,omitempty"`
+	// Never dispatched: it waits until TaskService.Complete ends it (or its
+	// deadline passes).
+	External      bool `protobuf:"varint,8,opt,name=external,proto3" json:"external,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -600,6 +719,27 @@ func (x *TaskSpec) GetDeadline() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *TaskSpec) GetDependsOn() []*TaskRef {
+	if x != nil {
+		return x.DependsOn
+	}
+	return nil
+}
+
+func (x *TaskSpec) GetDependencyPolicy() DependencyPolicy {
+	if x != nil {
+		return x.DependencyPolicy
+	}
+	return DependencyPolicy_DEPENDENCY_POLICY_SUCCEEDED
+}
+
+func (x *TaskSpec) GetExternal() bool {
+	if x != nil {
+		return x.External
+	}
+	return false
+}
+
 // A stored task. Its template holds the defaults the cluster resolved.
 type Task struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -620,8 +760,17 @@ type Task struct {
 	UpdatedAt   *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	Deadline    *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	// The recurring schedule and the fire instant that created it, if any.
-	Schedule      string                 `protobuf:"bytes,15,opt,name=schedule,proto3" json:"schedule,omitempty"`
-	Slot          *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=slot,proto3" json:"slot,omitempty"`
+	Schedule string                 `protobuf:"bytes,15,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	Slot     *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=slot,proto3" json:"slot,omitempty"`
+	// Ids of the tasks it waits for (or waited for).
+	DependsOn        []string         `protobuf:"bytes,17,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	DependencyPolicy DependencyPolicy `protobuf:"varint,18,opt,name=dependency_policy,json=dependencyPolicy,proto3,enum=cronoq.v1.DependencyPolicy" json:"dependency_policy,omitempty"`
+	External         bool             `protobuf:"varint,19,opt,name=external,proto3" json:"external,omitempty"`
+	// Its workflow and its name in it, if any.
+	Workflow string `protobuf:"bytes,20,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	Step     string `protobuf:"bytes,21,opt,name=step,proto3" json:"step,omitempty"`
+	// The task whose successful completion spawned it, if any.
+	Parent        string `protobuf:"bytes,22,opt,name=parent,proto3" json:"parent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -766,6 +915,48 @@ func (x *Task) GetSlot() *timestamppb.Timestamp {
 		return x.Slot
 	}
 	return nil
+}
+
+func (x *Task) GetDependsOn() []string {
+	if x != nil {
+		return x.DependsOn
+	}
+	return nil
+}
+
+func (x *Task) GetDependencyPolicy() DependencyPolicy {
+	if x != nil {
+		return x.DependencyPolicy
+	}
+	return DependencyPolicy_DEPENDENCY_POLICY_SUCCEEDED
+}
+
+func (x *Task) GetExternal() bool {
+	if x != nil {
+		return x.External
+	}
+	return false
+}
+
+func (x *Task) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+func (x *Task) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *Task) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
 }
 
 type Submitted struct {
@@ -1575,6 +1766,120 @@ func (x *CancelResponse) GetCancelled() bool {
 	return false
 }
 
+// Ends an external task that waits for its completion: success with an
+// output, or a permanent failure with a message.
+type CompleteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ref           *TaskRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	Outcome       OutcomeKind            `protobuf:"varint,2,opt,name=outcome,proto3,enum=cronoq.v1.OutcomeKind" json:"outcome,omitempty"`
+	Output        []byte                 `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteRequest) Reset() {
+	*x = CompleteRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteRequest) ProtoMessage() {}
+
+func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
+func (*CompleteRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CompleteRequest) GetRef() *TaskRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *CompleteRequest) GetOutcome() OutcomeKind {
+	if x != nil {
+		return x.Outcome
+	}
+	return OutcomeKind_OUTCOME_SUCCESS
+}
+
+func (x *CompleteRequest) GetOutput() []byte {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *CompleteRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type CompleteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Task          *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteResponse) Reset() {
+	*x = CompleteResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteResponse) ProtoMessage() {}
+
+func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
+func (*CompleteResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *CompleteResponse) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
 type ListRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pools         []string               `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
@@ -1588,7 +1893,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[21]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1600,7 +1905,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[21]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1613,7 +1918,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{21}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListRequest) GetPools() []string {
@@ -1662,7 +1967,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[22]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1979,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[22]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1992,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{22}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListResponse) GetTasks() []*Task {
@@ -1720,7 +2025,7 @@ type CountsRequest struct {
 
 func (x *CountsRequest) Reset() {
 	*x = CountsRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[23]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +2037,7 @@ func (x *CountsRequest) String() string {
 func (*CountsRequest) ProtoMessage() {}
 
 func (x *CountsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[23]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +2050,7 @@ func (x *CountsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountsRequest.ProtoReflect.Descriptor instead.
 func (*CountsRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{23}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CountsRequest) GetStale() bool {
@@ -1765,7 +2070,7 @@ type PoolCounts struct {
 
 func (x *PoolCounts) Reset() {
 	*x = PoolCounts{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[24]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +2082,7 @@ func (x *PoolCounts) String() string {
 func (*PoolCounts) ProtoMessage() {}
 
 func (x *PoolCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[24]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +2095,7 @@ func (x *PoolCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolCounts.ProtoReflect.Descriptor instead.
 func (*PoolCounts) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{24}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PoolCounts) GetPool() string {
@@ -1817,7 +2122,7 @@ type CountsResponse struct {
 
 func (x *CountsResponse) Reset() {
 	*x = CountsResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[25]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +2134,7 @@ func (x *CountsResponse) String() string {
 func (*CountsResponse) ProtoMessage() {}
 
 func (x *CountsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[25]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +2147,7 @@ func (x *CountsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountsResponse.ProtoReflect.Descriptor instead.
 func (*CountsResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{25}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CountsResponse) GetPools() []*PoolCounts {
@@ -1860,15 +2165,17 @@ func (x *CountsResponse) GetMeta() *ReadMeta {
 }
 
 type EventsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pools         []string               `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Task events of these pools only; empty: every pool, and the workflow
+	// events too.
+	Pools         []string `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[26]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1880,7 +2187,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[26]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1893,7 +2200,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{26}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *EventsRequest) GetPools() []string {
@@ -1903,24 +2210,30 @@ func (x *EventsRequest) GetPools() []string {
 	return nil
 }
 
+// A status transition of a task, or of a workflow (task_id empty,
+// workflow_status set: its start and its end).
 type Event struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	TaskId  string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	Pool    string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	TaskId string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Pool   string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// The task's kind, or the workflow's name.
 	Kind    string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
 	Status  Status                 `protobuf:"varint,4,opt,name=status,proto3,enum=cronoq.v1.Status" json:"status,omitempty"`
 	Attempt uint32                 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	Message string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
 	At      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=at,proto3" json:"at,omitempty"`
 	// Set on a marker sent when this subscriber fell behind and events were dropped.
-	Lagged        bool `protobuf:"varint,8,opt,name=lagged,proto3" json:"lagged,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Lagged         bool           `protobuf:"varint,8,opt,name=lagged,proto3" json:"lagged,omitempty"`
+	Workflow       string         `protobuf:"bytes,9,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	Step           string         `protobuf:"bytes,10,opt,name=step,proto3" json:"step,omitempty"`
+	WorkflowStatus WorkflowStatus `protobuf:"varint,11,opt,name=workflow_status,json=workflowStatus,proto3,enum=cronoq.v1.WorkflowStatus" json:"workflow_status,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[27]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1932,7 +2245,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[27]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1945,7 +2258,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{27}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Event) GetTaskId() string {
@@ -2004,6 +2317,957 @@ func (x *Event) GetLagged() bool {
 	return false
 }
 
+func (x *Event) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+func (x *Event) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *Event) GetWorkflowStatus() WorkflowStatus {
+	if x != nil {
+		return x.WorkflowStatus
+	}
+	return WorkflowStatus_WORKFLOW_STATUS_UNSPECIFIED
+}
+
+// One step of a workflow: a task under a name.
+type WorkflowStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unique in the workflow: letters, digits, '-', '_' and '.'. May be empty
+	// for a spawned child.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The task. It takes no key; its depends_on may name tasks outside the
+	// workflow.
+	Spec *TaskSpec `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	// Names of the steps it depends on: earlier steps (of the same submit or
+	// spawn), or existing steps of the workflow.
+	DependsOn     []string `protobuf:"bytes,3,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkflowStep) Reset() {
+	*x = WorkflowStep{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkflowStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkflowStep) ProtoMessage() {}
+
+func (x *WorkflowStep) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkflowStep.ProtoReflect.Descriptor instead.
+func (*WorkflowStep) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *WorkflowStep) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WorkflowStep) GetSpec() *TaskSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *WorkflowStep) GetDependsOn() []string {
+	if x != nil {
+		return x.DependsOn
+	}
+	return nil
+}
+
+type WorkflowSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Idempotency key: submitting again with it returns the same workflow.
+	Key           string          `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Steps         []*WorkflowStep `protobuf:"bytes,3,rep,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkflowSpec) Reset() {
+	*x = WorkflowSpec{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkflowSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkflowSpec) ProtoMessage() {}
+
+func (x *WorkflowSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkflowSpec.ProtoReflect.Descriptor instead.
+func (*WorkflowSpec) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *WorkflowSpec) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WorkflowSpec) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *WorkflowSpec) GetSteps() []*WorkflowStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+type Workflow struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name        string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Key         string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Status      WorkflowStatus         `protobuf:"varint,4,opt,name=status,proto3,enum=cronoq.v1.WorkflowStatus" json:"status,omitempty"`
+	SubmittedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=submitted_at,json=submittedAt,proto3" json:"submitted_at,omitempty"`
+	UpdatedAt   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	FinishedAt  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// The recurring schedule and fire instant that created it, if any.
+	Schedule string                 `protobuf:"bytes,8,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	Slot     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=slot,proto3" json:"slot,omitempty"`
+	// The task whose spawn created it, if any.
+	Parent string `protobuf:"bytes,10,opt,name=parent,proto3" json:"parent,omitempty"`
+	// Its members in id order, by pages (GetWorkflow and WaitWorkflow only).
+	Tasks         []*Task `protobuf:"bytes,11,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Workflow) Reset() {
+	*x = Workflow{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Workflow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Workflow) ProtoMessage() {}
+
+func (x *Workflow) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Workflow.ProtoReflect.Descriptor instead.
+func (*Workflow) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *Workflow) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Workflow) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Workflow) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Workflow) GetStatus() WorkflowStatus {
+	if x != nil {
+		return x.Status
+	}
+	return WorkflowStatus_WORKFLOW_STATUS_UNSPECIFIED
+}
+
+func (x *Workflow) GetSubmittedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SubmittedAt
+	}
+	return nil
+}
+
+func (x *Workflow) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *Workflow) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *Workflow) GetSchedule() string {
+	if x != nil {
+		return x.Schedule
+	}
+	return ""
+}
+
+func (x *Workflow) GetSlot() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Slot
+	}
+	return nil
+}
+
+func (x *Workflow) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
+}
+
+func (x *Workflow) GetTasks() []*Task {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+type WorkflowRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkflowRef) Reset() {
+	*x = WorkflowRef{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkflowRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkflowRef) ProtoMessage() {}
+
+func (x *WorkflowRef) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkflowRef.ProtoReflect.Descriptor instead.
+func (*WorkflowRef) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *WorkflowRef) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *WorkflowRef) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type StepTask struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Step          string                 `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepTask) Reset() {
+	*x = StepTask{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepTask) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepTask) ProtoMessage() {}
+
+func (x *StepTask) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepTask.ProtoReflect.Descriptor instead.
+func (*StepTask) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *StepTask) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *StepTask) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type SubmitWorkflowRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Spec          *WorkflowSpec          `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmitWorkflowRequest) Reset() {
+	*x = SubmitWorkflowRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitWorkflowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitWorkflowRequest) ProtoMessage() {}
+
+func (x *SubmitWorkflowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitWorkflowRequest.ProtoReflect.Descriptor instead.
+func (*SubmitWorkflowRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *SubmitWorkflowRequest) GetSpec() *WorkflowSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+type SubmitWorkflowResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Duplicate bool                   `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	// One per step, in step order.
+	Tasks         []*StepTask `protobuf:"bytes,3,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmitWorkflowResponse) Reset() {
+	*x = SubmitWorkflowResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitWorkflowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitWorkflowResponse) ProtoMessage() {}
+
+func (x *SubmitWorkflowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitWorkflowResponse.ProtoReflect.Descriptor instead.
+func (*SubmitWorkflowResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *SubmitWorkflowResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SubmitWorkflowResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+func (x *SubmitWorkflowResponse) GetTasks() []*StepTask {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+// The members come by pages: a page ends when it holds tasks_limit
+// members (0: no limit) or when its members get large (32 MiB); the next
+// page starts after tasks_next.
+type GetWorkflowRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ref   *WorkflowRef           `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	Stale bool                   `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
+	// Members whose id is after this one.
+	TasksAfter    string `protobuf:"bytes,3,opt,name=tasks_after,json=tasksAfter,proto3" json:"tasks_after,omitempty"`
+	TasksLimit    int32  `protobuf:"varint,4,opt,name=tasks_limit,json=tasksLimit,proto3" json:"tasks_limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetWorkflowRequest) Reset() {
+	*x = GetWorkflowRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetWorkflowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetWorkflowRequest) ProtoMessage() {}
+
+func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetWorkflowRequest.ProtoReflect.Descriptor instead.
+func (*GetWorkflowRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *GetWorkflowRequest) GetRef() *WorkflowRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *GetWorkflowRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+func (x *GetWorkflowRequest) GetTasksAfter() string {
+	if x != nil {
+		return x.TasksAfter
+	}
+	return ""
+}
+
+func (x *GetWorkflowRequest) GetTasksLimit() int32 {
+	if x != nil {
+		return x.TasksLimit
+	}
+	return 0
+}
+
+type GetWorkflowResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Workflow *Workflow              `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	Meta     *ReadMeta              `protobuf:"bytes,2,opt,name=meta,proto3" json:"meta,omitempty"`
+	// Set when more members follow: pass it as tasks_after.
+	TasksNext     string `protobuf:"bytes,3,opt,name=tasks_next,json=tasksNext,proto3" json:"tasks_next,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetWorkflowResponse) Reset() {
+	*x = GetWorkflowResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetWorkflowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetWorkflowResponse) ProtoMessage() {}
+
+func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetWorkflowResponse.ProtoReflect.Descriptor instead.
+func (*GetWorkflowResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *GetWorkflowResponse) GetWorkflow() *Workflow {
+	if x != nil {
+		return x.Workflow
+	}
+	return nil
+}
+
+func (x *GetWorkflowResponse) GetMeta() *ReadMeta {
+	if x != nil {
+		return x.Meta
+	}
+	return nil
+}
+
+func (x *GetWorkflowResponse) GetTasksNext() string {
+	if x != nil {
+		return x.TasksNext
+	}
+	return ""
+}
+
+type WaitWorkflowRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ref   *WorkflowRef           `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// How long to hold before answering with the workflow as it is; unset:
+	// until the call's deadline.
+	Timeout       *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitWorkflowRequest) Reset() {
+	*x = WaitWorkflowRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitWorkflowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitWorkflowRequest) ProtoMessage() {}
+
+func (x *WaitWorkflowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitWorkflowRequest.ProtoReflect.Descriptor instead.
+func (*WaitWorkflowRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *WaitWorkflowRequest) GetRef() *WorkflowRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *WaitWorkflowRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+type WaitWorkflowResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// With the first page of its members (see GetWorkflowRequest).
+	Workflow      *Workflow `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	TasksNext     string    `protobuf:"bytes,2,opt,name=tasks_next,json=tasksNext,proto3" json:"tasks_next,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitWorkflowResponse) Reset() {
+	*x = WaitWorkflowResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitWorkflowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitWorkflowResponse) ProtoMessage() {}
+
+func (x *WaitWorkflowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitWorkflowResponse.ProtoReflect.Descriptor instead.
+func (*WaitWorkflowResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *WaitWorkflowResponse) GetWorkflow() *Workflow {
+	if x != nil {
+		return x.Workflow
+	}
+	return nil
+}
+
+func (x *WaitWorkflowResponse) GetTasksNext() string {
+	if x != nil {
+		return x.TasksNext
+	}
+	return ""
+}
+
+type CancelWorkflowRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ref           *WorkflowRef           `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelWorkflowRequest) Reset() {
+	*x = CancelWorkflowRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelWorkflowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelWorkflowRequest) ProtoMessage() {}
+
+func (x *CancelWorkflowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelWorkflowRequest.ProtoReflect.Descriptor instead.
+func (*CancelWorkflowRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *CancelWorkflowRequest) GetRef() *WorkflowRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+type CancelWorkflowResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Members this call ended.
+	Cancelled     int32 `protobuf:"varint,2,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelWorkflowResponse) Reset() {
+	*x = CancelWorkflowResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelWorkflowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelWorkflowResponse) ProtoMessage() {}
+
+func (x *CancelWorkflowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelWorkflowResponse.ProtoReflect.Descriptor instead.
+func (*CancelWorkflowResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *CancelWorkflowResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *CancelWorkflowResponse) GetCancelled() int32 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+type ListWorkflowsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Statuses      []WorkflowStatus       `protobuf:"varint,1,rep,packed,name=statuses,proto3,enum=cronoq.v1.WorkflowStatus" json:"statuses,omitempty"`
+	After         string                 `protobuf:"bytes,2,opt,name=after,proto3" json:"after,omitempty"`
+	Limit         int32                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Stale         bool                   `protobuf:"varint,4,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkflowsRequest) Reset() {
+	*x = ListWorkflowsRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkflowsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkflowsRequest) ProtoMessage() {}
+
+func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
+func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ListWorkflowsRequest) GetStatuses() []WorkflowStatus {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *ListWorkflowsRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+func (x *ListWorkflowsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListWorkflowsRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+type ListWorkflowsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Without their members.
+	Workflows     []*Workflow `protobuf:"bytes,1,rep,name=workflows,proto3" json:"workflows,omitempty"`
+	Next          string      `protobuf:"bytes,2,opt,name=next,proto3" json:"next,omitempty"`
+	Meta          *ReadMeta   `protobuf:"bytes,3,opt,name=meta,proto3" json:"meta,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkflowsResponse) Reset() {
+	*x = ListWorkflowsResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkflowsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkflowsResponse) ProtoMessage() {}
+
+func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
+func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ListWorkflowsResponse) GetWorkflows() []*Workflow {
+	if x != nil {
+		return x.Workflows
+	}
+	return nil
+}
+
+func (x *ListWorkflowsResponse) GetNext() string {
+	if x != nil {
+		return x.Next
+	}
+	return ""
+}
+
+func (x *ListWorkflowsResponse) GetMeta() *ReadMeta {
+	if x != nil {
+		return x.Meta
+	}
+	return nil
+}
+
 type Schedule struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2016,18 +3280,24 @@ type Schedule struct {
 	CatchUpLimit uint32        `protobuf:"varint,7,opt,name=catch_up_limit,json=catchUpLimit,proto3" json:"catch_up_limit,omitempty"`
 	Paused       bool          `protobuf:"varint,8,opt,name=paused,proto3" json:"paused,omitempty"`
 	// Unset: none (paused, or no fire yet).
-	NextFire      *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=next_fire,json=nextFire,proto3" json:"next_fire,omitempty"`
-	LastFire      *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=last_fire,json=lastFire,proto3" json:"last_fire,omitempty"`
-	Fires         uint64                 `protobuf:"varint,11,opt,name=fires,proto3" json:"fires,omitempty"`
-	Skipped       uint64                 `protobuf:"varint,12,opt,name=skipped,proto3" json:"skipped,omitempty"`
-	LastTask      string                 `protobuf:"bytes,13,opt,name=last_task,json=lastTask,proto3" json:"last_task,omitempty"`
+	NextFire *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=next_fire,json=nextFire,proto3" json:"next_fire,omitempty"`
+	LastFire *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=last_fire,json=lastFire,proto3" json:"last_fire,omitempty"`
+	Fires    uint64                 `protobuf:"varint,11,opt,name=fires,proto3" json:"fires,omitempty"`
+	Skipped  uint64                 `protobuf:"varint,12,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// The task, or the workflow, of the last fire.
+	LastTask string `protobuf:"bytes,13,opt,name=last_task,json=lastTask,proto3" json:"last_task,omitempty"`
+	// When steps are set, each fire submits this workflow instead of task
+	// (whose fields must then be unset). A step's spec carries its template,
+	// dependency policy and external flag only.
+	Workflow      string          `protobuf:"bytes,14,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	Steps         []*WorkflowStep `protobuf:"bytes,15,rep,name=steps,proto3" json:"steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[28]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +3309,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[28]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +3322,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{28}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Schedule) GetName() string {
@@ -2146,6 +3416,20 @@ func (x *Schedule) GetLastTask() string {
 	return ""
 }
 
+func (x *Schedule) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+func (x *Schedule) GetSteps() []*WorkflowStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
 type AddScheduleRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Schedule      *Schedule              `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
@@ -2155,7 +3439,7 @@ type AddScheduleRequest struct {
 
 func (x *AddScheduleRequest) Reset() {
 	*x = AddScheduleRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[29]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2167,7 +3451,7 @@ func (x *AddScheduleRequest) String() string {
 func (*AddScheduleRequest) ProtoMessage() {}
 
 func (x *AddScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[29]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2180,7 +3464,7 @@ func (x *AddScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddScheduleRequest.ProtoReflect.Descriptor instead.
 func (*AddScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{29}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AddScheduleRequest) GetSchedule() *Schedule {
@@ -2201,7 +3485,7 @@ type AddScheduleResponse struct {
 
 func (x *AddScheduleResponse) Reset() {
 	*x = AddScheduleResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[30]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2213,7 +3497,7 @@ func (x *AddScheduleResponse) String() string {
 func (*AddScheduleResponse) ProtoMessage() {}
 
 func (x *AddScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[30]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2226,7 +3510,7 @@ func (x *AddScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddScheduleResponse.ProtoReflect.Descriptor instead.
 func (*AddScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{30}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AddScheduleResponse) GetName() string {
@@ -2252,7 +3536,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[31]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +3548,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[31]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +3561,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{31}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListSchedulesRequest) GetStale() bool {
@@ -2296,7 +3580,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[32]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2308,7 +3592,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[32]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2321,7 +3605,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{32}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -2340,7 +3624,7 @@ type RemoveScheduleRequest struct {
 
 func (x *RemoveScheduleRequest) Reset() {
 	*x = RemoveScheduleRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[33]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +3636,7 @@ func (x *RemoveScheduleRequest) String() string {
 func (*RemoveScheduleRequest) ProtoMessage() {}
 
 func (x *RemoveScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[33]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +3649,7 @@ func (x *RemoveScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveScheduleRequest.ProtoReflect.Descriptor instead.
 func (*RemoveScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{33}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RemoveScheduleRequest) GetName() string {
@@ -2385,7 +3669,7 @@ type RemoveScheduleResponse struct {
 
 func (x *RemoveScheduleResponse) Reset() {
 	*x = RemoveScheduleResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[34]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +3681,7 @@ func (x *RemoveScheduleResponse) String() string {
 func (*RemoveScheduleResponse) ProtoMessage() {}
 
 func (x *RemoveScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[34]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +3694,7 @@ func (x *RemoveScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveScheduleResponse.ProtoReflect.Descriptor instead.
 func (*RemoveScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{34}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RemoveScheduleResponse) GetName() string {
@@ -2437,7 +3721,7 @@ type PauseScheduleRequest struct {
 
 func (x *PauseScheduleRequest) Reset() {
 	*x = PauseScheduleRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[35]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2449,7 +3733,7 @@ func (x *PauseScheduleRequest) String() string {
 func (*PauseScheduleRequest) ProtoMessage() {}
 
 func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[35]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2462,7 +3746,7 @@ func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PauseScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{35}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PauseScheduleRequest) GetName() string {
@@ -2489,7 +3773,7 @@ type PauseScheduleResponse struct {
 
 func (x *PauseScheduleResponse) Reset() {
 	*x = PauseScheduleResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[36]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2501,7 +3785,7 @@ func (x *PauseScheduleResponse) String() string {
 func (*PauseScheduleResponse) ProtoMessage() {}
 
 func (x *PauseScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[36]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2514,7 +3798,7 @@ func (x *PauseScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PauseScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{36}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PauseScheduleResponse) GetName() string {
@@ -2542,7 +3826,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[37]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2554,7 +3838,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[37]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2567,7 +3851,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{37}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Hello) GetWorker() string {
@@ -2601,7 +3885,7 @@ type Poll struct {
 
 func (x *Poll) Reset() {
 	*x = Poll{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[38]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2613,7 +3897,7 @@ func (x *Poll) String() string {
 func (*Poll) ProtoMessage() {}
 
 func (x *Poll) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[38]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2626,7 +3910,7 @@ func (x *Poll) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Poll.ProtoReflect.Descriptor instead.
 func (*Poll) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{38}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Poll) GetSlots() int32 {
@@ -2645,7 +3929,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[39]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +3941,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[39]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +3954,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{39}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Heartbeat) GetLeases() []uint64 {
@@ -2687,14 +3971,19 @@ type Completion struct {
 	Output  []byte                 `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
 	Message string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
 	// With a retryable outcome: retry after this instead of the backoff.
-	RetryAfter    *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	RetryAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// With a success: tasks to insert with the completion, in the task's
+	// workflow (created when it has none), and a continuation that depends
+	// on all of them. Refused together with the completion.
+	Children      []*WorkflowStep `protobuf:"bytes,6,rep,name=children,proto3" json:"children,omitempty"`
+	Then          *WorkflowStep   `protobuf:"bytes,7,opt,name=then,proto3" json:"then,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Completion) Reset() {
 	*x = Completion{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[40]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2706,7 +3995,7 @@ func (x *Completion) String() string {
 func (*Completion) ProtoMessage() {}
 
 func (x *Completion) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[40]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2719,7 +4008,7 @@ func (x *Completion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Completion.ProtoReflect.Descriptor instead.
 func (*Completion) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{40}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Completion) GetLease() uint64 {
@@ -2757,6 +4046,20 @@ func (x *Completion) GetRetryAfter() *durationpb.Duration {
 	return nil
 }
 
+func (x *Completion) GetChildren() []*WorkflowStep {
+	if x != nil {
+		return x.Children
+	}
+	return nil
+}
+
+func (x *Completion) GetThen() *WorkflowStep {
+	if x != nil {
+		return x.Then
+	}
+	return nil
+}
+
 type Complete struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Completions   []*Completion          `protobuf:"bytes,1,rep,name=completions,proto3" json:"completions,omitempty"`
@@ -2766,7 +4069,7 @@ type Complete struct {
 
 func (x *Complete) Reset() {
 	*x = Complete{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[41]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +4081,7 @@ func (x *Complete) String() string {
 func (*Complete) ProtoMessage() {}
 
 func (x *Complete) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[41]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +4094,7 @@ func (x *Complete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Complete.ProtoReflect.Descriptor instead.
 func (*Complete) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{41}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Complete) GetCompletions() []*Completion {
@@ -2816,7 +4119,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[42]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +4131,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[42]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +4144,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{42}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WorkerMessage) GetMsg() isWorkerMessage_Msg {
@@ -2926,7 +4229,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2938,7 +4241,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2951,7 +4254,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{43}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *Welcome) GetNode() string {
@@ -2975,18 +4278,107 @@ func (x *Welcome) GetHeartbeatWindow() *durationpb.Duration {
 	return nil
 }
 
+// What a dependency of a granted task ended with.
+type DependencyResult struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Step   string                 `protobuf:"bytes,2,opt,name=step,proto3" json:"step,omitempty"`
+	Status Status                 `protobuf:"varint,3,opt,name=status,proto3,enum=cronoq.v1.Status" json:"status,omitempty"`
+	Output []byte                 `protobuf:"bytes,4,opt,name=output,proto3" json:"output,omitempty"`
+	Error  string                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// The output was left out of the grant (the grant's budget for outputs
+	// was spent): read it with TaskService.Get.
+	OutputOmitted bool `protobuf:"varint,6,opt,name=output_omitted,json=outputOmitted,proto3" json:"output_omitted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DependencyResult) Reset() {
+	*x = DependencyResult{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DependencyResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DependencyResult) ProtoMessage() {}
+
+func (x *DependencyResult) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DependencyResult.ProtoReflect.Descriptor instead.
+func (*DependencyResult) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *DependencyResult) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DependencyResult) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *DependencyResult) GetStatus() Status {
+	if x != nil {
+		return x.Status
+	}
+	return Status_STATUS_UNSPECIFIED
+}
+
+func (x *DependencyResult) GetOutput() []byte {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *DependencyResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *DependencyResult) GetOutputOmitted() bool {
+	if x != nil {
+		return x.OutputOmitted
+	}
+	return false
+}
+
 type Grant struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Task          *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
-	Lease         uint64                 `protobuf:"varint,2,opt,name=lease,proto3" json:"lease,omitempty"`
-	Attempt       uint32                 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Task    *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Lease   uint64                 `protobuf:"varint,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	Attempt uint32                 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// One per dependency of the task, in its depends_on order.
+	Dependencies  []*DependencyResult `protobuf:"bytes,4,rep,name=dependencies,proto3" json:"dependencies,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2998,7 +4390,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3011,7 +4403,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{44}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *Grant) GetTask() *Task {
@@ -3035,6 +4427,13 @@ func (x *Grant) GetAttempt() uint32 {
 	return 0
 }
 
+func (x *Grant) GetDependencies() []*DependencyResult {
+	if x != nil {
+		return x.Dependencies
+	}
+	return nil
+}
+
 type Grants struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Grants        []*Grant               `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
@@ -3044,7 +4443,7 @@ type Grants struct {
 
 func (x *Grants) Reset() {
 	*x = Grants{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3056,7 +4455,7 @@ func (x *Grants) String() string {
 func (*Grants) ProtoMessage() {}
 
 func (x *Grants) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3069,7 +4468,7 @@ func (x *Grants) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grants.ProtoReflect.Descriptor instead.
 func (*Grants) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{45}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *Grants) GetGrants() []*Grant {
@@ -3091,7 +4490,7 @@ type LeaseResult struct {
 
 func (x *LeaseResult) Reset() {
 	*x = LeaseResult{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3103,7 +4502,7 @@ func (x *LeaseResult) String() string {
 func (*LeaseResult) ProtoMessage() {}
 
 func (x *LeaseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3116,7 +4515,7 @@ func (x *LeaseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResult.ProtoReflect.Descriptor instead.
 func (*LeaseResult) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{46}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *LeaseResult) GetLease() uint64 {
@@ -3149,7 +4548,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3161,7 +4560,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3174,7 +4573,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{47}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *HeartbeatAck) GetResults() []*LeaseResult {
@@ -3193,7 +4592,7 @@ type CompleteAck struct {
 
 func (x *CompleteAck) Reset() {
 	*x = CompleteAck{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3205,7 +4604,7 @@ func (x *CompleteAck) String() string {
 func (*CompleteAck) ProtoMessage() {}
 
 func (x *CompleteAck) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3218,7 +4617,7 @@ func (x *CompleteAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteAck.ProtoReflect.Descriptor instead.
 func (*CompleteAck) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{48}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *CompleteAck) GetResults() []*LeaseResult {
@@ -3238,7 +4637,7 @@ type Abort struct {
 
 func (x *Abort) Reset() {
 	*x = Abort{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3250,7 +4649,7 @@ func (x *Abort) String() string {
 func (*Abort) ProtoMessage() {}
 
 func (x *Abort) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3263,7 +4662,7 @@ func (x *Abort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Abort.ProtoReflect.Descriptor instead.
 func (*Abort) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{49}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *Abort) GetLease() uint64 {
@@ -3296,7 +4695,7 @@ type ServerMessage struct {
 
 func (x *ServerMessage) Reset() {
 	*x = ServerMessage{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3308,7 +4707,7 @@ func (x *ServerMessage) String() string {
 func (*ServerMessage) ProtoMessage() {}
 
 func (x *ServerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3321,7 +4720,7 @@ func (x *ServerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerMessage.ProtoReflect.Descriptor instead.
 func (*ServerMessage) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{50}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ServerMessage) GetMsg() isServerMessage_Msg {
@@ -3424,7 +4823,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3436,7 +4835,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3449,7 +4848,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{51}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *Member) GetName() string {
@@ -3502,7 +4901,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3514,7 +4913,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3527,7 +4926,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{52}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{70}
 }
 
 type MembersResponse struct {
@@ -3539,7 +4938,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3551,7 +4950,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3564,7 +4963,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{53}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -3586,7 +4985,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3598,7 +4997,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3611,7 +5010,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{54}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *Peer) GetId() string {
@@ -3650,7 +5049,7 @@ type PeersRequest struct {
 
 func (x *PeersRequest) Reset() {
 	*x = PeersRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3662,7 +5061,7 @@ func (x *PeersRequest) String() string {
 func (*PeersRequest) ProtoMessage() {}
 
 func (x *PeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3675,7 +5074,7 @@ func (x *PeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeersRequest.ProtoReflect.Descriptor instead.
 func (*PeersRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{55}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{73}
 }
 
 type PeersResponse struct {
@@ -3687,7 +5086,7 @@ type PeersResponse struct {
 
 func (x *PeersResponse) Reset() {
 	*x = PeersResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3699,7 +5098,7 @@ func (x *PeersResponse) String() string {
 func (*PeersResponse) ProtoMessage() {}
 
 func (x *PeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3712,7 +5111,7 @@ func (x *PeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeersResponse.ProtoReflect.Descriptor instead.
 func (*PeersResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{56}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *PeersResponse) GetPeers() []*Peer {
@@ -3731,7 +5130,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3743,7 +5142,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3756,7 +5155,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{57}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *RemovePeerRequest) GetId() string {
@@ -3775,7 +5174,7 @@ type RemovePeerResponse struct {
 
 func (x *RemovePeerResponse) Reset() {
 	*x = RemovePeerResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3787,7 +5186,7 @@ func (x *RemovePeerResponse) String() string {
 func (*RemovePeerResponse) ProtoMessage() {}
 
 func (x *RemovePeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3800,7 +5199,7 @@ func (x *RemovePeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerResponse.ProtoReflect.Descriptor instead.
 func (*RemovePeerResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{58}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *RemovePeerResponse) GetRemoved() string {
@@ -3819,7 +5218,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3831,7 +5230,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3844,7 +5243,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{59}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -3863,7 +5262,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3875,7 +5274,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3888,7 +5287,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{60}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *TransferLeadershipResponse) GetLeader() string {
@@ -3906,7 +5305,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3918,7 +5317,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3931,7 +5330,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{61}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{79}
 }
 
 type HealthResponse struct {
@@ -3947,7 +5346,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3959,7 +5358,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3972,7 +5371,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{62}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *HealthResponse) GetNode() string {
@@ -4031,13 +5430,17 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x04tags\x18\x06 \x03(\v2\r.cronoq.v1.KVR\x04tags\x123\n" +
 	"\atimeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12!\n" +
 	"\fmax_attempts\x18\b \x01(\rR\vmaxAttempts\x12,\n" +
-	"\abackoff\x18\t \x01(\v2\x12.cronoq.v1.BackoffR\abackoff\"\xed\x01\n" +
+	"\abackoff\x18\t \x01(\v2\x12.cronoq.v1.BackoffR\abackoff\"\x86\x03\n" +
 	"\bTaskSpec\x123\n" +
 	"\btemplate\x18\x01 \x01(\v2\x17.cronoq.v1.TaskTemplateR\btemplate\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x121\n" +
 	"\x06run_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12/\n" +
 	"\x05delay\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x126\n" +
-	"\bdeadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"\x8f\x05\n" +
+	"\bdeadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x121\n" +
+	"\n" +
+	"depends_on\x18\x06 \x03(\v2\x12.cronoq.v1.TaskRefR\tdependsOn\x12H\n" +
+	"\x11dependency_policy\x18\a \x01(\x0e2\x1b.cronoq.v1.DependencyPolicyR\x10dependencyPolicy\x12\x1a\n" +
+	"\bexternal\x18\b \x01(\bR\bexternal\"\xdc\x06\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x123\n" +
 	"\btemplate\x18\x02 \x01(\v2\x17.cronoq.v1.TaskTemplateR\btemplate\x12\x10\n" +
@@ -4058,7 +5461,14 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"updated_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x126\n" +
 	"\bdeadline\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x1a\n" +
 	"\bschedule\x18\x0f \x01(\tR\bschedule\x12.\n" +
-	"\x04slot\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\x04slot\"9\n" +
+	"\x04slot\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\x04slot\x12\x1d\n" +
+	"\n" +
+	"depends_on\x18\x11 \x03(\tR\tdependsOn\x12H\n" +
+	"\x11dependency_policy\x18\x12 \x01(\x0e2\x1b.cronoq.v1.DependencyPolicyR\x10dependencyPolicy\x12\x1a\n" +
+	"\bexternal\x18\x13 \x01(\bR\bexternal\x12\x1a\n" +
+	"\bworkflow\x18\x14 \x01(\tR\bworkflow\x12\x12\n" +
+	"\x04step\x18\x15 \x01(\tR\x04step\x12\x16\n" +
+	"\x06parent\x18\x16 \x01(\tR\x06parent\"9\n" +
 	"\tSubmitted\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\xba\x01\n" +
@@ -4104,7 +5514,14 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x03ref\x18\x01 \x01(\v2\x12.cronoq.v1.TaskRefR\x03ref\">\n" +
 	"\x0eCancelResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
-	"\tcancelled\x18\x02 \x01(\bR\tcancelled\"\x94\x01\n" +
+	"\tcancelled\x18\x02 \x01(\bR\tcancelled\"\x9b\x01\n" +
+	"\x0fCompleteRequest\x12$\n" +
+	"\x03ref\x18\x01 \x01(\v2\x12.cronoq.v1.TaskRefR\x03ref\x120\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x16.cronoq.v1.OutcomeKindR\aoutcome\x12\x16\n" +
+	"\x06output\x18\x03 \x01(\fR\x06output\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"7\n" +
+	"\x10CompleteResponse\x12#\n" +
+	"\x04task\x18\x01 \x01(\v2\x0f.cronoq.v1.TaskR\x04task\"\x94\x01\n" +
 	"\vListRequest\x12\x14\n" +
 	"\x05pools\x18\x01 \x03(\tR\x05pools\x12-\n" +
 	"\bstatuses\x18\x02 \x03(\x0e2\x11.cronoq.v1.StatusR\bstatuses\x12\x14\n" +
@@ -4128,7 +5545,7 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x05pools\x18\x01 \x03(\v2\x15.cronoq.v1.PoolCountsR\x05pools\x12'\n" +
 	"\x04meta\x18\x02 \x01(\v2\x13.cronoq.v1.ReadMetaR\x04meta\"%\n" +
 	"\rEventsRequest\x12\x14\n" +
-	"\x05pools\x18\x01 \x03(\tR\x05pools\"\xeb\x01\n" +
+	"\x05pools\x18\x01 \x03(\tR\x05pools\"\xdf\x02\n" +
 	"\x05Event\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x12\n" +
@@ -4137,7 +5554,80 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\aattempt\x18\x05 \x01(\rR\aattempt\x12\x18\n" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12*\n" +
 	"\x02at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x16\n" +
-	"\x06lagged\x18\b \x01(\bR\x06lagged\"\xc9\x03\n" +
+	"\x06lagged\x18\b \x01(\bR\x06lagged\x12\x1a\n" +
+	"\bworkflow\x18\t \x01(\tR\bworkflow\x12\x12\n" +
+	"\x04step\x18\n" +
+	" \x01(\tR\x04step\x12B\n" +
+	"\x0fworkflow_status\x18\v \x01(\x0e2\x19.cronoq.v1.WorkflowStatusR\x0eworkflowStatus\"j\n" +
+	"\fWorkflowStep\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
+	"\x04spec\x18\x02 \x01(\v2\x13.cronoq.v1.TaskSpecR\x04spec\x12\x1d\n" +
+	"\n" +
+	"depends_on\x18\x03 \x03(\tR\tdependsOn\"c\n" +
+	"\fWorkflowSpec\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12-\n" +
+	"\x05steps\x18\x03 \x03(\v2\x17.cronoq.v1.WorkflowStepR\x05steps\"\xb5\x03\n" +
+	"\bWorkflow\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x121\n" +
+	"\x06status\x18\x04 \x01(\x0e2\x19.cronoq.v1.WorkflowStatusR\x06status\x12=\n" +
+	"\fsubmitted_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vsubmittedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12;\n" +
+	"\vfinished_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x12\x1a\n" +
+	"\bschedule\x18\b \x01(\tR\bschedule\x12.\n" +
+	"\x04slot\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x04slot\x12\x16\n" +
+	"\x06parent\x18\n" +
+	" \x01(\tR\x06parent\x12%\n" +
+	"\x05tasks\x18\v \x03(\v2\x0f.cronoq.v1.TaskR\x05tasks\"/\n" +
+	"\vWorkflowRef\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\".\n" +
+	"\bStepTask\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\tR\x04step\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"D\n" +
+	"\x15SubmitWorkflowRequest\x12+\n" +
+	"\x04spec\x18\x01 \x01(\v2\x17.cronoq.v1.WorkflowSpecR\x04spec\"q\n" +
+	"\x16SubmitWorkflowResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12)\n" +
+	"\x05tasks\x18\x03 \x03(\v2\x13.cronoq.v1.StepTaskR\x05tasks\"\x96\x01\n" +
+	"\x12GetWorkflowRequest\x12(\n" +
+	"\x03ref\x18\x01 \x01(\v2\x16.cronoq.v1.WorkflowRefR\x03ref\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\x12\x1f\n" +
+	"\vtasks_after\x18\x03 \x01(\tR\n" +
+	"tasksAfter\x12\x1f\n" +
+	"\vtasks_limit\x18\x04 \x01(\x05R\n" +
+	"tasksLimit\"\x8e\x01\n" +
+	"\x13GetWorkflowResponse\x12/\n" +
+	"\bworkflow\x18\x01 \x01(\v2\x13.cronoq.v1.WorkflowR\bworkflow\x12'\n" +
+	"\x04meta\x18\x02 \x01(\v2\x13.cronoq.v1.ReadMetaR\x04meta\x12\x1d\n" +
+	"\n" +
+	"tasks_next\x18\x03 \x01(\tR\ttasksNext\"t\n" +
+	"\x13WaitWorkflowRequest\x12(\n" +
+	"\x03ref\x18\x01 \x01(\v2\x16.cronoq.v1.WorkflowRefR\x03ref\x123\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"f\n" +
+	"\x14WaitWorkflowResponse\x12/\n" +
+	"\bworkflow\x18\x01 \x01(\v2\x13.cronoq.v1.WorkflowR\bworkflow\x12\x1d\n" +
+	"\n" +
+	"tasks_next\x18\x02 \x01(\tR\ttasksNext\"A\n" +
+	"\x15CancelWorkflowRequest\x12(\n" +
+	"\x03ref\x18\x01 \x01(\v2\x16.cronoq.v1.WorkflowRefR\x03ref\"F\n" +
+	"\x16CancelWorkflowResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
+	"\tcancelled\x18\x02 \x01(\x05R\tcancelled\"\x8f\x01\n" +
+	"\x14ListWorkflowsRequest\x125\n" +
+	"\bstatuses\x18\x01 \x03(\x0e2\x19.cronoq.v1.WorkflowStatusR\bstatuses\x12\x14\n" +
+	"\x05after\x18\x02 \x01(\tR\x05after\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x14\n" +
+	"\x05stale\x18\x04 \x01(\bR\x05stale\"\x87\x01\n" +
+	"\x15ListWorkflowsResponse\x121\n" +
+	"\tworkflows\x18\x01 \x03(\v2\x13.cronoq.v1.WorkflowR\tworkflows\x12\x12\n" +
+	"\x04next\x18\x02 \x01(\tR\x04next\x12'\n" +
+	"\x04meta\x18\x03 \x01(\v2\x13.cronoq.v1.ReadMetaR\x04meta\"\x94\x04\n" +
 	"\bSchedule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04cron\x18\x02 \x01(\tR\x04cron\x12\x0e\n" +
@@ -4152,7 +5642,9 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\blastFire\x12\x14\n" +
 	"\x05fires\x18\v \x01(\x04R\x05fires\x12\x18\n" +
 	"\askipped\x18\f \x01(\x04R\askipped\x12\x1b\n" +
-	"\tlast_task\x18\r \x01(\tR\blastTask\"E\n" +
+	"\tlast_task\x18\r \x01(\tR\blastTask\x12\x1a\n" +
+	"\bworkflow\x18\x0e \x01(\tR\bworkflow\x12-\n" +
+	"\x05steps\x18\x0f \x03(\v2\x17.cronoq.v1.WorkflowStepR\x05steps\"E\n" +
 	"\x12AddScheduleRequest\x12/\n" +
 	"\bschedule\x18\x01 \x01(\v2\x13.cronoq.v1.ScheduleR\bschedule\"b\n" +
 	"\x13AddScheduleResponse\x12\x12\n" +
@@ -4180,7 +5672,7 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x04Poll\x12\x14\n" +
 	"\x05slots\x18\x01 \x01(\x05R\x05slots\"#\n" +
 	"\tHeartbeat\x12\x16\n" +
-	"\x06leases\x18\x01 \x03(\x04R\x06leases\"\xc2\x01\n" +
+	"\x06leases\x18\x01 \x03(\x04R\x06leases\"\xa4\x02\n" +
 	"\n" +
 	"Completion\x12\x14\n" +
 	"\x05lease\x18\x01 \x01(\x04R\x05lease\x120\n" +
@@ -4188,7 +5680,9 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x06output\x18\x03 \x01(\fR\x06output\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12:\n" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\"C\n" +
+	"retryAfter\x123\n" +
+	"\bchildren\x18\x06 \x03(\v2\x17.cronoq.v1.WorkflowStepR\bchildren\x12+\n" +
+	"\x04then\x18\a \x01(\v2\x17.cronoq.v1.WorkflowStepR\x04then\"C\n" +
 	"\bComplete\x127\n" +
 	"\vcompletions\x18\x01 \x03(\v2\x15.cronoq.v1.CompletionR\vcompletions\"\xd0\x01\n" +
 	"\rWorkerMessage\x12(\n" +
@@ -4200,11 +5694,19 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\aWelcome\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12D\n" +
-	"\x10heartbeat_window\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x0fheartbeatWindow\"\\\n" +
+	"\x10heartbeat_window\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x0fheartbeatWindow\"\xb6\x01\n" +
+	"\x10DependencyResult\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\tR\x04step\x12)\n" +
+	"\x06status\x18\x03 \x01(\x0e2\x11.cronoq.v1.StatusR\x06status\x12\x16\n" +
+	"\x06output\x18\x04 \x01(\fR\x06output\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12%\n" +
+	"\x0eoutput_omitted\x18\x06 \x01(\bR\routputOmitted\"\x9d\x01\n" +
 	"\x05Grant\x12#\n" +
 	"\x04task\x18\x01 \x01(\v2\x0f.cronoq.v1.TaskR\x04task\x12\x14\n" +
 	"\x05lease\x18\x02 \x01(\x04R\x05lease\x12\x18\n" +
-	"\aattempt\x18\x03 \x01(\rR\aattempt\"2\n" +
+	"\aattempt\x18\x03 \x01(\rR\aattempt\x12?\n" +
+	"\fdependencies\x18\x04 \x03(\v2\x1b.cronoq.v1.DependencyResultR\fdependencies\"2\n" +
 	"\x06Grants\x12(\n" +
 	"\x06grants\x18\x01 \x03(\v2\x10.cronoq.v1.GrantR\x06grants\"M\n" +
 	"\vLeaseResult\x12\x14\n" +
@@ -4261,7 +5763,7 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\bPriority\x12\x13\n" +
 	"\x0fPRIORITY_NORMAL\x10\x00\x12\x11\n" +
 	"\rPRIORITY_HIGH\x10\x01\x12\x10\n" +
-	"\fPRIORITY_LOW\x10\x02*\xc5\x01\n" +
+	"\fPRIORITY_LOW\x10\x02*\xd9\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10STATUS_SCHEDULED\x10\x01\x12\x11\n" +
@@ -4271,7 +5773,17 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x10STATUS_SUCCEEDED\x10\x05\x12\x11\n" +
 	"\rSTATUS_FAILED\x10\x06\x12\x14\n" +
 	"\x10STATUS_CANCELLED\x10\a\x12\x12\n" +
-	"\x0eSTATUS_EXPIRED\x10\b*.\n" +
+	"\x0eSTATUS_EXPIRED\x10\b\x12\x12\n" +
+	"\x0eSTATUS_BLOCKED\x10\t*O\n" +
+	"\x10DependencyPolicy\x12\x1f\n" +
+	"\x1bDEPENDENCY_POLICY_SUCCEEDED\x10\x00\x12\x1a\n" +
+	"\x16DEPENDENCY_POLICY_DONE\x10\x01*\xa8\x01\n" +
+	"\x0eWorkflowStatus\x12\x1f\n" +
+	"\x1bWORKFLOW_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17WORKFLOW_STATUS_RUNNING\x10\x01\x12\x1d\n" +
+	"\x19WORKFLOW_STATUS_SUCCEEDED\x10\x02\x12\x1a\n" +
+	"\x16WORKFLOW_STATUS_FAILED\x10\x03\x12\x1d\n" +
+	"\x19WORKFLOW_STATUS_CANCELLED\x10\x04*.\n" +
 	"\aOverlap\x12\x10\n" +
 	"\fOVERLAP_SKIP\x10\x00\x12\x11\n" +
 	"\rOVERLAP_ALLOW\x10\x01*A\n" +
@@ -4283,17 +5795,24 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x0fOUTCOME_SUCCESS\x10\x00\x12\x15\n" +
 	"\x11OUTCOME_RETRYABLE\x10\x01\x12\x15\n" +
 	"\x11OUTCOME_PERMANENT\x10\x02\x12\x15\n" +
-	"\x11OUTCOME_CANCELLED\x10\x032\xc6\x04\n" +
+	"\x11OUTCOME_CANCELLED\x10\x032\x8b\x05\n" +
 	"\vTaskService\x12=\n" +
 	"\x06Submit\x12\x18.cronoq.v1.SubmitRequest\x1a\x19.cronoq.v1.SubmitResponse\x12L\n" +
 	"\vSubmitBatch\x12\x1d.cronoq.v1.SubmitBatchRequest\x1a\x1e.cronoq.v1.SubmitBatchResponse\x12L\n" +
 	"\vEnqueueMany\x12\x1d.cronoq.v1.EnqueueManyRequest\x1a\x1e.cronoq.v1.EnqueueManyResponse\x124\n" +
 	"\x03Get\x12\x15.cronoq.v1.GetRequest\x1a\x16.cronoq.v1.GetResponse\x127\n" +
 	"\x04Wait\x12\x16.cronoq.v1.WaitRequest\x1a\x17.cronoq.v1.WaitResponse\x12=\n" +
-	"\x06Cancel\x12\x18.cronoq.v1.CancelRequest\x1a\x19.cronoq.v1.CancelResponse\x127\n" +
+	"\x06Cancel\x12\x18.cronoq.v1.CancelRequest\x1a\x19.cronoq.v1.CancelResponse\x12C\n" +
+	"\bComplete\x12\x1a.cronoq.v1.CompleteRequest\x1a\x1b.cronoq.v1.CompleteResponse\x127\n" +
 	"\x04List\x12\x16.cronoq.v1.ListRequest\x1a\x17.cronoq.v1.ListResponse\x12=\n" +
 	"\x06Counts\x12\x18.cronoq.v1.CountsRequest\x1a\x19.cronoq.v1.CountsResponse\x126\n" +
-	"\x06Events\x12\x18.cronoq.v1.EventsRequest\x1a\x10.cronoq.v1.Event0\x012\xbd\x02\n" +
+	"\x06Events\x12\x18.cronoq.v1.EventsRequest\x1a\x10.cronoq.v1.Event0\x012\x89\x03\n" +
+	"\x0fWorkflowService\x12M\n" +
+	"\x06Submit\x12 .cronoq.v1.SubmitWorkflowRequest\x1a!.cronoq.v1.SubmitWorkflowResponse\x12D\n" +
+	"\x03Get\x12\x1d.cronoq.v1.GetWorkflowRequest\x1a\x1e.cronoq.v1.GetWorkflowResponse\x12G\n" +
+	"\x04Wait\x12\x1e.cronoq.v1.WaitWorkflowRequest\x1a\x1f.cronoq.v1.WaitWorkflowResponse\x12M\n" +
+	"\x06Cancel\x12 .cronoq.v1.CancelWorkflowRequest\x1a!.cronoq.v1.CancelWorkflowResponse\x12I\n" +
+	"\x04List\x12\x1f.cronoq.v1.ListWorkflowsRequest\x1a .cronoq.v1.ListWorkflowsResponse2\xbd\x02\n" +
 	"\x0fScheduleService\x12D\n" +
 	"\x03Add\x12\x1d.cronoq.v1.AddScheduleRequest\x1a\x1e.cronoq.v1.AddScheduleResponse\x12I\n" +
 	"\x04List\x12\x1f.cronoq.v1.ListSchedulesRequest\x1a .cronoq.v1.ListSchedulesResponse\x12M\n" +
@@ -4321,196 +5840,260 @@ func file_cronoq_v1_cronoq_proto_rawDescGZIP() []byte {
 	return file_cronoq_v1_cronoq_proto_rawDescData
 }
 
-var file_cronoq_v1_cronoq_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_cronoq_v1_cronoq_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(Priority)(0),                      // 0: cronoq.v1.Priority
 	(Status)(0),                        // 1: cronoq.v1.Status
-	(Overlap)(0),                       // 2: cronoq.v1.Overlap
-	(CatchUp)(0),                       // 3: cronoq.v1.CatchUp
-	(OutcomeKind)(0),                   // 4: cronoq.v1.OutcomeKind
-	(*KV)(nil),                         // 5: cronoq.v1.KV
-	(*Backoff)(nil),                    // 6: cronoq.v1.Backoff
-	(*TaskTemplate)(nil),               // 7: cronoq.v1.TaskTemplate
-	(*TaskSpec)(nil),                   // 8: cronoq.v1.TaskSpec
-	(*Task)(nil),                       // 9: cronoq.v1.Task
-	(*Submitted)(nil),                  // 10: cronoq.v1.Submitted
-	(*ReadMeta)(nil),                   // 11: cronoq.v1.ReadMeta
-	(*SubmitRequest)(nil),              // 12: cronoq.v1.SubmitRequest
-	(*SubmitResponse)(nil),             // 13: cronoq.v1.SubmitResponse
-	(*SubmitBatchRequest)(nil),         // 14: cronoq.v1.SubmitBatchRequest
-	(*SubmitBatchResponse)(nil),        // 15: cronoq.v1.SubmitBatchResponse
-	(*EnqueueManyRequest)(nil),         // 16: cronoq.v1.EnqueueManyRequest
-	(*ItemResult)(nil),                 // 17: cronoq.v1.ItemResult
-	(*EnqueueManyResponse)(nil),        // 18: cronoq.v1.EnqueueManyResponse
-	(*TaskRef)(nil),                    // 19: cronoq.v1.TaskRef
-	(*GetRequest)(nil),                 // 20: cronoq.v1.GetRequest
-	(*GetResponse)(nil),                // 21: cronoq.v1.GetResponse
-	(*WaitRequest)(nil),                // 22: cronoq.v1.WaitRequest
-	(*WaitResponse)(nil),               // 23: cronoq.v1.WaitResponse
-	(*CancelRequest)(nil),              // 24: cronoq.v1.CancelRequest
-	(*CancelResponse)(nil),             // 25: cronoq.v1.CancelResponse
-	(*ListRequest)(nil),                // 26: cronoq.v1.ListRequest
-	(*ListResponse)(nil),               // 27: cronoq.v1.ListResponse
-	(*CountsRequest)(nil),              // 28: cronoq.v1.CountsRequest
-	(*PoolCounts)(nil),                 // 29: cronoq.v1.PoolCounts
-	(*CountsResponse)(nil),             // 30: cronoq.v1.CountsResponse
-	(*EventsRequest)(nil),              // 31: cronoq.v1.EventsRequest
-	(*Event)(nil),                      // 32: cronoq.v1.Event
-	(*Schedule)(nil),                   // 33: cronoq.v1.Schedule
-	(*AddScheduleRequest)(nil),         // 34: cronoq.v1.AddScheduleRequest
-	(*AddScheduleResponse)(nil),        // 35: cronoq.v1.AddScheduleResponse
-	(*ListSchedulesRequest)(nil),       // 36: cronoq.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),      // 37: cronoq.v1.ListSchedulesResponse
-	(*RemoveScheduleRequest)(nil),      // 38: cronoq.v1.RemoveScheduleRequest
-	(*RemoveScheduleResponse)(nil),     // 39: cronoq.v1.RemoveScheduleResponse
-	(*PauseScheduleRequest)(nil),       // 40: cronoq.v1.PauseScheduleRequest
-	(*PauseScheduleResponse)(nil),      // 41: cronoq.v1.PauseScheduleResponse
-	(*Hello)(nil),                      // 42: cronoq.v1.Hello
-	(*Poll)(nil),                       // 43: cronoq.v1.Poll
-	(*Heartbeat)(nil),                  // 44: cronoq.v1.Heartbeat
-	(*Completion)(nil),                 // 45: cronoq.v1.Completion
-	(*Complete)(nil),                   // 46: cronoq.v1.Complete
-	(*WorkerMessage)(nil),              // 47: cronoq.v1.WorkerMessage
-	(*Welcome)(nil),                    // 48: cronoq.v1.Welcome
-	(*Grant)(nil),                      // 49: cronoq.v1.Grant
-	(*Grants)(nil),                     // 50: cronoq.v1.Grants
-	(*LeaseResult)(nil),                // 51: cronoq.v1.LeaseResult
-	(*HeartbeatAck)(nil),               // 52: cronoq.v1.HeartbeatAck
-	(*CompleteAck)(nil),                // 53: cronoq.v1.CompleteAck
-	(*Abort)(nil),                      // 54: cronoq.v1.Abort
-	(*ServerMessage)(nil),              // 55: cronoq.v1.ServerMessage
-	(*Member)(nil),                     // 56: cronoq.v1.Member
-	(*MembersRequest)(nil),             // 57: cronoq.v1.MembersRequest
-	(*MembersResponse)(nil),            // 58: cronoq.v1.MembersResponse
-	(*Peer)(nil),                       // 59: cronoq.v1.Peer
-	(*PeersRequest)(nil),               // 60: cronoq.v1.PeersRequest
-	(*PeersResponse)(nil),              // 61: cronoq.v1.PeersResponse
-	(*RemovePeerRequest)(nil),          // 62: cronoq.v1.RemovePeerRequest
-	(*RemovePeerResponse)(nil),         // 63: cronoq.v1.RemovePeerResponse
-	(*TransferLeadershipRequest)(nil),  // 64: cronoq.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 65: cronoq.v1.TransferLeadershipResponse
-	(*HealthRequest)(nil),              // 66: cronoq.v1.HealthRequest
-	(*HealthResponse)(nil),             // 67: cronoq.v1.HealthResponse
-	nil,                                // 68: cronoq.v1.PoolCounts.ByStatusEntry
-	(*durationpb.Duration)(nil),        // 69: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 70: google.protobuf.Timestamp
+	(DependencyPolicy)(0),              // 2: cronoq.v1.DependencyPolicy
+	(WorkflowStatus)(0),                // 3: cronoq.v1.WorkflowStatus
+	(Overlap)(0),                       // 4: cronoq.v1.Overlap
+	(CatchUp)(0),                       // 5: cronoq.v1.CatchUp
+	(OutcomeKind)(0),                   // 6: cronoq.v1.OutcomeKind
+	(*KV)(nil),                         // 7: cronoq.v1.KV
+	(*Backoff)(nil),                    // 8: cronoq.v1.Backoff
+	(*TaskTemplate)(nil),               // 9: cronoq.v1.TaskTemplate
+	(*TaskSpec)(nil),                   // 10: cronoq.v1.TaskSpec
+	(*Task)(nil),                       // 11: cronoq.v1.Task
+	(*Submitted)(nil),                  // 12: cronoq.v1.Submitted
+	(*ReadMeta)(nil),                   // 13: cronoq.v1.ReadMeta
+	(*SubmitRequest)(nil),              // 14: cronoq.v1.SubmitRequest
+	(*SubmitResponse)(nil),             // 15: cronoq.v1.SubmitResponse
+	(*SubmitBatchRequest)(nil),         // 16: cronoq.v1.SubmitBatchRequest
+	(*SubmitBatchResponse)(nil),        // 17: cronoq.v1.SubmitBatchResponse
+	(*EnqueueManyRequest)(nil),         // 18: cronoq.v1.EnqueueManyRequest
+	(*ItemResult)(nil),                 // 19: cronoq.v1.ItemResult
+	(*EnqueueManyResponse)(nil),        // 20: cronoq.v1.EnqueueManyResponse
+	(*TaskRef)(nil),                    // 21: cronoq.v1.TaskRef
+	(*GetRequest)(nil),                 // 22: cronoq.v1.GetRequest
+	(*GetResponse)(nil),                // 23: cronoq.v1.GetResponse
+	(*WaitRequest)(nil),                // 24: cronoq.v1.WaitRequest
+	(*WaitResponse)(nil),               // 25: cronoq.v1.WaitResponse
+	(*CancelRequest)(nil),              // 26: cronoq.v1.CancelRequest
+	(*CancelResponse)(nil),             // 27: cronoq.v1.CancelResponse
+	(*CompleteRequest)(nil),            // 28: cronoq.v1.CompleteRequest
+	(*CompleteResponse)(nil),           // 29: cronoq.v1.CompleteResponse
+	(*ListRequest)(nil),                // 30: cronoq.v1.ListRequest
+	(*ListResponse)(nil),               // 31: cronoq.v1.ListResponse
+	(*CountsRequest)(nil),              // 32: cronoq.v1.CountsRequest
+	(*PoolCounts)(nil),                 // 33: cronoq.v1.PoolCounts
+	(*CountsResponse)(nil),             // 34: cronoq.v1.CountsResponse
+	(*EventsRequest)(nil),              // 35: cronoq.v1.EventsRequest
+	(*Event)(nil),                      // 36: cronoq.v1.Event
+	(*WorkflowStep)(nil),               // 37: cronoq.v1.WorkflowStep
+	(*WorkflowSpec)(nil),               // 38: cronoq.v1.WorkflowSpec
+	(*Workflow)(nil),                   // 39: cronoq.v1.Workflow
+	(*WorkflowRef)(nil),                // 40: cronoq.v1.WorkflowRef
+	(*StepTask)(nil),                   // 41: cronoq.v1.StepTask
+	(*SubmitWorkflowRequest)(nil),      // 42: cronoq.v1.SubmitWorkflowRequest
+	(*SubmitWorkflowResponse)(nil),     // 43: cronoq.v1.SubmitWorkflowResponse
+	(*GetWorkflowRequest)(nil),         // 44: cronoq.v1.GetWorkflowRequest
+	(*GetWorkflowResponse)(nil),        // 45: cronoq.v1.GetWorkflowResponse
+	(*WaitWorkflowRequest)(nil),        // 46: cronoq.v1.WaitWorkflowRequest
+	(*WaitWorkflowResponse)(nil),       // 47: cronoq.v1.WaitWorkflowResponse
+	(*CancelWorkflowRequest)(nil),      // 48: cronoq.v1.CancelWorkflowRequest
+	(*CancelWorkflowResponse)(nil),     // 49: cronoq.v1.CancelWorkflowResponse
+	(*ListWorkflowsRequest)(nil),       // 50: cronoq.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),      // 51: cronoq.v1.ListWorkflowsResponse
+	(*Schedule)(nil),                   // 52: cronoq.v1.Schedule
+	(*AddScheduleRequest)(nil),         // 53: cronoq.v1.AddScheduleRequest
+	(*AddScheduleResponse)(nil),        // 54: cronoq.v1.AddScheduleResponse
+	(*ListSchedulesRequest)(nil),       // 55: cronoq.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),      // 56: cronoq.v1.ListSchedulesResponse
+	(*RemoveScheduleRequest)(nil),      // 57: cronoq.v1.RemoveScheduleRequest
+	(*RemoveScheduleResponse)(nil),     // 58: cronoq.v1.RemoveScheduleResponse
+	(*PauseScheduleRequest)(nil),       // 59: cronoq.v1.PauseScheduleRequest
+	(*PauseScheduleResponse)(nil),      // 60: cronoq.v1.PauseScheduleResponse
+	(*Hello)(nil),                      // 61: cronoq.v1.Hello
+	(*Poll)(nil),                       // 62: cronoq.v1.Poll
+	(*Heartbeat)(nil),                  // 63: cronoq.v1.Heartbeat
+	(*Completion)(nil),                 // 64: cronoq.v1.Completion
+	(*Complete)(nil),                   // 65: cronoq.v1.Complete
+	(*WorkerMessage)(nil),              // 66: cronoq.v1.WorkerMessage
+	(*Welcome)(nil),                    // 67: cronoq.v1.Welcome
+	(*DependencyResult)(nil),           // 68: cronoq.v1.DependencyResult
+	(*Grant)(nil),                      // 69: cronoq.v1.Grant
+	(*Grants)(nil),                     // 70: cronoq.v1.Grants
+	(*LeaseResult)(nil),                // 71: cronoq.v1.LeaseResult
+	(*HeartbeatAck)(nil),               // 72: cronoq.v1.HeartbeatAck
+	(*CompleteAck)(nil),                // 73: cronoq.v1.CompleteAck
+	(*Abort)(nil),                      // 74: cronoq.v1.Abort
+	(*ServerMessage)(nil),              // 75: cronoq.v1.ServerMessage
+	(*Member)(nil),                     // 76: cronoq.v1.Member
+	(*MembersRequest)(nil),             // 77: cronoq.v1.MembersRequest
+	(*MembersResponse)(nil),            // 78: cronoq.v1.MembersResponse
+	(*Peer)(nil),                       // 79: cronoq.v1.Peer
+	(*PeersRequest)(nil),               // 80: cronoq.v1.PeersRequest
+	(*PeersResponse)(nil),              // 81: cronoq.v1.PeersResponse
+	(*RemovePeerRequest)(nil),          // 82: cronoq.v1.RemovePeerRequest
+	(*RemovePeerResponse)(nil),         // 83: cronoq.v1.RemovePeerResponse
+	(*TransferLeadershipRequest)(nil),  // 84: cronoq.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 85: cronoq.v1.TransferLeadershipResponse
+	(*HealthRequest)(nil),              // 86: cronoq.v1.HealthRequest
+	(*HealthResponse)(nil),             // 87: cronoq.v1.HealthResponse
+	nil,                                // 88: cronoq.v1.PoolCounts.ByStatusEntry
+	(*durationpb.Duration)(nil),        // 89: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 90: google.protobuf.Timestamp
 }
 var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
-	69, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
-	69, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
-	0,  // 2: cronoq.v1.TaskTemplate.priority:type_name -> cronoq.v1.Priority
-	5,  // 3: cronoq.v1.TaskTemplate.labels:type_name -> cronoq.v1.KV
-	5,  // 4: cronoq.v1.TaskTemplate.tags:type_name -> cronoq.v1.KV
-	69, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
-	6,  // 6: cronoq.v1.TaskTemplate.backoff:type_name -> cronoq.v1.Backoff
-	7,  // 7: cronoq.v1.TaskSpec.template:type_name -> cronoq.v1.TaskTemplate
-	70, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
-	69, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
-	70, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
-	7,  // 11: cronoq.v1.Task.template:type_name -> cronoq.v1.TaskTemplate
-	1,  // 12: cronoq.v1.Task.status:type_name -> cronoq.v1.Status
-	70, // 13: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
-	70, // 14: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	70, // 15: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	70, // 16: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	70, // 17: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	70, // 18: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
-	70, // 19: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
-	69, // 20: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
-	8,  // 21: cronoq.v1.SubmitRequest.spec:type_name -> cronoq.v1.TaskSpec
-	10, // 22: cronoq.v1.SubmitResponse.result:type_name -> cronoq.v1.Submitted
-	8,  // 23: cronoq.v1.SubmitBatchRequest.specs:type_name -> cronoq.v1.TaskSpec
-	10, // 24: cronoq.v1.SubmitBatchResponse.results:type_name -> cronoq.v1.Submitted
-	8,  // 25: cronoq.v1.EnqueueManyRequest.specs:type_name -> cronoq.v1.TaskSpec
-	10, // 26: cronoq.v1.ItemResult.submitted:type_name -> cronoq.v1.Submitted
-	17, // 27: cronoq.v1.EnqueueManyResponse.results:type_name -> cronoq.v1.ItemResult
-	19, // 28: cronoq.v1.GetRequest.ref:type_name -> cronoq.v1.TaskRef
-	9,  // 29: cronoq.v1.GetResponse.task:type_name -> cronoq.v1.Task
-	11, // 30: cronoq.v1.GetResponse.meta:type_name -> cronoq.v1.ReadMeta
-	19, // 31: cronoq.v1.WaitRequest.ref:type_name -> cronoq.v1.TaskRef
-	69, // 32: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
-	9,  // 33: cronoq.v1.WaitResponse.task:type_name -> cronoq.v1.Task
-	19, // 34: cronoq.v1.CancelRequest.ref:type_name -> cronoq.v1.TaskRef
-	1,  // 35: cronoq.v1.ListRequest.statuses:type_name -> cronoq.v1.Status
-	9,  // 36: cronoq.v1.ListResponse.tasks:type_name -> cronoq.v1.Task
-	11, // 37: cronoq.v1.ListResponse.meta:type_name -> cronoq.v1.ReadMeta
-	68, // 38: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
-	29, // 39: cronoq.v1.CountsResponse.pools:type_name -> cronoq.v1.PoolCounts
-	11, // 40: cronoq.v1.CountsResponse.meta:type_name -> cronoq.v1.ReadMeta
-	1,  // 41: cronoq.v1.Event.status:type_name -> cronoq.v1.Status
-	70, // 42: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
-	7,  // 43: cronoq.v1.Schedule.task:type_name -> cronoq.v1.TaskTemplate
-	2,  // 44: cronoq.v1.Schedule.overlap:type_name -> cronoq.v1.Overlap
-	3,  // 45: cronoq.v1.Schedule.catch_up:type_name -> cronoq.v1.CatchUp
-	70, // 46: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	70, // 47: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
-	33, // 48: cronoq.v1.AddScheduleRequest.schedule:type_name -> cronoq.v1.Schedule
-	70, // 49: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
-	33, // 50: cronoq.v1.ListSchedulesResponse.schedules:type_name -> cronoq.v1.Schedule
-	5,  // 51: cronoq.v1.Hello.labels:type_name -> cronoq.v1.KV
-	4,  // 52: cronoq.v1.Completion.outcome:type_name -> cronoq.v1.OutcomeKind
-	69, // 53: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
-	45, // 54: cronoq.v1.Complete.completions:type_name -> cronoq.v1.Completion
-	42, // 55: cronoq.v1.WorkerMessage.hello:type_name -> cronoq.v1.Hello
-	43, // 56: cronoq.v1.WorkerMessage.poll:type_name -> cronoq.v1.Poll
-	44, // 57: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
-	46, // 58: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
-	69, // 59: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
-	9,  // 60: cronoq.v1.Grant.task:type_name -> cronoq.v1.Task
-	49, // 61: cronoq.v1.Grants.grants:type_name -> cronoq.v1.Grant
-	51, // 62: cronoq.v1.HeartbeatAck.results:type_name -> cronoq.v1.LeaseResult
-	51, // 63: cronoq.v1.CompleteAck.results:type_name -> cronoq.v1.LeaseResult
-	48, // 64: cronoq.v1.ServerMessage.welcome:type_name -> cronoq.v1.Welcome
-	50, // 65: cronoq.v1.ServerMessage.grants:type_name -> cronoq.v1.Grants
-	52, // 66: cronoq.v1.ServerMessage.heartbeat_ack:type_name -> cronoq.v1.HeartbeatAck
-	53, // 67: cronoq.v1.ServerMessage.complete_ack:type_name -> cronoq.v1.CompleteAck
-	54, // 68: cronoq.v1.ServerMessage.abort:type_name -> cronoq.v1.Abort
-	56, // 69: cronoq.v1.MembersResponse.members:type_name -> cronoq.v1.Member
-	59, // 70: cronoq.v1.PeersResponse.peers:type_name -> cronoq.v1.Peer
-	12, // 71: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
-	14, // 72: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
-	16, // 73: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
-	20, // 74: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
-	22, // 75: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
-	24, // 76: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
-	26, // 77: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
-	28, // 78: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
-	31, // 79: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
-	34, // 80: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
-	36, // 81: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
-	38, // 82: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
-	40, // 83: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
-	47, // 84: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
-	57, // 85: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
-	60, // 86: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
-	62, // 87: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
-	64, // 88: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
-	66, // 89: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
-	13, // 90: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
-	15, // 91: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
-	18, // 92: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
-	21, // 93: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
-	23, // 94: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
-	25, // 95: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
-	27, // 96: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
-	30, // 97: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
-	32, // 98: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
-	35, // 99: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
-	37, // 100: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
-	39, // 101: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
-	41, // 102: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
-	55, // 103: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
-	58, // 104: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
-	61, // 105: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
-	63, // 106: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
-	65, // 107: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
-	67, // 108: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
-	90, // [90:109] is the sub-list for method output_type
-	71, // [71:90] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	89,  // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
+	89,  // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
+	0,   // 2: cronoq.v1.TaskTemplate.priority:type_name -> cronoq.v1.Priority
+	7,   // 3: cronoq.v1.TaskTemplate.labels:type_name -> cronoq.v1.KV
+	7,   // 4: cronoq.v1.TaskTemplate.tags:type_name -> cronoq.v1.KV
+	89,  // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
+	8,   // 6: cronoq.v1.TaskTemplate.backoff:type_name -> cronoq.v1.Backoff
+	9,   // 7: cronoq.v1.TaskSpec.template:type_name -> cronoq.v1.TaskTemplate
+	90,  // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
+	89,  // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
+	90,  // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
+	21,  // 11: cronoq.v1.TaskSpec.depends_on:type_name -> cronoq.v1.TaskRef
+	2,   // 12: cronoq.v1.TaskSpec.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
+	9,   // 13: cronoq.v1.Task.template:type_name -> cronoq.v1.TaskTemplate
+	1,   // 14: cronoq.v1.Task.status:type_name -> cronoq.v1.Status
+	90,  // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
+	90,  // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	90,  // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	90,  // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	90,  // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	90,  // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
+	90,  // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
+	2,   // 22: cronoq.v1.Task.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
+	89,  // 23: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
+	10,  // 24: cronoq.v1.SubmitRequest.spec:type_name -> cronoq.v1.TaskSpec
+	12,  // 25: cronoq.v1.SubmitResponse.result:type_name -> cronoq.v1.Submitted
+	10,  // 26: cronoq.v1.SubmitBatchRequest.specs:type_name -> cronoq.v1.TaskSpec
+	12,  // 27: cronoq.v1.SubmitBatchResponse.results:type_name -> cronoq.v1.Submitted
+	10,  // 28: cronoq.v1.EnqueueManyRequest.specs:type_name -> cronoq.v1.TaskSpec
+	12,  // 29: cronoq.v1.ItemResult.submitted:type_name -> cronoq.v1.Submitted
+	19,  // 30: cronoq.v1.EnqueueManyResponse.results:type_name -> cronoq.v1.ItemResult
+	21,  // 31: cronoq.v1.GetRequest.ref:type_name -> cronoq.v1.TaskRef
+	11,  // 32: cronoq.v1.GetResponse.task:type_name -> cronoq.v1.Task
+	13,  // 33: cronoq.v1.GetResponse.meta:type_name -> cronoq.v1.ReadMeta
+	21,  // 34: cronoq.v1.WaitRequest.ref:type_name -> cronoq.v1.TaskRef
+	89,  // 35: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
+	11,  // 36: cronoq.v1.WaitResponse.task:type_name -> cronoq.v1.Task
+	21,  // 37: cronoq.v1.CancelRequest.ref:type_name -> cronoq.v1.TaskRef
+	21,  // 38: cronoq.v1.CompleteRequest.ref:type_name -> cronoq.v1.TaskRef
+	6,   // 39: cronoq.v1.CompleteRequest.outcome:type_name -> cronoq.v1.OutcomeKind
+	11,  // 40: cronoq.v1.CompleteResponse.task:type_name -> cronoq.v1.Task
+	1,   // 41: cronoq.v1.ListRequest.statuses:type_name -> cronoq.v1.Status
+	11,  // 42: cronoq.v1.ListResponse.tasks:type_name -> cronoq.v1.Task
+	13,  // 43: cronoq.v1.ListResponse.meta:type_name -> cronoq.v1.ReadMeta
+	88,  // 44: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
+	33,  // 45: cronoq.v1.CountsResponse.pools:type_name -> cronoq.v1.PoolCounts
+	13,  // 46: cronoq.v1.CountsResponse.meta:type_name -> cronoq.v1.ReadMeta
+	1,   // 47: cronoq.v1.Event.status:type_name -> cronoq.v1.Status
+	90,  // 48: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
+	3,   // 49: cronoq.v1.Event.workflow_status:type_name -> cronoq.v1.WorkflowStatus
+	10,  // 50: cronoq.v1.WorkflowStep.spec:type_name -> cronoq.v1.TaskSpec
+	37,  // 51: cronoq.v1.WorkflowSpec.steps:type_name -> cronoq.v1.WorkflowStep
+	3,   // 52: cronoq.v1.Workflow.status:type_name -> cronoq.v1.WorkflowStatus
+	90,  // 53: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
+	90,  // 54: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
+	90,  // 55: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
+	90,  // 56: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
+	11,  // 57: cronoq.v1.Workflow.tasks:type_name -> cronoq.v1.Task
+	38,  // 58: cronoq.v1.SubmitWorkflowRequest.spec:type_name -> cronoq.v1.WorkflowSpec
+	41,  // 59: cronoq.v1.SubmitWorkflowResponse.tasks:type_name -> cronoq.v1.StepTask
+	40,  // 60: cronoq.v1.GetWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
+	39,  // 61: cronoq.v1.GetWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
+	13,  // 62: cronoq.v1.GetWorkflowResponse.meta:type_name -> cronoq.v1.ReadMeta
+	40,  // 63: cronoq.v1.WaitWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
+	89,  // 64: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
+	39,  // 65: cronoq.v1.WaitWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
+	40,  // 66: cronoq.v1.CancelWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
+	3,   // 67: cronoq.v1.ListWorkflowsRequest.statuses:type_name -> cronoq.v1.WorkflowStatus
+	39,  // 68: cronoq.v1.ListWorkflowsResponse.workflows:type_name -> cronoq.v1.Workflow
+	13,  // 69: cronoq.v1.ListWorkflowsResponse.meta:type_name -> cronoq.v1.ReadMeta
+	9,   // 70: cronoq.v1.Schedule.task:type_name -> cronoq.v1.TaskTemplate
+	4,   // 71: cronoq.v1.Schedule.overlap:type_name -> cronoq.v1.Overlap
+	5,   // 72: cronoq.v1.Schedule.catch_up:type_name -> cronoq.v1.CatchUp
+	90,  // 73: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	90,  // 74: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
+	37,  // 75: cronoq.v1.Schedule.steps:type_name -> cronoq.v1.WorkflowStep
+	52,  // 76: cronoq.v1.AddScheduleRequest.schedule:type_name -> cronoq.v1.Schedule
+	90,  // 77: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
+	52,  // 78: cronoq.v1.ListSchedulesResponse.schedules:type_name -> cronoq.v1.Schedule
+	7,   // 79: cronoq.v1.Hello.labels:type_name -> cronoq.v1.KV
+	6,   // 80: cronoq.v1.Completion.outcome:type_name -> cronoq.v1.OutcomeKind
+	89,  // 81: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
+	37,  // 82: cronoq.v1.Completion.children:type_name -> cronoq.v1.WorkflowStep
+	37,  // 83: cronoq.v1.Completion.then:type_name -> cronoq.v1.WorkflowStep
+	64,  // 84: cronoq.v1.Complete.completions:type_name -> cronoq.v1.Completion
+	61,  // 85: cronoq.v1.WorkerMessage.hello:type_name -> cronoq.v1.Hello
+	62,  // 86: cronoq.v1.WorkerMessage.poll:type_name -> cronoq.v1.Poll
+	63,  // 87: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
+	65,  // 88: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
+	89,  // 89: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
+	1,   // 90: cronoq.v1.DependencyResult.status:type_name -> cronoq.v1.Status
+	11,  // 91: cronoq.v1.Grant.task:type_name -> cronoq.v1.Task
+	68,  // 92: cronoq.v1.Grant.dependencies:type_name -> cronoq.v1.DependencyResult
+	69,  // 93: cronoq.v1.Grants.grants:type_name -> cronoq.v1.Grant
+	71,  // 94: cronoq.v1.HeartbeatAck.results:type_name -> cronoq.v1.LeaseResult
+	71,  // 95: cronoq.v1.CompleteAck.results:type_name -> cronoq.v1.LeaseResult
+	67,  // 96: cronoq.v1.ServerMessage.welcome:type_name -> cronoq.v1.Welcome
+	70,  // 97: cronoq.v1.ServerMessage.grants:type_name -> cronoq.v1.Grants
+	72,  // 98: cronoq.v1.ServerMessage.heartbeat_ack:type_name -> cronoq.v1.HeartbeatAck
+	73,  // 99: cronoq.v1.ServerMessage.complete_ack:type_name -> cronoq.v1.CompleteAck
+	74,  // 100: cronoq.v1.ServerMessage.abort:type_name -> cronoq.v1.Abort
+	76,  // 101: cronoq.v1.MembersResponse.members:type_name -> cronoq.v1.Member
+	79,  // 102: cronoq.v1.PeersResponse.peers:type_name -> cronoq.v1.Peer
+	14,  // 103: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
+	16,  // 104: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
+	18,  // 105: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
+	22,  // 106: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
+	24,  // 107: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
+	26,  // 108: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
+	28,  // 109: cronoq.v1.TaskService.Complete:input_type -> cronoq.v1.CompleteRequest
+	30,  // 110: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
+	32,  // 111: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
+	35,  // 112: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
+	42,  // 113: cronoq.v1.WorkflowService.Submit:input_type -> cronoq.v1.SubmitWorkflowRequest
+	44,  // 114: cronoq.v1.WorkflowService.Get:input_type -> cronoq.v1.GetWorkflowRequest
+	46,  // 115: cronoq.v1.WorkflowService.Wait:input_type -> cronoq.v1.WaitWorkflowRequest
+	48,  // 116: cronoq.v1.WorkflowService.Cancel:input_type -> cronoq.v1.CancelWorkflowRequest
+	50,  // 117: cronoq.v1.WorkflowService.List:input_type -> cronoq.v1.ListWorkflowsRequest
+	53,  // 118: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
+	55,  // 119: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
+	57,  // 120: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
+	59,  // 121: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
+	66,  // 122: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
+	77,  // 123: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
+	80,  // 124: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
+	82,  // 125: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
+	84,  // 126: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
+	86,  // 127: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
+	15,  // 128: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
+	17,  // 129: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
+	20,  // 130: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
+	23,  // 131: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
+	25,  // 132: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
+	27,  // 133: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
+	29,  // 134: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
+	31,  // 135: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
+	34,  // 136: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
+	36,  // 137: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
+	43,  // 138: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
+	45,  // 139: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
+	47,  // 140: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
+	49,  // 141: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
+	51,  // 142: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
+	54,  // 143: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
+	56,  // 144: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
+	58,  // 145: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
+	60,  // 146: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
+	75,  // 147: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
+	78,  // 148: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
+	81,  // 149: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
+	83,  // 150: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
+	85,  // 151: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
+	87,  // 152: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
+	128, // [128:153] is the sub-list for method output_type
+	103, // [103:128] is the sub-list for method input_type
+	103, // [103:103] is the sub-list for extension type_name
+	103, // [103:103] is the sub-list for extension extendee
+	0,   // [0:103] is the sub-list for field type_name
 }
 
 func init() { file_cronoq_v1_cronoq_proto_init() }
@@ -4518,13 +6101,13 @@ func file_cronoq_v1_cronoq_proto_init() {
 	if File_cronoq_v1_cronoq_proto != nil {
 		return
 	}
-	file_cronoq_v1_cronoq_proto_msgTypes[42].OneofWrappers = []any{
+	file_cronoq_v1_cronoq_proto_msgTypes[59].OneofWrappers = []any{
 		(*WorkerMessage_Hello)(nil),
 		(*WorkerMessage_Poll)(nil),
 		(*WorkerMessage_Heartbeat)(nil),
 		(*WorkerMessage_Complete)(nil),
 	}
-	file_cronoq_v1_cronoq_proto_msgTypes[50].OneofWrappers = []any{
+	file_cronoq_v1_cronoq_proto_msgTypes[68].OneofWrappers = []any{
 		(*ServerMessage_Welcome)(nil),
 		(*ServerMessage_Grants)(nil),
 		(*ServerMessage_HeartbeatAck)(nil),
@@ -4536,10 +6119,10 @@ func file_cronoq_v1_cronoq_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronoq_v1_cronoq_proto_rawDesc), len(file_cronoq_v1_cronoq_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   64,
+			NumEnums:      7,
+			NumMessages:   82,
 			NumExtensions: 0,
-			NumServices:   4,
+			NumServices:   5,
 		},
 		GoTypes:           file_cronoq_v1_cronoq_proto_goTypes,
 		DependencyIndexes: file_cronoq_v1_cronoq_proto_depIdxs,

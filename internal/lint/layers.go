@@ -23,6 +23,7 @@ var Layers = []Layer{
 			"Reader", "Task", "Schedule", "Template", "KV", "Backoff", "Instant", "InstantOf",
 			"Status", "Status*", "AllStatuses", "Priority", "Priority*", "Overlap*", "CatchUp*",
 			"ListQuery", "PoolCounts",
+			"Workflow", "WorkflowStatus", "WorkflowQuery", "StepTemplate", "DepPolicy", "DepSucceeded", "DepDone",
 		},
 	}},
 	// The wire contract stands alone.

@@ -27,6 +27,8 @@ const _ = connect.IsAtLeastVersion1_13_0
 const (
 	// TaskServiceName is the fully-qualified name of the TaskService service.
 	TaskServiceName = "cronoq.v1.TaskService"
+	// WorkflowServiceName is the fully-qualified name of the WorkflowService service.
+	WorkflowServiceName = "cronoq.v1.WorkflowService"
 	// ScheduleServiceName is the fully-qualified name of the ScheduleService service.
 	ScheduleServiceName = "cronoq.v1.ScheduleService"
 	// WorkerServiceName is the fully-qualified name of the WorkerService service.
@@ -55,12 +57,24 @@ const (
 	TaskServiceWaitProcedure = "/cronoq.v1.TaskService/Wait"
 	// TaskServiceCancelProcedure is the fully-qualified name of the TaskService's Cancel RPC.
 	TaskServiceCancelProcedure = "/cronoq.v1.TaskService/Cancel"
+	// TaskServiceCompleteProcedure is the fully-qualified name of the TaskService's Complete RPC.
+	TaskServiceCompleteProcedure = "/cronoq.v1.TaskService/Complete"
 	// TaskServiceListProcedure is the fully-qualified name of the TaskService's List RPC.
 	TaskServiceListProcedure = "/cronoq.v1.TaskService/List"
 	// TaskServiceCountsProcedure is the fully-qualified name of the TaskService's Counts RPC.
 	TaskServiceCountsProcedure = "/cronoq.v1.TaskService/Counts"
 	// TaskServiceEventsProcedure is the fully-qualified name of the TaskService's Events RPC.
 	TaskServiceEventsProcedure = "/cronoq.v1.TaskService/Events"
+	// WorkflowServiceSubmitProcedure is the fully-qualified name of the WorkflowService's Submit RPC.
+	WorkflowServiceSubmitProcedure = "/cronoq.v1.WorkflowService/Submit"
+	// WorkflowServiceGetProcedure is the fully-qualified name of the WorkflowService's Get RPC.
+	WorkflowServiceGetProcedure = "/cronoq.v1.WorkflowService/Get"
+	// WorkflowServiceWaitProcedure is the fully-qualified name of the WorkflowService's Wait RPC.
+	WorkflowServiceWaitProcedure = "/cronoq.v1.WorkflowService/Wait"
+	// WorkflowServiceCancelProcedure is the fully-qualified name of the WorkflowService's Cancel RPC.
+	WorkflowServiceCancelProcedure = "/cronoq.v1.WorkflowService/Cancel"
+	// WorkflowServiceListProcedure is the fully-qualified name of the WorkflowService's List RPC.
+	WorkflowServiceListProcedure = "/cronoq.v1.WorkflowService/List"
 	// ScheduleServiceAddProcedure is the fully-qualified name of the ScheduleService's Add RPC.
 	ScheduleServiceAddProcedure = "/cronoq.v1.ScheduleService/Add"
 	// ScheduleServiceListProcedure is the fully-qualified name of the ScheduleService's List RPC.
@@ -93,6 +107,7 @@ type TaskServiceClient interface {
 	Get(context.Context, *connect.Request[cronoqv1.GetRequest]) (*connect.Response[cronoqv1.GetResponse], error)
 	Wait(context.Context, *connect.Request[cronoqv1.WaitRequest]) (*connect.Response[cronoqv1.WaitResponse], error)
 	Cancel(context.Context, *connect.Request[cronoqv1.CancelRequest]) (*connect.Response[cronoqv1.CancelResponse], error)
+	Complete(context.Context, *connect.Request[cronoqv1.CompleteRequest]) (*connect.Response[cronoqv1.CompleteResponse], error)
 	List(context.Context, *connect.Request[cronoqv1.ListRequest]) (*connect.Response[cronoqv1.ListResponse], error)
 	Counts(context.Context, *connect.Request[cronoqv1.CountsRequest]) (*connect.Response[cronoqv1.CountsResponse], error)
 	Events(context.Context, *connect.Request[cronoqv1.EventsRequest]) (*connect.ServerStreamForClient[cronoqv1.Event], error)
@@ -145,6 +160,12 @@ func NewTaskServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(taskServiceMethods.ByName("Cancel")),
 			connect.WithClientOptions(opts...),
 		),
+		complete: connect.NewClient[cronoqv1.CompleteRequest, cronoqv1.CompleteResponse](
+			httpClient,
+			baseURL+TaskServiceCompleteProcedure,
+			connect.WithSchema(taskServiceMethods.ByName("Complete")),
+			connect.WithClientOptions(opts...),
+		),
 		list: connect.NewClient[cronoqv1.ListRequest, cronoqv1.ListResponse](
 			httpClient,
 			baseURL+TaskServiceListProcedure,
@@ -174,6 +195,7 @@ type taskServiceClient struct {
 	get         *connect.Client[cronoqv1.GetRequest, cronoqv1.GetResponse]
 	wait        *connect.Client[cronoqv1.WaitRequest, cronoqv1.WaitResponse]
 	cancel      *connect.Client[cronoqv1.CancelRequest, cronoqv1.CancelResponse]
+	complete    *connect.Client[cronoqv1.CompleteRequest, cronoqv1.CompleteResponse]
 	list        *connect.Client[cronoqv1.ListRequest, cronoqv1.ListResponse]
 	counts      *connect.Client[cronoqv1.CountsRequest, cronoqv1.CountsResponse]
 	events      *connect.Client[cronoqv1.EventsRequest, cronoqv1.Event]
@@ -209,6 +231,11 @@ func (c *taskServiceClient) Cancel(ctx context.Context, req *connect.Request[cro
 	return c.cancel.CallUnary(ctx, req)
 }
 
+// Complete calls cronoq.v1.TaskService.Complete.
+func (c *taskServiceClient) Complete(ctx context.Context, req *connect.Request[cronoqv1.CompleteRequest]) (*connect.Response[cronoqv1.CompleteResponse], error) {
+	return c.complete.CallUnary(ctx, req)
+}
+
 // List calls cronoq.v1.TaskService.List.
 func (c *taskServiceClient) List(ctx context.Context, req *connect.Request[cronoqv1.ListRequest]) (*connect.Response[cronoqv1.ListResponse], error) {
 	return c.list.CallUnary(ctx, req)
@@ -232,6 +259,7 @@ type TaskServiceHandler interface {
 	Get(context.Context, *connect.Request[cronoqv1.GetRequest]) (*connect.Response[cronoqv1.GetResponse], error)
 	Wait(context.Context, *connect.Request[cronoqv1.WaitRequest]) (*connect.Response[cronoqv1.WaitResponse], error)
 	Cancel(context.Context, *connect.Request[cronoqv1.CancelRequest]) (*connect.Response[cronoqv1.CancelResponse], error)
+	Complete(context.Context, *connect.Request[cronoqv1.CompleteRequest]) (*connect.Response[cronoqv1.CompleteResponse], error)
 	List(context.Context, *connect.Request[cronoqv1.ListRequest]) (*connect.Response[cronoqv1.ListResponse], error)
 	Counts(context.Context, *connect.Request[cronoqv1.CountsRequest]) (*connect.Response[cronoqv1.CountsResponse], error)
 	Events(context.Context, *connect.Request[cronoqv1.EventsRequest], *connect.ServerStream[cronoqv1.Event]) error
@@ -280,6 +308,12 @@ func NewTaskServiceHandler(svc TaskServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(taskServiceMethods.ByName("Cancel")),
 		connect.WithHandlerOptions(opts...),
 	)
+	taskServiceCompleteHandler := connect.NewUnaryHandler(
+		TaskServiceCompleteProcedure,
+		svc.Complete,
+		connect.WithSchema(taskServiceMethods.ByName("Complete")),
+		connect.WithHandlerOptions(opts...),
+	)
 	taskServiceListHandler := connect.NewUnaryHandler(
 		TaskServiceListProcedure,
 		svc.List,
@@ -312,6 +346,8 @@ func NewTaskServiceHandler(svc TaskServiceHandler, opts ...connect.HandlerOption
 			taskServiceWaitHandler.ServeHTTP(w, r)
 		case TaskServiceCancelProcedure:
 			taskServiceCancelHandler.ServeHTTP(w, r)
+		case TaskServiceCompleteProcedure:
+			taskServiceCompleteHandler.ServeHTTP(w, r)
 		case TaskServiceListProcedure:
 			taskServiceListHandler.ServeHTTP(w, r)
 		case TaskServiceCountsProcedure:
@@ -351,6 +387,10 @@ func (UnimplementedTaskServiceHandler) Cancel(context.Context, *connect.Request[
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.TaskService.Cancel is not implemented"))
 }
 
+func (UnimplementedTaskServiceHandler) Complete(context.Context, *connect.Request[cronoqv1.CompleteRequest]) (*connect.Response[cronoqv1.CompleteResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.TaskService.Complete is not implemented"))
+}
+
 func (UnimplementedTaskServiceHandler) List(context.Context, *connect.Request[cronoqv1.ListRequest]) (*connect.Response[cronoqv1.ListResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.TaskService.List is not implemented"))
 }
@@ -361,6 +401,180 @@ func (UnimplementedTaskServiceHandler) Counts(context.Context, *connect.Request[
 
 func (UnimplementedTaskServiceHandler) Events(context.Context, *connect.Request[cronoqv1.EventsRequest], *connect.ServerStream[cronoqv1.Event]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.TaskService.Events is not implemented"))
+}
+
+// WorkflowServiceClient is a client for the cronoq.v1.WorkflowService service.
+type WorkflowServiceClient interface {
+	Submit(context.Context, *connect.Request[cronoqv1.SubmitWorkflowRequest]) (*connect.Response[cronoqv1.SubmitWorkflowResponse], error)
+	Get(context.Context, *connect.Request[cronoqv1.GetWorkflowRequest]) (*connect.Response[cronoqv1.GetWorkflowResponse], error)
+	Wait(context.Context, *connect.Request[cronoqv1.WaitWorkflowRequest]) (*connect.Response[cronoqv1.WaitWorkflowResponse], error)
+	Cancel(context.Context, *connect.Request[cronoqv1.CancelWorkflowRequest]) (*connect.Response[cronoqv1.CancelWorkflowResponse], error)
+	List(context.Context, *connect.Request[cronoqv1.ListWorkflowsRequest]) (*connect.Response[cronoqv1.ListWorkflowsResponse], error)
+}
+
+// NewWorkflowServiceClient constructs a client for the cronoq.v1.WorkflowService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewWorkflowServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) WorkflowServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	workflowServiceMethods := cronoqv1.File_cronoq_v1_cronoq_proto.Services().ByName("WorkflowService").Methods()
+	return &workflowServiceClient{
+		submit: connect.NewClient[cronoqv1.SubmitWorkflowRequest, cronoqv1.SubmitWorkflowResponse](
+			httpClient,
+			baseURL+WorkflowServiceSubmitProcedure,
+			connect.WithSchema(workflowServiceMethods.ByName("Submit")),
+			connect.WithClientOptions(opts...),
+		),
+		get: connect.NewClient[cronoqv1.GetWorkflowRequest, cronoqv1.GetWorkflowResponse](
+			httpClient,
+			baseURL+WorkflowServiceGetProcedure,
+			connect.WithSchema(workflowServiceMethods.ByName("Get")),
+			connect.WithClientOptions(opts...),
+		),
+		wait: connect.NewClient[cronoqv1.WaitWorkflowRequest, cronoqv1.WaitWorkflowResponse](
+			httpClient,
+			baseURL+WorkflowServiceWaitProcedure,
+			connect.WithSchema(workflowServiceMethods.ByName("Wait")),
+			connect.WithClientOptions(opts...),
+		),
+		cancel: connect.NewClient[cronoqv1.CancelWorkflowRequest, cronoqv1.CancelWorkflowResponse](
+			httpClient,
+			baseURL+WorkflowServiceCancelProcedure,
+			connect.WithSchema(workflowServiceMethods.ByName("Cancel")),
+			connect.WithClientOptions(opts...),
+		),
+		list: connect.NewClient[cronoqv1.ListWorkflowsRequest, cronoqv1.ListWorkflowsResponse](
+			httpClient,
+			baseURL+WorkflowServiceListProcedure,
+			connect.WithSchema(workflowServiceMethods.ByName("List")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// workflowServiceClient implements WorkflowServiceClient.
+type workflowServiceClient struct {
+	submit *connect.Client[cronoqv1.SubmitWorkflowRequest, cronoqv1.SubmitWorkflowResponse]
+	get    *connect.Client[cronoqv1.GetWorkflowRequest, cronoqv1.GetWorkflowResponse]
+	wait   *connect.Client[cronoqv1.WaitWorkflowRequest, cronoqv1.WaitWorkflowResponse]
+	cancel *connect.Client[cronoqv1.CancelWorkflowRequest, cronoqv1.CancelWorkflowResponse]
+	list   *connect.Client[cronoqv1.ListWorkflowsRequest, cronoqv1.ListWorkflowsResponse]
+}
+
+// Submit calls cronoq.v1.WorkflowService.Submit.
+func (c *workflowServiceClient) Submit(ctx context.Context, req *connect.Request[cronoqv1.SubmitWorkflowRequest]) (*connect.Response[cronoqv1.SubmitWorkflowResponse], error) {
+	return c.submit.CallUnary(ctx, req)
+}
+
+// Get calls cronoq.v1.WorkflowService.Get.
+func (c *workflowServiceClient) Get(ctx context.Context, req *connect.Request[cronoqv1.GetWorkflowRequest]) (*connect.Response[cronoqv1.GetWorkflowResponse], error) {
+	return c.get.CallUnary(ctx, req)
+}
+
+// Wait calls cronoq.v1.WorkflowService.Wait.
+func (c *workflowServiceClient) Wait(ctx context.Context, req *connect.Request[cronoqv1.WaitWorkflowRequest]) (*connect.Response[cronoqv1.WaitWorkflowResponse], error) {
+	return c.wait.CallUnary(ctx, req)
+}
+
+// Cancel calls cronoq.v1.WorkflowService.Cancel.
+func (c *workflowServiceClient) Cancel(ctx context.Context, req *connect.Request[cronoqv1.CancelWorkflowRequest]) (*connect.Response[cronoqv1.CancelWorkflowResponse], error) {
+	return c.cancel.CallUnary(ctx, req)
+}
+
+// List calls cronoq.v1.WorkflowService.List.
+func (c *workflowServiceClient) List(ctx context.Context, req *connect.Request[cronoqv1.ListWorkflowsRequest]) (*connect.Response[cronoqv1.ListWorkflowsResponse], error) {
+	return c.list.CallUnary(ctx, req)
+}
+
+// WorkflowServiceHandler is an implementation of the cronoq.v1.WorkflowService service.
+type WorkflowServiceHandler interface {
+	Submit(context.Context, *connect.Request[cronoqv1.SubmitWorkflowRequest]) (*connect.Response[cronoqv1.SubmitWorkflowResponse], error)
+	Get(context.Context, *connect.Request[cronoqv1.GetWorkflowRequest]) (*connect.Response[cronoqv1.GetWorkflowResponse], error)
+	Wait(context.Context, *connect.Request[cronoqv1.WaitWorkflowRequest]) (*connect.Response[cronoqv1.WaitWorkflowResponse], error)
+	Cancel(context.Context, *connect.Request[cronoqv1.CancelWorkflowRequest]) (*connect.Response[cronoqv1.CancelWorkflowResponse], error)
+	List(context.Context, *connect.Request[cronoqv1.ListWorkflowsRequest]) (*connect.Response[cronoqv1.ListWorkflowsResponse], error)
+}
+
+// NewWorkflowServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewWorkflowServiceHandler(svc WorkflowServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	workflowServiceMethods := cronoqv1.File_cronoq_v1_cronoq_proto.Services().ByName("WorkflowService").Methods()
+	workflowServiceSubmitHandler := connect.NewUnaryHandler(
+		WorkflowServiceSubmitProcedure,
+		svc.Submit,
+		connect.WithSchema(workflowServiceMethods.ByName("Submit")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workflowServiceGetHandler := connect.NewUnaryHandler(
+		WorkflowServiceGetProcedure,
+		svc.Get,
+		connect.WithSchema(workflowServiceMethods.ByName("Get")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workflowServiceWaitHandler := connect.NewUnaryHandler(
+		WorkflowServiceWaitProcedure,
+		svc.Wait,
+		connect.WithSchema(workflowServiceMethods.ByName("Wait")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workflowServiceCancelHandler := connect.NewUnaryHandler(
+		WorkflowServiceCancelProcedure,
+		svc.Cancel,
+		connect.WithSchema(workflowServiceMethods.ByName("Cancel")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workflowServiceListHandler := connect.NewUnaryHandler(
+		WorkflowServiceListProcedure,
+		svc.List,
+		connect.WithSchema(workflowServiceMethods.ByName("List")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/cronoq.v1.WorkflowService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case WorkflowServiceSubmitProcedure:
+			workflowServiceSubmitHandler.ServeHTTP(w, r)
+		case WorkflowServiceGetProcedure:
+			workflowServiceGetHandler.ServeHTTP(w, r)
+		case WorkflowServiceWaitProcedure:
+			workflowServiceWaitHandler.ServeHTTP(w, r)
+		case WorkflowServiceCancelProcedure:
+			workflowServiceCancelHandler.ServeHTTP(w, r)
+		case WorkflowServiceListProcedure:
+			workflowServiceListHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedWorkflowServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedWorkflowServiceHandler struct{}
+
+func (UnimplementedWorkflowServiceHandler) Submit(context.Context, *connect.Request[cronoqv1.SubmitWorkflowRequest]) (*connect.Response[cronoqv1.SubmitWorkflowResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.WorkflowService.Submit is not implemented"))
+}
+
+func (UnimplementedWorkflowServiceHandler) Get(context.Context, *connect.Request[cronoqv1.GetWorkflowRequest]) (*connect.Response[cronoqv1.GetWorkflowResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.WorkflowService.Get is not implemented"))
+}
+
+func (UnimplementedWorkflowServiceHandler) Wait(context.Context, *connect.Request[cronoqv1.WaitWorkflowRequest]) (*connect.Response[cronoqv1.WaitWorkflowResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.WorkflowService.Wait is not implemented"))
+}
+
+func (UnimplementedWorkflowServiceHandler) Cancel(context.Context, *connect.Request[cronoqv1.CancelWorkflowRequest]) (*connect.Response[cronoqv1.CancelWorkflowResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.WorkflowService.Cancel is not implemented"))
+}
+
+func (UnimplementedWorkflowServiceHandler) List(context.Context, *connect.Request[cronoqv1.ListWorkflowsRequest]) (*connect.Response[cronoqv1.ListWorkflowsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.WorkflowService.List is not implemented"))
 }
 
 // ScheduleServiceClient is a client for the cronoq.v1.ScheduleService service.
