@@ -1,6 +1,8 @@
 // Package client is the Go SDK of cronoq: submit, inspect, wait for and
-// cancel tasks, manage recurring schedules, follow status events, operate the
-// cluster, and run workers.
+// cancel tasks and workflows (tasks that depend on one another), complete
+// external tasks, manage recurring schedules, follow status events, operate
+// the cluster, and run workers, whose handlers see their dependencies'
+// results and may spawn more tasks.
 //
 // A Client talks ConnectRPC over unencrypted HTTP/2 (h2c) to any node of the
 // cluster. It keeps the list of addresses it was given and the leader hint
@@ -75,6 +77,7 @@ type endpoint struct {
 	addr      string
 	tasks     cronoqv1connect.TaskServiceClient
 	schedules cronoqv1connect.ScheduleServiceClient
+	workflows cronoqv1connect.WorkflowServiceClient
 	workers   cronoqv1connect.WorkerServiceClient
 	operator  cronoqv1connect.OperatorServiceClient
 }
@@ -256,6 +259,7 @@ func (c *Client) endpointFor(addr string) *endpoint {
 		addr:      addr,
 		tasks:     cronoqv1connect.NewTaskServiceClient(c.httpc, base),
 		schedules: cronoqv1connect.NewScheduleServiceClient(c.httpc, base),
+		workflows: cronoqv1connect.NewWorkflowServiceClient(c.httpc, base),
 		workers:   cronoqv1connect.NewWorkerServiceClient(c.httpc, base),
 		operator:  cronoqv1connect.NewOperatorServiceClient(c.httpc, base),
 	}

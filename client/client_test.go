@@ -412,7 +412,7 @@ func TestListPagination(t *testing.T) {
 func allStatuses(counts map[string]int64) map[string]int64 {
 	out := map[string]int64{}
 	for _, s := range []string{StatusScheduled, StatusQueued, StatusRunning, StatusRetrying,
-		StatusSucceeded, StatusFailed, StatusCancelled, StatusExpired} {
+		StatusSucceeded, StatusFailed, StatusCancelled, StatusExpired, StatusBlocked} {
 		out[s] = counts[s]
 	}
 	return out
@@ -639,5 +639,8 @@ func TestSubmitCutOffInFlightIsOutcomeUnknown(t *testing.T) {
 	_, err := c.Submit(ctx, TaskSpec{Template: Template{Pool: "p", Kind: "k"}})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
-	require.Equal(t, 1, fc.Node(0).Requests(cronoqv1connect.TaskServiceSubmitProcedure))
+	// How many attempts reached the node is not fixed: the node sees the
+	// caller's deadline too, and may give the call up an instant before the
+	// caller does; the SDK then sends it again (it is idempotent) until its
+	// own deadline.
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -22,6 +23,40 @@ var statusNames = map[cronoqv1.Status]string{
 	cronoqv1.Status_STATUS_FAILED:    StatusFailed,
 	cronoqv1.Status_STATUS_CANCELLED: StatusCancelled,
 	cronoqv1.Status_STATUS_EXPIRED:   StatusExpired,
+	cronoqv1.Status_STATUS_BLOCKED:   StatusBlocked,
+}
+
+func depPolicyToProto(s string) (cronoqv1.DependencyPolicy, error) {
+	switch s {
+	case "", DependencyPolicySucceeded:
+		return cronoqv1.DependencyPolicy_DEPENDENCY_POLICY_SUCCEEDED, nil
+	case DependencyPolicyDone:
+		return cronoqv1.DependencyPolicy_DEPENDENCY_POLICY_DONE, nil
+	}
+	return 0, &InvalidError{Field: "dependency_policy", Reason: fmt.Sprintf("%q is not succeeded or done", s)}
+}
+
+func depPolicyFromProto(p cronoqv1.DependencyPolicy) string {
+	if p == cronoqv1.DependencyPolicy_DEPENDENCY_POLICY_DONE {
+		return DependencyPolicyDone
+	}
+	return DependencyPolicySucceeded
+}
+
+var workflowStatusNames = map[cronoqv1.WorkflowStatus]string{
+	cronoqv1.WorkflowStatus_WORKFLOW_STATUS_RUNNING:   WorkflowRunning,
+	cronoqv1.WorkflowStatus_WORKFLOW_STATUS_SUCCEEDED: WorkflowSucceeded,
+	cronoqv1.WorkflowStatus_WORKFLOW_STATUS_FAILED:    WorkflowFailed,
+	cronoqv1.WorkflowStatus_WORKFLOW_STATUS_CANCELLED: WorkflowCancelled,
+}
+
+func workflowStatusToProto(s string) (cronoqv1.WorkflowStatus, error) {
+	for k, v := range workflowStatusNames {
+		if v == s {
+			return k, nil
+		}
+	}
+	return 0, &InvalidError{Field: "status", Reason: fmt.Sprintf("unknown workflow status %q", s)}
 }
 
 func statusFromProto(s cronoqv1.Status) string { return statusNames[s] }
@@ -56,13 +91,65 @@ func specToProto(s TaskSpec) (*cronoqv1.TaskSpec, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &cronoqv1.TaskSpec{
-		Template: tpl,
-		Key:      s.Key,
-		RunAt:    timeToProto(s.RunAt),
-		Delay:    durationToProto(s.Delay),
-		Deadline: timeToProto(s.Deadline),
-	}, nil
+	pol, err := depPolicyToProto(s.DependencyPolicy)
+	if err != nil {
+		return nil, err
+	}
+	out := &cronoqv1.TaskSpec{
+		Template:         tpl,
+		Key:              s.Key,
+		RunAt:            timeToProto(s.RunAt),
+		Delay:            durationToProto(s.Delay),
+		Deadline:         timeToProto(s.Deadline),
+		DependencyPolicy: pol,
+		External:         s.External,
+	}
+	for _, r := range s.DependsOn {
+		out.DependsOn = append(out.DependsOn, &cronoqv1.TaskRef{Id: r.ID, Key: r.Key})
+	}
+	return out, nil
+}
+
+func stepToProto(s Step) (*cronoqv1.WorkflowStep, error) {
+	spec, err := specToProto(s.Task)
+	if err != nil {
+		return nil, err
+	}
+	return &cronoqv1.WorkflowStep{Name: s.Name, Spec: spec, DependsOn: s.DependsOn}, nil
+}
+
+func stepFromProto(p *cronoqv1.WorkflowStep) Step {
+	st := Step{Name: p.GetName(), DependsOn: p.GetDependsOn()}
+	if sp := p.GetSpec(); sp != nil {
+		st.Task = TaskSpec{
+			Template:         templateFromProto(sp.GetTemplate()),
+			DependencyPolicy: depPolicyFromProto(sp.GetDependencyPolicy()),
+			External:         sp.GetExternal(),
+		}
+	}
+	return st
+}
+
+func workflowFromProto(p *cronoqv1.Workflow) *Workflow {
+	if p == nil {
+		return nil
+	}
+	w := &Workflow{
+		ID:          p.GetId(),
+		Name:        p.GetName(),
+		Key:         p.GetKey(),
+		Status:      workflowStatusNames[p.GetStatus()],
+		SubmittedAt: timeFromProto(p.GetSubmittedAt()),
+		UpdatedAt:   timeFromProto(p.GetUpdatedAt()),
+		FinishedAt:  timeFromProto(p.GetFinishedAt()),
+		Schedule:    p.GetSchedule(),
+		Slot:        timeFromProto(p.GetSlot()),
+		Parent:      p.GetParent(),
+	}
+	for _, t := range p.GetTasks() {
+		w.Tasks = append(w.Tasks, taskFromProto(t))
+	}
+	return w
 }
 
 func taskFromProto(p *cronoqv1.Task) *Task {
@@ -86,6 +173,13 @@ func taskFromProto(p *cronoqv1.Task) *Task {
 		Deadline:    timeFromProto(p.GetDeadline()),
 		Schedule:    p.GetSchedule(),
 		Slot:        timeFromProto(p.GetSlot()),
+
+		DependsOn:        p.GetDependsOn(),
+		DependencyPolicy: depPolicyFromProto(p.GetDependencyPolicy()),
+		External:         p.GetExternal(),
+		Workflow:         p.GetWorkflow(),
+		Step:             p.GetStep(),
+		Parent:           p.GetParent(),
 	}
 }
 
@@ -182,9 +276,12 @@ func catchUpFromProto(c cronoqv1.CatchUp) string {
 }
 
 func scheduleToProto(s Schedule) (*cronoqv1.Schedule, error) {
-	tpl, err := templateToProto(&s.Task)
-	if err != nil {
-		return nil, err
+	var tpl *cronoqv1.TaskTemplate
+	if len(s.Steps) == 0 || !isZeroTemplate(&s.Task) {
+		var err error
+		if tpl, err = templateToProto(&s.Task); err != nil {
+			return nil, err
+		}
 	}
 	ov, err := overlapToProto(s.Overlap)
 	if err != nil {
@@ -197,7 +294,7 @@ func scheduleToProto(s Schedule) (*cronoqv1.Schedule, error) {
 	if s.CatchUpLimit < 0 || int64(s.CatchUpLimit) > int64(^uint32(0)) {
 		return nil, &InvalidError{Field: "catch_up_limit", Reason: "out of range"}
 	}
-	return &cronoqv1.Schedule{
+	out := &cronoqv1.Schedule{
 		Name:         s.Name,
 		Cron:         s.Cron,
 		Tz:           s.TZ,
@@ -206,15 +303,32 @@ func scheduleToProto(s Schedule) (*cronoqv1.Schedule, error) {
 		CatchUp:      cu,
 		CatchUpLimit: uint32(s.CatchUpLimit),
 		Paused:       s.Paused,
-	}, nil
+		Workflow:     s.Workflow,
+	}
+	for i, st := range s.Steps {
+		ps, err := stepToProto(st)
+		if err != nil {
+			return nil, prefixInvalid(fmt.Sprintf("steps[%d].", i), err)
+		}
+		out.Steps = append(out.Steps, ps)
+	}
+	return out, nil
 }
 
 func scheduleFromProto(p *cronoqv1.Schedule) Schedule {
+	var steps []Step
+	for _, st := range p.GetSteps() {
+		steps = append(steps, stepFromProto(st))
+	}
+	var task Template // a schedule that fires a workflow has none
+	if len(steps) == 0 {
+		task = templateFromProto(p.GetTask())
+	}
 	return Schedule{
 		Name:         p.GetName(),
 		Cron:         p.GetCron(),
 		TZ:           p.GetTz(),
-		Task:         templateFromProto(p.GetTask()),
+		Task:         task,
 		Overlap:      overlapFromProto(p.GetOverlap()),
 		CatchUp:      catchUpFromProto(p.GetCatchUp()),
 		CatchUpLimit: int(p.GetCatchUpLimit()),
@@ -224,6 +338,8 @@ func scheduleFromProto(p *cronoqv1.Schedule) Schedule {
 		Fires:        p.GetFires(),
 		Skipped:      p.GetSkipped(),
 		LastTask:     p.GetLastTask(),
+		Workflow:     p.GetWorkflow(),
+		Steps:        steps,
 	}
 }
 
@@ -237,6 +353,10 @@ func eventFromProto(p *cronoqv1.Event) Event {
 		Message: p.GetMessage(),
 		At:      timeFromProto(p.GetAt()),
 		Lagged:  p.GetLagged(),
+
+		Workflow:       p.GetWorkflow(),
+		Step:           p.GetStep(),
+		WorkflowStatus: workflowStatusNames[p.GetWorkflowStatus()],
 	}
 }
 
@@ -265,9 +385,10 @@ func healthFromProto(p *cronoqv1.HealthResponse) Health {
 	}
 }
 
-// jobFromGrant builds the Job a handler sees for a grant. The grant's lease
-// and attempt are authoritative over the copies inside the task.
-func jobFromGrant(g *cronoqv1.Grant) *Job {
+// jobFromGrant builds the Job a handler sees for a grant, with c to read
+// the dependency outputs the grant left out. The grant's lease and attempt
+// are authoritative over the copies inside the task.
+func jobFromGrant(g *cronoqv1.Grant, c *Client) *Job {
 	t := taskFromProto(g.GetTask())
 	if t == nil {
 		t = &Task{}
@@ -277,17 +398,38 @@ func jobFromGrant(g *cronoqv1.Grant) *Job {
 		t.Attempt = int(g.GetAttempt())
 	}
 	t.Status = StatusRunning
-	return &Job{Task: t, Lease: g.GetLease(), Attempt: t.Attempt}
+	job := &Job{Task: t, Lease: g.GetLease(), Attempt: t.Attempt, client: c}
+	for _, d := range g.GetDependencies() {
+		job.Dependencies = append(job.Dependencies, Dependency{
+			ID:            d.GetId(),
+			Step:          d.GetStep(),
+			Status:        statusFromProto(d.GetStatus()),
+			Output:        d.GetOutput(),
+			Error:         d.GetError(),
+			OutputOmitted: d.GetOutputOmitted(),
+		})
+	}
+	return job
 }
 
 // completionToProto turns what a handler returned into the completion sent
-// for its lease: nil error = success with output; *RetryableError = retryable
-// with its hint; *PermanentError = permanent; any other error = retryable.
-func completionToProto(lease uint64, output []byte, err error) *cronoqv1.Completion {
+// for its lease: nil error = success with output, carrying the children
+// and continuation the job spawned; *RetryableError = retryable with its
+// hint; *PermanentError = permanent; any other error = retryable. A
+// failure drops the children. A child the wire cannot carry fails the
+// attempt permanently, naming it, rather than losing the children.
+func completionToProto(lease uint64, output []byte, err error, children []Step, then *Step) *cronoqv1.Completion {
 	c := &cronoqv1.Completion{Lease: lease}
 	if err == nil {
 		c.Outcome = cronoqv1.OutcomeKind_OUTCOME_SUCCESS
 		c.Output = output
+		if err := spawnToProto(c, children, then); err != nil {
+			return &cronoqv1.Completion{
+				Lease:   lease,
+				Outcome: cronoqv1.OutcomeKind_OUTCOME_PERMANENT,
+				Message: "spawning children: " + err.Error(),
+			}
+		}
 		return c
 	}
 	c.Message = err.Error()
@@ -305,4 +447,35 @@ func completionToProto(lease uint64, output []byte, err error) *cronoqv1.Complet
 		c.Outcome = cronoqv1.OutcomeKind_OUTCOME_RETRYABLE
 	}
 	return c
+}
+
+// spawnToProto converts the children and continuation of a successful
+// attempt into c; errors name the step as children[i].field or
+// then.field.
+func spawnToProto(c *cronoqv1.Completion, children []Step, then *Step) error {
+	for i, st := range children {
+		ps, err := stepToProto(st)
+		if err != nil {
+			return prefixInvalid(fmt.Sprintf("children[%d].", i), err)
+		}
+		c.Children = append(c.Children, ps)
+	}
+	if then != nil {
+		ps, err := stepToProto(*then)
+		if err != nil {
+			return prefixInvalid("then.", err)
+		}
+		c.Then = ps
+	}
+	return nil
+}
+
+// prefixInvalid names the field of an *InvalidError inside a part of a
+// request; other errors are wrapped with the prefix.
+func prefixInvalid(prefix string, err error) error {
+	var inv *InvalidError
+	if errors.As(err, &inv) {
+		return &InvalidError{Field: prefix + inv.Field, Reason: inv.Reason}
+	}
+	return fmt.Errorf("%s %w", strings.TrimSuffix(prefix, "."), err)
 }

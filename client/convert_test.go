@@ -112,6 +112,8 @@ func TestTaskFromProto(t *testing.T) {
 		Output: []byte("o"), Error: "e",
 		SubmittedAt: timestamppb.New(sub), RunAt: timestamppb.New(sub.Add(time.Second)),
 		Schedule: "nightly", Slot: timestamppb.New(sub),
+		DependsOn: []string{"01A", "01B"}, DependencyPolicy: cronoqv1.DependencyPolicy_DEPENDENCY_POLICY_DONE,
+		External: true, Workflow: "W1", Step: "load", Parent: "01P",
 	})
 	require.Equal(t, &Task{
 		ID: "01J", Key: "key", Status: StatusRetrying,
@@ -120,7 +122,11 @@ func TestTaskFromProto(t *testing.T) {
 		Attempt: 2, Lease: 1<<32 | 9,
 		Output: []byte("o"), Error: "e", SubmittedAt: sub, RunAt: sub.Add(time.Second),
 		Schedule: "nightly", Slot: sub,
+		DependsOn: []string{"01A", "01B"}, DependencyPolicy: DependencyPolicyDone,
+		External: true, Workflow: "W1", Step: "load", Parent: "01P",
 	}, task, "task instants are Timestamps to the nanosecond, unset is the zero time")
+	require.Equal(t, DependencyPolicySucceeded, taskFromProto(&cronoqv1.Task{}).DependencyPolicy,
+		"a stored task always has a policy")
 	require.False(t, task.Terminal())
 	require.Nil(t, taskFromProto(nil))
 }
@@ -128,7 +134,7 @@ func TestTaskFromProto(t *testing.T) {
 func TestStatusesRoundTrip(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{StatusScheduled, StatusQueued, StatusRunning, StatusRetrying,
-		StatusSucceeded, StatusFailed, StatusCancelled, StatusExpired} {
+		StatusSucceeded, StatusFailed, StatusCancelled, StatusExpired, StatusBlocked} {
 		p, err := statusToProto(s)
 		require.NoError(t, err)
 		require.Equal(t, s, statusFromProto(p))
@@ -155,7 +161,7 @@ func TestCompletionToProto(t *testing.T) {
 		{"panic", &PanicError{Value: "boom"}, cronoqv1.OutcomeKind_OUTCOME_RETRYABLE, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := completionToProto(5, []byte("out"), tc.err)
+			c := completionToProto(5, []byte("out"), tc.err, nil, nil)
 			require.EqualValues(t, 5, c.GetLease())
 			require.Equal(t, tc.outcome, c.GetOutcome())
 			require.Equal(t, tc.after, c.GetRetryAfter().AsDuration())
@@ -181,4 +187,40 @@ func TestItemError(t *testing.T) {
 	var ae *APIError
 	require.ErrorAs(t, itemError("brand_new", "x"), &ae)
 	require.Equal(t, "brand_new", ae.Kind)
+}
+
+// What a job spawned goes with a success only; a child the wire cannot
+// carry turns the success into a permanent failure naming it.
+func TestCompletionToProtoSpawns(t *testing.T) {
+	t.Parallel()
+	child := Step{Name: "c", Task: TaskSpec{Template: Template{Pool: "p", Kind: "k"}, DependencyPolicy: DependencyPolicyDone,
+		DependsOn: []TaskRef{ByKey("ext")}}, DependsOn: []string{"a"}}
+	then := &Step{Name: "t", Task: TaskSpec{Template: Template{Pool: "p", Kind: "merge"}}}
+
+	c := completionToProto(3, []byte("out"), nil, []Step{child}, then)
+	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_SUCCESS, c.GetOutcome())
+	require.Equal(t, []byte("out"), c.GetOutput())
+	require.Len(t, c.GetChildren(), 1)
+	got := c.GetChildren()[0]
+	require.Equal(t, "c", got.GetName())
+	require.Equal(t, []string{"a"}, got.GetDependsOn())
+	require.Equal(t, cronoqv1.DependencyPolicy_DEPENDENCY_POLICY_DONE, got.GetSpec().GetDependencyPolicy())
+	require.Equal(t, "ext", got.GetSpec().GetDependsOn()[0].GetKey())
+	require.Equal(t, "merge", c.GetThen().GetSpec().GetTemplate().GetKind())
+
+	for _, err := range []error{errors.New("e"), Permanent(errors.New("e")), Retryable(errors.New("e"), time.Second)} {
+		c := completionToProto(3, nil, err, []Step{child}, then)
+		require.Empty(t, c.GetChildren(), "a failure drops them")
+		require.Nil(t, c.GetThen())
+	}
+
+	bad := child
+	bad.Task.Priority = "urgent"
+	c = completionToProto(3, []byte("out"), nil, []Step{child, bad}, nil)
+	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_PERMANENT, c.GetOutcome())
+	require.Empty(t, c.GetOutput())
+	require.Empty(t, c.GetChildren())
+	require.Equal(t, `spawning children: invalid children[1].priority: "urgent" is not high, normal or low`, c.GetMessage())
+	c = completionToProto(3, nil, nil, nil, &bad)
+	require.Contains(t, c.GetMessage(), "invalid then.priority")
 }

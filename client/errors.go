@@ -35,6 +35,9 @@ var (
 	ErrInvalid = errors.New("cronoq: invalid argument")
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("cronoq: client closed")
+	// ErrNotWaiting: Complete or Fail on a task that is not an external
+	// task waiting for its completion.
+	ErrNotWaiting = errors.New("cronoq: task not waiting for an external completion")
 )
 
 // InvalidError names the field a node (or the SDK, before sending) refused
@@ -102,6 +105,8 @@ func kindError(kind, msg string) error {
 		return ErrNoLeader
 	case apierr.KindNotLeader:
 		return ErrNotLeader
+	case apierr.KindNotWaiting:
+		return ErrNotWaiting
 	case apierr.KindInvalid:
 		if f, r, ok := apierr.ParseInvalid(msg); ok {
 			return &InvalidError{Field: f, Reason: r}
@@ -189,10 +194,11 @@ func classifyErr(err error) verdict {
 		case apierr.KindOutcomeUnknown:
 			return uncertain
 		case "":
-			// A server-sent error without detail: unavailable or a server-side
-			// deadline are transient, anything else is final.
+			// A server-sent error without detail: unavailable, or a call the
+			// server gave up (its deadline, which is the caller's, passed
+			// there first) are transient, anything else is final.
 			switch ae.Code {
-			case connect.CodeUnavailable, connect.CodeDeadlineExceeded:
+			case connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeCanceled:
 				return uncertain
 			}
 			return final

@@ -15,7 +15,69 @@ type Job struct {
 	// they can refuse writes from an attempt that lost its lease.
 	Lease   uint64
 	Attempt int
+	// Dependencies are what the task's dependencies ended with, in the
+	// order of Task.DependsOn.
+	Dependencies []Dependency
+
+	client   *Client // reads omitted outputs
+	children []Step
+	then     *Step
 }
+
+// Dependency is what one dependency of a job's task ended with.
+type Dependency struct {
+	ID     string
+	Step   string
+	Status string
+	Output []byte
+	Error  string
+	// OutputOmitted reports that the grant left Output out (the grant's
+	// budget for outputs was spent): DependencyOutput reads it.
+	OutputOmitted bool
+}
+
+// Dependency returns the dependency named by step name or task id.
+func (j *Job) Dependency(name string) (*Dependency, bool) {
+	for i := range j.Dependencies {
+		if d := &j.Dependencies[i]; d.Step == name || d.ID == name {
+			return d, true
+		}
+	}
+	return nil, false
+}
+
+// DependencyOutput returns the output of the dependency named by step name
+// or task id, reading it from the cluster when the grant left it out.
+func (j *Job) DependencyOutput(ctx context.Context, name string) ([]byte, error) {
+	d, ok := j.Dependency(name)
+	if !ok {
+		return nil, fmt.Errorf("dependency %q of task %s: %w", name, j.Task.ID, ErrNotFound)
+	}
+	if !d.OutputOmitted {
+		return d.Output, nil
+	}
+	if j.client == nil {
+		return nil, fmt.Errorf("reading the output of dependency %q: the job has no client", name)
+	}
+	t, err := j.client.Get(ctx, d.ID)
+	if err != nil {
+		return nil, fmt.Errorf("reading the output of dependency %q: %w", name, err)
+	}
+	return t.Output, nil
+}
+
+// Spawn adds children to the attempt: tasks inserted in the same commit as
+// its success, in the task's workflow (one is created when it has none).
+// Their DependsOn may name other children, and steps of the workflow. They
+// are dropped if the handler fails; if the completion is refused (a stale
+// lease), none is inserted. Children that cannot be inserted as given (a
+// bad field, a name the workflow has, a dependency on no step) fail the
+// attempt permanently, with the reason, instead of its success.
+func (j *Job) Spawn(children ...Step) { j.children = append(j.children, children...) }
+
+// Then sets a continuation: a task inserted with the children that depends
+// on every one of them (and on its own DependsOn).
+func (j *Job) Then(step Step) { j.then = &step }
 
 // Handler runs attempts of one task kind. Work returns the task's output, or
 // an error: Retryable(err, after) and plain errors are retryable failures,

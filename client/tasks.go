@@ -195,7 +195,7 @@ func (c *Client) wait(ctx context.Context, what string, ref *cronoqv1.TaskRef) (
 			return resp.Header().Get(apierr.HeaderLeaderAddr), nil
 		})
 		if err != nil {
-			return nil, err
+			return nil, waitError(ctx, what, err)
 		}
 		if t := taskFromProto(got); t != nil && t.Terminal() {
 			return t, nil
@@ -363,4 +363,29 @@ func (c *Client) runEvents(ctx context.Context, pools []string, ch chan<- Event)
 			return
 		}
 	}
+}
+
+// deadlineSlack is how early a node may give up on a call before the
+// caller's own deadline passes: the deadline travels in whole milliseconds
+// and the two clocks fire independently.
+const deadlineSlack = 100 * time.Millisecond
+
+// waitError returns err, unless it is the node giving up because the
+// caller's deadline is (all but) reached: then it waits for that deadline
+// and returns the caller's own context error, so a wait that ran out of
+// time always reports context.DeadlineExceeded.
+func waitError(ctx context.Context, what string, err error) error {
+	dl, ok := ctx.Deadline()
+	if !ok || time.Until(dl) > deadlineSlack {
+		return err
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeCanceled, connect.CodeDeadlineExceeded:
+	default:
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			return err
+		}
+	}
+	<-ctx.Done()
+	return fmt.Errorf("%s: %w", what, ctx.Err())
 }

@@ -19,6 +19,25 @@ const (
 	StatusFailed    = "failed"
 	StatusCancelled = "cancelled"
 	StatusExpired   = "expired"
+	// StatusBlocked is a task waiting for its dependencies to end.
+	StatusBlocked = "blocked"
+)
+
+// Dependency policies: when a task with dependencies may run.
+const (
+	// DependencyPolicySucceeded (also "") runs it once every dependency
+	// succeeded; a dependency that ends otherwise ends it cancelled.
+	DependencyPolicySucceeded = "succeeded"
+	// DependencyPolicyDone runs it once every dependency ended.
+	DependencyPolicyDone = "done"
+)
+
+// Workflow statuses.
+const (
+	WorkflowRunning   = "running"
+	WorkflowSucceeded = "succeeded" // every member succeeded
+	WorkflowFailed    = "failed"    // a member failed or expired, and nothing more can run
+	WorkflowCancelled = "cancelled" // cancelled as a whole, or a member cancelled and none failed
 )
 
 // Schedule overlap and catch-up policies.
@@ -44,6 +63,36 @@ type TaskSpec struct {
 	Delay time.Duration
 	// Deadline, when set, expires the task if it has not succeeded by then.
 	Deadline time.Time
+
+	// DependsOn names the tasks it waits for: existing tasks, or, by key,
+	// specs earlier in the same SubmitBatch. It is blocked until they end.
+	DependsOn []TaskRef
+	// DependencyPolicy is DependencyPolicySucceeded (also "") or
+	// DependencyPolicyDone.
+	DependencyPolicy string
+	// External tasks are never dispatched to a worker: they wait until
+	// Complete or Fail ends them (an approval, a callback), or their
+	// deadline passes.
+	External bool
+}
+
+// TaskRef names a task by id or by idempotency key.
+type TaskRef struct {
+	ID  string
+	Key string
+}
+
+// ByID names the task with the given id.
+func ByID(id string) TaskRef { return TaskRef{ID: id} }
+
+// ByKey names the task with the given idempotency key.
+func ByKey(key string) TaskRef { return TaskRef{Key: key} }
+
+func (r TaskRef) String() string {
+	if r.ID != "" {
+		return r.ID
+	}
+	return "key " + r.Key
 }
 
 // Task is a task as the cluster stores it. Its template holds the defaults
@@ -71,6 +120,16 @@ type Task struct {
 	// that created the task, if one did.
 	Schedule string
 	Slot     time.Time
+
+	// DependsOn holds the ids of the tasks it waits (or waited) for.
+	DependsOn        []string
+	DependencyPolicy string
+	External         bool
+	// Workflow and Step name its workflow and its step in it, if any.
+	Workflow string
+	Step     string
+	// Parent is the task whose successful completion spawned it, if any.
+	Parent string
 }
 
 // Terminal reports whether the task has ended (succeeded, failed, cancelled
@@ -125,8 +184,13 @@ type Schedule struct {
 	Cron string
 	// TZ is an IANA zone name; "" means UTC.
 	TZ string
-	// Task is what each fire submits.
+	// Task is what each fire submits, unless Steps is set.
 	Task Template
+	// Workflow and Steps, when Steps is set, are the workflow each fire
+	// submits instead (Task must then be zero). A step's Task carries its
+	// template, dependency policy and external flag only.
+	Workflow string
+	Steps    []Step
 	// Overlap is OverlapSkip (also "") or OverlapAllow.
 	Overlap string
 	// CatchUp is CatchUpOnce (also ""), CatchUpSkip or CatchUpAll.
@@ -151,12 +215,95 @@ type Event struct {
 	Attempt int
 	Message string
 	At      time.Time
+	// Workflow and Step name the task's workflow and step. An event of a
+	// workflow itself (its start and its end) has no TaskID, names the
+	// workflow in Kind, and sets WorkflowStatus.
+	Workflow       string
+	Step           string
+	WorkflowStatus string
 	// Lagged marks a gap: events were dropped before this point (the
 	// subscriber fell behind, or the stream was re-established).
 	Lagged bool
 	// Err is set on the last value before the channel closes when the
 	// subscription ended on an error that retrying cannot fix.
 	Err error
+}
+
+// Step is one step of a workflow: a task under a name, which the other
+// steps use to depend on it.
+type Step struct {
+	// Name is unique in the workflow: letters, digits, '-', '_' and '.'.
+	// It may be empty for a spawned child that nothing depends on.
+	Name string
+	// Task is the step's task. It takes no key (the workflow's key makes
+	// the submit idempotent); its DependsOn may name tasks outside the
+	// workflow.
+	Task TaskSpec
+	// DependsOn names the steps it depends on: earlier steps of the same
+	// submit (or spawn), or existing steps of the workflow.
+	DependsOn []string
+}
+
+// WorkflowSpec is a workflow to submit: its steps, inserted atomically.
+type WorkflowSpec struct {
+	Name string
+	// Key is the idempotency key. SubmitWorkflow fills it with a random key
+	// when it is empty, so that its own retries are safe.
+	Key   string
+	Steps []Step
+}
+
+// WorkflowSubmitted is the answer to SubmitWorkflow.
+type WorkflowSubmitted struct {
+	ID string
+	// Duplicate reports that the key already named a workflow before this
+	// call (never for a key the SDK generated).
+	Duplicate bool
+	// Key is the key the workflow was submitted with.
+	Key string
+	// Tasks maps each step name to its task id.
+	Tasks map[string]string
+}
+
+// Workflow is a workflow as the cluster stores it.
+type Workflow struct {
+	ID     string
+	Name   string
+	Key    string
+	Status string
+
+	SubmittedAt time.Time
+	UpdatedAt   time.Time
+	FinishedAt  time.Time
+
+	// Schedule and Slot name the recurring schedule and fire instant that
+	// created it, if one did; Parent the task whose spawn created it.
+	Schedule string
+	Slot     time.Time
+	Parent   string
+
+	// Tasks are its members in id order (filled by GetWorkflow and
+	// WaitWorkflow, not by ListWorkflows).
+	Tasks []*Task
+}
+
+// Terminal reports whether the workflow has ended.
+func (w *Workflow) Terminal() bool {
+	switch w.Status {
+	case WorkflowSucceeded, WorkflowFailed, WorkflowCancelled:
+		return true
+	}
+	return false
+}
+
+// WorkflowListOptions filter and page ListWorkflows.
+type WorkflowListOptions struct {
+	Statuses []string
+	// After is the cursor: list workflows whose id is greater.
+	After string
+	Limit int
+	// Stale serves the list from the answering node's replica.
+	Stale bool
 }
 
 // Member is a node as gossip sees it.

@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cronoq/cronoq/api/apierr"
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
@@ -494,11 +495,15 @@ func (r *workerRun) connFailed(err error) {
 		if l.compInFlight {
 			resend = append(resend, l.id)
 		}
-		if l.compInFlight && tooBig && len(l.done.GetOutput()) > bigOutput {
+		if l.compInFlight && tooBig && proto.Size(l.done) > bigOutput {
+			what := fmt.Sprintf("output of %d bytes", len(l.done.GetOutput()))
+			if spawns(l.done) {
+				what = fmt.Sprintf("completion of %d bytes (output and children)", proto.Size(l.done))
+			}
 			l.done = &cronoqv1.Completion{
 				Lease:   l.id,
 				Outcome: cronoqv1.OutcomeKind_OUTCOME_PERMANENT,
-				Message: fmt.Sprintf("output of %d bytes refused by the node: %v", len(l.done.GetOutput()), err),
+				Message: fmt.Sprintf("%s refused by the node: %v", what, err),
 			}
 		}
 		l.hbInFlight = false
@@ -579,7 +584,7 @@ func (r *workerRun) onGrant(g *cronoqv1.Grant) {
 	if _, ok := r.leases[g.GetLease()]; ok || g.GetLease() == 0 {
 		return
 	}
-	job := jobFromGrant(g)
+	job := jobFromGrant(g, r.w.c)
 	l := &lease{id: g.GetLease(), job: job, running: true, lastAck: time.Now()}
 	r.leases[l.id] = l
 	r.runningN++
@@ -634,7 +639,14 @@ func (r *workerRun) onResult(res taskResult) {
 		delete(r.hbDue, l.id)
 		return
 	}
-	l.done = completionToProto(l.id, res.output, res.err)
+	// The handler has returned (its result came through r.results): what
+	// it spawned is settled.
+	var children []Step
+	var then *Step
+	if l.job != nil {
+		children, then = l.job.children, l.job.then
+	}
+	l.done = completionToProto(l.id, res.output, res.err, children, then)
 	r.unsentQ = append(r.unsentQ, l.id)
 	if len(r.unsentQ) >= r.cfg.CompletionBatch || r.stopping || r.cfg.CompletionDelay == 0 {
 		r.flushNow = true
@@ -718,6 +730,18 @@ func (r *workerRun) onCompleteAck(ack *cronoqv1.CompleteAck) {
 		case transient(err):
 			// Sent again on the next stream.
 			retry = err
+		case errors.Is(err, ErrInvalid) && spawns(l.done):
+			// The node refused the children (a name the workflow has, a
+			// dependency on no step) and kept the lease: the attempt fails
+			// for good, rather than run again to spawn the same.
+			r.log.Warn("children refused by the node, failing the attempt", "lease", l.id, "task", l.job.Task.ID, "error", err)
+			l.done = &cronoqv1.Completion{
+				Lease:   l.id,
+				Outcome: cronoqv1.OutcomeKind_OUTCOME_PERMANENT,
+				Message: "children refused: " + invalidMessage(err),
+			}
+			r.unsentQ = append(r.unsentQ, l.id)
+			r.flushNow = true
 		default:
 			// stale_lease: another attempt owns the task (or it ended);
 			// anything else is a definitive refusal.
@@ -728,6 +752,19 @@ func (r *workerRun) onCompleteAck(ack *cronoqv1.CompleteAck) {
 	if retry != nil {
 		r.connFailed(fmt.Errorf("completion not taken: %w", retry))
 	}
+}
+
+// spawns reports whether a completion carries children or a continuation.
+func spawns(c *cronoqv1.Completion) bool { return len(c.GetChildren()) > 0 || c.GetThen() != nil }
+
+// invalidMessage is the text of a refusal: "invalid FIELD: reason" for an
+// invalid argument.
+func invalidMessage(err error) string {
+	var inv *InvalidError
+	if errors.As(err, &inv) {
+		return inv.Error()
+	}
+	return err.Error()
 }
 
 // leaseGone reports whether a per-lease error means the lease is no longer
@@ -812,7 +849,7 @@ func (r *workerRun) nextMessage() *cronoqv1.WorkerMessage {
 			if l == nil || !l.unsent() {
 				continue
 			}
-			n := len(l.done.GetOutput()) + len(l.done.GetMessage())
+			n := proto.Size(l.done)
 			if len(batch) > 0 && (len(batch) >= r.cfg.CompletionBatch || size+n > maxBatchBytes) {
 				break
 			}

@@ -34,6 +34,9 @@ const (
 	// no limit gets DefaultListLimit.
 	DefaultMaxListLimit = 10000
 	DefaultListLimit    = 1000
+	// DefaultMaxPageBytes bounds the tasks of one page of List, and the
+	// members of one page of a workflow (at least one is always answered).
+	DefaultMaxPageBytes = 32 << 20
 	// DefaultWaitTimeout bounds WaitUntil.
 	DefaultWaitTimeout = 20 * time.Second
 	// eventBuffer is how many events a subscriber may fall behind before
@@ -66,6 +69,8 @@ type config struct {
 	maxOutput    int
 	maxListLimit int
 	waitTimeout  time.Duration
+	grantBudget  int
+	maxPageBytes int
 }
 
 // Option configures a Cluster.
@@ -143,6 +148,17 @@ func WithMaxOutput(n int) Option { return func(c *config) { c.maxOutput = n } }
 // cursor.
 func WithMaxListLimit(n int) Option { return func(c *config) { c.maxListLimit = n } }
 
+// WithMaxPageBytes bounds the bytes of the tasks one page of List, or of
+// a workflow's members, holds (default DefaultMaxPageBytes): the page ends
+// before the task that would pass it, with a cursor.
+func WithMaxPageBytes(n int) Option { return func(c *config) { c.maxPageBytes = n } }
+
+// WithGrantOutputBudget bounds the bytes of dependency outputs one grant
+// carries, as a real cluster's budget does: past it, outputs are left out
+// of the grant (output_omitted) and the worker reads them with Get. By
+// default the fake inlines every output; n < 0 restores that.
+func WithGrantOutputBudget(n int) Option { return func(c *config) { c.grantBudget = n } }
+
 // WithWaitTimeout sets how long WaitUntil waits before failing the test
 // (default DefaultWaitTimeout).
 func WithWaitTimeout(d time.Duration) Option { return func(c *config) { c.waitTimeout = d } }
@@ -180,6 +196,11 @@ type Cluster struct {
 	limits   map[string]int
 
 	schedules map[string]*schedule
+
+	workflows map[string]*workflow
+	wfByKey   map[string]*workflow
+	wfSeq     int
+	wfSettle  []*workflow // workflows whose last live member ended
 
 	refuse map[string]*fault
 	lose   map[string]*fault
@@ -266,6 +287,8 @@ func New(opts ...Option) (*Cluster, error) {
 		maxListLimit: DefaultMaxListLimit,
 		waitTimeout:  DefaultWaitTimeout,
 		clock:        time.Now,
+		grantBudget:  -1,
+		maxPageBytes: DefaultMaxPageBytes,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -288,6 +311,8 @@ func New(opts ...Option) (*Cluster, error) {
 		return nil, errors.New("the default backoff needs 0 < initial <= max and jitter in [0, 1)")
 	case cfg.maxListLimit <= 0:
 		return nil, errors.New("the list limit must be positive")
+	case cfg.maxPageBytes <= 0:
+		return nil, errors.New("the page size in bytes must be positive")
 	}
 	if len(cfg.ids) == 0 {
 		for i := range cfg.nodes {
@@ -311,6 +336,8 @@ func New(opts ...Option) (*Cluster, error) {
 		timed:            make(map[*task]struct{}),
 		limits:           make(map[string]int),
 		schedules:        make(map[string]*schedule),
+		workflows:        make(map[string]*workflow),
+		wfByKey:          make(map[string]*workflow),
 		refuse:           make(map[string]*fault),
 		lose:             make(map[string]*fault),
 		holds:            make(map[string]chan struct{}),
@@ -356,6 +383,7 @@ func (c *Cluster) startNode(id string) (*Node, error) {
 	mux := http.NewServeMux()
 	mux.Handle(cronoqv1connect.NewTaskServiceHandler(&taskService{n}, opts...))
 	mux.Handle(cronoqv1connect.NewScheduleServiceHandler(&scheduleService{n}, opts...))
+	mux.Handle(cronoqv1connect.NewWorkflowServiceHandler(&workflowService{n}, opts...))
 	mux.Handle(cronoqv1connect.NewWorkerServiceHandler(&workerService{n}, opts...))
 	mux.Handle(cronoqv1connect.NewOperatorServiceHandler(&operatorService{n}, opts...))
 	var p http.Protocols

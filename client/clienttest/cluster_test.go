@@ -90,6 +90,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		{"bad backoff", []clienttest.Option{clienttest.WithBackoff(time.Second, time.Millisecond, 0)}},
 		{"bad jitter", []clienttest.Option{clienttest.WithBackoff(time.Second, time.Second, 1)}},
 		{"zero list limit", []clienttest.Option{clienttest.WithMaxListLimit(0)}},
+		{"zero page bytes", []clienttest.Option{clienttest.WithMaxPageBytes(0)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := clienttest.New(tc.opts...)
@@ -456,7 +457,10 @@ func TestRetriesCountAttempts(t *testing.T) {
 // leases, a lease without heartbeats is lost and its attempt retried.
 func TestWorkerStream(t *testing.T) {
 	t.Parallel()
-	c := clienttest.NewCluster(t, clienttest.WithHeartbeatWindow(200*time.Millisecond))
+	// The clock moves only when told: the leases are lost, or kept, by what
+	// the test does, however slowly it runs.
+	clock := &manualClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	c := clienttest.NewCluster(t, clienttest.WithHeartbeatWindow(200*time.Millisecond), clienttest.WithClock(clock.Now))
 	a := dialNode(t, c.Addrs()[0])
 	ctx := testCtx(t)
 	low := c.AddTask(&cronoqv1.TaskSpec{Template: &cronoqv1.TaskTemplate{Pool: "p", Kind: "k", Priority: cronoqv1.Priority_PRIORITY_LOW}})
@@ -490,27 +494,36 @@ func TestWorkerStream(t *testing.T) {
 	require.Equal(t, cronoqv1.Status_STATUS_RUNNING, c.Task(high).GetStatus())
 	require.Equal(t, cronoqv1.Status_STATUS_QUEUED, c.Task(gpu).GetStatus())
 
-	// The low task's lease is kept alive by heartbeats, sent on a ticker as
-	// a worker does; the high one's is not, and is lost.
+	// The low task's lease is kept alive by heartbeats, as a worker does;
+	// the high one's is not, and is lost once the window has passed.
 	lowLease, highLease := grants[1].GetLease(), grants[0].GetLease()
-	ticker := time.NewTicker(20 * time.Millisecond)
-	defer ticker.Stop()
-	for aborted := false; !aborted; {
+	var aborts []*cronoqv1.Abort
+	heartbeat := func() {
 		send(&cronoqv1.WorkerMessage{Msg: &cronoqv1.WorkerMessage_Heartbeat{Heartbeat: &cronoqv1.Heartbeat{Leases: []uint64{lowLease}}}})
-		for acked := false; !acked; {
+		for {
 			m := recv()
 			if ack := m.GetHeartbeatAck(); ack != nil {
 				require.Empty(t, ack.GetResults()[0].GetCode(), "heartbeats keep the low task's lease")
-				acked = true
-				continue
+				return
 			}
 			require.NotNil(t, m.GetAbort(), "got %v", m)
-			require.Equal(t, highLease, m.GetAbort().GetLease())
-			require.Contains(t, m.GetAbort().GetReason(), "lease lost")
-			aborted = true
+			aborts = append(aborts, m.GetAbort())
 		}
-		<-ticker.C
 	}
+	for range 3 {
+		clock.Advance(80 * time.Millisecond)
+		heartbeat()
+	}
+	c.Refresh()
+	if len(aborts) == 0 {
+		aborts = append(aborts, recv().GetAbort())
+	}
+	require.Len(t, aborts, 1)
+	abort := aborts[0]
+	require.NotNil(t, abort)
+	require.Equal(t, highLease, abort.GetLease())
+	require.Contains(t, abort.GetReason(), "lease lost")
+	require.Equal(t, running, c.Task(low).GetStatus())
 	require.NotEqual(t, cronoqv1.Status_STATUS_FAILED, c.Task(high).GetStatus(), "one attempt of two used")
 	require.Contains(t, c.Task(high).GetError(), "lease lost")
 

@@ -15,9 +15,23 @@
 //     failed, or retried with backoff until their max attempts are used up.
 //     Deadlines expire tasks; leases without heartbeats are lost; attempts
 //     time out.
+//   - Tasks may depend on others (by id, by key, or by key on earlier specs
+//     of the same batch): they are blocked until their dependencies end,
+//     released in the same change as the last one's end, and, under the
+//     dependency policy succeeded, cancelled ("dependency <step or id>
+//     <status>") with their own dependents when a dependency ends without
+//     success. Grants carry what the dependencies ended with. External
+//     tasks are never granted: TaskService.Complete ends them.
+//   - Workflows are submitted, read, waited for, cancelled and listed as on
+//     a node: their steps go in at once, their status follows their
+//     members', and their start and end are events (for subscribers of
+//     every pool). A successful completion may spawn children and a
+//     continuation, inserted with it in the task's workflow (created when
+//     it has none); a completion refused as stale inserts nothing.
 //   - Get, Wait, Cancel, List, Counts and Events work as on a node,
-//     schedules fire at the times of their cron expression, and the operator
-//     calls see the fake nodes as the Raft configuration.
+//     schedules fire at the times of their cron expression (a task, or a
+//     whole workflow), and the operator calls see the fake nodes as the
+//     Raft configuration.
 //
 // Followers answer the calls that need the leader with not_leader naming
 // the leader's address, or serve them as forwarded (WithForwarding).
@@ -31,8 +45,12 @@
 // Besides the API, a Cluster has knobs to script what real clusters do
 // rarely (RefuseCalls, LoseAnswers, Hold, SetLeader, Node.DropConns,
 // DropWorkerStreams, DropStreamOnCompletion, RefuseHeartbeats,
-// DelayHeartbeatAcks, ScriptEvents, SetPendingLimit) and methods to look
-// inside it (Task, Tasks, Calls, Requests, Submits, Workers, Accepted,
-// Node.Requests). WaitUntil and WaitFor wait for a condition on that state
-// without sleeping: the condition is checked again at every change.
+// DelayHeartbeatAcks, ScriptEvents, SetPendingLimit, WithGrantOutputBudget
+// to leave dependency outputs out of grants, WithMaxPageBytes to cut lists
+// and workflow members into small pages) and methods to set it up and
+// look inside it (AddTask, PutTask, Finish, AddWorkflow, FireSchedule,
+// Task, Tasks, Workflow, WorkflowByKey, Workflows, Calls, Requests,
+// Submits, Workers, Accepted, Node.Requests). WaitUntil and WaitFor wait
+// for a condition on that state without sleeping: the condition is checked
+// again at every change.
 package clienttest

@@ -52,7 +52,11 @@ func (c *Cluster) AddTask(spec *cronoqv1.TaskSpec) string {
 // PutTask stores a task exactly as given (its id is required), replacing
 // any task of that id: a way to set up tasks in any state. A queued task
 // can be granted to workers; other states change only through calls and
-// the clock (a running task put this way has no lease a worker holds).
+// the clock (a running task put this way has no lease a worker holds). It
+// takes the replaced task's place for the tasks that wait for it (a
+// terminal task releases or cancels them at once), joins the workflow it
+// names if that exists, and a blocked one waits for the live tasks of its
+// depends_on.
 func (c *Cluster) PutTask(t *cronoqv1.Task) {
 	if c.t != nil {
 		c.t.Helper()
@@ -101,7 +105,8 @@ func (c *Cluster) Tasks() []*cronoqv1.Task {
 // Finish ends task id with a terminal status, output and message, as if
 // the cluster had decided it: a running attempt's lease is revoked and its
 // worker gets an Abort whose reason is message (or the status), waiters
-// and event subscribers learn of the end.
+// and event subscribers learn of the end, and its dependents and its
+// workflow follow as on a real cluster.
 func (c *Cluster) Finish(id string, status cronoqv1.Status, output []byte, message string) {
 	if c.t != nil {
 		c.t.Helper()
@@ -122,9 +127,9 @@ func (c *Cluster) Finish(id string, status cronoqv1.Status, output []byte, messa
 	c.mu.Unlock()
 }
 
-// SetPendingLimit bounds the pending (scheduled, queued or retrying) tasks
-// of pool: submits beyond n are refused as overloaded. n < 0 removes the
-// bound.
+// SetPendingLimit bounds the pending (scheduled, queued, retrying or
+// blocked) tasks of pool: submits, workflows and spawned children beyond n
+// are refused as overloaded. n < 0 removes the bound.
 func (c *Cluster) SetPendingLimit(pool string, n int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -140,6 +145,62 @@ func (c *Cluster) AppliedIndex() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.applied
+}
+
+// ---------------------------------------------------------------------------
+// Workflows
+
+// AddWorkflow submits spec as the leader would take a WorkflowService
+// Submit (validation, defaults, idempotency key) and returns the
+// workflow's id; a spec the cluster refuses fails the test.
+func (c *Cluster) AddWorkflow(spec *cronoqv1.WorkflowSpec) string {
+	if c.t != nil {
+		c.t.Helper()
+	}
+	c.mu.Lock()
+	c.advanceLocked()
+	res, err := c.submitWorkflowLocked(spec)
+	c.settleLocked()
+	c.mu.Unlock()
+	if err != nil {
+		c.fail("AddWorkflow: %v", apiError(err))
+		return ""
+	}
+	return res.GetId()
+}
+
+// Workflow returns workflow id with its members (in id order), nil when
+// there is none.
+func (c *Cluster) Workflow(id string) *cronoqv1.Workflow {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w := c.workflows[id]; w != nil {
+		return w.protoLocked(true)
+	}
+	return nil
+}
+
+// WorkflowByKey returns the workflow of an idempotency key with its
+// members, nil when there is none.
+func (c *Cluster) WorkflowByKey(key string) *cronoqv1.Workflow {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w := c.wfByKey[key]; w != nil {
+		return w.protoLocked(true)
+	}
+	return nil
+}
+
+// Workflows returns every workflow with its members, by id: those
+// submitted, fired by schedules and created by spawning children.
+func (c *Cluster) Workflows() []*cronoqv1.Workflow {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*cronoqv1.Workflow, 0, len(c.workflows))
+	for _, id := range slices.Sorted(maps.Keys(c.workflows)) {
+		out = append(out, c.workflows[id].protoLocked(true))
+	}
+	return out
 }
 
 // ---------------------------------------------------------------------------
@@ -238,8 +299,9 @@ func (c *Cluster) ScriptEvents(script func(n int, send func(*cronoqv1.Event) err
 	c.eventScript = script
 }
 
-// Publish sends ev to the subscribers of its pool, as if the cluster had
-// made it.
+// Publish sends ev to the subscribers of its pool (a workflow event, with
+// no task id and a workflow status, to the subscribers of every pool), as
+// if the cluster had made it.
 func (c *Cluster) Publish(ev *cronoqv1.Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -273,8 +335,9 @@ func (c *Cluster) Schedules() []*cronoqv1.Schedule {
 }
 
 // FireSchedule fires schedule name now, as at one of its fire times, and
-// returns the id of the task it made ("" when its overlap policy skipped
-// the fire). An unknown schedule fails the test.
+// returns the id of the task it made, or of the workflow for a schedule
+// with steps ("" when the fire was skipped: its overlap policy, or the
+// pending limits). An unknown schedule fails the test.
 func (c *Cluster) FireSchedule(name string) string {
 	if c.t != nil {
 		c.t.Helper()

@@ -3,6 +3,7 @@ package clienttest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -57,20 +58,111 @@ func (c *Cluster) checkSchedule(p *cronoqv1.Schedule) (*cronoqv1.Schedule, *cron
 	case p.GetCatchUp() < cronoqv1.CatchUp_CATCH_UP_ONCE || p.GetCatchUp() > cronoqv1.CatchUp_CATCH_UP_ALL:
 		return nil, nil, invalid("catch_up", "unknown catch-up policy %d", int32(p.GetCatchUp()))
 	}
-	tpl, err := c.checkTemplate(p.GetTask())
-	if err != nil {
-		return nil, nil, prefixed("task.", err)
-	}
-	return &cronoqv1.Schedule{
+	rec := &cronoqv1.Schedule{
 		Name:         p.GetName(),
 		Cron:         p.GetCron(),
 		Tz:           p.GetTz(),
-		Task:         tpl,
 		Overlap:      p.GetOverlap(),
 		CatchUp:      p.GetCatchUp(),
 		CatchUpLimit: p.GetCatchUpLimit(),
 		Paused:       p.GetPaused(),
-	}, expr, nil
+	}
+	if len(p.GetSteps()) > 0 {
+		if !zeroTemplate(p.GetTask()) {
+			return nil, nil, invalid("task", "a schedule fires a task or a workflow, not both")
+		}
+		if len(p.GetWorkflow()) > maxKindLen {
+			return nil, nil, invalid("workflow", "%d bytes exceeds the limit of %d", len(p.GetWorkflow()), maxKindLen)
+		}
+		steps, err := c.checkStepTemplates(p.GetSteps())
+		if err != nil {
+			return nil, nil, err
+		}
+		rec.Workflow, rec.Steps = p.GetWorkflow(), steps
+		return rec, expr, nil
+	}
+	if p.GetWorkflow() != "" {
+		return nil, nil, invalid("steps", "a workflow needs at least one step")
+	}
+	tpl, err := c.checkTemplate(p.GetTask())
+	if err != nil {
+		return nil, nil, prefixed("task.", err)
+	}
+	rec.Task = tpl
+	return rec, expr, nil
+}
+
+// zeroTemplate reports whether tpl sets nothing.
+func zeroTemplate(tpl *cronoqv1.TaskTemplate) bool {
+	b := tpl.GetBackoff()
+	return tpl.GetPool() == "" && tpl.GetKind() == "" && tpl.GetPriority() == cronoqv1.Priority_PRIORITY_NORMAL &&
+		len(tpl.GetPayload()) == 0 && len(tpl.GetLabels()) == 0 && len(tpl.GetTags()) == 0 &&
+		tpl.GetTimeout().AsDuration() == 0 && tpl.GetMaxAttempts() == 0 &&
+		b.GetInitial().AsDuration() == 0 && b.GetMax().AsDuration() == 0 && b.GetJitter() == 0
+}
+
+// checkStepTemplates validates the workflow of a recurring schedule and
+// returns its steps normalised. A step's spec carries its template,
+// dependency policy and external flag only: what each fire makes of it;
+// the rest of a spec is refused, first, as a node refuses it while
+// reading the request.
+func (c *Cluster) checkStepTemplates(steps []*cronoqv1.WorkflowStep) ([]*cronoqv1.WorkflowStep, error) {
+	const only = "a step of a schedule takes a template, a dependency policy and the external flag only"
+	for i, st := range steps {
+		spec := st.GetSpec()
+		var field string
+		switch p := spec.GetDependencyPolicy(); {
+		case spec.GetKey() != "":
+			field = "spec.key"
+		case spec.GetRunAt() != nil:
+			field = "spec.run_at"
+		case spec.GetDelay() != nil:
+			field = "spec.delay"
+		case spec.GetDeadline() != nil:
+			field = "spec.deadline"
+		case len(spec.GetDependsOn()) > 0:
+			field = "spec.depends_on"
+		case p != cronoqv1.DependencyPolicy_DEPENDENCY_POLICY_SUCCEEDED && p != cronoqv1.DependencyPolicy_DEPENDENCY_POLICY_DONE:
+			return nil, invalid(fmt.Sprintf("steps[%d].dependency_policy", i), "unknown dependency policy %d", int32(p))
+		default:
+			continue
+		}
+		return nil, invalid(fmt.Sprintf("steps[%d].%s", i, field), "%s", only)
+	}
+	out := make([]*cronoqv1.WorkflowStep, len(steps))
+	names := make(map[string]bool, len(steps))
+	for i, st := range steps {
+		fail := func(err error) ([]*cronoqv1.WorkflowStep, error) {
+			return nil, prefixed(fmt.Sprintf("steps[%d].", i), err)
+		}
+		switch {
+		case st.GetName() == "":
+			return fail(invalid("name", "must not be empty"))
+		case names[st.GetName()]:
+			return fail(invalid("name", "step %q is named twice", st.GetName()))
+		}
+		if err := checkStepName(st.GetName()); err != nil {
+			return fail(err)
+		}
+		tpl, err := c.checkTemplate(st.GetSpec().GetTemplate())
+		if err != nil {
+			return fail(err)
+		}
+		for _, name := range st.GetDependsOn() {
+			if !names[name] {
+				return fail(invalid("depends_on", "%q is not an earlier step of the workflow", name))
+			}
+		}
+		out[i] = &cronoqv1.WorkflowStep{
+			Name: st.GetName(),
+			Spec: &cronoqv1.TaskSpec{
+				Template: tpl, DependencyPolicy: st.GetSpec().GetDependencyPolicy(), External: st.GetSpec().GetExternal(),
+			},
+			DependsOn: slices.Clone(st.GetDependsOn()),
+		}
+		names[st.GetName()] = true
+	}
+	return out, nil
 }
 
 // fireDueLocked fires the schedules whose next fire has come. A schedule
@@ -99,37 +191,95 @@ func (c *Cluster) fireDueLocked(now time.Time) bool {
 	return fired
 }
 
-// fireLocked fires s for slot: a task from its template, unless the
-// overlap policy skips it. It returns the task's id ("" when skipped).
+// fireLocked fires s for slot: a task from its template, or its workflow,
+// unless the overlap policy skips it (the task or workflow of the last
+// fire still runs). It returns the task's or the workflow's id ("" when
+// skipped).
 func (c *Cluster) fireLocked(s *schedule, slot time.Time) string {
 	s.cursor = slot
 	s.rec.LastFire = ts(slot)
 	defer s.arm()
 	c.applied++
-	if s.rec.GetOverlap() == cronoqv1.Overlap_OVERLAP_SKIP {
-		if last := c.tasks[s.rec.GetLastTask()]; last != nil && !terminal(last.p.GetStatus()) {
-			s.rec.Skipped++
-			return ""
-		}
-	}
-	key := s.rec.GetName() + "@" + slot.UTC().Format(time.RFC3339)
-	if c.byKey[key] != nil || c.fitsLocked(s.rec.GetTask().GetPool(), 1) != nil {
+	if s.rec.GetOverlap() == cronoqv1.Overlap_OVERLAP_SKIP && c.lastFireLiveLocked(s) {
 		s.rec.Skipped++
 		return ""
 	}
-	rec := &cronoqv1.Task{
-		Template:    c.resolve(s.rec.GetTask()),
-		Key:         key,
-		SubmittedAt: ts(c.now()),
-		RunAt:       ts(slot),
-		UpdatedAt:   ts(c.now()),
-		Schedule:    s.rec.GetName(),
-		Slot:        ts(slot),
+	key := s.rec.GetName() + "@" + slot.UTC().Format(time.RFC3339)
+	var id string
+	if len(s.rec.GetSteps()) > 0 {
+		id = c.fireWorkflowLocked(s, key, slot)
+	} else if c.byKey[key] == nil && c.fitsLocked(s.rec.GetTask().GetPool(), 1) == nil {
+		rec := &cronoqv1.Task{
+			Template:    c.resolve(s.rec.GetTask()),
+			Key:         key,
+			SubmittedAt: ts(c.now()),
+			RunAt:       ts(slot),
+			UpdatedAt:   ts(c.now()),
+			Schedule:    s.rec.GetName(),
+			Slot:        ts(slot),
+		}
+		id = c.insertLocked(rec, nil, nil, "").p.GetId()
 	}
-	t := c.insertLocked(rec)
+	if id == "" {
+		s.rec.Skipped++
+		return ""
+	}
 	s.rec.Fires++
-	s.rec.LastTask = t.p.GetId()
-	return t.p.GetId()
+	s.rec.LastTask = id
+	return id
+}
+
+// lastFireLiveLocked reports whether the task or workflow of the last fire
+// of s still runs.
+func (c *Cluster) lastFireLiveLocked(s *schedule) bool {
+	last := s.rec.GetLastTask()
+	if w := c.workflows[last]; w != nil {
+		return w.running()
+	}
+	t := c.tasks[last]
+	return t != nil && !terminal(t.p.GetStatus())
+}
+
+// fireWorkflowLocked inserts the workflow of one fire of s, keyed by key,
+// and returns its id; "" when the key names a workflow already or the
+// steps do not fit the pending limits.
+func (c *Cluster) fireWorkflowLocked(s *schedule, key string, slot time.Time) string {
+	if c.wfByKey[key] != nil {
+		return ""
+	}
+	adds := map[string]int{}
+	for _, st := range s.rec.GetSteps() {
+		adds[st.GetSpec().GetTemplate().GetPool()]++
+	}
+	if c.fitAllLocked(adds) != nil {
+		return ""
+	}
+	name := s.rec.GetWorkflow()
+	if name == "" {
+		name = s.rec.GetName()
+	}
+	w := c.createWorkflowLocked(name, key, s.rec.GetName(), slot, "")
+	now := c.now()
+	ids := make(map[string]*task, len(s.rec.GetSteps()))
+	for _, st := range s.rec.GetSteps() {
+		rec := &cronoqv1.Task{
+			Template:         c.resolve(st.GetSpec().GetTemplate()),
+			SubmittedAt:      ts(now),
+			RunAt:            ts(slot),
+			UpdatedAt:        ts(now),
+			Schedule:         s.rec.GetName(),
+			Slot:             ts(slot),
+			Step:             st.GetName(),
+			DependencyPolicy: st.GetSpec().GetDependencyPolicy(),
+			External:         st.GetSpec().GetExternal(),
+		}
+		var deps []*task
+		for _, name := range st.GetDependsOn() {
+			deps = append(deps, ids[name])
+		}
+		ids[st.GetName()] = c.insertLocked(rec, deps, w, "")
+	}
+	return w.p.GetId()
 }
 
 // ---------------------------------------------------------------------------

@@ -66,7 +66,7 @@ func (n *Node) begin(ctx context.Context, procedure string, msg proto.Message, m
 		select {
 		case <-hold:
 		case <-ctx.Done():
-			return nil, connect.NewError(connect.CodeCanceled, ctx.Err())
+			return nil, ctxError(ctx)
 		case <-c.done:
 			return nil, apierr.ShuttingDown()
 		}
@@ -125,6 +125,16 @@ func interrupt(ctx context.Context) {
 	if b, ok := ctx.Value(bodyKey{}).(io.Closer); ok {
 		_ = b.Close()
 	}
+}
+
+// ctxError is the answer to a call whose context ended while it was
+// served: deadline exceeded when its deadline passed (the caller's, which
+// the call carries), canceled otherwise.
+func ctxError(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
+	}
+	return connect.NewError(connect.CodeCanceled, ctx.Err())
 }
 
 // errDropped ends a stream the fake was told to drop.

@@ -26,6 +26,7 @@ const (
 	msgRetryable      = "retryable failure"
 	msgPermanent      = "permanent failure"
 	reasonCancelAbort = "task cancelled"
+	msgExternalFailed = "failed by request"
 )
 
 // task is a stored task and what the cluster keeps about it besides.
@@ -36,6 +37,12 @@ type task struct {
 	hbDeadline time.Time     // the current lease is lost after this
 	timeoutAt  time.Time     // the current attempt times out at this (zero: never)
 	stream     *workerStream // the stream of the worker holding the lease
+
+	// dependents are the blocked tasks waiting for this one to end;
+	// waitingOn counts the dependencies of a blocked task not ended yet.
+	dependents []*task
+	waitingOn  int
+	wf         *workflow // its workflow, nil when none
 }
 
 func (t *task) pool() string { return t.p.GetTemplate().GetPool() }
@@ -68,7 +75,8 @@ func terminal(s cronoqv1.Status) bool {
 // pending limit.
 func pending(s cronoqv1.Status) bool {
 	switch s {
-	case cronoqv1.Status_STATUS_SCHEDULED, cronoqv1.Status_STATUS_QUEUED, cronoqv1.Status_STATUS_RETRYING:
+	case cronoqv1.Status_STATUS_SCHEDULED, cronoqv1.Status_STATUS_QUEUED, cronoqv1.Status_STATUS_RETRYING,
+		cronoqv1.Status_STATUS_BLOCKED:
 		return true
 	}
 	return false
@@ -87,6 +95,7 @@ var statusNames = []struct {
 	{cronoqv1.Status_STATUS_FAILED, "failed"},
 	{cronoqv1.Status_STATUS_CANCELLED, "cancelled"},
 	{cronoqv1.Status_STATUS_EXPIRED, "expired"},
+	{cronoqv1.Status_STATUS_BLOCKED, "blocked"},
 }
 
 func cloneTask(p *cronoqv1.Task) *cronoqv1.Task { return proto.Clone(p).(*cronoqv1.Task) }
@@ -293,6 +302,16 @@ func (c *Cluster) prepare(s *cronoqv1.TaskSpec, now time.Time) (*cronoqv1.Task, 
 	if err != nil {
 		return nil, err
 	}
+	switch p := s.GetDependencyPolicy(); p {
+	case cronoqv1.DependencyPolicy_DEPENDENCY_POLICY_SUCCEEDED, cronoqv1.DependencyPolicy_DEPENDENCY_POLICY_DONE:
+	default:
+		return nil, invalid("dependency_policy", "unknown dependency policy %d", int32(p))
+	}
+	for i, ref := range s.GetDependsOn() {
+		if err := checkRef(ref); err != nil {
+			return nil, prefixed(fmt.Sprintf("depends_on[%d].", i), err)
+		}
+	}
 	runAt, err := instantOf("run_at", s.GetRunAt())
 	if err != nil {
 		return nil, err
@@ -324,13 +343,74 @@ func (c *Cluster) prepare(s *cronoqv1.TaskSpec, now time.Time) (*cronoqv1.Task, 
 		}
 	}
 	return &cronoqv1.Task{
-		Template:    c.resolve(tpl),
-		Key:         s.GetKey(),
-		SubmittedAt: ts(now),
-		RunAt:       ts(runAt),
-		UpdatedAt:   ts(now),
-		Deadline:    ts(deadline),
+		Template:         c.resolve(tpl),
+		Key:              s.GetKey(),
+		SubmittedAt:      ts(now),
+		RunAt:            ts(runAt),
+		UpdatedAt:        ts(now),
+		Deadline:         ts(deadline),
+		DependencyPolicy: s.GetDependencyPolicy(),
+		External:         s.GetExternal(),
 	}, nil
+}
+
+// checkRef refuses a reference that names no task or two ways.
+func checkRef(ref *cronoqv1.TaskRef) error {
+	switch id, key := ref.GetId(), ref.GetKey(); {
+	case id != "" && key != "":
+		return invalid("ref", "give an id or a key, not both")
+	case id == "" && key == "":
+		return invalid("ref", "an id or a key is required")
+	}
+	return nil
+}
+
+// refString names a reference in messages, as a node does.
+func refString(ref *cronoqv1.TaskRef) string {
+	if ref.GetId() != "" {
+		return ref.GetId()
+	}
+	return "key " + ref.GetKey()
+}
+
+// existingLocked finds the existing task a well-formed dependency names.
+func (c *Cluster) existingLocked(ref *cronoqv1.TaskRef) (*task, error) {
+	if id := ref.GetId(); id != "" {
+		if t := c.tasks[id]; t != nil {
+			return t, nil
+		}
+		return nil, invalid("id", "task %s does not exist (unknown, or purged)", id)
+	}
+	if t := c.byKey[ref.GetKey()]; t != nil {
+		return t, nil
+	}
+	return nil, invalid("key", "no task has the key %q (unknown, or purged)", ref.GetKey())
+}
+
+// depLocked finds the task dependency ref of spec i of an admission names:
+// by key an earlier spec of an atomic batch (j >= 0, admitted as subs[j]
+// once the batch is in), or an existing task.
+func (c *Cluster) depLocked(recs []*cronoqv1.Task, batch bool, i int, ref *cronoqv1.TaskRef) (j int, t *task, err error) {
+	if key := ref.GetKey(); key != "" && batch {
+		for j := i - 1; j >= 0; j-- {
+			if recs[j] != nil && recs[j].GetKey() == key {
+				return j, nil, nil
+			}
+		}
+	}
+	t, err = c.existingLocked(ref)
+	return -1, t, err
+}
+
+// checkDepsLocked refuses spec i of an admission when a dependency names
+// no task.
+func (c *Cluster) checkDepsLocked(specs []*cronoqv1.TaskSpec, recs []*cronoqv1.Task, batch bool, i int) error {
+	for j, ref := range specs[i].GetDependsOn() {
+		if _, _, err := c.depLocked(recs, batch, i, ref); err != nil {
+			return prefixed(fmt.Sprintf("depends_on[%d].", j), err)
+		}
+	}
+	return nil
 }
 
 // ---------------------------------------------------------------------------
@@ -347,7 +427,8 @@ const (
 // admitLocked validates and admits specs: one spec (submitOne), all or
 // none (submitBatch), or each on its own (submitMany, errs per item). A
 // spec whose key names an existing task (or an earlier spec of the
-// request) is answered with that task's id, as a duplicate.
+// request) is answered with that task's id, as a duplicate. Dependencies
+// name existing tasks, by id or key, or by key earlier specs of a batch.
 func (c *Cluster) admitLocked(mode submitMode, specs []*cronoqv1.TaskSpec) (subs []*cronoqv1.Submitted, errs []error, err error) {
 	now := c.now()
 	subs = make([]*cronoqv1.Submitted, len(specs))
@@ -365,7 +446,13 @@ func (c *Cluster) admitLocked(mode submitMode, specs []*cronoqv1.TaskSpec) (subs
 			return nil, nil, prefixed(fmt.Sprintf("specs[%d].", i), errs[i])
 		}
 	}
-	if mode == submitBatch {
+	batch := mode == submitBatch
+	if batch {
+		for i := range specs {
+			if err := c.checkDepsLocked(specs, recs, true, i); err != nil {
+				return nil, nil, prefixed(fmt.Sprintf("specs[%d].", i), err)
+			}
+		}
 		// All or none: count what the batch adds to each pool first.
 		adds := map[string]int{}
 		seen := map[string]bool{}
@@ -377,15 +464,22 @@ func (c *Cluster) admitLocked(mode submitMode, specs []*cronoqv1.TaskSpec) (subs
 			seen[k] = k != ""
 			adds[rec.GetTemplate().GetPool()]++
 		}
-		for _, pool := range slices.Sorted(maps.Keys(adds)) {
-			if err := c.fitsLocked(pool, adds[pool]); err != nil {
-				return nil, nil, err
-			}
+		if err := c.fitAllLocked(adds); err != nil {
+			return nil, nil, err
 		}
 	}
 	for i, rec := range recs {
 		if rec == nil {
 			continue
+		}
+		if !batch {
+			if err := c.checkDepsLocked(specs, recs, false, i); err != nil {
+				if mode == submitMany {
+					errs[i] = err
+					continue
+				}
+				return nil, nil, err
+			}
 		}
 		if k := rec.GetKey(); k != "" && c.byKey[k] != nil {
 			subs[i] = &cronoqv1.Submitted{Id: c.byKey[k].p.GetId(), Duplicate: true}
@@ -398,9 +492,28 @@ func (c *Cluster) admitLocked(mode submitMode, specs []*cronoqv1.TaskSpec) (subs
 			}
 			return nil, nil, err
 		}
-		subs[i] = &cronoqv1.Submitted{Id: c.insertLocked(rec).p.GetId()}
+		var deps []*task
+		for _, ref := range specs[i].GetDependsOn() {
+			j, t, _ := c.depLocked(recs, batch, i, ref) // checked above
+			if j >= 0 {
+				t = c.tasks[subs[j].GetId()]
+			}
+			deps = append(deps, t)
+		}
+		subs[i] = &cronoqv1.Submitted{Id: c.insertLocked(rec, deps, nil, "").p.GetId()}
 	}
 	return subs, errs, nil
+}
+
+// fitAllLocked refuses adds (new pending tasks per pool) when a pool's
+// limit cannot take them.
+func (c *Cluster) fitAllLocked(adds map[string]int) error {
+	for _, pool := range slices.Sorted(maps.Keys(adds)) {
+		if err := c.fitsLocked(pool, adds[pool]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // fitsLocked refuses n more pending tasks in pool when its limit is
@@ -438,26 +551,75 @@ func (c *Cluster) newIDLocked() string {
 	}
 }
 
-// insertLocked stores a new task (rec has no id yet): scheduled until its
-// run-at time, queued from then.
-func (c *Cluster) insertLocked(rec *cronoqv1.Task) *task {
+// insertLocked stores a new task (rec has no id yet) that waits for deps,
+// as a member of workflow w (nil: none), spawned by parent ("": none):
+// blocked while a dependency lives, else scheduled until its run-at time
+// and queued from then. One that can never run (a dependency ended without
+// success, under policy succeeded) ends cancelled at once.
+func (c *Cluster) insertLocked(rec *cronoqv1.Task, deps []*task, w *workflow, parent string) *task {
 	rec.Id = c.newIDLocked()
+	rec.Parent = parent
+	if w != nil {
+		rec.Workflow = w.p.GetId()
+	}
+	rec.DependsOn = nil
+	var live []*task
+	var doomed *task // a dependency that ended without success
+	for _, d := range deps {
+		if slices.Contains(rec.DependsOn, d.p.GetId()) {
+			continue
+		}
+		rec.DependsOn = append(rec.DependsOn, d.p.GetId())
+		switch st := d.p.GetStatus(); {
+		case !terminal(st):
+			live = append(live, d)
+		case st != cronoqv1.Status_STATUS_SUCCEEDED && doomed == nil &&
+			rec.GetDependencyPolicy() == cronoqv1.DependencyPolicy_DEPENDENCY_POLICY_SUCCEEDED:
+			doomed = d
+		}
+	}
 	t := &task{p: rec}
 	c.tasks[rec.Id] = t
 	if rec.Key != "" {
 		c.byKey[rec.Key] = t
 	}
-	if tsTime(rec.RunAt).After(c.now()) {
+	if w != nil {
+		w.joinLocked(t)
+	}
+	switch {
+	case len(live) > 0 || doomed != nil:
+		c.setStatusLocked(t, cronoqv1.Status_STATUS_BLOCKED)
+		for _, d := range live {
+			d.dependents = append(d.dependents, t)
+			t.waitingOn++
+		}
+	case tsTime(rec.RunAt).After(c.now()):
 		c.setStatusLocked(t, cronoqv1.Status_STATUS_SCHEDULED)
-	} else {
+	default:
 		c.setStatusLocked(t, cronoqv1.Status_STATUS_QUEUED)
 	}
 	c.eventLocked(t, "")
+	if doomed != nil {
+		c.finishLocked(t, cronoqv1.Status_STATUS_CANCELLED, nil, depMessage(doomed), "")
+	}
 	return t
 }
 
-// putLocked stores p as given, replacing a task of the same id.
+// depMessage is the error of a task ended because its dependency d ended
+// without success.
+func depMessage(d *task) string {
+	name := d.p.GetStep()
+	if name == "" {
+		name = d.p.GetId()
+	}
+	return fmt.Sprintf("dependency %s %s", name, statusName(d.p.GetStatus()))
+}
+
+// putLocked stores p as given, replacing a task of the same id: the new
+// task takes the old one's place among the dependents of others, and
+// joins the workflow p names, if it exists.
 func (c *Cluster) putLocked(p *cronoqv1.Task) {
+	t := &task{p: cloneTask(p)}
 	if old := c.tasks[p.GetId()]; old != nil {
 		c.revokeLocked(old, "")
 		c.dequeueLocked(old)
@@ -465,17 +627,37 @@ func (c *Cluster) putLocked(p *cronoqv1.Task) {
 		if c.byKey[old.p.GetKey()] == old {
 			delete(c.byKey, old.p.GetKey())
 		}
+		t.dependents, old.dependents = old.dependents, nil
+		if w := old.wf; w != nil {
+			w.leaveLocked(c, old)
+		}
 	}
-	t := &task{p: cloneTask(p)}
 	c.tasks[p.GetId()] = t
 	if k := p.GetKey(); k != "" {
 		c.byKey[k] = t
+	}
+	if w := c.workflows[p.GetWorkflow()]; w != nil {
+		w.joinLocked(t)
+		if w.live == 0 {
+			c.settleLaterLocked(w)
+		}
+	}
+	if p.GetStatus() == cronoqv1.Status_STATUS_BLOCKED {
+		for _, id := range p.GetDependsOn() {
+			if d := c.tasks[id]; d != nil && !terminal(d.p.GetStatus()) {
+				d.dependents = append(d.dependents, t)
+				t.waitingOn++
+			}
+		}
 	}
 	if p.GetStatus() == cronoqv1.Status_STATUS_QUEUED {
 		c.enqueueLocked(t)
 	}
 	c.trackLocked(t)
 	c.applied++
+	if terminal(p.GetStatus()) {
+		c.endedLocked(t)
+	}
 }
 
 // ---------------------------------------------------------------------------
@@ -505,7 +687,12 @@ func (c *Cluster) trackLocked(t *task) {
 	}
 }
 
+// enqueueLocked makes a queued task dispatchable; an external task waits
+// for its completion instead.
 func (c *Cluster) enqueueLocked(t *task) {
+	if t.p.GetExternal() {
+		return
+	}
 	rq := c.ready[t.pool()]
 	if rq == nil {
 		rq = &readyQueue{}
@@ -548,9 +735,37 @@ func (c *Cluster) startLocked(t *task, s *workerStream) *cronoqv1.Grant {
 	c.setStatusLocked(t, cronoqv1.Status_STATUS_RUNNING)
 	c.lastLease[t.p.GetId()] = lease
 	c.eventLocked(t, "")
-	g := &cronoqv1.Grant{Task: cloneTask(t.p), Lease: lease, Attempt: t.p.GetAttempt()}
+	g := &cronoqv1.Grant{Task: cloneTask(t.p), Lease: lease, Attempt: t.p.GetAttempt(), Dependencies: c.dependencyResultsLocked(t)}
 	c.wlog.Grants = append(c.wlog.Grants, proto.Clone(g).(*cronoqv1.Grant))
 	return g
+}
+
+// dependencyResultsLocked is what t's dependencies ended with, in its
+// depends_on order, for its grant: outputs inlined while they fit the
+// grant's output budget, left out (output_omitted) past it.
+func (c *Cluster) dependencyResultsLocked(t *task) []*cronoqv1.DependencyResult {
+	var out []*cronoqv1.DependencyResult
+	budget := c.cfg.grantBudget
+	for _, id := range t.p.GetDependsOn() {
+		r := &cronoqv1.DependencyResult{Id: id}
+		if d := c.tasks[id]; d == nil {
+			r.Error = fmt.Sprintf("dependency %s no longer exists (purged)", id)
+		} else {
+			r.Step, r.Status, r.Error = d.p.GetStep(), d.p.GetStatus(), d.p.GetError()
+			switch o := d.p.GetOutput(); {
+			case len(o) == 0:
+			case budget < 0:
+				r.Output = slices.Clone(o)
+			case len(o) <= budget:
+				r.Output = slices.Clone(o)
+				budget -= len(o)
+			default:
+				r.OutputOmitted = true
+			}
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // revokeLocked ends t's current lease; with a reason, its worker is told to
@@ -573,14 +788,67 @@ func (c *Cluster) revokeLocked(t *task, reason string) {
 }
 
 // finishLocked ends t with a terminal status; a running attempt is
-// aborted with abortReason.
+// aborted with abortReason. Its dependents follow (see endedLocked).
 func (c *Cluster) finishLocked(t *task, s cronoqv1.Status, output []byte, msg, abortReason string) {
+	c.finishJoinLocked(t, s, output, msg, abortReason, nil)
+}
+
+// finishJoinLocked is finishLocked, making t a member of workflow join
+// (when not nil) as it ends.
+func (c *Cluster) finishJoinLocked(t *task, s cronoqv1.Status, output []byte, msg, abortReason string, join *workflow) {
+	wasLive := !terminal(t.p.GetStatus()) // Finish may end a task again
 	c.revokeLocked(t, abortReason)
 	c.setStatusLocked(t, s)
 	t.p.Output = output
 	t.p.Error = msg
 	t.p.FinishedAt = ts(c.now())
+	switch w := t.wf; {
+	case w != nil:
+		if wasLive {
+			w.note(s)
+			w.live--
+			if w.live == 0 {
+				c.settleLaterLocked(w)
+			}
+		}
+	case join != nil:
+		t.p.Workflow = join.p.GetId()
+		join.joinLocked(t)
+	}
 	c.eventLocked(t, msg)
+	c.endedLocked(t)
+}
+
+// endedLocked does what follows from t's end for the tasks waiting for it:
+// each is released once its last dependency ended; under policy succeeded,
+// one whose dependency ended without success ends cancelled, and so on
+// down the graph.
+func (c *Cluster) endedLocked(t *task) {
+	deps := t.dependents
+	t.dependents = nil
+	for _, dt := range deps {
+		if c.tasks[dt.p.GetId()] != dt || dt.p.GetStatus() != cronoqv1.Status_STATUS_BLOCKED {
+			continue // ended on its own meanwhile, or replaced by PutTask
+		}
+		dt.waitingOn--
+		switch {
+		case t.p.GetStatus() != cronoqv1.Status_STATUS_SUCCEEDED &&
+			dt.p.GetDependencyPolicy() == cronoqv1.DependencyPolicy_DEPENDENCY_POLICY_SUCCEEDED:
+			c.finishLocked(dt, cronoqv1.Status_STATUS_CANCELLED, nil, depMessage(t), "")
+		case dt.waitingOn <= 0:
+			c.unblockLocked(dt)
+		}
+	}
+}
+
+// unblockLocked releases a blocked task whose dependencies all ended.
+func (c *Cluster) unblockLocked(t *task) {
+	if tsTime(t.p.GetRunAt()).After(c.now()) {
+		c.setStatusLocked(t, cronoqv1.Status_STATUS_SCHEDULED)
+	} else {
+		c.setStatusLocked(t, cronoqv1.Status_STATUS_QUEUED)
+	}
+	c.eventLocked(t, "")
 }
 
 // failAttemptLocked ends t's attempt with a retryable failure: the task is
@@ -622,8 +890,9 @@ func (c *Cluster) backoffDelay(b *cronoqv1.Backoff, attempt uint32) time.Duratio
 	return max(d, 1)
 }
 
-// completeLocked takes the completion of an attempt; the answer is the
-// per-lease result (empty when taken).
+// completeLocked takes the completion of an attempt, with the children it
+// spawns; the answer is the per-lease result (empty when taken). A refused
+// completion changes nothing.
 func (c *Cluster) completeLocked(comp *cronoqv1.Completion) error {
 	t := c.leases[comp.GetLease()]
 	if t == nil {
@@ -633,12 +902,19 @@ func (c *Cluster) completeLocked(comp *cronoqv1.Completion) error {
 	if err != nil {
 		return err
 	}
+	spawns := len(comp.GetChildren()) > 0 || comp.GetThen() != nil
+	if spawns && comp.GetOutcome() != cronoqv1.OutcomeKind_OUTCOME_SUCCESS {
+		return invalid("children", "only a successful attempt spawns children")
+	}
 	switch comp.GetOutcome() {
 	case cronoqv1.OutcomeKind_OUTCOME_SUCCESS:
-		if out := comp.GetOutput(); len(out) > c.cfg.maxOutput {
+		switch out := comp.GetOutput(); {
+		case len(out) > c.cfg.maxOutput:
 			c.finishLocked(t, cronoqv1.Status_STATUS_FAILED, nil,
 				fmt.Sprintf("output of %d bytes exceeds the limit of %d", len(out), c.cfg.maxOutput), "")
-		} else {
+		case spawns:
+			return c.spawnLocked(t, comp)
+		default:
 			c.finishLocked(t, cronoqv1.Status_STATUS_SUCCEEDED, slices.Clone(out), "", "")
 		}
 	case cronoqv1.OutcomeKind_OUTCOME_RETRYABLE:
@@ -669,9 +945,13 @@ func (c *Cluster) cancelLocked(t *task, reason string) bool {
 	return true
 }
 
-// settleLocked hands ready tasks to the workers that asked for them and
-// tells everyone waiting that the state changed.
+// settleLocked ends the workflows whose members have all ended, hands
+// ready tasks to the workers that asked for them and tells everyone
+// waiting that the state changed. Every change ends with it, so that a
+// member ending in the same change as new members join (a spawn) does not
+// end its workflow.
 func (c *Cluster) settleLocked() {
+	c.settleWorkflowsLocked()
 	c.dispatchLocked()
 	c.notifyLocked()
 }
@@ -783,21 +1063,25 @@ func (s *subscriber) endLocked(err error) {
 
 func (c *Cluster) eventLocked(t *task, msg string) {
 	c.publishLocked(&cronoqv1.Event{
-		TaskId:  t.p.GetId(),
-		Pool:    t.pool(),
-		Kind:    t.p.GetTemplate().GetKind(),
-		Status:  t.p.GetStatus(),
-		Attempt: t.p.GetAttempt(),
-		Message: msg,
-		At:      ts(c.now()),
+		TaskId:   t.p.GetId(),
+		Pool:     t.pool(),
+		Kind:     t.p.GetTemplate().GetKind(),
+		Status:   t.p.GetStatus(),
+		Attempt:  t.p.GetAttempt(),
+		Message:  msg,
+		At:       ts(c.now()),
+		Workflow: t.p.GetWorkflow(),
+		Step:     t.p.GetStep(),
 	})
 }
 
-// publishLocked hands ev to every subscriber of its pool; a subscriber that
-// fell behind loses it and gets a lagged marker before its next event.
+// publishLocked hands ev to every subscriber of its pool (a workflow
+// event: to the subscribers of every pool); a subscriber that fell behind
+// loses it and gets a lagged marker before its next event.
 func (c *Cluster) publishLocked(ev *cronoqv1.Event) {
+	wfEvent := ev.GetTaskId() == "" && ev.GetWorkflowStatus() != cronoqv1.WorkflowStatus_WORKFLOW_STATUS_UNSPECIFIED
 	for sub := range c.subs {
-		if len(sub.pools) > 0 && !ev.GetLagged() && !sub.pools[ev.GetPool()] {
+		if len(sub.pools) > 0 && !ev.GetLagged() && (wfEvent || !sub.pools[ev.GetPool()]) {
 			continue
 		}
 		select {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/cronoq/cronoq/api/apierr"
@@ -161,7 +162,7 @@ func (s *taskService) Wait(ctx context.Context, req *connect.Request[cronoqv1.Wa
 			c.mu.Lock()
 			return respond(c, sv, &cronoqv1.WaitResponse{Task: cloneTask(t.p)}, nil)
 		case <-ctx.Done():
-			return nil, connect.NewError(connect.CodeCanceled, ctx.Err())
+			return nil, ctxError(ctx)
 		case <-c.done:
 			return nil, apierr.ShuttingDown()
 		}
@@ -176,6 +177,22 @@ func (s *taskService) Cancel(ctx context.Context, req *connect.Request[cronoqv1.
 			return nil, err
 		}
 		return &cronoqv1.CancelResponse{Id: t.p.GetId(), Cancelled: c.cancelLocked(t, reasonCancelAbort)}, nil
+	})
+}
+
+// Complete ends an external task that waits for its completion, and
+// answers with the task as it then is.
+func (s *taskService) Complete(ctx context.Context, req *connect.Request[cronoqv1.CompleteRequest]) (*connect.Response[cronoqv1.CompleteResponse], error) {
+	return unary(ctx, s.n, req, leaderCall, func(*served) (*cronoqv1.CompleteResponse, error) {
+		c := s.n.c
+		t, err := c.lookupLocked(req.Msg.GetRef())
+		if err != nil {
+			return nil, err
+		}
+		if err := c.completeExternalLocked(t, req.Msg); err != nil {
+			return nil, err
+		}
+		return &cronoqv1.CompleteResponse{Task: cloneTask(t.p)}, nil
 	})
 }
 
@@ -196,7 +213,7 @@ func (s *taskService) List(ctx context.Context, req *connect.Request[cronoqv1.Li
 		}
 		limit = min(limit, c.cfg.maxListLimit)
 		for _, st := range m.GetStatuses() {
-			if st <= cronoqv1.Status_STATUS_UNSPECIFIED || st > cronoqv1.Status_STATUS_EXPIRED {
+			if st <= cronoqv1.Status_STATUS_UNSPECIFIED || st > cronoqv1.Status_STATUS_BLOCKED {
 				return nil, invalid("statuses", "unknown status %d", int32(st))
 			}
 		}
@@ -219,8 +236,14 @@ func (s *taskService) List(ctx context.Context, req *connect.Request[cronoqv1.Li
 			ids = ids[:limit]
 			out.Next = ids[limit-1]
 		}
-		for _, id := range ids {
-			out.Tasks = append(out.Tasks, cloneTask(c.tasks[id].p))
+		size := 0
+		for i, id := range ids {
+			t := cloneTask(c.tasks[id].p)
+			if size += proto.Size(t); i > 0 && size > c.cfg.maxPageBytes {
+				out.Next = ids[i-1]
+				break
+			}
+			out.Tasks = append(out.Tasks, t)
 		}
 		return out, nil
 	})
@@ -253,7 +276,7 @@ func (s *taskService) Counts(ctx context.Context, req *connect.Request[cronoqv1.
 }
 
 // Events streams the status events of the tasks of the pools asked for
-// (all when none), from the leader only. Without a script it carries the
+// (all when none, and then the workflow events too), from the leader only. Without a script it carries the
 // cluster's own events; a subscriber that falls behind gets a lagged
 // marker where events were dropped.
 func (s *taskService) Events(ctx context.Context, req *connect.Request[cronoqv1.EventsRequest], stream *connect.ServerStream[cronoqv1.Event]) error {
