@@ -23,6 +23,12 @@ const (
 	EnvLease   = "CRONOQ_LEASE"
 	EnvPool    = "CRONOQ_POOL"
 	EnvKind    = "CRONOQ_KIND"
+	// EnvDepsDir names a directory holding one file per dependency of the
+	// task, its output, named by the dependency's step name (else its id).
+	EnvDepsDir = "CRONOQ_DEPS_DIR"
+	// EnvSpawn names a file the command may write steps to, one JSON
+	// object per line, spawned with its success.
+	EnvSpawn = "CRONOQ_SPAWN"
 )
 
 // Config configures a Handler.
@@ -30,13 +36,17 @@ type Config struct {
 	// Command is the shell command line run for each attempt. Required.
 	Command string
 	// Root is the directory under which each attempt gets its working
-	// directory, Root/<task id>. Required; it must exist.
+	// directory, Root/<task id>, and a private directory
+	// Root/.cronoq-attempt-* holding its dependencies directory and spawn
+	// file. Required; it must exist.
 	Root string
 	// MaxOutput bounds stdout in bytes (default DefaultMaxOutput).
 	MaxOutput int
 	// KillGrace is the time between SIGTERM and SIGKILL when an attempt is
 	// stopped (default DefaultKillGrace).
 	KillGrace time.Duration
+	// MaxSpawn bounds the spawn file in bytes (default DefaultMaxSpawn).
+	MaxSpawn int
 	// Env holds extra KEY=VALUE pairs for every command; the CRONOQ_*
 	// variables override them.
 	Env []string
@@ -66,6 +76,9 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.KillGrace < 0 {
 		return nil, fmt.Errorf("creating exec handler: KillGrace %s is negative", cfg.KillGrace)
 	}
+	if cfg.MaxSpawn < 0 {
+		return nil, fmt.Errorf("creating exec handler: MaxSpawn %d is negative", cfg.MaxSpawn)
+	}
 	root, err := filepath.Abs(cfg.Root)
 	if err != nil {
 		return nil, fmt.Errorf("creating exec handler: resolving Root: %w", err)
@@ -76,6 +89,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.KillGrace == 0 {
 		cfg.KillGrace = DefaultKillGrace
+	}
+	if cfg.MaxSpawn == 0 {
+		cfg.MaxSpawn = DefaultMaxSpawn
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
@@ -88,27 +104,65 @@ func New(cfg Config) (*Handler, error) {
 //
 // The command runs in a fresh directory Root/<task id> (mode 0700), removed
 // afterwards, with the payload on stdin and CRONOQ_TASK_ID, CRONOQ_ATTEMPT,
-// CRONOQ_LEASE, CRONOQ_POOL and CRONOQ_KIND in its environment. Its stdout is
-// the output. Exit status 75 is a retryable failure; any other failure
-// (another exit status, a fatal signal, too much output, a task id unfit for a
-// directory name) is permanent. When ctx ends the command's process group is
-// stopped and a retryable error is returned.
+// CRONOQ_LEASE, CRONOQ_POOL, CRONOQ_KIND, CRONOQ_DEPS_DIR and CRONOQ_SPAWN
+// in its environment (see the package documentation). Its stdout is the
+// output. Exit status 75 is a retryable failure; any other failure (another
+// exit status, a fatal signal, too much output, a task id unfit for a
+// directory name, a malformed spawn file) is permanent. When ctx ends the
+// command's process group is stopped and a retryable error is returned.
+//
+// After a success, the steps of the spawn file are given to job.Spawn and
+// job.Then, to be committed with the success.
 func (h *Handler) Work(ctx context.Context, job *client.Job) ([]byte, error) {
+	res, err := h.work(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	if len(res.children) > 0 {
+		job.Spawn(res.children...)
+	}
+	if res.then != nil {
+		job.Then(*res.then)
+	}
+	return res.output, nil
+}
+
+// result is what a successful attempt leaves: its output and the steps it
+// spawns.
+type result struct {
+	output   []byte
+	children []client.Step
+	then     *client.Step
+}
+
+func (h *Handler) work(ctx context.Context, job *client.Job) (result, error) {
 	task := job.Task
 	dir, err := WorkDir(h.cfg.Root, task.ID)
 	if err != nil {
-		return nil, client.Permanent(fmt.Errorf("preparing work directory: %w", err))
+		return result{}, client.Permanent(fmt.Errorf("preparing work directory: %w", err))
 	}
 	if err := freshDir(dir); err != nil {
 		// Most likely a full or read-only disk on this worker: another
 		// attempt may do better.
-		return nil, fmt.Errorf("preparing work directory: %w", err)
+		return result{}, fmt.Errorf("preparing work directory: %w", err)
 	}
 	defer func() {
 		if err := os.RemoveAll(dir); err != nil {
 			h.cfg.Logger.Warn("removing work directory", "task", task.ID, "dir", dir, "error", err)
 		}
 	}()
+	files, err := newAttemptFiles(h.cfg.Root)
+	if err != nil {
+		return result{}, err
+	}
+	defer func() {
+		if err := files.remove(); err != nil {
+			h.cfg.Logger.Warn("removing the attempt's files", "task", task.ID, "dir", files.dir, "error", err)
+		}
+	}()
+	if err := writeDeps(ctx, job, files.depsDir); err != nil {
+		return result{}, fmt.Errorf("preparing %s: %w", EnvDepsDir, err)
+	}
 
 	env := append(append([]string(nil), h.cfg.Env...),
 		EnvTaskID+"="+task.ID,
@@ -116,6 +170,8 @@ func (h *Handler) Work(ctx context.Context, job *client.Job) ([]byte, error) {
 		EnvLease+"="+strconv.FormatUint(job.Lease, 10),
 		EnvPool+"="+task.Pool,
 		EnvKind+"="+task.Kind,
+		EnvDepsDir+"="+files.depsDir,
+		EnvSpawn+"="+files.spawn,
 	)
 	res, err := Run(ctx, Spec{
 		Command:   h.cfg.Command,
@@ -128,18 +184,24 @@ func (h *Handler) Work(ctx context.Context, job *client.Job) ([]byte, error) {
 	var xe *ExitError
 	switch {
 	case err == nil:
-		return res.Output, nil
 	case errors.Is(err, ErrOutputTooLarge):
-		return nil, client.Permanent(err)
+		return result{}, client.Permanent(err)
 	case errors.As(err, &xe) && xe.Retryable():
-		return nil, client.Retryable(err, 0)
+		return result{}, client.Retryable(err, 0)
 	case xe != nil:
-		return nil, client.Permanent(err)
+		return result{}, client.Permanent(err)
 	default:
 		// Stopped because ctx ended, or the shell could not be started
 		// (for instance fork failing under memory pressure).
-		return nil, err
+		return result{}, err
 	}
+	children, then, err := readSpawn(files.spawn, h.cfg.MaxSpawn)
+	if err != nil {
+		// The command succeeded: running it again would not mend what
+		// it wrote.
+		return result{}, client.Permanent(err)
+	}
+	return result{output: res.Output, children: children, then: then}, nil
 }
 
 // freshDir creates dir with mode 0700, replacing whatever a previous attempt

@@ -152,6 +152,7 @@ func TestNewValidates(t *testing.T) {
 		{Config{Command: "true"}, "creating exec handler: Root is empty"},
 		{Config{Command: "true", Root: "/tmp", MaxOutput: -1}, "creating exec handler: MaxOutput -1 is negative"},
 		{Config{Command: "true", Root: "/tmp", KillGrace: -time.Second}, "creating exec handler: KillGrace -1s is negative"},
+		{Config{Command: "true", Root: "/tmp", MaxSpawn: -1}, "creating exec handler: MaxSpawn -1 is negative"},
 	}
 	for _, tc := range tests {
 		_, err := New(tc.cfg)
@@ -162,6 +163,7 @@ func TestNewValidates(t *testing.T) {
 	require.True(t, filepath.IsAbs(h.cfg.Root))
 	require.Equal(t, DefaultMaxOutput, h.cfg.MaxOutput)
 	require.Equal(t, DefaultKillGrace, h.cfg.KillGrace)
+	require.Equal(t, DefaultMaxSpawn, h.cfg.MaxSpawn)
 }
 
 func requireEmptyDir(t *testing.T, dir string) {

@@ -8,6 +8,38 @@
 // a signal) a permanent failure. When the task's context ends (timeout,
 // cancel, lost lease) the whole process group receives SIGTERM and, after a
 // grace period, SIGKILL.
+//
+// # Dependencies
+//
+// A Handler gives each attempt the outputs of its task's dependencies as
+// files in the directory named by $CRONOQ_DEPS_DIR, one file per
+// dependency, named by the dependency's step name, or by its task id when
+// it has none (or when two dependencies share a step name). The directory
+// is created for the attempt (empty when the task has no dependencies) and
+// removed after it. Outputs the grant left out are read from the cluster
+// first. With the dependency policy "done" a dependency may have ended
+// without success: its file holds whatever output it left (often nothing).
+//
+// # Spawning
+//
+// A command may add tasks to its workflow by writing to the file named by
+// $CRONOQ_SPAWN (created empty for the attempt) one JSON object per line,
+// each a step with the fields of a workflow file's steps (name, pool, kind,
+// payload, payload_base64, priority, labels, tags, timeout, max_attempts,
+// depends_on, dependency_policy, external, delay, run_at, deadline). Names
+// are optional; depends_on names earlier lines or existing steps of the
+// workflow. One line may set "then": true: that step is the continuation,
+// which depends on every other line's step. For example:
+//
+//	{"name": "part-1", "pool": "etl", "kind": "convert", "payload": "a.csv"}
+//	{"name": "part-2", "pool": "etl", "kind": "convert", "payload": "b.csv"}
+//	{"name": "merge", "pool": "etl", "kind": "merge", "then": true}
+//
+// The steps are committed with the attempt's success, and only with it: a
+// failed attempt spawns nothing. A line that is not such an object (an
+// unknown field, a bad value), or a second "then", fails the attempt
+// permanently with an error naming the line. A task not in a workflow gets
+// one, named after its kind, when it spawns.
 package execworker
 
 import (

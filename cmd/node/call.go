@@ -63,6 +63,11 @@ func (cf *clientFlags) callError(parent context.Context, c *cmd, err error) erro
 	var inv *client.InvalidError
 	switch {
 	case errors.As(err, &inv):
+		if c != nil && c.explain != nil {
+			if msg := c.explain(inv.Field, inv.Reason); msg != "" {
+				return &usageError{msg: msg}
+			}
+		}
 		if name := flagFor(c, inv.Field); name != "" {
 			return &usageError{msg: fmt.Sprintf("invalid -%s: %s", name, inv.Reason)}
 		}
@@ -76,10 +81,15 @@ func (cf *clientFlags) callError(parent context.Context, c *cmd, err error) erro
 }
 
 // flagFor is the flag of c that sets the request field named by the
-// cluster ("run_at", "task.pool", "specs[0].kind"), or "" when none does.
+// cluster ("run_at", "task.pool", "specs[0].kind", "depends_on[1].key"), or
+// "" when none does.
 func flagFor(c *cmd, field string) string {
 	if c == nil || field == "" {
 		return ""
+	}
+	// depends_on[i].id and depends_on[i].key are the i-th -depends-on.
+	if i := strings.Index(field, "depends_on["); i >= 0 {
+		field = field[:i] + "depends_on"
 	}
 	if i := strings.LastIndexByte(field, '.'); i >= 0 && !strings.Contains(field[i:], "[") {
 		field = field[i+1:]

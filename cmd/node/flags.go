@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cronoq/cronoq/client"
 )
 
 // errHelp is returned after a command printed its help on request (-h); it
@@ -27,17 +29,22 @@ func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
 
-// taskFailedError reports that an awaited task ended without succeeding. It
-// exits with status 3.
+// taskFailedError reports that an awaited task (or workflow) ended without
+// succeeding. It exits with status 3.
 type taskFailedError struct {
+	noun                string // "task" when empty
 	id, status, message string
 }
 
 func (e *taskFailedError) Error() string {
-	if e.message == "" {
-		return fmt.Sprintf("task %s %s", e.id, e.status)
+	noun := e.noun
+	if noun == "" {
+		noun = "task"
 	}
-	return fmt.Sprintf("task %s %s: %s", e.id, e.status, e.message)
+	if e.message == "" {
+		return fmt.Sprintf("%s %s %s", noun, e.id, e.status)
+	}
+	return fmt.Sprintf("%s %s %s: %s", noun, e.id, e.status, e.message)
 }
 
 // cmd is the command line of one subcommand: its flags, help text and, once
@@ -48,6 +55,10 @@ type cmd struct {
 	about string // description paragraph(s)
 	fs    *flag.FlagSet
 	args  []string
+	// explain, when set, words the cluster's refusal of a request field
+	// that no flag sets (such as the steps of a workflow file); "" leaves
+	// it to the default wording.
+	explain func(field, reason string) string
 }
 
 func newCmd(name, usage, about string) *cmd {
@@ -423,24 +434,61 @@ func (v handlerValue) Set(s string) error {
 
 // readPayload resolves -payload: TEXT as is, @FILE the file's bytes, @- the
 // standard input.
-func readPayload(s stdio, arg string) ([]byte, error) {
+func readPayload(s stdio, arg string) ([]byte, error) { return readBytesFlag(s, "payload", arg) }
+
+// readBytesFlag resolves a TEXT|@FILE flag (such as -payload or -output):
+// TEXT as is, @FILE the file's bytes, @- the standard input.
+func readBytesFlag(s stdio, flagName, arg string) ([]byte, error) {
 	name, isFile := strings.CutPrefix(arg, "@")
 	if !isFile {
 		return []byte(arg), nil
 	}
 	if name == "" {
-		return nil, usagef("invalid -payload %q: @ needs a file name (or @- for stdin)", arg)
+		return nil, usagef("invalid -%s %q: @ needs a file name (or @- for stdin)", flagName, arg)
 	}
 	if name == "-" {
 		b, err := io.ReadAll(s.Stdin)
 		if err != nil {
-			return nil, fmt.Errorf("reading -payload from stdin: %w", err)
+			return nil, fmt.Errorf("reading -%s from stdin: %w", flagName, err)
 		}
 		return b, nil
 	}
 	b, err := os.ReadFile(name)
 	if err != nil {
-		return nil, usagef("reading -payload file: %v", err)
+		return nil, usagef("reading -%s file: %v", flagName, err)
 	}
 	return b, nil
+}
+
+// taskRefList is the repeatable -depends-on flag: a task ID, or key:KEY
+// for the task with that idempotency key.
+type taskRefList struct{ refs *[]client.TaskRef }
+
+func (v taskRefList) String() string {
+	if v.refs == nil {
+		return ""
+	}
+	out := make([]string, len(*v.refs))
+	for i, r := range *v.refs {
+		out[i] = r.ID
+		if r.ID == "" {
+			out[i] = "key:" + r.Key
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+func (v taskRefList) Set(s string) error {
+	if key, ok := strings.CutPrefix(s, "key:"); ok {
+		if key == "" {
+			return errors.New("key: needs a KEY")
+		}
+		*v.refs = append(*v.refs, client.ByKey(key))
+		return nil
+	}
+	if strings.TrimSpace(s) == "" {
+		return errors.New("want a task ID or key:KEY")
+	}
+	*v.refs = append(*v.refs, client.ByID(s))
+	return nil
 }

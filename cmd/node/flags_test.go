@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/cronoq/cronoq/client"
 )
 
 func TestParseInterleaved(t *testing.T) {
@@ -71,7 +73,8 @@ func TestFlagValues(t *testing.T) {
 	kv := map[string]string{}
 	var list []string
 	handlers := map[string]string{}
-	var st []string
+	var st, wst []string
+	var refs []client.TaskRef
 	tests := []struct {
 		name    string
 		v       flag.Value
@@ -106,8 +109,15 @@ func TestFlagValues(t *testing.T) {
 		{name: "handler no command", v: handlerValue{handlers}, in: "x= ", wantErr: `empty COMMAND for kind "x"`},
 		{name: "handler no kind", v: handlerValue{handlers}, in: "=cat", wantErr: "bad KIND: empty or surrounded by spaces"},
 		{name: "handler no equals", v: handlerValue{handlers}, in: "cat", wantErr: "want KIND=COMMAND"},
-		{name: "status", v: statusList{&st}, in: "queued,failed"},
-		{name: "status unknown", v: statusList{&st}, in: "queued,done", wantErr: `unknown status "done": must be one of scheduled, queued, running, retrying, succeeded, failed, cancelled, expired`},
+		{name: "status", v: statusList{list: &st}, in: "queued,failed"},
+		{name: "status blocked", v: statusList{list: &st}, in: "blocked"},
+		{name: "status unknown", v: statusList{list: &st}, in: "queued,done", wantErr: `unknown status "done": must be one of blocked, scheduled, queued, running, retrying, succeeded, failed, cancelled, expired`},
+		{name: "workflow status", v: statusList{list: &wst, allowed: workflowStatuses}, in: "running,failed"},
+		{name: "workflow status unknown", v: statusList{list: &wst, allowed: workflowStatuses}, in: "queued", wantErr: `unknown status "queued": must be one of running, succeeded, failed, cancelled`},
+		{name: "depends-on id", v: taskRefList{&refs}, in: "01JD3ZQ8Y6A5B4C3D2E1F0G9H8"},
+		{name: "depends-on key", v: taskRefList{&refs}, in: "key:nightly:2030-01-02"},
+		{name: "depends-on empty key", v: taskRefList{&refs}, in: "key:", wantErr: "key: needs a KEY"},
+		{name: "depends-on empty", v: taskRefList{&refs}, in: " ", wantErr: "want a task ID or key:KEY"},
 	}
 	for _, tc := range tests {
 		// Sequential: some cases depend on earlier ones (duplicates).
@@ -125,7 +135,10 @@ func TestFlagValues(t *testing.T) {
 	require.Equal(t, map[string]string{"zone": "eu-1", "gpu": "", "expr": "a=b"}, kv)
 	require.Equal(t, []string{"a", "b", "c"}, list)
 	require.Equal(t, map[string]string{"resize": "convert - -resize 50% -"}, handlers)
-	require.Equal(t, []string{"queued", "failed"}, st)
+	require.Equal(t, []string{"queued", "failed", "blocked"}, st)
+	require.Equal(t, []string{"running", "failed"}, wst)
+	require.Equal(t, []client.TaskRef{client.ByID("01JD3ZQ8Y6A5B4C3D2E1F0G9H8"), client.ByKey("nightly:2030-01-02")}, refs)
+	require.Equal(t, "01JD3ZQ8Y6A5B4C3D2E1F0G9H8,key:nightly:2030-01-02", taskRefList{&refs}.String())
 }
 
 func TestReadPayload(t *testing.T) {

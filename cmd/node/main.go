@@ -1,6 +1,7 @@
 // Command cronoq is both a cronoq node (`cronoq agent`) and the command-line
-// client of a cronoq cluster: submit, inspect, wait for and cancel tasks,
-// manage recurring schedules, run an exec worker, and operate the cluster.
+// client of a cronoq cluster: submit, inspect, wait for, complete and cancel
+// tasks, submit and follow workflows, manage recurring schedules, run an
+// exec worker, and operate the cluster.
 //
 // Usage:
 //
@@ -38,8 +39,8 @@ const (
 	// exitUsage: bad flags or arguments, or input refused before (or by) the
 	// cluster as invalid.
 	exitUsage = 2
-	// exitTaskFailed: the awaited task ended but did not succeed (failed,
-	// cancelled or expired).
+	// exitTaskFailed: the awaited task (or workflow) ended but did not
+	// succeed (failed, cancelled or expired).
 	exitTaskFailed = 3
 )
 
@@ -70,6 +71,8 @@ var commands = map[string]command{
 	"status":    {Summary: "Show a task, by id or by key", Run: runStatus},
 	"wait":      {Summary: "Wait until a task ends and show it", Run: runWait},
 	"cancel":    {Summary: "Cancel a task", Run: runCancel},
+	"complete":  {Summary: "Complete (or fail) an external task waiting for it", Run: runComplete},
+	"workflow":  {Summary: "Manage workflows (steps depending on each other): submit, status, wait, cancel, list", Run: runWorkflow},
 	"list":      {Summary: "List tasks, filtered by pool and status, page by page", Run: runList},
 	"recurring": {Summary: "Manage recurring (cron) schedules: add, list, rm, pause, resume", Run: runRecurring},
 	"worker":    {Summary: "Run tasks of a pool with shell commands", Run: runWorker},
@@ -183,7 +186,8 @@ Flags may come before or after arguments. Run 'cronoq <command> -h' (or
 'cronoq help <command>') for the flags of a command.
 
 Exit status: 0 success; 1 error; 2 bad usage or invalid input; 3 the awaited
-task ended without succeeding (wait, submit -wait).
+task or workflow ended without succeeding (wait, submit -wait, workflow wait,
+workflow submit -wait).
 `)
 }
 

@@ -56,6 +56,13 @@ type taskJSON struct {
 	Lease        uint64  `json:"lease"`
 	Schedule     string  `json:"schedule"`
 	Slot         *string `json:"slot"`
+	// DependsOn holds the ids of the tasks it waits (or waited) for.
+	DependsOn        []string `json:"depends_on"`
+	DependencyPolicy string   `json:"dependency_policy"`
+	External         bool     `json:"external"`
+	Workflow         string   `json:"workflow"`
+	Step             string   `json:"step"`
+	Parent           string   `json:"parent"`
 }
 
 func newTaskJSON(t *client.Task) taskJSON {
@@ -75,9 +82,85 @@ func newTaskJSON(t *client.Task) taskJSON {
 		Lease:        t.Lease,
 		Schedule:     t.Schedule,
 		Slot:         jsonTime(t.Slot),
+
+		DependsOn:        nonNilSlice(t.DependsOn),
+		DependencyPolicy: orDefault(t.DependencyPolicy, client.DependencyPolicySucceeded),
+		External:         t.External,
+		Workflow:         t.Workflow,
+		Step:             t.Step,
+		Parent:           t.Parent,
 	}
 	j.Output, j.OutputBase64 = textOrBase64(t.Output)
 	return j
+}
+
+func nonNilSlice(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// workflowJSON is a workflow in the CLI's JSON output, without its members
+// (as `workflow list` shows it). Unset instants are null.
+type workflowJSON struct {
+	ID          string  `json:"id"`
+	Name        string  `json:"name"`
+	Key         string  `json:"key"`
+	Status      string  `json:"status"`
+	SubmittedAt *string `json:"submitted_at"`
+	UpdatedAt   *string `json:"updated_at"`
+	FinishedAt  *string `json:"finished_at"`
+	Schedule    string  `json:"schedule"`
+	Slot        *string `json:"slot"`
+	Parent      string  `json:"parent"`
+}
+
+func newWorkflowJSON(w *client.Workflow) workflowJSON {
+	return workflowJSON{
+		ID:          w.ID,
+		Name:        w.Name,
+		Key:         w.Key,
+		Status:      w.Status,
+		SubmittedAt: jsonTime(w.SubmittedAt),
+		UpdatedAt:   jsonTime(w.UpdatedAt),
+		FinishedAt:  jsonTime(w.FinishedAt),
+		Schedule:    w.Schedule,
+		Slot:        jsonTime(w.Slot),
+		Parent:      w.Parent,
+	}
+}
+
+// workflowObjectJSON is the workflow object: the workflow and its members.
+type workflowObjectJSON struct {
+	workflowJSON
+	Tasks []taskJSON `json:"tasks"`
+}
+
+func newWorkflowObjectJSON(w *client.Workflow) workflowObjectJSON {
+	out := workflowObjectJSON{workflowJSON: newWorkflowJSON(w), Tasks: make([]taskJSON, 0, len(w.Tasks))}
+	for _, t := range w.Tasks {
+		if t != nil {
+			out.Tasks = append(out.Tasks, newTaskJSON(t))
+		}
+	}
+	return out
+}
+
+// workflowListJSON is the output of `workflow list -o json`.
+type workflowListJSON struct {
+	Workflows []workflowJSON `json:"workflows"`
+	Next      string         `json:"next"`
+}
+
+func newWorkflowListJSON(ws []*client.Workflow, next string) workflowListJSON {
+	out := workflowListJSON{Workflows: make([]workflowJSON, 0, len(ws)), Next: next}
+	for _, w := range ws {
+		if w != nil {
+			out.Workflows = append(out.Workflows, newWorkflowJSON(w))
+		}
+	}
+	return out
 }
 
 // listJSON is the output of `list -o json`.
@@ -111,7 +194,12 @@ type scheduleJSON struct {
 	CatchUpLimit int     `json:"catch_up_limit"`
 	Fires        uint64  `json:"fires"`
 	Skipped      uint64  `json:"skipped"`
-	LastTask     string  `json:"last_task"`
+	// LastTask is the task, or the workflow, of the last fire.
+	LastTask string `json:"last_task"`
+	// Workflow and Steps are the name and the number of steps of the
+	// workflow each fire submits ("" and 0 when it submits a task).
+	Workflow string `json:"workflow"`
+	Steps    int    `json:"steps"`
 }
 
 func newScheduleJSON(s client.Schedule) scheduleJSON {
@@ -129,6 +217,8 @@ func newScheduleJSON(s client.Schedule) scheduleJSON {
 		Fires:        s.Fires,
 		Skipped:      s.Skipped,
 		LastTask:     s.LastTask,
+		Workflow:     s.Workflow,
+		Steps:        len(s.Steps),
 	}
 }
 
@@ -233,6 +323,11 @@ func writeTaskText(w io.Writer, t *client.Task) error {
 		{"lease", uintOrEmpty(t.Lease)},
 		{"schedule", t.Schedule},
 		{"slot", timeOrEmpty(t.Slot)},
+		{"workflow", t.Workflow},
+		{"step", t.Step},
+		{"parent", t.Parent},
+		{"depends on", dependsOnText(t)},
+		{"external", yesOrEmpty(t.External)},
 	}
 	var blocks []field
 	for _, b := range []struct {
@@ -265,6 +360,22 @@ func writeTaskText(w io.Writer, t *client.Task) error {
 		}
 	}
 	return nil
+}
+
+// dependsOnText lists the dependencies of a task and its policy, for
+// people.
+func dependsOnText(t *client.Task) string {
+	if len(t.DependsOn) == 0 {
+		return ""
+	}
+	return strings.Join(t.DependsOn, ", ") + " (policy " + orDefault(t.DependencyPolicy, client.DependencyPolicySucceeded) + ")"
+}
+
+func yesOrEmpty(b bool) string {
+	if b {
+		return "yes"
+	}
+	return ""
 }
 
 func timeOrEmpty(t time.Time) string {

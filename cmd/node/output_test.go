@@ -59,6 +59,13 @@ func fullTask() *client.Task {
 		Deadline:    t0.Add(time.Hour),
 		Schedule:    "monthly-invoices",
 		Slot:        time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC),
+
+		DependsOn:        []string{"01JD3ZQ8Y6A5B4C3D2E1F0G9H1", "01JD3ZQ8Y6A5B4C3D2E1F0G9H2"},
+		DependencyPolicy: client.DependencyPolicyDone,
+		External:         true,
+		Workflow:         "01JD3ZQ8Y6A5B4C3D2E1F0G9W1",
+		Step:             "invoice",
+		Parent:           "01JD3ZQ8Y6A5B4C3D2E1F0G9H0",
 	}
 }
 
@@ -168,8 +175,80 @@ func TestScheduleJSONGolden(t *testing.T) {
 		newScheduleJSON(client.Schedule{
 			Name: "every-30s", Cron: "@every 30s", Task: client.Template{Pool: "p", Kind: "tick"}, Paused: true,
 		}),
+		newScheduleJSON(client.Schedule{
+			Name: "etl", Cron: "@daily", Workflow: "nightly",
+			Steps:    []client.Step{{Name: "extract"}, {Name: "load", DependsOn: []string{"extract"}}},
+			NextFire: time.Date(2030, 1, 3, 0, 0, 0, 0, time.UTC), LastTask: "01JD3ZQ8Y6A5B4C3D2E1F0G9W1",
+		}),
 	}
 	golden(t, "schedules.json", renderJSON(t, scheds))
+}
+
+// fullWorkflow is a failed workflow with its members.
+func fullWorkflow() *client.Workflow {
+	extract := queuedTask()
+	extract.ID, extract.Workflow, extract.Step = "01JD3ZQ8Y6A5B4C3D2E1F0G9H1", "01JD3ZQ8Y6A5B4C3D2E1F0G9W1", "extract"
+	extract.Status, extract.Attempt, extract.Output, extract.FinishedAt = client.StatusSucceeded, 1, []byte("rows"), t0.Add(time.Minute)
+	load := binaryTask()
+	load.ID, load.Workflow, load.Step = "01JD3ZQ8Y6A5B4C3D2E1F0G9H2", "01JD3ZQ8Y6A5B4C3D2E1F0G9W1", "load"
+	load.DependsOn = []string{extract.ID, "01JD3ZQ8Y6A5B4C3D2E1F0G9X9"}
+	report := queuedTask()
+	report.ID, report.Workflow, report.Step = "01JD3ZQ8Y6A5B4C3D2E1F0G9H3", "01JD3ZQ8Y6A5B4C3D2E1F0G9W1", "report"
+	report.DependsOn = []string{load.ID}
+	report.Status, report.Error, report.FinishedAt = client.StatusCancelled, "dependency load failed", t0.Add(2*time.Second)
+	return &client.Workflow{
+		ID: "01JD3ZQ8Y6A5B4C3D2E1F0G9W1", Name: "nightly", Key: "nightly:2030-01-02", Status: client.WorkflowFailed,
+		SubmittedAt: t0, UpdatedAt: t0.Add(2 * time.Second), FinishedAt: t0.Add(2 * time.Second),
+		Schedule: "etl", Slot: time.Date(2030, 1, 2, 0, 0, 0, 0, time.UTC),
+		Tasks: []*client.Task{extract, load, report},
+	}
+}
+
+func TestWorkflowGolden(t *testing.T) {
+	t.Parallel()
+	w := fullWorkflow()
+	golden(t, "workflow.json", renderJSON(t, newWorkflowObjectJSON(w)))
+	running := &client.Workflow{ID: "01JD3ZQ8Y6A5B4C3D2E1F0G9W2", Name: "adhoc", Status: client.WorkflowRunning, SubmittedAt: t0}
+	golden(t, "workflow_running.json", renderJSON(t, newWorkflowObjectJSON(running)))
+	golden(t, "workflow_list.json", renderJSON(t, newWorkflowListJSON([]*client.Workflow{w, running}, "01JD3ZQ8Y6A5B4C3D2E1F0G9W2")))
+	var buf bytes.Buffer
+	require.NoError(t, writeWorkflowText(&buf, w))
+	golden(t, "workflow.txt", buf.Bytes())
+}
+
+// TestWorkflowJSONShape checks the contract on the decoded objects,
+// independently of the golden files.
+func TestWorkflowJSONShape(t *testing.T) {
+	t.Parallel()
+	var obj map[string]any
+	require.NoError(t, json.Unmarshal(renderJSON(t, newWorkflowObjectJSON(fullWorkflow())), &obj))
+	for _, f := range []string{"id", "name", "key", "status", "submitted_at", "finished_at", "tasks", "schedule", "slot", "parent", "updated_at"} {
+		require.Contains(t, obj, f)
+	}
+	require.Equal(t, "failed", obj["status"])
+	tasks := obj["tasks"].([]any)
+	require.Len(t, tasks, 3)
+	load := tasks[1].(map[string]any)
+	require.Equal(t, "load", load["step"])
+	require.Equal(t, "01JD3ZQ8Y6A5B4C3D2E1F0G9W1", load["workflow"])
+	require.Equal(t, []any{"01JD3ZQ8Y6A5B4C3D2E1F0G9H1", "01JD3ZQ8Y6A5B4C3D2E1F0G9X9"}, load["depends_on"])
+
+	var empty map[string]any
+	require.NoError(t, json.Unmarshal(renderJSON(t, newWorkflowObjectJSON(&client.Workflow{ID: "W"})), &empty))
+	require.Equal(t, []any{}, empty["tasks"], "tasks is [] when there are none")
+	require.Nil(t, empty["finished_at"])
+
+	var list map[string]any
+	require.NoError(t, json.Unmarshal(renderJSON(t, newWorkflowListJSON([]*client.Workflow{fullWorkflow()}, "")), &list))
+	require.NotContains(t, list["workflows"].([]any)[0], "tasks", "a list omits the members")
+	require.Equal(t, "", list["next"])
+
+	var task map[string]any
+	require.NoError(t, json.Unmarshal(renderJSON(t, newTaskJSON(queuedTask())), &task))
+	require.Equal(t, []any{}, task["depends_on"])
+	require.Equal(t, false, task["external"])
+	require.Equal(t, "", task["workflow"])
+	require.Equal(t, "", task["step"])
 }
 
 func TestTaskTextGolden(t *testing.T) {

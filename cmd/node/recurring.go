@@ -24,9 +24,13 @@ func runRecurring(ctx context.Context, s stdio, args []string) error {
 }
 
 func runRecurringAdd(ctx context.Context, s stdio, args []string) error {
-	c := newCmd("recurring add", "cronoq recurring add NAME -cron EXPR [-tz ZONE] -pool P -kind K [flags]", `
+	c := newCmd("recurring add", "cronoq recurring add NAME -cron EXPR [-tz ZONE] (-pool P -kind K | -workflow FILE) [flags]", `
 Create the recurring schedule NAME, or replace the one of that name. At each
-fire it submits a task built from the task flags (-pool, -kind, -payload, ...).
+fire it submits a task built from the task flags (-pool, -kind, -payload, ...),
+or, with -workflow FILE, the whole workflow of FILE (see 'cronoq workflow
+submit -h' for its format; its "name" names the workflows fired, default NAME).
+-workflow excludes the task flags, and its steps take no delay, run_at or
+deadline: they are ready at each fire instant, once their dependencies end.
 
 EXPR is five cron fields (minute hour day-of-month month day-of-week), six with
 a leading seconds field, or a descriptor: @yearly, @monthly, @weekly, @daily,
@@ -51,6 +55,8 @@ JSON output: {"name": "...", "next_fire": RFC3339}`)
 		"`policy` for fires missed without a leader: once, skip or all")
 	c.fs.Var(intValue{&sched.CatchUpLimit, 1}, "catch-up-limit", "with -catch-up all, at most `N` missed fires (default: the cluster's)")
 	c.fs.BoolVar(&sched.Paused, "paused", false, "create the schedule paused")
+	var workflow string
+	c.fs.StringVar(&workflow, "workflow", "", "fire the workflow of `FILE` (.json or .hcl; - for stdin) instead of a task")
 	if err := c.parse(s, args, 1); err != nil {
 		return err
 	}
@@ -65,7 +71,11 @@ JSON output: {"name": "...", "next_fire": RFC3339}`)
 		return c.usageErr("-catch-up-limit needs -catch-up all")
 	}
 	var err error
-	if sched.Task, err = tf.template(c, s); err != nil {
+	if c.set("workflow") {
+		if err := recurringWorkflow(c, s, workflow, &sched); err != nil {
+			return err
+		}
+	} else if sched.Task, err = tf.template(c, s); err != nil {
 		return err
 	}
 	next, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (time.Time, error) { return cl.AddSchedule(ctx, sched) })
@@ -86,13 +96,47 @@ JSON output: {"name": "...", "next_fire": RFC3339}`)
 	return err
 }
 
+// templateFlagNames are the flags of templateFlags, which -workflow
+// excludes.
+var templateFlagNames = []string{"pool", "kind", "priority", "payload", "timeout", "max-attempts", "label", "tag"}
+
+// recurringWorkflow sets the workflow of sched from the file of -workflow.
+func recurringWorkflow(c *cmd, s stdio, path string, sched *client.Schedule) error {
+	for _, f := range templateFlagNames {
+		if c.set(f) {
+			return c.usageErr("-workflow and -%s exclude each other (the workflow file describes its tasks)", f)
+		}
+	}
+	if path == "" {
+		return c.usageErr("empty -workflow FILE")
+	}
+	name, steps, err := readWorkflowFile(s, "workflow", path)
+	if err != nil {
+		return err
+	}
+	for _, st := range steps {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"delay", st.Task.Delay != 0}, {"run_at", !st.Task.RunAt.IsZero()}, {"deadline", !st.Task.Deadline.IsZero()}} {
+			if f.set {
+				return usagef("invalid -workflow %s: step %q: %s: not for a recurring workflow (its steps are ready at each fire instant)", path, st.Name, f.name)
+			}
+		}
+	}
+	sched.Workflow, sched.Steps = name, steps
+	c.explain = explainWorkflowField("workflow", path, steps)
+	return nil
+}
+
 func runRecurringList(ctx context.Context, s stdio, args []string) error {
 	c := newCmd("recurring list", "cronoq recurring list", `
-List the recurring schedules.
+List the recurring schedules. A schedule firing a workflow has no pool or
+kind; "workflow" names it and "steps" counts its steps.
 
 JSON output: [{"name", "cron", "tz", "pool", "kind", "next_fire", "last_fire",
 "paused", "overlap", "catch_up", "catch_up_limit", "fires", "skipped",
-"last_task"}...]`)
+"last_task", "workflow", "steps"}...]`)
 	cf := c.clientFlags()
 	if err := c.parse(s, args, 0); err != nil {
 		return err
@@ -112,13 +156,13 @@ JSON output: [{"name", "cron", "tz", "pool", "kind", "next_fire", "last_fire",
 		_, err := fmt.Fprintln(s.Stdout, "no schedules")
 		return err
 	}
-	tb := newTable(s.Stdout, "NAME", "CRON", "TZ", "POOL", "KIND", "NEXT FIRE", "LAST FIRE", "FIRES", "PAUSED")
+	tb := newTable(s.Stdout, "NAME", "CRON", "TZ", "POOL", "KIND", "WORKFLOW", "NEXT FIRE", "LAST FIRE", "FIRES", "PAUSED")
 	for _, sc := range scheds {
 		paused := "no"
 		if sc.Paused {
 			paused = "yes"
 		}
-		tb.row(sc.Name, sc.Cron, zoneName(sc.TZ), sc.Task.Pool, sc.Task.Kind, textTime(sc.NextFire),
+		tb.row(sc.Name, sc.Cron, zoneName(sc.TZ), sc.Task.Pool, sc.Task.Kind, workflowText(sc), textTime(sc.NextFire),
 			textTime(sc.LastFire), strconv.FormatUint(sc.Fires, 10), paused)
 	}
 	return tb.flush()
@@ -203,4 +247,17 @@ JSON output: {"name": "...", "paused": true}`
 	}
 	_, err = fmt.Fprintf(s.Stdout, "schedule %s %s\n", sname, state)
 	return err
+}
+
+// workflowText names the workflow a schedule fires, with its number of
+// steps; "" for a schedule firing a task.
+func workflowText(sc client.Schedule) string {
+	if len(sc.Steps) == 0 {
+		return ""
+	}
+	name := orDefault(sc.Workflow, sc.Name)
+	if len(sc.Steps) == 1 {
+		return name + " (1 step)"
+	}
+	return fmt.Sprintf("%s (%d steps)", name, len(sc.Steps))
 }

@@ -46,6 +46,7 @@ func TestRecurring(t *testing.T) {
 		"timeout_ms": float64(0), "max_attempts": float64(0),
 		"next_fire": "2030-01-02T13:00:00Z", "last_fire": nil, "paused": false, "overlap": "skip",
 		"catch_up": "once", "catch_up_limit": float64(0), "fires": float64(0), "skipped": float64(0), "last_task": "",
+		"workflow": "", "steps": float64(0),
 	}, list[0])
 	require.Equal(t, "nightly", list[1]["name"])
 
@@ -56,9 +57,9 @@ func TestRecurring(t *testing.T) {
 	requireOK(t, r)
 	// A paused schedule has no next fire.
 	require.Equal(t, ""+
-		"NAME     CRON       TZ            POOL  KIND    NEXT FIRE             LAST FIRE  FIRES  PAUSED\n"+
-		"a        @every 1h  UTC           p     tick    2030-01-02T13:00:00Z  -          0      no\n"+
-		"nightly  0 3 * * *  Europe/Paris  ops   backup  -                     -          0      yes\n", r.stdout)
+		"NAME     CRON       TZ            POOL  KIND    WORKFLOW  NEXT FIRE             LAST FIRE  FIRES  PAUSED\n"+
+		"a        @every 1h  UTC           p     tick    -         2030-01-02T13:00:00Z  -          0      no\n"+
+		"nightly  0 3 * * *  Europe/Paris  ops   backup  -         -                     -          0      yes\n", r.stdout)
 	r = runCLI(t, "", "recurring", "resume", "-o", "json", "nightly", "-addr", addr)
 	requireOK(t, r)
 	require.JSONEq(t, `{"name": "nightly", "paused": false}`, r.stdout)

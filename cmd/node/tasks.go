@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cronoq/cronoq/client"
@@ -17,6 +18,16 @@ returns the existing task ("duplicate": true) and changes nothing. With -wait,
 wait until the task ends and print it instead; the exit status is then 0 only
 if it succeeded (3 if it failed, was cancelled or expired).
 
+-depends-on (repeatable) names a task this one waits for, by ID or as key:KEY
+(the task with that idempotency key): the task is blocked until they all end.
+With -dependency-policy succeeded (the default) it then runs if they all
+succeeded, and ends cancelled without running otherwise; with done, it runs
+once they ended, whatever their status.
+
+-external submits a task no worker runs: once ready (its dependencies ended
+and its run time reached) it waits until 'cronoq complete' ends it, or its
+deadline passes.
+
 JSON output: {"id": "...", "duplicate": false}, or the task object with -wait.`)
 	cf := c.clientFlags()
 	tf := c.templateFlags()
@@ -27,6 +38,10 @@ JSON output: {"id": "...", "duplicate": false}, or the task object with -wait.`)
 	c.fs.Var(durationValue{&spec.Delay, false}, "delay", "run the task this long (`DUR`) after submission; excludes -run-at")
 	c.fs.Var(timeValue{&spec.RunAt}, "run-at", "run the task at this `RFC3339` time; excludes -delay")
 	c.fs.Var(timeValue{&spec.Deadline}, "deadline", "the task expires if it has not succeeded by this `RFC3339` time")
+	c.fs.Var(taskRefList{&spec.DependsOn}, "depends-on", "wait for the task `ID`, or key:KEY for the task with that key (repeatable)")
+	c.fs.Var(enumValue{&spec.DependencyPolicy, []string{client.DependencyPolicySucceeded, client.DependencyPolicyDone}},
+		"dependency-policy", "with -depends-on, run once they all succeeded (succeeded, the default) or once they ended (done)")
+	c.fs.BoolVar(&spec.External, "external", false, "no worker runs the task: 'cronoq complete' ends it")
 	c.fs.BoolVar(&wait, "wait", false, "wait until the task ends and print it")
 	c.fs.Var(durationValue{&waitTimeout, false}, "wait-timeout", "with -wait, give up waiting after `DUR` (0 = no limit)")
 	if err := c.parse(s, args, 0); err != nil {
@@ -37,6 +52,9 @@ JSON output: {"id": "...", "duplicate": false}, or the task object with -wait.`)
 	}
 	if c.set("wait-timeout") && !wait {
 		return c.usageErr("-wait-timeout needs -wait")
+	}
+	if c.set("dependency-policy") && len(spec.DependsOn) == 0 {
+		return c.usageErr("-dependency-policy needs -depends-on")
 	}
 	var err error
 	if spec.Template, err = tf.template(c, s); err != nil {
@@ -52,7 +70,7 @@ JSON output: {"id": "...", "duplicate": false}, or the task object with -wait.`)
 		return err
 	}
 	if wait {
-		return waitAndShow(ctx, s, c, cf, cl, sub.ID, "", waitTimeout)
+		return waitAndShow(ctx, s, c, cf, cl, sub.ID, "", waitTimeout, "wait-timeout")
 	}
 	if cf.out.json() {
 		return writeJSON(s.Stdout, struct {
@@ -156,12 +174,13 @@ JSON output: the task object once it has ended.`)
 		return err
 	}
 	defer cl.Close()
-	return waitAndShow(ctx, s, c, cf, cl, id, key, timeout)
+	return waitAndShow(ctx, s, c, cf, cl, id, key, timeout, "timeout")
 }
 
 // waitAndShow waits for the task (by id, else by key) to end, shows it, and
-// returns a *taskFailedError unless it succeeded.
-func waitAndShow(ctx context.Context, s stdio, c *cmd, cf *clientFlags, cl *client.Client, id, key string, timeout time.Duration) error {
+// returns a *taskFailedError unless it succeeded. timeoutFlag names the
+// flag that set timeout.
+func waitAndShow(ctx context.Context, s stdio, c *cmd, cf *clientFlags, cl *client.Client, id, key string, timeout time.Duration, timeoutFlag string) error {
 	wctx, cancel := ctx, context.CancelFunc(func() {})
 	if timeout > 0 {
 		wctx, cancel = context.WithTimeout(ctx, timeout)
@@ -180,7 +199,7 @@ func waitAndShow(ctx context.Context, s stdio, c *cmd, cf *clientFlags, cl *clie
 			if id == "" {
 				what = fmt.Sprintf("task with key %q", key)
 			}
-			return fmt.Errorf("%s did not end within -timeout %s", what, timeout)
+			return fmt.Errorf("%s did not end within -%s %s", what, timeoutFlag, timeout)
 		}
 		return notFound(cf.callError(ctx, c, err), id, key)
 	}
@@ -228,7 +247,7 @@ JSON output: {"id": "...", "cancelled": true|false}`)
 
 // statuses are the task statuses -status accepts.
 var statuses = []string{
-	client.StatusScheduled, client.StatusQueued, client.StatusRunning, client.StatusRetrying,
+	client.StatusBlocked, client.StatusScheduled, client.StatusQueued, client.StatusRunning, client.StatusRetrying,
 	client.StatusSucceeded, client.StatusFailed, client.StatusCancelled, client.StatusExpired,
 }
 
@@ -240,15 +259,15 @@ List tasks in id (submission) order, filtered by pools and statuses, one page
 at a time: when more tasks match, the next page starts after the id given as
 "next" (pass it to -after).
 
-Statuses: scheduled, queued, running, retrying, succeeded, failed, cancelled,
-expired.
+Statuses: blocked (waiting for its dependencies), scheduled, queued, running,
+retrying, succeeded, failed, cancelled, expired.
 
 JSON output: {"tasks": [task...], "next": "ID or empty"}`)
 	cf := c.clientFlags()
 	var opt client.ListOptions
 	opt.Limit = defaultListLimit
 	c.fs.Var(listValue{&opt.Pools}, "pool", "only tasks of this `pool` (repeatable, or comma-separated)")
-	c.fs.Var(statusList{&opt.Statuses}, "status", "only tasks with this `status` (repeatable, or comma-separated)")
+	c.fs.Var(statusList{list: &opt.Statuses}, "status", "only tasks with this `status` (repeatable, or comma-separated)")
 	c.fs.Var(intValue{&opt.Limit, 1}, "limit", "at most `N` tasks")
 	c.fs.StringVar(&opt.After, "after", "", "start after this task `ID` (the \"next\" of the previous page)")
 	c.fs.BoolVar(&opt.Stale, "stale", false, "read from the answering node's replica, which may lag behind the leader")
@@ -292,21 +311,93 @@ JSON output: {"tasks": [task...], "next": "ID or empty"}`)
 }
 
 // statusList is the -status flag of list: a listValue restricted to known
-// statuses.
-type statusList struct{ list *[]string }
+// statuses (the task statuses unless allowed is set).
+type statusList struct {
+	list    *[]string
+	allowed []string
+}
 
-func (v statusList) String() string { return listValue(v).String() }
+func (v statusList) String() string { return listValue{v.list}.String() }
 
 func (v statusList) Set(s string) error {
 	var items []string
 	if err := (listValue{&items}).Set(s); err != nil {
 		return err
 	}
+	allowed := v.allowed
+	if allowed == nil {
+		allowed = statuses
+	}
 	for _, it := range items {
-		if err := (enumValue{new(string), statuses}).Set(it); err != nil {
+		if err := (enumValue{new(string), allowed}).Set(it); err != nil {
 			return fmt.Errorf("unknown status %q: %w", it, err)
 		}
 	}
 	*v.list = append(*v.list, items...)
 	return nil
+}
+
+func runComplete(ctx context.Context, s stdio, args []string) error {
+	c := newCmd("complete", "cronoq complete ID [-output TEXT|@FILE] [-fail REASON] | cronoq complete -key KEY ...", `
+End an external task (submitted with -external) that waits for its
+completion: it succeeds with -output as its output, or fails with -fail
+REASON. Its dependents then run as they would after a worker's attempt. A
+task that is not external, or not waiting (still blocked or scheduled, or
+already ended), is refused.
+
+JSON output: the task object.`)
+	cf := c.clientFlags()
+	var key, output, reason string
+	c.fs.StringVar(&key, "key", "", "find the task by its idempotency `key`")
+	c.fs.StringVar(&output, "output", "", "output of the task: `TEXT` as is, @FILE the file's bytes, @- the standard input")
+	c.fs.StringVar(&reason, "fail", "", "fail the task with this `REASON` instead of completing it")
+	if err := c.parse(s, args, -1); err != nil {
+		return err
+	}
+	id, err := taskRef(c, key)
+	if err != nil {
+		return err
+	}
+	fail := c.set("fail")
+	switch {
+	case fail && c.set("output"):
+		return c.usageErr("-fail and -output exclude each other")
+	case fail && strings.TrimSpace(reason) == "":
+		return c.usageErr("-fail needs a reason")
+	}
+	var out []byte
+	if output != "" {
+		if out, err = readBytesFlag(s, "output", output); err != nil {
+			return err
+		}
+	}
+	ref := client.ByID(id)
+	if id == "" {
+		ref = client.ByKey(key)
+	}
+	t, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (*client.Task, error) {
+		if fail {
+			return cl.Fail(ctx, ref, reason)
+		}
+		return cl.Complete(ctx, ref, out)
+	})
+	if errors.Is(err, client.ErrNotWaiting) {
+		what := "task " + id
+		if id == "" {
+			what = fmt.Sprintf("task with key %q", key)
+		}
+		return fmt.Errorf("%s is not an external task waiting for completion", what)
+	}
+	if err != nil {
+		return notFound(err, id, key)
+	}
+	if cf.out.json() {
+		return writeJSON(s.Stdout, newTaskJSON(t))
+	}
+	if t.Status == client.StatusFailed {
+		_, err = fmt.Fprintf(s.Stdout, "task %s failed: %s\n", t.ID, oneLine(t.Error))
+	} else {
+		_, err = fmt.Fprintf(s.Stdout, "task %s %s\n", t.ID, t.Status)
+	}
+	return err
 }

@@ -115,7 +115,8 @@ func TestStatus(t *testing.T) {
 			"labels": {"zone": "eu"}, "tags": {}, "payload": "in", "output": "result\n", "error": "",
 			"submitted_at": "2030-01-02T14:04:05Z", "run_at": "2030-01-02T14:04:05Z", "started_at": null,
 			"finished_at": "2030-01-02T14:04:08Z", "updated_at": null, "deadline": null, "timeout_ms": 0,
-			"lease": 0, "schedule": "", "slot": null
+			"lease": 0, "schedule": "", "slot": null,
+			"depends_on": [], "dependency_policy": "succeeded", "external": false, "workflow": "", "step": "", "parent": ""
 		}`, r.stdout, "args %v", args)
 	}
 

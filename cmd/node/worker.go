@@ -29,6 +29,23 @@ succeeds; 75 fails retryably; anything else, or a fatal signal, fails the task
 with the tail of stderr as its error. When the attempt is cancelled or times
 out, the process group gets SIGTERM, then SIGKILL after -kill-grace.
 
+Dependencies: CRONOQ_DEPS_DIR names a directory (created for the attempt,
+removed after it) holding one file per dependency of the task, its output,
+named by the dependency's step name, else by its task id.
+
+Spawning: CRONOQ_SPAWN names an empty file the command may write steps to,
+one JSON object per line with the fields of a workflow step ('cronoq workflow
+submit -h'; "name" optional, "depends_on" naming earlier lines or steps of
+the workflow); one line may set "then": true, a continuation depending on all
+the others. For example:
+
+  echo '{"name": "part-1", "pool": "etl", "kind": "convert", "payload": "a"}' >>"$CRONOQ_SPAWN"
+  echo '{"name": "merge", "pool": "etl", "kind": "merge", "then": true}' >>"$CRONOQ_SPAWN"
+
+They are inserted in the task's workflow (one is created for a task outside
+any) with the attempt's success, and only then; a malformed line fails the
+attempt permanently, naming the line.
+
 The worker heartbeats its leases while commands run and reconnects to another
 node of -addr when it loses its node. It logs on stderr (JSON with -o json).`)
 	cf := c.addrFlags()
@@ -38,6 +55,7 @@ node of -addr when it loses its node. It logs on stderr (JSON with -o json).`)
 		concurrency       = client.DefaultConcurrency
 		maxOutput         = execworker.DefaultMaxOutput
 		killGrace         = execworker.DefaultKillGrace
+		maxSpawn          = execworker.DefaultMaxSpawn
 		labels            = map[string]string{}
 		handlers          = map[string]string{}
 	)
@@ -47,6 +65,7 @@ node of -addr when it loses its node. It logs on stderr (JSON with -o json).`)
 	c.fs.Var(handlerValue{handlers}, "handler", "run tasks of kind KIND with COMMAND (`KIND=COMMAND`, repeatable; at least one)")
 	c.fs.StringVar(&workdir, "workdir", "", "`ROOT` of the per-task working directories (default: a temporary directory, removed on exit)")
 	c.fs.Var(intValue{&maxOutput, 1}, "max-output", "most `bytes` a command may write to stdout")
+	c.fs.Var(intValue{&maxSpawn, 1}, "max-spawn", "most `bytes` a command may write to its spawn file")
 	c.fs.Var(durationValue{&killGrace, true}, "kill-grace", "time between SIGTERM and SIGKILL when stopping a command (`DUR`)")
 	c.fs.StringVar(&id, "id", "", "worker `name` shown to the cluster (default HOST-PID-RANDOM)")
 	c.fs.Var(enumValue{&logLevel, []string{"trace", "debug", "info", "warn", "error"}}, "log-level",
@@ -95,6 +114,7 @@ node of -addr when it loses its node. It logs on stderr (JSON with -o json).`)
 			Root:      root,
 			MaxOutput: maxOutput,
 			KillGrace: killGrace,
+			MaxSpawn:  maxSpawn,
 			Logger:    logger.Named("exec"),
 		})
 		if err != nil {
