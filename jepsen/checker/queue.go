@@ -275,6 +275,8 @@ func Queue(ops []history.Op, _ Params) *Result {
 	for _, t := range all {
 		switch {
 		case t.Pool == pool:
+		case t.Pool == workload.WorkflowPool:
+			// The workflow checker accounts for these (W6).
 		case t.Pool == workload.CronPool:
 			if t.Schedule == "" {
 				r.fail("Q2", fi, "unexpected task %s in pool %s without a schedule", t.ID, t.Pool)

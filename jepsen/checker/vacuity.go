@@ -8,9 +8,9 @@ import (
 )
 
 // Vacuity decides whether the run exercised the system enough for the other
-// verdicts to mean anything: enough acked submits, enough completions
-// during the faults, enough leader changes, and every partition probe
-// passed. It is never invalid: a vacuous run is inconclusive.
+// verdicts to mean anything: enough acked submits, enough completions and
+// ended workflows during the faults, enough leader changes, and every
+// partition probe passed. It is never invalid: a vacuous run is inconclusive.
 func Vacuity(ops []history.Op, leaders []nodes.LeaderSample, p Params) *Result {
 	r := newResult("vacuity")
 	var acked, faultCompletions, probes, probeFails int64
@@ -34,6 +34,8 @@ func Vacuity(ops []history.Op, leaders []nodes.LeaderSample, p Params) *Result {
 		}
 	}
 	changes := LeaderChanges(leaders, p.FaultStart, p.FaultEnd)
+	workflows := WorkflowsEndedDuring(ops, p.FaultStart, p.FaultEnd)
+	r.Counts["fault_workflows"] = workflows
 	r.Counts["acked_submits"] = acked
 	r.Counts["fault_completions"] = faultCompletions
 	r.Counts["leader_changes"] = changes
@@ -45,6 +47,9 @@ func Vacuity(ops []history.Op, leaders []nodes.LeaderSample, p Params) *Result {
 	}
 	if faultCompletions < p.MinFaultCompletions {
 		r.unknown("only %d completions during %s of faults (need %d)", faultCompletions, faults.Round(time.Second), p.MinFaultCompletions)
+	}
+	if workflows < p.MinFaultWorkflows {
+		r.unknown("only %d workflows ended during %s of faults (need %d)", workflows, faults.Round(time.Second), p.MinFaultWorkflows)
 	}
 	if changes < p.MinLeaderChanges {
 		r.unknown("only %d leader changes during the faults (need %d)", changes, p.MinLeaderChanges)

@@ -68,6 +68,22 @@ type Value struct {
 	// Code is the error kind a node answered with (stale_lease, ...).
 	Code string `json:"code,omitempty"`
 
+	// Workflows. Workflow is a workflow id, Step a step name; Policy the
+	// dependency policy of a granted task; Deps the dependencies as a grant
+	// reported them; Steps the step -> task id answer of a workflow
+	// submit; Children and Then the step names a completion spawned; Count
+	// the members a workflow cancel ended; Shape describes a submitted
+	// workflow's graph.
+	Workflow string            `json:"workflow,omitempty"`
+	Step     string            `json:"step,omitempty"`
+	Policy   string            `json:"policy,omitempty"`
+	Deps     []DepState        `json:"deps,omitempty"`
+	Steps    map[string]string `json:"steps,omitempty"`
+	Children []string          `json:"children,omitempty"`
+	Then     string            `json:"then,omitempty"`
+	Count    int               `json:"count,omitempty"`
+	Shape    string            `json:"shape,omitempty"`
+
 	// Schedules.
 	Schedule string `json:"schedule,omitempty"`
 	Cron     string `json:"cron,omitempty"`
@@ -85,11 +101,15 @@ type Value struct {
 	Detail    string              `json:"detail,omitempty"`
 
 	// Final reads.
-	Tasks     []TaskState         `json:"tasks,omitempty"`
-	Schedules []ScheduleState     `json:"schedules,omitempty"`
-	Hashes    map[string]NodeHash `json:"hashes,omitempty"`
-	Counts    map[string]int64    `json:"counts,omitempty"`
-	Extra     map[string]string   `json:"extra,omitempty"`
+	Tasks     []TaskState     `json:"tasks,omitempty"`
+	Schedules []ScheduleState `json:"schedules,omitempty"`
+	Workflows []WorkflowState `json:"workflows,omitempty"`
+	// WorkflowKeys maps each key a final read looked up to the workflow it
+	// names ("" when none).
+	WorkflowKeys map[string]string   `json:"workflow_keys,omitempty"`
+	Hashes       map[string]NodeHash `json:"hashes,omitempty"`
+	Counts       map[string]int64    `json:"counts,omitempty"`
+	Extra        map[string]string   `json:"extra,omitempty"`
 }
 
 // TaskState is a task as a final read saw it.
@@ -106,6 +126,30 @@ type TaskState struct {
 	Error       string `json:"error,omitempty"`
 	Schedule    string `json:"schedule,omitempty"`
 	Slot        int64  `json:"slot,omitempty"`
+	// Workflows: its workflow and step, the task whose spawn created it,
+	// its dependencies (ids) and their policy.
+	Workflow  string   `json:"workflow,omitempty"`
+	Step      string   `json:"step,omitempty"`
+	Parent    string   `json:"parent,omitempty"`
+	DependsOn []string `json:"depends_on,omitempty"`
+	Policy    string   `json:"policy,omitempty"`
+}
+
+// DepState is a dependency of a granted task as the grant reported it.
+type DepState struct {
+	ID     string `json:"id"`
+	Step   string `json:"step,omitempty"`
+	Status string `json:"status"`
+}
+
+// WorkflowState is a workflow and its members as a final read saw them.
+type WorkflowState struct {
+	ID      string      `json:"id"`
+	Name    string      `json:"name"`
+	Key     string      `json:"key"`
+	Status  string      `json:"status"`
+	Parent  string      `json:"parent,omitempty"`
+	Members []TaskState `json:"members"`
 }
 
 // ScheduleState is a recurring schedule as a final read saw it.

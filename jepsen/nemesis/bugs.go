@@ -137,6 +137,9 @@ func bugSchedules(workers []string) map[string]Schedule {
 		"bug-stalelease":   {Name: "bug-stalelease", Steps: []Step{staleLease(workers[0], others), staleLease(workers[0], others)}},
 		"bug-cronrefire":   {Name: "bug-cronrefire", Steps: []Step{cronRefire(), cronRefire(), cronRefire()}},
 		"bug-followerread": {Name: "bug-followerread", Steps: []Step{followerRead(8 * time.Second), followerRead(8 * time.Second)}},
+		"bug-depdone": {Name: "bug-depdone", Steps: []Step{
+			doomedWorkflows(4), killNode("kill-leader", pickLeader, 2*time.Second, 2, 3, 8), doomedWorkflows(4),
+		}},
 	}
 }
 
@@ -219,6 +222,22 @@ func staleInsert() Step {
 				res.Detail += ": " + ans.Error
 			}
 			done(history.OK, &res, nil)
+			return nil
+		}}
+}
+
+// doomedWorkflows has the workflow workload submit n workflows whose first
+// step fails for good, and lets them run: under policy succeeded its
+// dependents must end cancelled without ever being granted (a build that
+// releases them instead is caught by W1/W2).
+func doomedWorkflows(n int) Step {
+	return Step{Name: "doomed-workflows", Gap: 2 * time.Second,
+		Run: func(ctx context.Context, e *Env) error {
+			if e.Workflows == nil {
+				return errors.New("no workflow workload")
+			}
+			e.Workflows.Doom(n)
+			hold(ctx, 8*time.Second)
 			return nil
 		}}
 }

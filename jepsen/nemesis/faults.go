@@ -28,7 +28,11 @@ type Env struct {
 	Workers map[string]*workload.Worker
 	Queue   *workload.Queue
 	Cron    *workload.Cron
-	Rand    *rand.Rand
+	// Workflows is the workflow workload, WorkflowWorkers its workers
+	// (also in Workers).
+	Workflows       *workload.Workflows
+	WorkflowWorkers []string
+	Rand            *rand.Rand
 	// SnapshotFlags reports whether the nodes run with a small snapshot
 	// threshold (so an isolated follower is caught up by a snapshot).
 	SnapshotFlags bool

@@ -274,12 +274,34 @@ func pauseNode(name string, pick func(ctx context.Context, e *Env) (string, erro
 			if err := e.Zombie(ctx, zombie, d+2*time.Second, 6); err != nil {
 				return err
 			}
+			// A workflow worker too: its spawns complete late, from
+			// leases that expired meanwhile.
+			if len(e.WorkflowWorkers) > 0 {
+				if err := e.Zombie(ctx, e.WorkflowWorkers[0], d+2*time.Second, 6); err != nil {
+					return err
+				}
+			}
 		}
 		if err := e.Pause(ctx, n, scenarios...); err != nil {
 			return err
 		}
 		hold(ctx, d)
 		return e.Resume(context.WithoutCancel(ctx), n)
+	}}
+}
+
+// zombieWorkflowWorker makes a workflow worker, picked when the step runs,
+// a zombie.
+func zombieWorkflowWorker(d time.Duration) Step {
+	return Step{Name: "zombie-workflow-worker", Scenarios: []int{6}, Gap: 2 * time.Second, Run: func(ctx context.Context, e *Env) error {
+		if len(e.WorkflowWorkers) == 0 {
+			return nil
+		}
+		if err := e.Zombie(ctx, e.WorkflowWorkers[e.Rand.IntN(len(e.WorkflowWorkers))], d, 6); err != nil {
+			return err
+		}
+		hold(ctx, d+time.Second)
+		return nil
 	}}
 }
 
@@ -469,6 +491,7 @@ func Soak(workers []string, d time.Duration, r *rand.Rand) Schedule {
 		pauseNode("pause-leader", pickLeader, time.Duration(3+r.IntN(15))*time.Second, "", 7),
 		pauseNode("pause-follower", pickFollower, time.Duration(3+r.IntN(15))*time.Second, ""),
 		zombieWorker(workers[r.IntN(len(workers))], time.Duration(4+r.IntN(10))*time.Second),
+		zombieWorkflowWorker(time.Duration(4+r.IntN(10)) * time.Second),
 		cronSlotKill(time.Duration(5+r.IntN(25)) * time.Second),
 		clockJump(time.Duration(5+r.IntN(55))*time.Second, hold()),
 		slowDisk(time.Duration(50+r.IntN(250))*time.Millisecond, time.Duration(r.IntN(4))*time.Second, hold()),
@@ -492,7 +515,7 @@ func Soak(workers []string, d time.Duration, r *rand.Rand) Schedule {
 
 // Named returns a schedule by name: smoke, soak, or one of the targeted
 // self-test schedules (bug-ackearly, bug-noepoch, bug-stalelease,
-// bug-cronrefire, bug-followerread).
+// bug-cronrefire, bug-followerread, bug-depdone).
 func Named(name string, workers []string, d time.Duration, r *rand.Rand) (Schedule, error) {
 	switch name {
 	case "smoke":

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,7 +29,21 @@ type Grant struct {
 	Attempt  int
 	Schedule string
 	Slot     int64
+	// Workflow and Step name the task's workflow and step; Policy is its
+	// dependency policy and Deps its dependencies as the grant reported
+	// them.
+	Workflow string
+	Step     string
+	Policy   string
+	Deps     []history.DepState
 	Received time.Time
+}
+
+// ChildStep is a task a successful completion spawns.
+type ChildStep struct {
+	Name      string
+	Payload   string
+	DependsOn []string
 }
 
 // Behavior is what a worker does with one grant.
@@ -39,6 +54,10 @@ type Behavior struct {
 	Outlive bool
 	// Outcome: "success", "retryable" or "permanent".
 	Outcome string
+	// Children and Then are spawned with a successful completion (Then
+	// depends on every child).
+	Children []ChildStep
+	Then     *ChildStep
 }
 
 // WorkerConfig configures a harness worker.
@@ -477,14 +496,26 @@ func (w *Worker) grant(ctx context.Context, s *session, pg *cronoqv1.Grant) {
 	g := Grant{
 		TaskID: t.GetId(), Key: t.GetKey(), Pool: t.GetTemplate().GetPool(), Payload: string(t.GetTemplate().GetPayload()),
 		Token: pg.GetLease(), Attempt: int(pg.GetAttempt()), Schedule: t.GetSchedule(),
+		Workflow: t.GetWorkflow(), Step: t.GetStep(),
 		Received: time.Now(),
+	}
+	if g.Pool == "" {
+		// The node could not read the task back (it sends the id alone).
+		g.Pool = w.cfg.Pool
 	}
 	if slot := t.GetSlot(); slot != nil {
 		g.Slot = slot.AsTime().UnixNano()
 	}
+	if len(t.GetDependsOn()) > 0 {
+		g.Policy = PolicyName(t.GetDependencyPolicy())
+		for _, d := range pg.GetDependencies() {
+			g.Deps = append(g.Deps, history.DepState{ID: d.GetId(), Step: d.GetStep(), Status: StatusName(d.GetStatus())})
+		}
+	}
 	w.env.Rec.Add(history.Op{Process: w.cfg.Name, Type: history.OK, F: "grant", Node: s.node, Value: &history.Value{
 		Pool: g.Pool, ID: g.TaskID, Key: g.Key, Payload: g.Payload, Token: g.Token, Attempt: g.Attempt,
 		Schedule: g.Schedule, Slot: g.Slot, Worker: w.cfg.Name,
+		Workflow: g.Workflow, Step: g.Step, Policy: g.Policy, Deps: g.Deps,
 	}})
 	w.mu.Lock()
 	if _, dup := w.leases[g.Token]; dup || g.Token == 0 {
@@ -530,7 +561,8 @@ func (w *Worker) attempt(sessCtx context.Context, g Grant, b Behavior) {
 		w.cfg.BeforeComplete(g, b)
 	}
 	comp := &cronoqv1.Completion{Lease: g.Token}
-	v := &history.Value{Pool: g.Pool, ID: g.TaskID, Key: g.Key, Token: g.Token, Attempt: g.Attempt, Outcome: b.Outcome, Worker: w.cfg.Name}
+	v := &history.Value{Pool: g.Pool, ID: g.TaskID, Key: g.Key, Token: g.Token, Attempt: g.Attempt, Outcome: b.Outcome, Worker: w.cfg.Name,
+		Workflow: g.Workflow, Step: g.Step}
 	switch b.Outcome {
 	case "retryable":
 		comp.Outcome = cronoqv1.OutcomeKind_OUTCOME_RETRYABLE
@@ -543,6 +575,14 @@ func (w *Worker) attempt(sessCtx context.Context, g Grant, b Behavior) {
 		comp.Outcome = cronoqv1.OutcomeKind_OUTCOME_SUCCESS
 		comp.Output = []byte(ResultFor(g.Payload, g.Token))
 		v.Output = string(comp.Output)
+		for _, c := range b.Children {
+			comp.Children = append(comp.Children, childProto(g.Pool, c))
+			v.Children = append(v.Children, c.Name)
+		}
+		if b.Then != nil {
+			comp.Then = childProto(g.Pool, *b.Then)
+			v.Then = b.Then.Name
+		}
 	}
 	proc := w.cfg.Name + "/" + strconv.FormatUint(g.Token, 10)
 	for try := 0; try < 3; try++ {
@@ -618,4 +658,31 @@ func QueueBehavior(ttl time.Duration) func(r *rand.Rand, g Grant) Behavior {
 		}
 		return b
 	}
+}
+
+// childProto is the step of a spawned task in pool.
+func childProto(pool string, c ChildStep) *cronoqv1.WorkflowStep {
+	return &cronoqv1.WorkflowStep{
+		Name: c.Name,
+		Spec: &cronoqv1.TaskSpec{Template: &cronoqv1.TaskTemplate{
+			Pool: pool, Kind: "wf-child", Payload: []byte(c.Payload), MaxAttempts: WorkflowMaxAttempts,
+		}},
+		DependsOn: c.DependsOn,
+	}
+}
+
+// StatusName is the SDK's name of a task status.
+func StatusName(s cronoqv1.Status) string {
+	if s == cronoqv1.Status_STATUS_UNSPECIFIED {
+		return ""
+	}
+	return strings.ToLower(strings.TrimPrefix(s.String(), "STATUS_"))
+}
+
+// PolicyName is the SDK's name of a dependency policy.
+func PolicyName(p cronoqv1.DependencyPolicy) string {
+	if p == cronoqv1.DependencyPolicy_DEPENDENCY_POLICY_DONE {
+		return "done"
+	}
+	return "succeeded"
 }

@@ -58,11 +58,12 @@ type runConfig struct {
 	StartedAt  string         `json:"started_at"`
 }
 
-// Addresses (JEPSEN.md B1): nodes .11-.13, workers .21-.24, clients .31-.38.
+// Addresses (JEPSEN.md B1): nodes .11-.13, workers .21-.26, clients .31-.40.
 var (
 	nodeIPs   = []string{"127.0.0.11", "127.0.0.12", "127.0.0.13"}
-	workerIPs = []string{"127.0.0.21", "127.0.0.22", "127.0.0.23", "127.0.0.24"}
-	clientIPs = []string{"127.0.0.31", "127.0.0.32", "127.0.0.33", "127.0.0.34", "127.0.0.35", "127.0.0.36", "127.0.0.37", "127.0.0.38"}
+	workerIPs = []string{"127.0.0.21", "127.0.0.22", "127.0.0.23", "127.0.0.24", "127.0.0.25", "127.0.0.26"}
+	clientIPs = []string{"127.0.0.31", "127.0.0.32", "127.0.0.33", "127.0.0.34", "127.0.0.35", "127.0.0.36", "127.0.0.37", "127.0.0.38",
+		"127.0.0.39", "127.0.0.40"}
 )
 
 // optionalFlags are passed to the agent when its -h lists them: the raft
@@ -88,7 +89,7 @@ func cmdRun(args []string) int {
 	var o runOptions
 	var seed int64
 	fs.StringVar(&o.Bin, "bin", "bin/cronoq-jepsen", "the cronoq binary (built with -tags jepsenfaults)")
-	fs.StringVar(&o.Schedule, "schedule", "smoke", "fault schedule: smoke, soak, or bug-ackearly|bug-noepoch|bug-stalelease|bug-cronrefire|bug-followerread")
+	fs.StringVar(&o.Schedule, "schedule", "smoke", "fault schedule: smoke, soak, or bug-ackearly|bug-noepoch|bug-stalelease|bug-cronrefire|bug-followerread|bug-depdone")
 	fs.DurationVar(&o.Duration, "duration", 30*time.Minute, "length of the fault phase of a soak")
 	fs.Int64Var(&seed, "seed", 0, "random seed (0: from the clock)")
 	fs.StringVar(&o.Results, "results", "jepsen/results", "folder that receives <UTC-time>-<seed>/")
@@ -302,6 +303,7 @@ func run(o runOptions) (int, error) {
 	queue := workload.NewQueue(env, []workload.Process{proc(0), proc(1), proc(2)}, proc(3))
 	reg := workload.NewRegister(env, []workload.Process{proc(4), proc(5), proc(6)}, 20)
 	cron := workload.NewCron(env, proc(7), 10)
+	flows := workload.NewWorkflows(env, proc(8), proc(9))
 	raceRand := env.Rand()
 	var raceMu sync.Mutex
 	workers := map[string]*workload.Worker{}
@@ -321,6 +323,13 @@ func run(o runOptions) (int, error) {
 		workerNames = append(workerNames, name)
 	}
 	workers["w4"] = workload.NewWorker(env, workload.WorkerConfig{Name: "w4", IP: workerIPs[3], Pool: workload.CronPool, Slots: 3, Choose: workload.CronBehavior})
+	var flowWorkers []string
+	for i := 4; i < 6; i++ {
+		name := fmt.Sprintf("w%d", i+1)
+		workers[name] = workload.NewWorker(env, workload.WorkerConfig{Name: name, IP: workerIPs[i], Pool: workload.WorkflowPool, Slots: 4,
+			Choose: workload.WorkflowBehavior(o.TTL)})
+		flowWorkers = append(flowWorkers, name)
+	}
 
 	sched, err := nemesis.Named(o.Schedule, workerNames, o.Duration, rand.New(rand.NewPCG(o.Seed, 7)))
 	if err != nil {
@@ -348,10 +357,14 @@ func run(o runOptions) (int, error) {
 			w.Run(workCtx)
 		}()
 	}
-	loadWG.Add(2)
+	loadWG.Add(3)
 	go func() {
 		defer loadWG.Done()
 		queue.Run(loadCtx)
+	}()
+	go func() {
+		defer loadWG.Done()
+		flows.Run(loadCtx)
 	}()
 	go func() {
 		defer loadWG.Done()
@@ -367,6 +380,7 @@ func run(o runOptions) (int, error) {
 
 	// Faults.
 	nem := &nemesis.Env{Rec: rec, Cluster: cl, Monitor: mon, Net: netw, Workers: workers, Queue: queue, Cron: cron,
+		Workflows: flows, WorkflowWorkers: flowWorkers,
 		Rand: rand.New(rand.NewPCG(o.Seed, 11)), SnapshotFlags: len(missingSnapshot) == 0}
 	tFaults := time.Now()
 	params.FaultStart = rec.Now()
@@ -410,6 +424,7 @@ func run(o runOptions) (int, error) {
 	sleepCtx(ctx, min(o.Recovery, max(0, left()-o.Drain-45*time.Second)))
 	mark("recovery", tRec)
 	queue.StopSubmitting()
+	flows.StopSubmitting()
 	stopLoad()
 	loadWG.Wait()
 
@@ -417,7 +432,7 @@ func run(o runOptions) (int, error) {
 	tDrain := time.Now()
 	phase(start, "draining (at most %s)", o.Drain)
 	dctx, dcancel := context.WithTimeout(bg, min(o.Drain, max(5*time.Second, left()-40*time.Second)))
-	drained := workload.Drain(dctx, env, "127.0.0.1", workload.QueuePool, workload.CronPool)
+	drained := workload.Drain(dctx, env, "127.0.0.1", workload.QueuePool, workload.CronPool, workload.WorkflowPool)
 	dcancel()
 	pctx, pcancel := context.WithTimeout(bg, 20*time.Second)
 	cron.PauseAll(pctx)
@@ -441,6 +456,11 @@ func run(o runOptions) (int, error) {
 		phase(start, "final read: %v", err)
 	}
 	reg.FinalReads(fctx, "127.0.0.1")
+	fcancel()
+	fctx, fcancel = context.WithTimeout(bg, 30*time.Second)
+	if err := workload.ReadWorkflows(fctx, env, "127.0.0.1", flows.Keys(), flows.AckedIDs()); err != nil {
+		phase(start, "final read of the workflows: %v", err)
+	}
 	fcancel()
 	collectHashes(bg, rec, cl, mon)
 	mark("final", tFinal)

@@ -31,6 +31,7 @@ func selfCases(binDir string) []selfCase {
 		{"stalelease", b("cronoq-jepsen-stalelease"), "bug-stalelease", []string{"queue"}},
 		{"cronrefire", b("cronoq-jepsen-cronrefire"), "bug-cronrefire", []string{"cron"}},
 		{"followerread", b("cronoq-jepsen-followerread"), "bug-followerread", []string{"register"}},
+		{"depdone", b("cronoq-jepsen-depdone"), "bug-depdone", []string{"workflow"}},
 		{"none", b("cronoq-jepsen"), "smoke", nil},
 	}
 }
