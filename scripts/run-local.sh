@@ -46,6 +46,7 @@ done
 	-handler 'checksum=sha256sum | cut -c1-16' \
 	-handler 'upper=tr a-z A-Z' \
 	-handler 'flaky=if [ "$CRONOQ_ATTEMPT" -lt 2 ]; then echo "first attempt fails" >&2; exit 75; fi; echo "ok on attempt $CRONOQ_ATTEMPT"' \
+	-handler 'report=for f in "$CRONOQ_DEPS_DIR"/*; do echo "$(basename "$f"): $(cat "$f")"; done' \
 	>"$DIR/worker.log" 2>&1 &
 pids+=($!)
 echo "==> worker on pool demo  log $DIR/worker.log"
