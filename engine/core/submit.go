@@ -581,8 +581,19 @@ func (c *Core) insertMember(tmpl *fsm.Task, deps []*task, w *workflow, parent st
 	waiting := false
 	if len(deps) > 0 {
 		rec.DependsOn = make([]string, 0, len(deps))
+		// A fan-in continuation may name tens of thousands of children:
+		// duplicates are found through a set once a scan would cost more.
+		var seen map[string]struct{}
+		if len(deps) > 16 {
+			seen = make(map[string]struct{}, len(deps))
+		}
 		for _, d := range deps {
-			if slices.Contains(rec.DependsOn, d.id) {
+			if seen != nil {
+				if _, dup := seen[d.id]; dup {
+					continue
+				}
+				seen[d.id] = struct{}{}
+			} else if slices.Contains(rec.DependsOn, d.id) {
 				continue
 			}
 			rec.DependsOn = append(rec.DependsOn, d.id)
