@@ -130,3 +130,39 @@ func TestPlanAlternatesSystems(t *testing.T) {
 	}
 	require.Len(t, firsts, 3, "every system goes first once")
 }
+
+func TestFanOutPayloadCarriesSequenceAndChildren(t *testing.T) {
+	p := fanOutPayload(200, 10000)
+	require.Len(t, p, PayloadSize)
+	seq, n, err := fanOutOf(p)
+	require.NoError(t, err)
+	require.Equal(t, 200, seq)
+	require.Equal(t, 10000, n)
+	_, _, err = fanOutOf(payload(3)) // filler where the count goes
+	require.Error(t, err)
+}
+
+func TestPlanRunsW4OnCronoqOnly(t *testing.T) {
+	o := options{runs: 2, systems: []string{"cronoq", "river", "asynq-always", "raft"}, workloads: []string{"w1", "w4"}}
+	var w4 []cell
+	for _, c := range plan(o) {
+		if c.workload == "w4" {
+			w4 = append(w4, c)
+		}
+	}
+	require.Equal(t, []cell{{system: "cronoq", workload: "w4", run: 1}, {system: "cronoq", workload: "w4", run: 2}}, w4)
+	sk := skipped(o)
+	require.Len(t, sk, 2)
+	require.Equal(t, "river", sk[0].System)
+	require.Equal(t, "asynq-always", sk[1].System)
+	require.Nil(t, skipped(options{systems: o.systems, workloads: []string{"w1"}}))
+
+	rep := &Report{Options: map[string]any{"w4_children": 10000}, Skipped: sk, Cells: []CellResult{
+		{System: "cronoq", Workload: "w4", Run: 1, Copies: 3, W4: &W4Result{Children: 10000, Seconds: 2, ChildrenRate: 5000, SpawnCommitS: 0.5}},
+		{System: "cronoq", Workload: "w4", Run: 2, Copies: 3, W4: &W4Result{Children: 10000, Seconds: 4, ChildrenRate: 2500, SpawnCommitS: 0.7}},
+	}}
+	md := renderTables(rep)
+	require.Contains(t, md, "## W4 — fan-out: one task spawns 10000 no-op children")
+	require.Contains(t, md, "| cronoq | 3 (raft, fsync on every node) | **3.00** | 2.00–4.00 | 2.00 / 4.00 | **3,750** | 2,500–5,000 |")
+	require.Contains(t, md, "Not run on river, asynq-always: no equivalent")
+}

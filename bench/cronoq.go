@@ -28,6 +28,12 @@ const (
 	cronoqPool    = "bench"
 	cronoqKind    = "noop"
 	cronoqWorkers = 4 // SDK workers the concurrency is split over
+
+	// W4: the root spawns no-op children (no payload) and a continuation
+	// that depends on every one of them.
+	cronoqRootKind  = "fanout"
+	cronoqChildKind = "fanout-child"
+	cronoqThenKind  = "fanout-then"
 )
 
 // cronoqSys is a three-node cronoq cluster of bin/cronoq agents with the
@@ -225,6 +231,22 @@ func (s *cronoqSys) StartWorkers(ctx context.Context, h Hooks) error {
 		s.leases.Store(job.Lease, seq)
 		return nil, nil
 	})
+	handlers := map[string]client.Handler{
+		cronoqKind:     handler,
+		cronoqRootKind: client.HandlerFunc(s.fanOutRoot(h)),
+		cronoqChildKind: client.HandlerFunc(func(context.Context, *client.Job) ([]byte, error) {
+			if h.Child != nil {
+				h.Child()
+			}
+			return nil, nil
+		}),
+		cronoqThenKind: client.HandlerFunc(func(_ context.Context, job *client.Job) ([]byte, error) {
+			if h.Then != nil {
+				h.Then(job.Task.ID, len(job.Dependencies))
+			}
+			return nil, nil
+		}),
+	}
 	per := s.env.opts.concurrency / cronoqWorkers
 	for i := 0; i < cronoqWorkers; i++ {
 		tr, err := h2cTransport()
@@ -241,7 +263,7 @@ func (s *cronoqSys) StartWorkers(ctx context.Context, h Hooks) error {
 		w, err := c.NewWorker(client.WorkerConfig{
 			Pool:        cronoqPool,
 			Concurrency: per,
-			Handlers:    map[string]client.Handler{cronoqKind: handler},
+			Handlers:    handlers,
 			ID:          fmt.Sprintf("bench-%d", i),
 		})
 		if err != nil {
@@ -257,6 +279,46 @@ func (s *cronoqSys) StartWorkers(ctx context.Context, h Hooks) error {
 				s.mu.Unlock()
 			}
 		}()
+	}
+	return nil
+}
+
+// fanOutRoot is the handler of W4's root: it spawns the children its
+// payload asks for and the continuation, all in its completion, which
+// counts (Done) once acknowledged, as every completion does.
+func (s *cronoqSys) fanOutRoot(h Hooks) func(context.Context, *client.Job) ([]byte, error) {
+	return func(_ context.Context, job *client.Job) ([]byte, error) {
+		seq, n, err := fanOutOf(job.Task.Payload)
+		if err != nil {
+			return nil, client.Permanent(err)
+		}
+		h.Start(seq)
+		children := make([]client.Step, n)
+		for i := range children {
+			children[i] = client.Step{Task: client.TaskSpec{Template: client.Template{Pool: cronoqPool, Kind: cronoqChildKind}}}
+		}
+		job.Spawn(children...)
+		job.Then(client.Step{Name: "then", Task: client.TaskSpec{Template: client.Template{Pool: cronoqPool, Kind: cronoqThenKind}}})
+		s.leases.Store(job.Lease, seq)
+		return nil, nil
+	}
+}
+
+// SubmitFanOut submits W4's root task.
+func (s *cronoqSys) SubmitFanOut(ctx context.Context, seq, children int) (string, error) {
+	sub, err := s.pick().Submit(ctx, client.TaskSpec{Template: client.Template{Pool: cronoqPool, Kind: cronoqRootKind, Payload: fanOutPayload(seq, children)}})
+	return sub.ID, err
+}
+
+// WaitSucceeded waits with Client.Wait until the task ends, and returns an
+// error unless it succeeded.
+func (s *cronoqSys) WaitSucceeded(ctx context.Context, id string) error {
+	t, err := s.pick().Wait(ctx, id)
+	if err != nil {
+		return err
+	}
+	if t.Status != client.StatusSucceeded {
+		return fmt.Errorf("task %s (%s) ended %s: %s", id, t.Kind, t.Status, t.Error)
 	}
 	return nil
 }

@@ -112,14 +112,14 @@ func reachable(dir string) bool {
 	}
 }
 
-// needs reports which Debian packages the selected systems use.
+// needs reports which Debian packages the planned cells use.
 func (e *Env) needs() map[string]bool {
 	n := map[string]bool{}
-	for _, s := range e.opts.systems {
+	for _, c := range plan(e.opts) {
 		switch {
-		case s == "river":
+		case c.system == "river":
 			n["postgresql"] = true
-		case strings.HasPrefix(s, "asynq"):
+		case strings.HasPrefix(c.system, "asynq"):
 			n["redis-server"] = true
 		}
 	}

@@ -44,6 +44,8 @@ type options struct {
 	w3Drain      time.Duration
 	w3Submitters int
 
+	w4Children int
+
 	raftDuration time.Duration
 	raftInflight int
 
@@ -70,6 +72,9 @@ and chart.svg under -out/<timestamp>/ (and -out/latest).
       and batches of -batch tasks per call
   W3  open loop at each of -w3-rates tasks/s for -w3-duration; latency from
       the scheduled submit time to the durable completion (p50/p99)
+  W4  fan-out (cronoq only): one task whose handler spawns -w4-children no-op
+      children and a continuation that depends on all of them; time from the
+      submit call to the continuation reported succeeded by Client.Wait
 
 -quick runs W1 only, at 20,000 tasks, three runs per system.
 
@@ -87,7 +92,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.quick, "quick", false, "W1 only at 20,000 tasks (overrides -workloads and -w1-tasks; 3 runs unless -runs is given)")
 	fs.IntVar(&o.runs, "runs", 3, "runs per cell (systems alternated between runs)")
 	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated `LIST` of systems")
-	fs.StringVar(&workloads, "workloads", "w1,w2,w3", "comma-separated `LIST` of workloads")
+	fs.StringVar(&workloads, "workloads", "w1,w2,w3,w4", "comma-separated `LIST` of workloads (w1, w2, w3, w4)")
 	fs.IntVar(&o.concurrency, "concurrency", 1024, "worker slots per system (cronoq: split over 4 SDK workers)")
 	fs.IntVar(&o.batch, "batch", 1000, "tasks per batched enqueue call (pre-insert and W2)")
 	fs.IntVar(&o.w1Tasks, "w1-tasks", 100000, "W1: tasks pre-inserted and burned down")
@@ -99,6 +104,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.w3Duration, "w3-duration", 60*time.Second, "W3: how long each rate is offered")
 	fs.DurationVar(&o.w3Drain, "w3-drain", 30*time.Second, "W3: how long to wait for the last completions after the offer ends")
 	fs.IntVar(&o.w3Submitters, "w3-submitters", 512, "W3: concurrent submit calls at most")
+	fs.IntVar(&o.w4Children, "w4-children", 10000, "W4: children the root task spawns with its completion")
 	fs.DurationVar(&o.raftDuration, "raft-duration", 15*time.Second, "bare raft: measured time per run")
 	fs.IntVar(&o.raftInflight, "raft-inflight", 1024, "bare raft: applies in flight")
 	fs.DurationVar(&o.cellTimeout, "cell-timeout", 10*time.Minute, "give up on one cell after this long")
@@ -108,7 +114,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.noInstall, "no-install", false, "do not install missing Debian packages")
 	fs.DurationVar(&o.asynqCheck, "asynq-task-check-interval", time.Second, "asynq Config.TaskCheckInterval (library default 1s)")
 	fs.IntVar(&o.riverConns, "river-pool", 32, "River: pgx pool size")
-	fs.DurationVar(&o.profile, "profile", 0, "record CPU profiles of the servers (cronoq: every node, with -enable-debug) and of this process for this `LONG` from the start of W1's burn-down and of W3's window, into profiles/<cell>/ of the results (0 = off)")
+	fs.DurationVar(&o.profile, "profile", 0, "record CPU profiles of the servers (cronoq: every node, with -enable-debug) and of this process for this `LONG` from the start of W1's burn-down, of W3's window and of W4's submit, into profiles/<cell>/ of the results (0 = off)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -123,8 +129,8 @@ func parseFlags(args []string) (options, error) {
 		}
 	}
 	for _, w := range o.workloads {
-		if !contains([]string{"w1", "w2", "w3"}, w) {
-			return o, fmt.Errorf("unknown workload %q (known: w1, w2, w3)", w)
+		if !contains([]string{"w1", "w2", "w3", "w4"}, w) {
+			return o, fmt.Errorf("unknown workload %q (known: w1, w2, w3, w4)", w)
 		}
 	}
 	for _, r := range splitList(rates) {
@@ -151,6 +157,8 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-concurrency must be at least 4")
 	case o.batch < 1 || o.w1Tasks < 1:
 		return o, errors.New("-batch and -w1-tasks must be positive")
+	case o.w4Children < 1:
+		return o, errors.New("-w4-children must be positive")
 	case o.profile < 0:
 		return o, errors.New("-profile must not be negative")
 	}
@@ -261,7 +269,10 @@ func run(o options) (err error) {
 		return err
 	}
 
-	rep := &Report{Started: started, Options: reportOptions(o), Machine: machineInfo(env)}
+	rep := &Report{Started: started, Options: reportOptions(o), Machine: machineInfo(env), Skipped: skipped(o)}
+	for _, sk := range rep.Skipped {
+		prog.note("%s: %s skipped (%s)", wlName(sk.Workload), sk.System, sk.Reason)
+	}
 	prog.phase("measuring fsync latency of " + env.dataDir)
 	fs, err := fsyncProbe(ctx, env.dataDir, 300)
 	if err != nil {
@@ -270,8 +281,13 @@ func run(o options) (err error) {
 	rep.Fsync = fs
 	prog.note("fsync latency on %s (%s): p50 %.2f ms, p99 %.2f ms (%d × 4 KiB write+fsync)", fs.FS, fs.Dir, fs.P50ms, fs.P99ms, fs.Samples)
 
+	cells := plan(o)
+	planned := map[string]bool{}
+	for _, c := range cells {
+		planned[c.system] = true
+	}
 	for _, name := range o.systems {
-		if name == "raft" {
+		if name == "raft" || !planned[name] {
 			continue
 		}
 		sys, err := newSystem(env, name)
@@ -280,7 +296,6 @@ func run(o options) (err error) {
 		}
 		rep.Systems = append(rep.Systems, SystemInfo{Name: sys.Name(), Copies: sys.Copies(), Durability: sys.Durability(), Config: sys.Config()})
 	}
-	cells := plan(o)
 	prog.setCells(len(cells))
 	for i, c := range cells {
 		if ctx.Err() != nil {

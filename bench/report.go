@@ -31,6 +31,7 @@ type Report struct {
 	Options     map[string]any    `json:"options"`
 	Versions    map[string]string `json:"versions"`
 	Systems     []SystemInfo      `json:"systems"`
+	Skipped     []Skip            `json:"skipped,omitempty"`
 	Summary     []Summary         `json:"summary"`
 	Cells       []CellResult      `json:"cells"`
 }
@@ -84,7 +85,8 @@ func reportOptions(o options) map[string]any {
 		"w1_tasks": o.w1Tasks, "w2_single": o.w2Single, "w2_batched": o.w2Batched,
 		"w2_concurrency": o.w2Concurrency, "w2_batch_callers": o.w2Callers,
 		"w3_rates": o.w3Rates, "w3_duration": o.w3Duration.String(), "w3_drain": o.w3Drain.String(),
-		"w3_submitters": o.w3Submitters, "raft_duration": o.raftDuration.String(), "raft_inflight": o.raftInflight,
+		"w3_submitters": o.w3Submitters, "w4_children": o.w4Children,
+		"raft_duration": o.raftDuration.String(), "raft_inflight": o.raftInflight,
 	}
 }
 
@@ -159,6 +161,12 @@ func summarize(rep *Report) {
 				add("start_p50_ms", c.W3.StartP50ms)
 				add("start_p99_ms", c.W3.StartP99ms)
 				add("not_completed", float64(c.W3.Offered-c.W3.Completed))
+			case c.W4 != nil:
+				add("seconds", c.W4.Seconds)
+				add("children_per_s", c.W4.ChildrenRate)
+				add("submit_ack_ms", c.W4.SubmitAckMs)
+				add("spawn_commit_s", c.W4.SpawnCommitS)
+				add("first_child_s", c.W4.FirstChildS)
 			case c.Raft != nil:
 				add("applies_per_s", c.Raft.Rate)
 				add("apply_p50_ms", c.Raft.P50ms)
@@ -301,6 +309,9 @@ func renderMarkdown(rep *Report) string {
 	w("- **W1 burn-down**: %v tasks are pre-inserted (batches of %v where the API has batches, else %v concurrent single enqueues), then the workers start; rate = tasks / (worker start → the last durable completion). A completion counts when the worker learns it is durable: cronoq's CompleteAck from the leader (sent after the commit), River's JobCompleted event (sent after the completer's UPDATE commits), the reply to asynq's \"done\" script (sent after Redis's AOF write). The store's own completed count is checked afterwards.\n", rep.Options["w1_tasks"], rep.Options["batch"], rep.Options["w2_concurrency"])
 	w("- **W2 enqueue**: %v tasks one per call from %v concurrent callers (closed loop; p50/p99 of a call), then %v tasks in batches of %v from %v concurrent callers, no workers running.\n", rep.Options["w2_single"], rep.Options["w2_concurrency"], rep.Options["w2_batched"], rep.Options["batch"], rep.Options["w2_batch_callers"])
 	w("- **W3 open loop**: after 200 warm-up tasks, task i is due at t0 + i/rate for %v, submitted one per call by up to %v concurrent submitters; latency runs from its due time (not from when a submitter got to it) to its durable completion. Tasks still waiting for a submitter when the window closes, and tasks not completed within %v after it, count as never completed (n/c); a quantile that falls on them shows n/c. \"completed/s\" counts completions inside the window.\n", rep.Options["w3_duration"], rep.Options["w3_submitters"], rep.Options["w3_drain"])
+	if hasW4(rep) {
+		w("- **W4 fan-out** (cronoq only): after 200 warm-up tasks, one root task is submitted; its handler spawns %v no-op children (no payload) and a continuation that depends on every one of them, all in its one completion (the SDK's Job.Spawn and Job.Then), which inserts them in the commit of the root's success. The time runs from the submit call to Client.Wait reporting the continuation succeeded; children/s = children / that time. Along the way: the root's submit acknowledged, its completion acknowledged to its worker (*spawn committed*: the children are committed with it), and a handler beginning the first child. Afterwards the store's succeeded count and the number of dependencies the continuation's grant carried are checked.\n", rep.Options["w4_children"])
+	}
 	w("- **CPU**: user+system seconds of the server process trees (/proc/PID/stat utime+stime, plus reaped children) over the measured window; client CPU is this benchmark process (submitters and workers of the system under test).\n\n")
 
 	w("## Versions\n\n")
@@ -323,6 +334,46 @@ func renderMarkdown(rep *Report) string {
 	}
 	w("\nStarted %s, finished %s (%s).\n", rep.Started.Format(time.RFC3339), rep.Finished.Format(time.RFC3339), rep.Finished.Sub(rep.Started).Round(time.Second))
 	return b.String()
+}
+
+// hasW4 reports whether the report has W4 cells or W4 skipped.
+func hasW4(rep *Report) bool {
+	for _, c := range rep.Cells {
+		if c.Workload == "w4" {
+			return true
+		}
+	}
+	for _, sk := range rep.Skipped {
+		if sk.Workload == "w4" {
+			return true
+		}
+	}
+	return false
+}
+
+// perRun lists one metric of the runs of a system under a workload, in
+// run order ("failed" for a run that did not finish).
+func perRun(rep *Report, sys, wl string, f func(CellResult) string) string {
+	var out []string
+	for _, c := range rep.Cells {
+		if c.System != sys || c.Workload != wl {
+			continue
+		}
+		if c.Error != "" {
+			out = append(out, "failed")
+			continue
+		}
+		out = append(out, f(c))
+	}
+	return strings.Join(out, " / ")
+}
+
+// fmtSec2 formats seconds to the hundredth.
+func fmtSec2(v jf) string {
+	if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", float64(v))
 }
 
 func cellWl(c CellResult) string {
@@ -412,6 +463,36 @@ func renderTables(rep *Report) string {
 		}
 		w("\n")
 		w("W3 latencies run from a task's due time: *submit* to the acknowledgement of its submit, *started* to a handler beginning it, and p50/p99 to its durable completion.\n\n")
+	}
+	if hasW4(rep) {
+		w("## W4 — fan-out: one task spawns %v no-op children and a continuation that depends on all of them\n\n", rep.Options["w4_children"])
+		if ss := systems("w4", 0); len(ss) > 0 {
+			w("| system | copies | submit → continuation succeeded s | spread | per run s | children/s | spread | submit acked ms | spawn committed s | first child started s | runs ok | server CPU s |\n")
+			w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+			for _, s := range ss {
+				t, r := s.Metrics["seconds"], s.Metrics["children_per_s"]
+				runs := perRun(rep, s.System, "w4", func(c CellResult) string { return fmtSec2(jf(c.W4.Seconds)) })
+				w("| %s | %s | **%s** | %s | %s | **%s** | %s | %s | %s | %s | %d/%d | %s |\n", s.System, copiesCell(s.System, s.Copies),
+					fmtSec2(t.Median), spread(t, fmtSec2), runs, fmtNum(r.Median), spread(r, fmtNum),
+					fmtMs(s.Metrics["submit_ack_ms"].Median), fmtSec2(s.Metrics["spawn_commit_s"].Median), fmtSec2(s.Metrics["first_child_s"].Median),
+					s.Runs-s.Failed, s.Runs, fmtSec(s.Metrics["server_cpu_s"].Median))
+			}
+			w("\n")
+		}
+		var why []string
+		by := map[string][]string{}
+		for _, sk := range rep.Skipped {
+			if sk.Workload != "w4" {
+				continue
+			}
+			if by[sk.Reason] == nil {
+				why = append(why, sk.Reason)
+			}
+			by[sk.Reason] = append(by[sk.Reason], sk.System)
+		}
+		for _, r := range why {
+			w("Not run on %s: %s.\n\n", strings.Join(by[r], ", "), r)
+		}
 	}
 	w("Fsync latency of this disk: p50 %.2f ms, p99 %.2f ms. River and asynq keep one copy of each task; cronoq keeps three.\n", rep.Fsync.P50ms, rep.Fsync.P99ms)
 	return b.String()

@@ -78,6 +78,31 @@ func payload(seq int) []byte {
 	return b
 }
 
+// fanOutPayload is the payload of W4's root task seq: payload(seq) with the
+// number of children to spawn in the 16 hex digits that follow the
+// sequence.
+func fanOutPayload(seq, children int) []byte {
+	b := payload(seq)
+	copy(b[16:32], fmt.Sprintf("%016x", uint64(children)))
+	return b
+}
+
+// fanOutOf reads the task number and the number of children back from a
+// root's payload.
+func fanOutOf(p []byte) (seq, children int, err error) {
+	if seq, err = seqOf(p); err != nil {
+		return 0, 0, err
+	}
+	if len(p) < 32 {
+		return 0, 0, fmt.Errorf("fan-out payload of %d bytes", len(p))
+	}
+	n, err := strconv.ParseUint(string(p[16:32]), 16, 31)
+	if err != nil {
+		return 0, 0, fmt.Errorf("fan-out payload children: %w", err)
+	}
+	return seq, int(n), nil
+}
+
 // seqOf reads the task number back from a payload.
 func seqOf(p []byte) (int, error) {
 	if len(p) < 16 {
@@ -92,10 +117,35 @@ func seqOf(p []byte) (int, error) {
 
 // Hooks are what workers report about a task: Start when a handler begins
 // an attempt of it, Done once its completion is durable (as far as the
-// worker can know).
+// worker can know). Child and Then are W4's: Child when a handler begins
+// an attempt of a spawned child, Then when one begins the continuation,
+// with its task id and the number of dependencies its grant carried. Nil
+// hooks are not called.
 type Hooks struct {
 	Start func(seq int)
 	Done  func(seq int)
+	Child func()
+	Then  func(id string, deps int)
+}
+
+// FanOuter is a system whose handlers can spawn children, and a
+// continuation that depends on all of them, with a task's completion (W4).
+type FanOuter interface {
+	// SubmitFanOut submits task seq of the root kind, whose handler spawns
+	// children no-op children and the continuation, and returns its id once
+	// the submit is acknowledged.
+	SubmitFanOut(ctx context.Context, seq, children int) (string, error)
+	// WaitSucceeded waits until task id ends and returns an error unless it
+	// succeeded.
+	WaitSucceeded(ctx context.Context, id string) error
+}
+
+// fanOutSkip says why a system does not run W4, "" for one that does.
+func fanOutSkip(name string) string {
+	if name == "cronoq" {
+		return ""
+	}
+	return "no equivalent: the library has no task dependencies, so nothing can wait for spawned children"
 }
 
 // tracker records, per task, when it was (to be) submitted and when its

@@ -15,7 +15,7 @@ import (
 // cell is one measurement: a system under one workload, one run.
 type cell struct {
 	system   string
-	workload string // w1 | w2 | w3 | raft
+	workload string // w1 | w2 | w3 | w4 | raft
 	rate     int    // W3 offered rate
 	run      int    // 1-based
 }
@@ -39,13 +39,16 @@ func wlName(w string) string {
 		return "W2"
 	case "w3":
 		return "W3"
+	case "w4":
+		return "W4"
 	}
 	return w
 }
 
 // plan lists the cells: runs are outermost, and within a run every
 // workload goes through the systems in an order rotated by one per run, so
-// that no system always goes first or follows the same neighbour.
+// that no system always goes first or follows the same neighbour. W4 runs
+// only on the systems that have a fan-out (see skipped).
 func plan(o options) []cell {
 	var queues []string
 	for _, s := range o.systems {
@@ -69,6 +72,9 @@ func plan(o options) []cell {
 			}
 			for _, r := range rates {
 				for _, s := range order {
+					if w == "w4" && fanOutSkip(s) != "" {
+						continue
+					}
 					cells = append(cells, cell{system: s, workload: w, rate: r, run: run})
 				}
 			}
@@ -95,6 +101,7 @@ type CellResult struct {
 	W1   *W1Result   `json:"w1,omitempty"`
 	W2   *W2Result   `json:"w2,omitempty"`
 	W3   *W3Result   `json:"w3,omitempty"`
+	W4   *W4Result   `json:"w4,omitempty"`
 	Raft *RaftResult `json:"raft,omitempty"`
 }
 
@@ -148,6 +155,52 @@ type W3Result struct {
 	StartP99ms float64 `json:"start_p99_ms"`
 	Duplicates int64   `json:"duplicate_completions"`
 	FirstError string  `json:"first_submit_error,omitempty"`
+}
+
+// W4Result is one fan-out: a root task whose completion spawns Children
+// no-op children and a continuation that depends on all of them. Times
+// run from the submit call of the root.
+type W4Result struct {
+	Children int `json:"children"`
+	// The root's submit acknowledged.
+	SubmitAckMs float64 `json:"submit_ack_ms"`
+	// The root's completion acknowledged to its worker: it and the
+	// children it spawned are committed (0 when the ack was not seen).
+	SpawnCommitS float64 `json:"spawn_commit_s"`
+	// A handler began the first child.
+	FirstChildS float64 `json:"first_child_s"`
+	// Client.Wait reported the continuation succeeded.
+	Seconds      float64 `json:"seconds"`
+	ChildrenRate float64 `json:"children_per_s"` // Children / Seconds
+	// Handler runs of children (more than Children if some ran twice), and
+	// the dependencies the continuation's grant carried.
+	ChildRuns      int64 `json:"child_runs"`
+	ThenDeps       int   `json:"continuation_dependencies"`
+	StoreCompleted int64 `json:"store_completed"`
+}
+
+// skipped lists, per system, the workloads it does not run and why.
+func skipped(o options) []Skip {
+	var out []Skip
+	if !contains(o.workloads, "w4") {
+		return nil
+	}
+	for _, s := range o.systems {
+		if s == "raft" {
+			continue
+		}
+		if why := fanOutSkip(s); why != "" {
+			out = append(out, Skip{System: s, Workload: "w4", Reason: why})
+		}
+	}
+	return out
+}
+
+// Skip is a workload a system does not run.
+type Skip struct {
+	System   string `json:"system"`
+	Workload string `json:"workload"`
+	Reason   string `json:"reason"`
 }
 
 // runCell starts the system fresh, runs the workload and stops the system.
@@ -207,6 +260,8 @@ func runCell(ctx context.Context, env *Env, c cell) (res CellResult) {
 		werr = runW2(cctx, env, sys, &res)
 	case "w3":
 		werr = runW3(cctx, env, sys, c.rate, &res)
+	case "w4":
+		werr = runW4(cctx, env, sys, &res)
 	}
 	env.prog.phase("stopping " + c.system)
 	serr := sys.Stop()
@@ -411,23 +466,8 @@ func runW3(ctx context.Context, env *Env, sys System, rate int, res *CellResult)
 	if err := sys.StartWorkers(ctx, tr.hooks()); err != nil {
 		return err
 	}
-	// Warm up: the workers are connected and taking tasks.
-	env.prog.trackCount("warming up", &tr.count, warm)
-	for q := 0; q < warm; q++ {
-		if err := sys.Enqueue(ctx, q); err != nil {
-			return fmt.Errorf("warm-up submit: %w", err)
-		}
-	}
-	wdl := time.Now().Add(60 * time.Second)
-	for tr.count.Load() < warm {
-		if time.Now().After(wdl) {
-			return fmt.Errorf("warm-up: %d of %d tasks completed within 60s", tr.count.Load(), warm)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
+	if err := warmUp(ctx, env, sys, tr, warm); err != nil {
+		return err
 	}
 
 	var (
@@ -558,6 +598,135 @@ func runW3(ctx context.Context, env *Env, sys System, rate int, res *CellResult)
 	return serr
 }
 
+// warmUp submits tasks [0, n) one per call and waits until tr has counted
+// n completions: the workers are connected and taking tasks.
+func warmUp(ctx context.Context, env *Env, sys System, tr *tracker, n int) error {
+	env.prog.trackCount("warming up", &tr.count, int64(n))
+	for q := 0; q < n; q++ {
+		if err := sys.Enqueue(ctx, q); err != nil {
+			return fmt.Errorf("warm-up submit: %w", err)
+		}
+	}
+	wdl := time.Now().Add(60 * time.Second)
+	for tr.count.Load() < int64(n) {
+		if time.Now().After(wdl) {
+			return fmt.Errorf("warm-up: %d of %d tasks completed within 60s", tr.count.Load(), n)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// runW4 submits one root task whose handler spawns the children, and a
+// continuation that depends on all of them, with its completion; the time
+// runs from the submit call to the system's wait call reporting the
+// continuation succeeded. Along the way: the root's submit acknowledged,
+// its completion acknowledged (the children are committed with it), and a
+// handler beginning the first child.
+func runW4(ctx context.Context, env *Env, sys System, res *CellResult) error {
+	fo, ok := sys.(FanOuter)
+	if !ok {
+		return fmt.Errorf("%s has no fan-out", sys.Name())
+	}
+	n := env.opts.w4Children
+	w := &W4Result{Children: n}
+	res.W4 = w
+	const warm = 200
+	root := warm
+	tr := newTracker(warm + 1)
+	var childRuns, firstChild atomic.Int64
+	type thenRun struct {
+		id   string
+		deps int
+	}
+	thenc := make(chan thenRun, 1)
+	h := tr.hooks()
+	h.Child = func() {
+		childRuns.Add(1)
+		firstChild.CompareAndSwap(0, tr.now())
+	}
+	h.Then = func(id string, deps int) {
+		select {
+		case thenc <- thenRun{id, deps}:
+		default:
+		}
+	}
+	if err := sys.StartWorkers(ctx, h); err != nil {
+		return err
+	}
+	if err := warmUp(ctx, env, sys, tr, warm); err != nil {
+		return err
+	}
+
+	env.prog.track("fan-out: children run", &childRuns, int64(n))
+	cpu0, self0 := treeCPU(sys.ServerPIDs()), selfCPU()
+	waitProf := maybeProfile(ctx, env, sys, res)
+	defer func() {
+		if err := waitProf(); err != nil {
+			env.prog.note("%v", err)
+		}
+	}()
+	t0 := tr.now()
+	id, err := fo.SubmitFanOut(ctx, root, n)
+	if err != nil {
+		return fmt.Errorf("submitting the root: %w", err)
+	}
+	w.SubmitAckMs = float64(tr.now()-t0) / 1e6
+	// A root that fails (its children refused, say) ends the wait at once.
+	rootDone := make(chan error, 1)
+	go func() { rootDone <- fo.WaitSucceeded(ctx, id) }()
+	rootc := rootDone
+	var then thenRun
+	for got := false; !got; {
+		select {
+		case then = <-thenc:
+			got = true
+		case err := <-rootc:
+			if err != nil {
+				return fmt.Errorf("root: %w", err)
+			}
+			rootc = nil
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the continuation to start: %d of %d children run: %w", childRuns.Load(), n, ctx.Err())
+		}
+	}
+	if err := fo.WaitSucceeded(ctx, then.id); err != nil {
+		return fmt.Errorf("continuation: %w", err)
+	}
+	end := tr.now()
+	res.ServerCPUs = treeCPU(sys.ServerPIDs()) - cpu0
+	res.ClientCPUs = selfCPU() - self0
+	w.Seconds = float64(end-t0) / 1e9
+	w.ChildrenRate = float64(n) / w.Seconds
+	if d := atomic.LoadInt64(&tr.done[root]); d > 0 {
+		w.SpawnCommitS = float64(d-t0) / 1e9
+	}
+	if f := firstChild.Load(); f > 0 {
+		w.FirstChildS = float64(f-t0) / 1e9
+	}
+	w.ChildRuns = childRuns.Load()
+	w.ThenDeps = then.deps
+	serr := sys.StopWorkers()
+	vctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got, verr := sys.Completed(vctx)
+	w.StoreCompleted = got
+	want := int64(warm + n + 2) // warm-up, children, root and continuation
+	switch {
+	case verr != nil:
+		return fmt.Errorf("reading the completed count: %w", verr)
+	case got < want:
+		return fmt.Errorf("the store reports %d completed of %d after the fan-out", got, want)
+	case then.deps != n:
+		return fmt.Errorf("the continuation's grant carried %d dependencies, not %d", then.deps, n)
+	}
+	return serr
+}
+
 // percentile returns the q-quantile (nearest rank) of vs; +Inf values sort
 // last. It sorts vs.
 func percentile(vs []float64, q float64) float64 {
@@ -584,6 +753,9 @@ func (r CellResult) summary() string {
 		s = fmt.Sprintf("completed %s/s in window, p50 %s ms, p99 %s ms, %d of %d never completed (submit acked p50 %s / p99 %s ms, handler started p50 %s / p99 %s ms)",
 			fmtNum(jf(r.W3.InWindowRate)), fmtMs(r.W3.P50ms), fmtMs(r.W3.P99ms), r.W3.Offered-r.W3.Completed, r.W3.Offered,
 			fmtMs(jf(r.W3.SubmitP50ms)), fmtMs(jf(r.W3.SubmitP99ms)), fmtMs(jf(r.W3.StartP50ms)), fmtMs(jf(r.W3.StartP99ms)))
+	case r.W4 != nil && r.W4.Seconds > 0:
+		s = fmt.Sprintf("%d children and the continuation in %.2fs (%s children/s); submit acked %s ms, spawn committed %.2fs, first child started %.2fs; server CPU %.1fs",
+			r.W4.Children, r.W4.Seconds, fmtNum(jf(r.W4.ChildrenRate)), fmtMs(jf(r.W4.SubmitAckMs)), r.W4.SpawnCommitS, r.W4.FirstChildS, r.ServerCPUs)
 	case r.Raft != nil && r.Raft.Rate > 0:
 		s = fmt.Sprintf("%s applies/s (p50 %s ms, p99 %s ms)", fmtNum(jf(r.Raft.Rate)), fmtMs(jf(r.Raft.P50ms)), fmtMs(jf(r.Raft.P99ms)))
 	}
