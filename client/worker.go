@@ -495,7 +495,7 @@ func (r *workerRun) connFailed(err error) {
 		if l.compInFlight {
 			resend = append(resend, l.id)
 		}
-		if l.compInFlight && tooBig && proto.Size(l.done) > bigOutput {
+		if l.compInFlight && tooBig && completionSize(l.done) > bigOutput {
 			what := fmt.Sprintf("output of %d bytes", len(l.done.GetOutput()))
 			if spawns(l.done) {
 				what = fmt.Sprintf("completion of %d bytes (output and children)", proto.Size(l.done))
@@ -754,6 +754,16 @@ func (r *workerRun) onCompleteAck(ack *cronoqv1.CompleteAck) {
 	}
 }
 
+// completionSize is about what a completion takes on the wire: its output
+// and message, and only when it spawns, the whole encoded size (measuring
+// every completion would cost the hot path more than the rest of it).
+func completionSize(c *cronoqv1.Completion) int {
+	if spawns(c) {
+		return proto.Size(c)
+	}
+	return len(c.GetOutput()) + len(c.GetMessage())
+}
+
 // spawns reports whether a completion carries children or a continuation.
 func spawns(c *cronoqv1.Completion) bool { return len(c.GetChildren()) > 0 || c.GetThen() != nil }
 
@@ -849,7 +859,7 @@ func (r *workerRun) nextMessage() *cronoqv1.WorkerMessage {
 			if l == nil || !l.unsent() {
 				continue
 			}
-			n := proto.Size(l.done)
+			n := completionSize(l.done)
 			if len(batch) > 0 && (len(batch) >= r.cfg.CompletionBatch || size+n > maxBatchBytes) {
 				break
 			}
