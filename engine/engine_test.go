@@ -917,7 +917,7 @@ func TestWorkflowOperations(t *testing.T) {
 	build, approve, ship := res.Tasks[0].ID, res.Tasks[1].ID, res.Tasks[2].ID
 	task, _ := h.state.Get(ship)
 	require.Equal(t, fsm.StatusBlocked, task.Status)
-	require.Equal(t, []string{build, approve}, task.DependsOn)
+	require.Equal(t, []string{build, approve}, task.DependsOn())
 
 	dup, err := h.eng.SubmitWorkflow(h.ctx, wf)
 	require.NoError(t, err)
@@ -948,10 +948,10 @@ func TestWorkflowOperations(t *testing.T) {
 	members := h.state.WorkflowTasks(res.ID)
 	require.Len(t, members, 6, "the children are durable with the completion")
 	merge := members[5]
-	require.Equal(t, "merge", merge.Step)
-	require.Equal(t, build, merge.Parent)
+	require.Equal(t, "merge", merge.Step())
+	require.Equal(t, build, merge.Parent())
 	require.Equal(t, fsm.StatusBlocked, merge.Status)
-	require.Equal(t, []string{members[3].ID, members[4].ID}, merge.DependsOn)
+	require.Equal(t, []string{members[3].ID, members[4].ID}, merge.DependsOn())
 	task, _ = h.state.Get(approve)
 	require.Equal(t, fsm.StatusQueued, task.Status, "released in the commit of build's end")
 

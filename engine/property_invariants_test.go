@@ -43,17 +43,17 @@ func (s *sim) checkGraph(final bool) {
 	v.EachTask(func(t *fsm.Task) bool {
 		s.checkDeps(t, tasks)
 		if !t.Status.Terminal() {
-			for _, d := range t.DependsOn {
+			for _, d := range t.DependsOn() {
 				held[d] = true
 			}
 		}
-		if t.Workflow == "" {
+		if t.Workflow() == "" {
 			return true
 		}
-		m := wfs[t.Workflow]
+		m := wfs[t.Workflow()]
 		if m == nil {
 			m = &members{}
-			wfs[t.Workflow] = m
+			wfs[t.Workflow()] = m
 		}
 		m.n++
 		switch t.Status {
@@ -66,9 +66,9 @@ func (s *sim) checkGraph(final bool) {
 		default:
 			m.live++
 		}
-		if t.Step != "" {
-			k := [2]string{t.Workflow, t.Step}
-			s.check(!steps[k], "workflow %s has two steps named %q", t.Workflow, t.Step)
+		if t.Step() != "" {
+			k := [2]string{t.Workflow(), t.Step()}
+			s.check(!steps[k], "workflow %s has two steps named %q", t.Workflow(), t.Step())
 			steps[k] = true
 		}
 		return true
@@ -110,7 +110,7 @@ func (s *sim) checkGraph(final bool) {
 	s.check(n == s.core.Stats().Workflows, "workflows: fsm %d, core %d", n, s.core.Stats().Workflows)
 	if settled {
 		for _, t := range tasks {
-			if t.Workflow == "" && t.Status.Terminal() && t.FinishedAt.Add(retention) <= now {
+			if t.Workflow() == "" && t.Status.Terminal() && t.FinishedAt.Add(retention) <= now {
 				s.check(held[t.ID], "task %s ended at %s is kept past its retention with no live dependent", t.ID, t.FinishedAt.Time())
 				s.coveredOnce(covTaskPurgeHeld, t.ID)
 			}
@@ -129,27 +129,27 @@ func (s *sim) checkDeps(t *fsm.Task, tasks map[string]*fsm.Task) {
 	switch t.Status {
 	case fsm.StatusBlocked:
 		waiting := false
-		for _, d := range t.DependsOn {
+		for _, d := range t.DependsOn() {
 			dt, ok := tasks[d]
 			s.check(ok, "blocked task %s depends on %s, which is gone", t.ID, d)
 			if !dt.Status.Terminal() {
 				waiting = true
 				continue
 			}
-			s.check(t.DepPolicy == fsm.DepDone || dt.Status == fsm.StatusSucceeded,
+			s.check(t.DepPolicy() == fsm.DepDone || dt.Status == fsm.StatusSucceeded,
 				"blocked task %s waits although its dependency %s is %s", t.ID, d, dt.Status)
 		}
-		s.check(waiting, "task %s is blocked, but its dependencies %v have all ended", t.ID, t.DependsOn)
+		s.check(waiting, "task %s is blocked, but its dependencies %v have all ended", t.ID, t.DependsOn())
 	case fsm.StatusQueued, fsm.StatusScheduled, fsm.StatusRunning, fsm.StatusRetrying, fsm.StatusSucceeded, fsm.StatusFailed:
 		ranAfterFailure := false
-		for _, d := range t.DependsOn {
+		for _, d := range t.DependsOn() {
 			dt, ok := tasks[d]
 			if !ok {
 				s.check(t.Status.Terminal(), "task %s is %s, its dependency %s is gone", t.ID, t.Status, d)
 				continue
 			}
 			s.check(dt.Status.Terminal(), "task %s is %s before its dependency %s ended (%s)", t.ID, t.Status, d, dt.Status)
-			s.check(t.DepPolicy == fsm.DepDone || dt.Status == fsm.StatusSucceeded,
+			s.check(t.DepPolicy() == fsm.DepDone || dt.Status == fsm.StatusSucceeded,
 				"task %s is %s although its dependency %s is %s", t.ID, t.Status, d, dt.Status)
 			ranAfterFailure = ranAfterFailure || dt.Status != fsm.StatusSucceeded
 		}
@@ -184,8 +184,8 @@ func (s *sim) checkFired(f *fsm.Fire) {
 		for _, d := range st.DependsOn {
 			want = append(want, ids[d])
 		}
-		s.check(m.Step == st.Name && m.Kind == st.Kind && m.Pool == st.Pool && m.DepPolicy == st.DepPolicy && m.External == st.External &&
-			m.Schedule == sc.Name && slices.Equal(m.DependsOn, want),
+		s.check(m.Step() == st.Name && m.Kind == st.Kind && m.Pool == st.Pool && m.DepPolicy() == st.DepPolicy && m.External() == st.External &&
+			m.Schedule == sc.Name && slices.Equal(m.DependsOn(), want),
 			"member %d of workflow %s of schedule %s: %+v, want step %+v depending on %v", i, w.ID, sc.Name, m, st, want)
 	}
 }

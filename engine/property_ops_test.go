@@ -68,10 +68,10 @@ func (s *sim) checkSubmitDeps(mode core.SubmitMode, specs []core.Spec, r core.Re
 		if !ok {
 			continue // an early item of an enqueue-many, purged since
 		}
-		s.check(len(t.DependsOn) <= len(specs[i].DependsOn), "task %s depends on %v, its spec on %v", t.ID, t.DependsOn, specs[i].DependsOn)
+		s.check(len(t.DependsOn()) <= len(specs[i].DependsOn), "task %s depends on %v, its spec on %v", t.ID, t.DependsOn(), specs[i].DependsOn)
 		for _, ref := range specs[i].DependsOn {
 			if ref.ID != "" {
-				s.check(slices.Contains(t.DependsOn, ref.ID), "task %s does not depend on %s: %v", t.ID, ref.ID, t.DependsOn)
+				s.check(slices.Contains(t.DependsOn(), ref.ID), "task %s does not depend on %s: %v", t.ID, ref.ID, t.DependsOn())
 				continue
 			}
 			if mode != core.SubmitBatch {
@@ -80,7 +80,7 @@ func (s *sim) checkSubmitDeps(mode core.SubmitMode, specs []core.Spec, r core.Re
 			for j := i - 1; j >= 0; j-- {
 				if specs[j].Key == ref.Key {
 					want := res.Tasks[j].ID
-					s.check(slices.Contains(t.DependsOn, want), "task %s of a batch does not depend on %s, spec %d with key %q: %v", t.ID, want, j, ref.Key, t.DependsOn)
+					s.check(slices.Contains(t.DependsOn(), want), "task %s of a batch does not depend on %s, spec %d with key %q: %v", t.ID, want, j, ref.Key, t.DependsOn())
 					s.covered(covBatchKeyDep)
 					break
 				}
@@ -184,7 +184,7 @@ func (s *sim) checkWorkflowSubmitted(spec core.WorkflowSpec, deps [][]string, ba
 	s.check(ok, "submitted workflow %s is not durable", res.ID)
 	for _, st := range res.Tasks {
 		t, ok := s.a.Get(st.ID)
-		s.check(ok && t.Workflow == res.ID && t.Step == st.Step, "step %s=%s of workflow %s: %+v", st.Step, st.ID, res.ID, t)
+		s.check(ok && t.Workflow() == res.ID && t.Step() == st.Step, "step %s=%s of workflow %s: %+v", st.Step, st.ID, res.ID, t)
 	}
 	if res.Duplicate {
 		s.check(spec.Key != "" && w.Key == spec.Key, "workflow %s (key %q) answered as a duplicate of key %q", w.ID, w.Key, spec.Key)
@@ -201,12 +201,12 @@ func (s *sim) checkWorkflowSubmitted(spec core.WorkflowSpec, deps [][]string, ba
 		s.check(st.Step == step.Name, "workflow %s: task %d is step %q, want %q", w.ID, i, st.Step, step.Name)
 		byName[st.Step] = st.ID
 		t, _ := s.a.Get(st.ID)
-		s.check(t.DepPolicy == step.DepPolicy && t.External == step.External, "step %s: policy %d external %v", t.ID, t.DepPolicy, t.External)
+		s.check(t.DepPolicy() == step.DepPolicy && t.External() == step.External, "step %s: policy %d external %v", t.ID, t.DepPolicy(), t.External())
 		want := slices.Clone(deps[i])
 		for _, name := range step.DependsOnSteps {
 			want = append(want, byName[name])
 		}
-		got := slices.Clone(t.DependsOn)
+		got := slices.Clone(t.DependsOn())
 		slices.Sort(want)
 		want = slices.Compact(want)
 		slices.Sort(got)
@@ -231,10 +231,10 @@ type spawnPlan struct {
 func (s *sim) randomChildren(id string, out *core.Outcome) *spawnPlan {
 	// The named steps of the task's workflow, which children may depend on.
 	var existing []string
-	if t, ok := s.a.Get(id); ok && t.Workflow != "" {
-		for _, m := range s.a.WorkflowTasks(t.Workflow) {
-			if m.Step != "" {
-				existing = append(existing, m.Step)
+	if t, ok := s.a.Get(id); ok && t.Workflow() != "" {
+		for _, m := range s.a.WorkflowTasks(t.Workflow()) {
+			if m.Step() != "" {
+				existing = append(existing, m.Step())
 			}
 		}
 	}
@@ -378,17 +378,17 @@ func (s *sim) checkCompletion(lease uint64, id string, current bool, before *fsm
 	}
 	s.check(!plan.bad && s.logVersion >= 3, "invalid children admitted (log format %d)", s.logVersion)
 	t, ok := s.a.Get(id)
-	s.check(ok && t.Status == fsm.StatusSucceeded && t.Workflow != "", "spawning task %s: %+v", id, t)
-	if before.Workflow == "" {
-		w, ok := s.a.Workflow(t.Workflow)
-		s.check(ok && w.Parent == id && w.Name == t.Kind, "workflow %s created for the children of %s: %+v", t.Workflow, id, w)
+	s.check(ok && t.Status == fsm.StatusSucceeded && t.Workflow() != "", "spawning task %s: %+v", id, t)
+	if before.Workflow() == "" {
+		w, ok := s.a.Workflow(t.Workflow())
+		s.check(ok && w.Parent == id && w.Name == t.Kind, "workflow %s created for the children of %s: %+v", t.Workflow(), id, w)
 		s.covered(covSpawnJoined)
 	} else {
-		s.check(t.Workflow == before.Workflow, "spawning task %s moved from workflow %s to %s", id, before.Workflow, t.Workflow)
+		s.check(t.Workflow() == before.Workflow(), "spawning task %s moved from workflow %s to %s", id, before.Workflow(), t.Workflow())
 	}
 	var kids []*fsm.Task
 	for _, m := range s.batch {
-		if m.Insert != nil && m.Insert.Parent == id {
+		if m.Insert != nil && m.Insert.Parent() == id {
 			kid, ok := s.a.Get(m.Insert.ID)
 			s.check(ok, "child %s is not durable", m.Insert.ID)
 			kids = append(kids, kid)
@@ -396,15 +396,15 @@ func (s *sim) checkCompletion(lease uint64, id string, current bool, before *fsm
 	}
 	s.check(len(kids) == len(plan.names), "task %s spawned %d tasks, want %d", id, len(kids), len(plan.names))
 	for i, k := range kids {
-		s.check(k.Workflow == t.Workflow && k.Step == plan.names[i], "child %d of %s: workflow %s step %q, want %s %q", i, id, k.Workflow, k.Step, t.Workflow, plan.names[i])
+		s.check(k.Workflow() == t.Workflow() && k.Step() == plan.names[i], "child %d of %s: workflow %s step %q, want %s %q", i, id, k.Workflow(), k.Step(), t.Workflow(), plan.names[i])
 		for _, d := range plan.deps[i] {
-			s.check(slices.Contains(k.DependsOn, d), "child %s does not depend on %s: %v", k.ID, d, k.DependsOn)
+			s.check(slices.Contains(k.DependsOn(), d), "child %s does not depend on %s: %v", k.ID, d, k.DependsOn())
 		}
 	}
 	if plan.then {
 		then := kids[len(kids)-1]
 		for _, k := range kids[:len(kids)-1] {
-			s.check(slices.Contains(then.DependsOn, k.ID), "continuation %s does not depend on child %s: %v", then.ID, k.ID, then.DependsOn)
+			s.check(slices.Contains(then.DependsOn(), k.ID), "continuation %s does not depend on child %s: %v", then.ID, k.ID, then.DependsOn())
 		}
 	}
 	s.covered(covSpawned)
@@ -427,7 +427,7 @@ func (s *sim) cancel(ref core.TaskRef) {
 			if before.Status == fsm.StatusRunning {
 				s.check(s.aborted(before.Lease), "cancelled task %s: its worker is not told to stop", t.ID)
 			}
-			if before.Workflow != "" {
+			if before.Workflow() != "" {
 				s.covered(covMemberCancelled)
 			}
 		}
@@ -517,8 +517,8 @@ func (s *sim) completeExternal() {
 		switch {
 		case !ok:
 			s.check(errors.Is(r.Err, core.ErrNotFound), "external completion of %s, which does not exist: %v", ref, r.Err)
-		case !before.External || before.Status != fsm.StatusQueued:
-			s.check(errors.Is(r.Err, core.ErrNotWaiting), "external completion of %s (external %v, %s): %v", before.ID, before.External, before.Status, r.Err)
+		case !before.External() || before.Status != fsm.StatusQueued:
+			s.check(errors.Is(r.Err, core.ErrNotWaiting), "external completion of %s (external %v, %s): %v", before.ID, before.External(), before.Status, r.Err)
 			s.covered(covExternalNotWaiting)
 		case len(out.Children) > 0 || out.Kind != core.OutcomeSuccess && out.Kind != core.OutcomePermanent:
 			s.check(errors.As(r.Err, &ie), "external completion with %d children, kind %d: %v", len(out.Children), out.Kind, r.Err)
@@ -630,7 +630,7 @@ func (s *sim) drain(rounds int) {
 			switch {
 			case t.Status == fsm.StatusRunning:
 				running = append(running, t)
-			case t.External && t.Status == fsm.StatusQueued:
+			case t.External() && t.Status == fsm.StatusQueued:
 				waiting = append(waiting, t)
 			}
 			if !t.Status.Terminal() {

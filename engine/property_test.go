@@ -747,12 +747,12 @@ func (s *sim) commit() {
 				s.lastID = ins.ID
 				s.inserted[ins.ID] = true
 				s.ids = append(s.ids, ins.ID)
-				if ins.External {
+				if ins.External() {
 					s.external = append(s.external, ins.ID)
 				}
-				if ins.Workflow != "" {
+				if ins.Workflow() != "" {
 					s.members = append(s.members, ins.ID)
-					s.wfMembers[ins.Workflow] = append(s.wfMembers[ins.Workflow], ins.ID)
+					s.wfMembers[ins.Workflow()] = append(s.wfMembers[ins.Workflow()], ins.ID)
 				}
 			case m.Start != nil:
 				s.check(m.Start.Lease > s.maxLease, "leases increase: %#x after %#x", m.Start.Lease, s.maxLease)
@@ -801,7 +801,7 @@ func (s *sim) commit() {
 		for _, m := range out.Mutations {
 			if m.Start != nil {
 				task, _ := s.a.Get(m.Start.ID)
-				s.check(!task.External, "external task %s was dispatched", task.ID)
+				s.check(!task.External(), "external task %s was dispatched", task.ID)
 			}
 		}
 		for _, f := range fired {
@@ -834,8 +834,8 @@ func (s *sim) commit() {
 		}
 		task, ok := s.a.Get(ev.TaskID)
 		s.check(ok, "event for %s, which is not durable", ev.TaskID)
-		s.check(ev.Workflow == task.Workflow && ev.Step == task.Step, "event for %s names workflow %s step %q, the task has %s %q",
-			ev.TaskID, ev.Workflow, ev.Step, task.Workflow, task.Step)
+		s.check(ev.Workflow == task.Workflow() && ev.Step == task.Step(), "event for %s names workflow %s step %q, the task has %s %q",
+			ev.TaskID, ev.Workflow, ev.Step, task.Workflow(), task.Step())
 	}
 	s.checkCounts()
 }

@@ -70,6 +70,12 @@ func fillValue(r *prng, v reflect.Value, all bool) {
 		for i := 0; i < v.NumField(); i++ {
 			fillValue(r, v.Field(i), all)
 		}
+	case reflect.Pointer:
+		if set {
+			p := reflect.New(v.Type().Elem())
+			fillValue(r, p.Elem(), all)
+			v.Set(p)
+		}
 	default:
 		panic("fillValue: unhandled kind " + v.Kind().String())
 	}
@@ -131,7 +137,7 @@ func randBatch(r *prng, all bool) *CommitBatch {
 // the earlier formats. A task is of format 3 also when it is blocked.
 var (
 	format3Kinds          = []string{"Unblock", "PutWorkflow", "EndWorkflow", "PurgeWorkflow"}
-	format3TaskFields     = []string{"DependsOn", "DepPolicy", "External", "Workflow", "Step", "Parent"}
+	format3TaskFields     = []string{"Flow"}
 	format3ScheduleFields = []string{"Workflow", "Steps"}
 	format3FinishFields   = []string{"Workflow"}
 	format3FireFields     = []string{"Workflow"}
@@ -309,8 +315,11 @@ func goldenWorkflow() *Workflow {
 func goldenV3Task() *Task {
 	return &Task{
 		ID: "01J00000000000000000000003", Template: Template{Pool: "etl", Kind: "load"},
-		RunAt: baseTime + 60e9, DependsOn: []string{"01J00000000000000000000001", "01J00000000000000000000002"},
-		DepPolicy: DepDone, External: true, Workflow: "wf-1", Step: "load", Parent: "01J00000000000000000000002",
+		RunAt: baseTime + 60e9,
+		Flow: &Flow{
+			DependsOn: []string{"01J00000000000000000000001", "01J00000000000000000000002"},
+			DepPolicy: DepDone, External: true, Workflow: "wf-1", Step: "load", Parent: "01J00000000000000000000002",
+		},
 		Status: StatusBlocked, SubmittedAt: baseTime, UpdatedAt: baseTime, CreateIndex: 7, ModifyIndex: 8,
 	}
 }
@@ -370,11 +379,11 @@ func smallV3Batch() *CommitBatch {
 func goldenV3State(t testing.TB) *State {
 	h := newHarness(t)
 	member := insert("a", "p", "ka")
-	member.Insert.Workflow, member.Insert.Step = "w", "first"
+	member.Insert.MakeFlow().Workflow, member.Insert.MakeFlow().Step = "w", "first"
 	blocked := insertBlocked("b", "p", "a")
-	blocked.Insert.Workflow, blocked.Insert.Step, blocked.Insert.DepPolicy = "w", "second", DepDone
+	blocked.Insert.MakeFlow().Workflow, blocked.Insert.MakeFlow().Step, blocked.Insert.MakeFlow().DepPolicy = "w", "second", DepDone
 	spawned := insert("c", "q", "")
-	spawned.Insert.Parent, spawned.Insert.External = "a", true
+	spawned.Insert.MakeFlow().Parent, spawned.Insert.MakeFlow().External = "a", true
 	h.ok(Mutation{PutWorkflow: &Workflow{ID: "w", Name: "n", Key: "kw", Status: WorkflowRunning, SubmittedAt: baseTime}},
 		member, blocked, spawned, Mutation{PutSchedule: goldenV3Schedule()}, tombstone("n1", false))
 	return h.s
@@ -533,6 +542,7 @@ func TestGoldenBatchesCoverEveryKind(t *testing.T) {
 		switch {
 		case m.Insert != nil:
 			requireFieldsSet(t, m.Insert, format3TaskFields...)
+			requireFieldsSet(t, m.Insert.Flow)
 			require.Equal(t, StatusBlocked, m.Insert.Status)
 		case m.PutSchedule != nil:
 			requireFieldsSet(t, m.PutSchedule, format3ScheduleFields...)
@@ -603,19 +613,19 @@ const (
 const (
 	smallV3BatchHex = "0284a16502a174d317979cfe362a0000a16d9381a2756282a26964a27431a26174d317979cfe362a0000" +
 		"81a2657783a26964a177a2737402a26174ff81a370776681a26964a177a17603"
-	goldenV3BatchLen    = 813
-	goldenV3BatchSHA256 = "a001f9a829f698d71e1a08baa4f6ae01f7b37b26a1b29de1de4b35333a2ef442"
+	goldenV3BatchLen    = 817
+	goldenV3BatchSHA256 = "92bb155f617c50dee5936b46930f81911356f6c1c5f3e8677262fed14b080798"
 	goldenWorkflowHex   = "8ca26964a477662d31a16eab6e696768746c792d65746ca36b6579ae65746c2d323032342d30312d3031" +
 		"a2737401a27363a4666c6f77a2736cd317979cfe362a0000a3706172ba30314a3030303030303030303030303030303030303030303032" +
 		"a27361d317979cfe362a0000a27561d317979cfe362a0001a26661ffa26369ccffa26d69cf0000000100000000"
-	goldenV3TaskHex = "8fa26964ba30314a3030303030303030303030303030303030303030303033a170a365746ca16ba46c6f6164" +
-		"a27261d317979d0c2e715800a2647092ba30314a3030303030303030303030303030303030303030303031" +
-		"ba30314a3030303030303030303030303030303030303030303032a364707001a3657874c3a27766a477662d31" +
-		"a3737470a46c6f6164a3706172ba30314a3030303030303030303030303030303030303030303032a2737409" +
-		"a27361d317979cfe362a0000a27561d317979cfe362a0000a2636907a26d6908"
+	goldenV3TaskHex = "8aa26964ba30314a3030303030303030303030303030303030303030303033a170a365746ca16ba46c6f6164" +
+		"a27261d317979d0c2e715800a2666c86a2647092ba30314a3030303030303030303030303030303030303030" +
+		"303031ba30314a3030303030303030303030303030303030303030303032a364707001a3657874c3a27766a4" +
+		"77662d31a3737470a46c6f6164a3706172ba30314a3030303030303030303030303030303030303030303032" +
+		"a2737409a27361d317979cfe362a0000a27561d317979cfe362a0000a2636907a26d6908"
 	goldenV3ScheduleSHA256 = "2febb022b697fad9b8b19bd6a486ca43c4b3d6a425ab4428c6bfca9372e194d3"
-	goldenV3SnapshotLen    = 653
-	goldenV3SnapshotSHA256 = "352a5045a4b9df034ca97b7258f1bcbe2ea3b361e7c399cc0a9656c715cd7eb2"
+	goldenV3SnapshotLen    = 665
+	goldenV3SnapshotSHA256 = "87321aad7da1feff068bd58913e54281a8c6459a4d3decc85fb0ac78aa685223"
 )
 
 // intRewrites are the ways of writing the same body that the decoder must
@@ -1030,9 +1040,9 @@ func TestDecodeEntryErrors(t *testing.T) {
 		{"mutation not a map", entry(EntryCommitBatch, mpMap("m", mpArray(mpInt(1)))), ErrCorrupt},
 		{"mutation with two format 3 fields", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("ub", mpMap("id", mpStr("a")), "pwf", mpMap("id", mpStr("w")))))), ErrCorrupt},
 		{"mutation with an old and a format 3 field", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("pg", mpMap("id", mpStr("a")), "ew", mpMap("id", mpStr("w")))))), ErrCorrupt},
-		{"integer for a bool", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("in", mpMap("ext", mpInt(1)))))), ErrCorrupt},
-		{"string for a list of dependencies", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("in", mpMap("dp", mpStr("a")))))), ErrCorrupt},
-		{"integer in a list of dependencies", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("in", mpMap("dp", mpArray(mpInt(1))))))), ErrCorrupt},
+		{"integer for a bool", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("in", mpMap("fl", mpMap("ext", mpInt(1))))))), ErrCorrupt},
+		{"string for a list of dependencies", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("in", mpMap("fl", mpMap("dp", mpStr("a"))))))), ErrCorrupt},
+		{"integer in a list of dependencies", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("in", mpMap("fl", mpMap("dp", mpArray(mpInt(1)))))))), ErrCorrupt},
 		{"steps not an array", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("ps", mpMap("wst", mpMap()))))), ErrCorrupt},
 		{"workflow not a map", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("pw", mpStr("w"))))), ErrCorrupt},
 		{"mutation field not a map", entry(EntryCommitBatch, mpMap("m", mpArray(mpMap("pg", mpArray())))), ErrCorrupt},
@@ -1107,8 +1117,8 @@ func TestOutOfRangeIntegersAreCorrupt(t *testing.T) {
 		{"skipped 2^32", batch(mpMap("fr", mpMap("n", mpStr("s"), "s", mpInt(1), "k", mpUint(1<<32))))},
 		{"overlap 256", batch(mpMap("ps", mpMap("n", mpStr("s"), "ov", mpUint(256))))},
 		// Log format 3.
-		{"dependency policy 256", batch(task("dp", mpArray(mpStr("a")), "dpp", mpUint(256)))},
-		{"dependency policy -1", batch(task("dpp", mpInt(-1)))},
+		{"dependency policy 256", batch(task("fl", mpMap("dp", mpArray(mpStr("a")), "dpp", mpUint(256))))},
+		{"dependency policy -1", batch(task("fl", mpMap("dpp", mpInt(-1))))},
 		{"step dependency policy 256", batch(mpMap("ps", mpMap("n", mpStr("s"), "wst", mpArray(mpMap("n", mpStr("x"), "dpp", mpUint(256))))))},
 		{"step max attempts -1", batch(mpMap("ps", mpMap("n", mpStr("s"), "wst", mpArray(mpMap("n", mpStr("x"), "ma", mpInt(-1))))))},
 		{"workflow status 256 on end", batch(mpMap("ew", mpMap("id", mpStr("w"), "st", mpUint(256))))},
@@ -1289,9 +1299,13 @@ func TestVersions(t *testing.T) {
 			}
 			task.Status = StatusQueued
 			require.NotZero(t, task.Backoff, "a task's backoff is format 1")
-			for _, f := range format3TaskFields {
+			empty := task
+			empty.Flow = &Flow{}
+			require.Equal(t, uint16(1), empty.Version(), "task with an empty flow")
+			for _, f := range []string{"DependsOn", "DepPolicy", "External", "Workflow", "Step", "Parent"} {
 				one := task
-				setField(t, &one, f)
+				one.Flow = &Flow{}
+				setField(t, one.Flow, f)
 				require.Equal(t, uint16(3), (&Mutation{Insert: &one}).Version(), "insert with %s set", f)
 				require.Equal(t, uint16(3), one.Version(), "task with %s set", f)
 			}
@@ -1339,9 +1353,9 @@ func TestVersions(t *testing.T) {
 	require.Equal(t, uint16(3), (&Schedule{Steps: []StepTemplate{{Name: "a"}}}).Version())
 	require.Equal(t, uint16(3), (&Schedule{Workflow: "w"}).Version())
 	require.Equal(t, uint16(1), (&Task{}).Version())
-	require.Equal(t, uint16(1), (&Task{DepPolicy: DepSucceeded, DependsOn: []string{}}).Version(), "the defaults")
+	require.Equal(t, uint16(1), (&Task{Flow: &Flow{DepPolicy: DepSucceeded, DependsOn: []string{}}}).Version(), "the defaults")
 	require.Equal(t, uint16(3), (&Task{Status: StatusBlocked}).Version())
-	require.Equal(t, uint16(3), (&Task{DepPolicy: DepDone}).Version())
+	require.Equal(t, uint16(3), (&Task{Flow: &Flow{DepPolicy: DepDone}}).Version())
 	require.Equal(t, uint16(3), goldenV3Schedule().Version())
 	require.Equal(t, uint16(3), uint16(LogVersion))
 	require.Equal(t, uint16(LogVersion), New().Version())

@@ -157,15 +157,15 @@ func tombstone(node string, remove bool) Mutation {
 func insertBlocked(id, pool string, deps ...string) Mutation {
 	m := insert(id, pool, "")
 	m.Insert.Status = StatusBlocked
-	m.Insert.DependsOn = deps
+	m.Insert.MakeFlow().DependsOn = deps
 	return m
 }
 
 // insertInto inserts a queued task into workflow wf.
 func insertInto(id, key, wf string) Mutation {
 	m := insert(id, "p", key)
-	m.Insert.Workflow = wf
-	m.Insert.Step = "step-" + id
+	m.Insert.MakeFlow().Workflow = wf
+	m.Insert.MakeFlow().Step = "step-" + id
 	return m
 }
 

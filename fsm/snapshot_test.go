@@ -145,13 +145,13 @@ func TestWorkflowStateSnapshot(t *testing.T) {
 	require.Len(t, statuses, 4, "workflows of every status")
 	members, spawned, external := 0, 0, 0
 	v.EachTask(func(task *Task) bool {
-		if task.Workflow != "" {
+		if task.Workflow() != "" {
 			members++
 		}
-		if task.Parent != "" {
+		if task.Parent() != "" {
 			spawned++
 		}
-		if task.External {
+		if task.External() {
 			external++
 		}
 		return true
@@ -279,7 +279,7 @@ func wfRecord(id, key string, st WorkflowStatus) []byte {
 
 // memberRecord is the body of a queued task record of workflow wf.
 func memberRecord(id, wf string) []byte {
-	return recordBody(&Task{ID: id, Template: Template{Pool: "p", Kind: "k"}, Workflow: wf, Status: StatusQueued})
+	return recordBody(&Task{ID: id, Template: Template{Pool: "p", Kind: "k"}, Flow: &Flow{Workflow: wf}, Status: StatusQueued})
 }
 
 func taskRecord(id, key string) []byte {
@@ -451,7 +451,7 @@ func TestSnapshotEveryFieldSurvives(t *testing.T) {
 // show the others fail for what they change.
 func TestRestoreRejectsBadV3Snapshots(t *testing.T) {
 	good := snapshotBytes(t, goldenV3State(t))
-	blocked := recordBody(&Task{ID: "b", Template: Template{Pool: "p", Kind: "k"}, Status: StatusBlocked, DependsOn: []string{"a"}})
+	blocked := recordBody(&Task{ID: "b", Template: Template{Pool: "p", Kind: "k"}, Status: StatusBlocked, Flow: &Flow{DependsOn: []string{"a"}}})
 	wf := func(id string) []byte { return wfRecord(id, "", WorkflowRunning) }
 	tests := []struct {
 		name string

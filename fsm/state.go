@@ -139,8 +139,8 @@ func (t *tables) putTask(old, new *Task) {
 		if old.Key != "" && (new == nil || new.Key != old.Key) {
 			t.keys.Delete(keyItem{key: old.Key})
 		}
-		if old.Workflow != "" && (new == nil || new.Workflow != old.Workflow) {
-			t.members.Delete(memberItem{wf: old.Workflow, id: old.ID})
+		if old.Workflow() != "" && (new == nil || new.Workflow() != old.Workflow()) {
+			t.members.Delete(memberItem{wf: old.Workflow(), id: old.ID})
 		}
 		if moved {
 			p := t.pools[old.Pool]
@@ -157,8 +157,8 @@ func (t *tables) putTask(old, new *Task) {
 		if new.Key != "" && (old == nil || old.Key != new.Key) {
 			t.keys.ReplaceOrInsert(keyItem{key: new.Key, id: new.ID})
 		}
-		if new.Workflow != "" && (old == nil || old.Workflow != new.Workflow) {
-			t.members.ReplaceOrInsert(memberItem{wf: new.Workflow, id: new.ID})
+		if new.Workflow() != "" && (old == nil || old.Workflow() != new.Workflow()) {
+			t.members.ReplaceOrInsert(memberItem{wf: new.Workflow(), id: new.ID})
 		}
 		p := t.pools[new.Pool]
 		if p == nil {
@@ -520,7 +520,7 @@ func (s *State) insert(index uint64, t *Task) error {
 	switch t.Status {
 	case StatusScheduled, StatusQueued:
 	case StatusBlocked:
-		if len(t.DependsOn) == 0 {
+		if len(t.DependsOn()) == 0 {
 			return fmt.Errorf("insert %s: blocked without dependencies", t.ID)
 		}
 	default:
@@ -529,18 +529,18 @@ func (s *State) insert(index uint64, t *Task) error {
 	if t.Attempt != 0 || t.Lease != 0 {
 		return fmt.Errorf("insert %s: attempt %d and lease %d, want 0", t.ID, t.Attempt, t.Lease)
 	}
-	for _, dep := range t.DependsOn {
+	for _, dep := range t.DependsOn() {
 		if dep == t.ID || !s.t.tasks.Has(taskItem{id: dep}) {
 			return fmt.Errorf("insert %s: dependency %s does not exist", t.ID, dep)
 		}
 	}
-	if t.Workflow != "" {
-		if err := s.runningWorkflow("insert "+t.ID+" into", t.Workflow); err != nil {
+	if t.Workflow() != "" {
+		if err := s.runningWorkflow("insert "+t.ID+" into", t.Workflow()); err != nil {
 			return err
 		}
 	}
-	if t.Parent != "" && !s.t.tasks.Has(taskItem{id: t.Parent}) {
-		return fmt.Errorf("insert %s: parent %s does not exist", t.ID, t.Parent)
+	if t.Parent() != "" && !s.t.tasks.Has(taskItem{id: t.Parent()}) {
+		return fmt.Errorf("insert %s: parent %s does not exist", t.ID, t.Parent())
 	}
 	t.CreateIndex = index
 	t.ModifyIndex = index
@@ -635,13 +635,18 @@ func (s *State) finish(index uint64, at Instant, m *Finish) error {
 	}
 	t := cur.Clone()
 	if m.Workflow != "" {
-		if cur.Workflow != "" {
-			return fmt.Errorf("finish %s into workflow %s: task is in workflow %s", m.ID, m.Workflow, cur.Workflow)
+		if cur.Workflow() != "" {
+			return fmt.Errorf("finish %s into workflow %s: task is in workflow %s", m.ID, m.Workflow, cur.Workflow())
 		}
 		if err := s.runningWorkflow("finish "+m.ID+" into", m.Workflow); err != nil {
 			return err
 		}
-		t.Workflow = m.Workflow
+		f := Flow{}
+		if t.Flow != nil {
+			f = *t.Flow
+		}
+		f.Workflow = m.Workflow
+		t.Flow = &f
 	}
 	t.Status = m.Status
 	t.Output = m.Output

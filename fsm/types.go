@@ -221,13 +221,11 @@ type Task struct {
 	Schedule string  `msgpack:"sc,omitempty"` // recurring schedule that fired it
 	Slot     Instant `msgpack:"sl,omitempty"` // the scheduled instant of that fire
 
-	// Dependencies and workflows (log format 3).
-	DependsOn []string  `msgpack:"dp,omitempty"`  // ids of the tasks it waits for, in the order given
-	DepPolicy DepPolicy `msgpack:"dpp,omitempty"` // when it may run once they end
-	External  bool      `msgpack:"ext,omitempty"` // completed by an API call, never dispatched
-	Workflow  string    `msgpack:"wf,omitempty"`  // id of the workflow it belongs to
-	Step      string    `msgpack:"stp,omitempty"` // its name in the workflow
-	Parent    string    `msgpack:"par,omitempty"` // the task whose completion spawned it
+	// Flow is what a task with dependencies or in a workflow carries (log
+	// format 3); nil for a plain task. Behind a pointer, it leaves the
+	// record of a plain task, copied at every change of its status, as
+	// small as before workflows.
+	Flow *Flow `msgpack:"fl,omitempty"`
 
 	Status    Status `msgpack:"st"`
 	Attempt   uint32 `msgpack:"at,omitempty"` // attempts started
@@ -258,11 +256,79 @@ func (t *Task) Clone() *Task {
 // added to Task itself gets its case here).
 func (t *Task) Version() uint16 {
 	v := t.Template.Version()
-	if t.Status == StatusBlocked || len(t.DependsOn) > 0 || t.DepPolicy != DepSucceeded ||
-		t.External || t.Workflow != "" || t.Step != "" || t.Parent != "" {
+	if t.Status == StatusBlocked || !t.Flow.IsZero() {
 		v = max(v, 3)
 	}
 	return v
+}
+
+// Flow holds a task's place in a dependency graph or workflow.
+type Flow struct {
+	DependsOn []string  `msgpack:"dp,omitempty"`  // ids of the tasks it waits for, in the order given
+	DepPolicy DepPolicy `msgpack:"dpp,omitempty"` // when it may run once they end
+	External  bool      `msgpack:"ext,omitempty"` // completed by an API call, never dispatched
+	Workflow  string    `msgpack:"wf,omitempty"`  // id of the workflow it belongs to
+	Step      string    `msgpack:"stp,omitempty"` // its name in the workflow
+	Parent    string    `msgpack:"par,omitempty"` // the task whose completion spawned it
+}
+
+// IsZero reports whether f carries nothing (a task with a zero Flow is
+// stored without one).
+func (f *Flow) IsZero() bool {
+	return f == nil || (len(f.DependsOn) == 0 && f.DepPolicy == DepSucceeded && !f.External &&
+		f.Workflow == "" && f.Step == "" && f.Parent == "")
+}
+
+// MakeFlow returns t's Flow, giving t an empty one first: for building a
+// record, never for one stored in the state (records there are immutable).
+func (t *Task) MakeFlow() *Flow {
+	if t.Flow == nil {
+		t.Flow = &Flow{}
+	}
+	return t.Flow
+}
+
+// DependsOn is the ids of the tasks t waits for, in the order given.
+func (t *Task) DependsOn() []string {
+	if t.Flow == nil {
+		return nil
+	}
+	return t.Flow.DependsOn
+}
+
+// DepPolicy is when t may run once its dependencies end.
+func (t *Task) DepPolicy() DepPolicy {
+	if t.Flow == nil {
+		return DepSucceeded
+	}
+	return t.Flow.DepPolicy
+}
+
+// External reports whether t is completed by an API call, never dispatched.
+func (t *Task) External() bool { return t.Flow != nil && t.Flow.External }
+
+// Workflow is the id of the workflow t belongs to, or "".
+func (t *Task) Workflow() string {
+	if t.Flow == nil {
+		return ""
+	}
+	return t.Flow.Workflow
+}
+
+// Step is t's name in its workflow, or "".
+func (t *Task) Step() string {
+	if t.Flow == nil {
+		return ""
+	}
+	return t.Flow.Step
+}
+
+// Parent is the id of the task whose completion spawned t, or "".
+func (t *Task) Parent() string {
+	if t.Flow == nil {
+		return ""
+	}
+	return t.Flow.Parent
 }
 
 // DepPolicy says when a task with dependencies may run.

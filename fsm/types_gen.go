@@ -789,6 +789,172 @@ func (z *Fire) Msgsize() (s int) {
 }
 
 // MarshalMsg implements msgp.Marshaler
+func (z *Flow) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// check for omitted fields
+	zb0001Len := uint32(6)
+	var zb0001Mask uint8 /* 6 bits */
+	_ = zb0001Mask
+	if z.DependsOn == nil {
+		zb0001Len--
+		zb0001Mask |= 0x1
+	}
+	if z.DepPolicy == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x2
+	}
+	if z.External == false {
+		zb0001Len--
+		zb0001Mask |= 0x4
+	}
+	if z.Workflow == "" {
+		zb0001Len--
+		zb0001Mask |= 0x8
+	}
+	if z.Step == "" {
+		zb0001Len--
+		zb0001Mask |= 0x10
+	}
+	if z.Parent == "" {
+		zb0001Len--
+		zb0001Mask |= 0x20
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		if (zb0001Mask & 0x1) == 0 { // if not omitted
+			// string "dp"
+			o = append(o, 0xa2, 0x64, 0x70)
+			o = msgp.AppendArrayHeader(o, uint32(len(z.DependsOn)))
+			for za0001 := range z.DependsOn {
+				o = msgp.AppendString(o, z.DependsOn[za0001])
+			}
+		}
+		if (zb0001Mask & 0x2) == 0 { // if not omitted
+			// string "dpp"
+			o = append(o, 0xa3, 0x64, 0x70, 0x70)
+			o = msgp.AppendUint8(o, uint8(z.DepPolicy))
+		}
+		if (zb0001Mask & 0x4) == 0 { // if not omitted
+			// string "ext"
+			o = append(o, 0xa3, 0x65, 0x78, 0x74)
+			o = msgp.AppendBool(o, z.External)
+		}
+		if (zb0001Mask & 0x8) == 0 { // if not omitted
+			// string "wf"
+			o = append(o, 0xa2, 0x77, 0x66)
+			o = msgp.AppendString(o, z.Workflow)
+		}
+		if (zb0001Mask & 0x10) == 0 { // if not omitted
+			// string "stp"
+			o = append(o, 0xa3, 0x73, 0x74, 0x70)
+			o = msgp.AppendString(o, z.Step)
+		}
+		if (zb0001Mask & 0x20) == 0 { // if not omitted
+			// string "par"
+			o = append(o, 0xa3, 0x70, 0x61, 0x72)
+			o = msgp.AppendString(o, z.Parent)
+		}
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *Flow) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "dp":
+			var zb0002 uint32
+			zb0002, bts, err = msgp.ReadArrayHeaderBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "DependsOn")
+				return
+			}
+			if cap(z.DependsOn) >= int(zb0002) {
+				z.DependsOn = (z.DependsOn)[:zb0002]
+			} else {
+				z.DependsOn = make([]string, zb0002)
+			}
+			for za0001 := range z.DependsOn {
+				z.DependsOn[za0001], bts, err = msgp.ReadStringBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "DependsOn", za0001)
+					return
+				}
+			}
+		case "dpp":
+			{
+				var zb0003 uint8
+				zb0003, bts, err = msgp.ReadUint8Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "DepPolicy")
+					return
+				}
+				z.DepPolicy = DepPolicy(zb0003)
+			}
+		case "ext":
+			z.External, bts, err = msgp.ReadBoolBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "External")
+				return
+			}
+		case "wf":
+			z.Workflow, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Workflow")
+				return
+			}
+		case "stp":
+			z.Step, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Step")
+				return
+			}
+		case "par":
+			z.Parent, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Parent")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z *Flow) Msgsize() (s int) {
+	s = 1 + 3 + msgp.ArrayHeaderSize
+	for za0001 := range z.DependsOn {
+		s += msgp.StringPrefixSize + len(z.DependsOn[za0001])
+	}
+	s += 4 + msgp.Uint8Size + 4 + msgp.BoolSize + 3 + msgp.StringPrefixSize + len(z.Workflow) + 4 + msgp.StringPrefixSize + len(z.Step) + 4 + msgp.StringPrefixSize + len(z.Parent)
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
 func (z Instant) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	o = msgp.AppendInt64(o, int64(z))
@@ -3261,8 +3427,8 @@ func (z *StepTemplate) Msgsize() (s int) {
 func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(34)
-	var zb0001Mask uint64 /* 34 bits */
+	zb0001Len := uint32(29)
+	var zb0001Mask uint32 /* 29 bits */
 	_ = zb0001Mask
 	if z.Priority == 0 {
 		zb0001Len--
@@ -3312,61 +3478,41 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 		zb0001Len--
 		zb0001Mask |= 0x4000
 	}
-	if z.DependsOn == nil {
+	if z.Flow == nil {
 		zb0001Len--
 		zb0001Mask |= 0x8000
 	}
-	if z.DepPolicy == 0 {
-		zb0001Len--
-		zb0001Mask |= 0x10000
-	}
-	if z.External == false {
+	if z.Attempt == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x20000
 	}
-	if z.Workflow == "" {
+	if z.Lease == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x40000
 	}
-	if z.Step == "" {
+	if z.LastLease == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x80000
 	}
-	if z.Parent == "" {
+	if z.Worker == "" {
 		zb0001Len--
 		zb0001Mask |= 0x100000
 	}
-	if z.Attempt == 0 {
-		zb0001Len--
-		zb0001Mask |= 0x400000
-	}
-	if z.Lease == 0 {
-		zb0001Len--
-		zb0001Mask |= 0x800000
-	}
-	if z.LastLease == 0 {
-		zb0001Len--
-		zb0001Mask |= 0x1000000
-	}
-	if z.Worker == "" {
-		zb0001Len--
-		zb0001Mask |= 0x2000000
-	}
 	if z.Output == nil {
 		zb0001Len--
-		zb0001Mask |= 0x4000000
+		zb0001Mask |= 0x200000
 	}
 	if z.Error == "" {
 		zb0001Len--
-		zb0001Mask |= 0x8000000
+		zb0001Mask |= 0x400000
 	}
 	if z.StartedAt == 0 {
 		zb0001Len--
-		zb0001Mask |= 0x20000000
+		zb0001Mask |= 0x1000000
 	}
 	if z.FinishedAt == 0 {
 		zb0001Len--
-		zb0001Mask |= 0x80000000
+		zb0001Mask |= 0x4000000
 	}
 	// variable map header, size zb0001Len
 	o = msgp.AppendMapHeader(o, zb0001Len)
@@ -3497,67 +3643,47 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 			o = msgp.AppendInt64(o, int64(z.Slot))
 		}
 		if (zb0001Mask & 0x8000) == 0 { // if not omitted
-			// string "dp"
-			o = append(o, 0xa2, 0x64, 0x70)
-			o = msgp.AppendArrayHeader(o, uint32(len(z.DependsOn)))
-			for za0003 := range z.DependsOn {
-				o = msgp.AppendString(o, z.DependsOn[za0003])
+			// string "fl"
+			o = append(o, 0xa2, 0x66, 0x6c)
+			if z.Flow == nil {
+				o = msgp.AppendNil(o)
+			} else {
+				o, err = z.Flow.MarshalMsg(o)
+				if err != nil {
+					err = msgp.WrapError(err, "Flow")
+					return
+				}
 			}
-		}
-		if (zb0001Mask & 0x10000) == 0 { // if not omitted
-			// string "dpp"
-			o = append(o, 0xa3, 0x64, 0x70, 0x70)
-			o = msgp.AppendUint8(o, uint8(z.DepPolicy))
-		}
-		if (zb0001Mask & 0x20000) == 0 { // if not omitted
-			// string "ext"
-			o = append(o, 0xa3, 0x65, 0x78, 0x74)
-			o = msgp.AppendBool(o, z.External)
-		}
-		if (zb0001Mask & 0x40000) == 0 { // if not omitted
-			// string "wf"
-			o = append(o, 0xa2, 0x77, 0x66)
-			o = msgp.AppendString(o, z.Workflow)
-		}
-		if (zb0001Mask & 0x80000) == 0 { // if not omitted
-			// string "stp"
-			o = append(o, 0xa3, 0x73, 0x74, 0x70)
-			o = msgp.AppendString(o, z.Step)
-		}
-		if (zb0001Mask & 0x100000) == 0 { // if not omitted
-			// string "par"
-			o = append(o, 0xa3, 0x70, 0x61, 0x72)
-			o = msgp.AppendString(o, z.Parent)
 		}
 		// string "st"
 		o = append(o, 0xa2, 0x73, 0x74)
 		o = msgp.AppendUint8(o, uint8(z.Status))
-		if (zb0001Mask & 0x400000) == 0 { // if not omitted
+		if (zb0001Mask & 0x20000) == 0 { // if not omitted
 			// string "at"
 			o = append(o, 0xa2, 0x61, 0x74)
 			o = msgp.AppendUint32(o, z.Attempt)
 		}
-		if (zb0001Mask & 0x800000) == 0 { // if not omitted
+		if (zb0001Mask & 0x40000) == 0 { // if not omitted
 			// string "ls"
 			o = append(o, 0xa2, 0x6c, 0x73)
 			o = msgp.AppendUint64(o, z.Lease)
 		}
-		if (zb0001Mask & 0x1000000) == 0 { // if not omitted
+		if (zb0001Mask & 0x80000) == 0 { // if not omitted
 			// string "ll"
 			o = append(o, 0xa2, 0x6c, 0x6c)
 			o = msgp.AppendUint64(o, z.LastLease)
 		}
-		if (zb0001Mask & 0x2000000) == 0 { // if not omitted
+		if (zb0001Mask & 0x100000) == 0 { // if not omitted
 			// string "wk"
 			o = append(o, 0xa2, 0x77, 0x6b)
 			o = msgp.AppendString(o, z.Worker)
 		}
-		if (zb0001Mask & 0x4000000) == 0 { // if not omitted
+		if (zb0001Mask & 0x200000) == 0 { // if not omitted
 			// string "out"
 			o = append(o, 0xa3, 0x6f, 0x75, 0x74)
 			o = msgp.AppendBytes(o, z.Output)
 		}
-		if (zb0001Mask & 0x8000000) == 0 { // if not omitted
+		if (zb0001Mask & 0x400000) == 0 { // if not omitted
 			// string "err"
 			o = append(o, 0xa3, 0x65, 0x72, 0x72)
 			o = msgp.AppendString(o, z.Error)
@@ -3565,7 +3691,7 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 		// string "sa"
 		o = append(o, 0xa2, 0x73, 0x61)
 		o = msgp.AppendInt64(o, int64(z.SubmittedAt))
-		if (zb0001Mask & 0x20000000) == 0 { // if not omitted
+		if (zb0001Mask & 0x1000000) == 0 { // if not omitted
 			// string "sta"
 			o = append(o, 0xa3, 0x73, 0x74, 0x61)
 			o = msgp.AppendInt64(o, int64(z.StartedAt))
@@ -3573,7 +3699,7 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 		// string "ua"
 		o = append(o, 0xa2, 0x75, 0x61)
 		o = msgp.AppendInt64(o, int64(z.UpdatedAt))
-		if (zb0001Mask & 0x80000000) == 0 { // if not omitted
+		if (zb0001Mask & 0x4000000) == 0 { // if not omitted
 			// string "fa"
 			o = append(o, 0xa2, 0x66, 0x61)
 			o = msgp.AppendInt64(o, int64(z.FinishedAt))
@@ -3831,68 +3957,32 @@ func (z *Task) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				}
 				z.Slot = Instant(zb0010)
 			}
-		case "dp":
-			var zb0011 uint32
-			zb0011, bts, err = msgp.ReadArrayHeaderBytes(bts)
-			if err != nil {
-				err = msgp.WrapError(err, "DependsOn")
-				return
-			}
-			if cap(z.DependsOn) >= int(zb0011) {
-				z.DependsOn = (z.DependsOn)[:zb0011]
+		case "fl":
+			if msgp.IsNil(bts) {
+				bts, err = msgp.ReadNilBytes(bts)
+				if err != nil {
+					return
+				}
+				z.Flow = nil
 			} else {
-				z.DependsOn = make([]string, zb0011)
-			}
-			for za0003 := range z.DependsOn {
-				z.DependsOn[za0003], bts, err = msgp.ReadStringBytes(bts)
+				if z.Flow == nil {
+					z.Flow = new(Flow)
+				}
+				bts, err = z.Flow.UnmarshalMsg(bts)
 				if err != nil {
-					err = msgp.WrapError(err, "DependsOn", za0003)
+					err = msgp.WrapError(err, "Flow")
 					return
 				}
-			}
-		case "dpp":
-			{
-				var zb0012 uint8
-				zb0012, bts, err = msgp.ReadUint8Bytes(bts)
-				if err != nil {
-					err = msgp.WrapError(err, "DepPolicy")
-					return
-				}
-				z.DepPolicy = DepPolicy(zb0012)
-			}
-		case "ext":
-			z.External, bts, err = msgp.ReadBoolBytes(bts)
-			if err != nil {
-				err = msgp.WrapError(err, "External")
-				return
-			}
-		case "wf":
-			z.Workflow, bts, err = msgp.ReadStringBytes(bts)
-			if err != nil {
-				err = msgp.WrapError(err, "Workflow")
-				return
-			}
-		case "stp":
-			z.Step, bts, err = msgp.ReadStringBytes(bts)
-			if err != nil {
-				err = msgp.WrapError(err, "Step")
-				return
-			}
-		case "par":
-			z.Parent, bts, err = msgp.ReadStringBytes(bts)
-			if err != nil {
-				err = msgp.WrapError(err, "Parent")
-				return
 			}
 		case "st":
 			{
-				var zb0013 uint8
-				zb0013, bts, err = msgp.ReadUint8Bytes(bts)
+				var zb0011 uint8
+				zb0011, bts, err = msgp.ReadUint8Bytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "Status")
 					return
 				}
-				z.Status = Status(zb0013)
+				z.Status = Status(zb0011)
 			}
 		case "at":
 			z.Attempt, bts, err = msgp.ReadUint32Bytes(bts)
@@ -3932,43 +4022,43 @@ func (z *Task) UnmarshalMsg(bts []byte) (o []byte, err error) {
 			}
 		case "sa":
 			{
-				var zb0014 int64
-				zb0014, bts, err = msgp.ReadInt64Bytes(bts)
+				var zb0012 int64
+				zb0012, bts, err = msgp.ReadInt64Bytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "SubmittedAt")
 					return
 				}
-				z.SubmittedAt = Instant(zb0014)
+				z.SubmittedAt = Instant(zb0012)
 			}
 		case "sta":
 			{
-				var zb0015 int64
-				zb0015, bts, err = msgp.ReadInt64Bytes(bts)
+				var zb0013 int64
+				zb0013, bts, err = msgp.ReadInt64Bytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "StartedAt")
 					return
 				}
-				z.StartedAt = Instant(zb0015)
+				z.StartedAt = Instant(zb0013)
 			}
 		case "ua":
 			{
-				var zb0016 int64
-				zb0016, bts, err = msgp.ReadInt64Bytes(bts)
+				var zb0014 int64
+				zb0014, bts, err = msgp.ReadInt64Bytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "UpdatedAt")
 					return
 				}
-				z.UpdatedAt = Instant(zb0016)
+				z.UpdatedAt = Instant(zb0014)
 			}
 		case "fa":
 			{
-				var zb0017 int64
-				zb0017, bts, err = msgp.ReadInt64Bytes(bts)
+				var zb0015 int64
+				zb0015, bts, err = msgp.ReadInt64Bytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "FinishedAt")
 					return
 				}
-				z.FinishedAt = Instant(zb0017)
+				z.FinishedAt = Instant(zb0015)
 			}
 		case "ci":
 			z.CreateIndex, bts, err = msgp.ReadUint64Bytes(bts)
@@ -4004,11 +4094,13 @@ func (z *Task) Msgsize() (s int) {
 	for za0002 := range z.Tags {
 		s += 1 + 2 + msgp.StringPrefixSize + len(z.Tags[za0002].K) + 2 + msgp.StringPrefixSize + len(z.Tags[za0002].V)
 	}
-	s += 3 + msgp.DurationSize + 3 + msgp.Uint32Size + 3 + 1 + 2 + msgp.DurationSize + 2 + msgp.DurationSize + 2 + msgp.Float64Size + 4 + msgp.StringPrefixSize + len(z.Key) + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.StringPrefixSize + len(z.Schedule) + 3 + msgp.Int64Size + 3 + msgp.ArrayHeaderSize
-	for za0003 := range z.DependsOn {
-		s += msgp.StringPrefixSize + len(z.DependsOn[za0003])
+	s += 3 + msgp.DurationSize + 3 + msgp.Uint32Size + 3 + 1 + 2 + msgp.DurationSize + 2 + msgp.DurationSize + 2 + msgp.Float64Size + 4 + msgp.StringPrefixSize + len(z.Key) + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.StringPrefixSize + len(z.Schedule) + 3 + msgp.Int64Size + 3
+	if z.Flow == nil {
+		s += msgp.NilSize
+	} else {
+		s += z.Flow.Msgsize()
 	}
-	s += 4 + msgp.Uint8Size + 4 + msgp.BoolSize + 3 + msgp.StringPrefixSize + len(z.Workflow) + 4 + msgp.StringPrefixSize + len(z.Step) + 4 + msgp.StringPrefixSize + len(z.Parent) + 3 + msgp.Uint8Size + 3 + msgp.Uint32Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size + 3 + msgp.StringPrefixSize + len(z.Worker) + 4 + msgp.BytesPrefixSize + len(z.Output) + 4 + msgp.StringPrefixSize + len(z.Error) + 3 + msgp.Int64Size + 4 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size
+	s += 3 + msgp.Uint8Size + 3 + msgp.Uint32Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size + 3 + msgp.StringPrefixSize + len(z.Worker) + 4 + msgp.BytesPrefixSize + len(z.Output) + 4 + msgp.StringPrefixSize + len(z.Error) + 3 + msgp.Int64Size + 4 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size
 	return
 }
 

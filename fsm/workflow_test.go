@@ -26,9 +26,9 @@ func checkIndexes(t testing.TB, v *View) {
 		if it.t.Key != "" {
 			wantKeys = append(wantKeys, keyItem{key: it.t.Key, id: it.id})
 		}
-		if it.t.Workflow != "" {
-			wantMembers = append(wantMembers, memberItem{wf: it.t.Workflow, id: it.id})
-			require.True(t, tb.wfs.Has(wfItem{id: it.t.Workflow}), "task %q: workflow %q does not exist", it.id, it.t.Workflow)
+		if it.t.Workflow() != "" {
+			wantMembers = append(wantMembers, memberItem{wf: it.t.Workflow(), id: it.id})
+			require.True(t, tb.wfs.Has(wfItem{id: it.t.Workflow()}), "task %q: workflow %q does not exist", it.id, it.t.Workflow())
 		}
 		return true
 	})
@@ -97,11 +97,11 @@ func workflowState(t testing.TB) *State {
 			m = insertInto(id, fmt.Sprintf("key%d", i), wf)
 		case 2:
 			m = insertBlocked(id, "p", taskID(i-1), taskID(i-2))
-			m.Insert.Workflow, m.Insert.Step = wf, "step"
-			m.Insert.DepPolicy = DepPolicy(i % 2)
+			m.Insert.MakeFlow().Workflow, m.Insert.MakeFlow().Step = wf, "step"
+			m.Insert.MakeFlow().DepPolicy = DepPolicy(i % 2)
 		case 3: // spawned by the task before, outside workflows
 			m = insert(id, "q", "")
-			m.Insert.Parent, m.Insert.External = taskID(i-1), true
+			m.Insert.MakeFlow().Parent, m.Insert.MakeFlow().External = taskID(i-1), true
 		case 4:
 			m = insertInto(id, "", wf)
 			m.Insert.Status, m.Insert.RunAt = StatusScheduled, baseTime+1e12
@@ -117,7 +117,7 @@ func workflowState(t testing.TB) *State {
 	ends := []WorkflowStatus{WorkflowSucceeded, WorkflowFailed, WorkflowCancelled, WorkflowCancelled}
 	for w := 4; w < 8; w++ {
 		h.s.View().EachTask(func(task *Task) bool {
-			if task.Workflow == wfID(w) {
+			if task.Workflow() == wfID(w) {
 				ms = append(ms, finish(task.ID, 0, StatusCancelled))
 			}
 			return true
@@ -187,31 +187,31 @@ func TestWorkflowPreconditions(t *testing.T) {
 		{"insert blocked", []Mutation{insertBlocked("new", "p", a, don)}, true, "", func(t *testing.T, h *harness) {
 			task := h.task("new")
 			require.Equal(t, StatusBlocked, task.Status)
-			require.Equal(t, []string{a, don}, task.DependsOn)
+			require.Equal(t, []string{a, don}, task.DependsOn())
 			require.Equal(t, h.index, task.CreateIndex)
 			require.True(t, task.Status.Pending())
 			require.Equal(t, []string{blk, later, "new"}, listIDs(h.s, ListQuery{Statuses: []Status{StatusBlocked}}))
 		}},
 		{"insert blocked on a task of the same batch", []Mutation{insert("x", "p", ""), insertBlocked("new", "p", "x")}, true, "", nil},
 		{"insert blocked on a blocked task", []Mutation{insertBlocked("new", "p", blk)}, true, "", nil},
-		{"insert blocked with the policy done", []Mutation{with(insertBlocked("new", "p", a), func(t *Task) { t.DepPolicy = DepDone })}, true, "", func(t *testing.T, h *harness) {
-			require.Equal(t, DepDone, h.task("new").DepPolicy)
+		{"insert blocked with the policy done", []Mutation{with(insertBlocked("new", "p", a), func(t *Task) { t.MakeFlow().DepPolicy = DepDone })}, true, "", func(t *testing.T, h *harness) {
+			require.Equal(t, DepDone, h.task("new").DepPolicy())
 		}},
 		{"insert blocked without dependencies", []Mutation{insertBlocked("new", "p")}, false, "blocked without dependencies", nil},
 		{"insert blocked on itself", []Mutation{insertBlocked("new", "p", "new")}, false, "dependency new does not exist", nil},
 		{"insert blocked on another and itself", []Mutation{insertBlocked("new", "p", a, "new")}, false, "dependency new does not exist", nil},
 		{"insert blocked on a missing task", []Mutation{insertBlocked("new", "p", a, "nope")}, false, "dependency nope does not exist", nil},
-		{"insert queued with dependencies", []Mutation{with(insert("new", "p", ""), func(t *Task) { t.DependsOn = []string{a} })}, true, "", func(t *testing.T, h *harness) {
+		{"insert queued with dependencies", []Mutation{with(insert("new", "p", ""), func(t *Task) { t.MakeFlow().DependsOn = []string{a} })}, true, "", func(t *testing.T, h *harness) {
 			require.Equal(t, StatusQueued, h.task("new").Status)
 		}},
-		{"insert queued with a missing dependency", []Mutation{with(insert("new", "p", ""), func(t *Task) { t.DependsOn = []string{"nope"} })}, false, "dependency nope does not exist", nil},
+		{"insert queued with a missing dependency", []Mutation{with(insert("new", "p", ""), func(t *Task) { t.MakeFlow().DependsOn = []string{"nope"} })}, false, "dependency nope does not exist", nil},
 		{"insert into a running workflow", []Mutation{insertInto("new", "knew", w)}, true, "", func(t *testing.T, h *harness) {
 			task := h.task("new")
-			require.Equal(t, w, task.Workflow)
-			require.Equal(t, "step-new", task.Step)
+			require.Equal(t, w, task.Workflow())
+			require.Equal(t, "step-new", task.Step())
 			members(t, h, w, "m1", "m2", "new")
 		}},
-		{"insert blocked into a running workflow", []Mutation{with(insertBlocked("new", "p", "m1"), func(t *Task) { t.Workflow = w })}, true, "", func(t *testing.T, h *harness) {
+		{"insert blocked into a running workflow", []Mutation{with(insertBlocked("new", "p", "m1"), func(t *Task) { t.MakeFlow().Workflow = w })}, true, "", func(t *testing.T, h *harness) {
 			members(t, h, w, "m1", "m2", "new")
 		}},
 		{"insert into a workflow of the same batch", []Mutation{putWorkflow("w2", ""), insertInto("new", "", "w2")}, true, "", func(t *testing.T, h *harness) {
@@ -220,13 +220,13 @@ func TestWorkflowPreconditions(t *testing.T) {
 		{"insert into a missing workflow", []Mutation{insertInto("new", "", "nope")}, false, "no such workflow", nil},
 		{"insert into an ended workflow", []Mutation{insertInto("new", "", ended)}, false, "workflow is cancelled, want running", nil},
 		{"insert into a workflow ending in the same batch", []Mutation{endWorkflow(empty, WorkflowSucceeded), insertInto("new", "", empty)}, false, "want running", nil},
-		{"insert with a parent", []Mutation{with(insert("new", "p", ""), func(t *Task) { t.Parent, t.External = don, true })}, true, "", func(t *testing.T, h *harness) {
+		{"insert with a parent", []Mutation{with(insert("new", "p", ""), func(t *Task) { t.MakeFlow().Parent, t.MakeFlow().External = don, true })}, true, "", func(t *testing.T, h *harness) {
 			task := h.task("new")
-			require.Equal(t, don, task.Parent)
-			require.True(t, task.External)
+			require.Equal(t, don, task.Parent())
+			require.True(t, task.External())
 		}},
-		{"insert with a missing parent", []Mutation{with(insert("new", "p", ""), func(t *Task) { t.Parent = "nope" })}, false, "parent nope does not exist", nil},
-		{"insert with itself as parent", []Mutation{with(insert("new", "p", ""), func(t *Task) { t.Parent = "new" })}, false, "parent new does not exist", nil},
+		{"insert with a missing parent", []Mutation{with(insert("new", "p", ""), func(t *Task) { t.MakeFlow().Parent = "nope" })}, false, "parent nope does not exist", nil},
+		{"insert with itself as parent", []Mutation{with(insert("new", "p", ""), func(t *Task) { t.MakeFlow().Parent = "new" })}, false, "parent new does not exist", nil},
 		{"insert blocked with a key in use", []Mutation{with(insertBlocked("new", "p", a), func(t *Task) { t.Key = "ka" })}, false, "in use", nil},
 		// Unblock
 		{"unblock", []Mutation{unblock(blk, baseTime+6)}, true, "", func(t *testing.T, h *harness) {
@@ -234,7 +234,7 @@ func TestWorkflowPreconditions(t *testing.T) {
 			require.Equal(t, StatusQueued, task.Status)
 			require.Equal(t, baseTime+6, task.UpdatedAt)
 			require.Equal(t, h.index, task.ModifyIndex)
-			require.Equal(t, []string{a}, task.DependsOn, "kept")
+			require.Equal(t, []string{a}, task.DependsOn(), "kept")
 		}},
 		{"unblock before the run time", []Mutation{unblock(later, laterAt-1)}, true, "", func(t *testing.T, h *harness) {
 			task := h.task(later)
@@ -300,7 +300,7 @@ func TestWorkflowPreconditions(t *testing.T) {
 		{"put workflow status 9", []Mutation{{PutWorkflow: &Workflow{ID: "new", Status: 9}}}, false, "want running", nil},
 		// EndWorkflow
 		{"end workflow with a live member", []Mutation{endWorkflow(w, WorkflowSucceeded)}, false, "member m1 has not ended", nil},
-		{"end workflow with a blocked member", []Mutation{finish("m1", 0, StatusCancelled), with(insertBlocked("new", "p", a), func(t *Task) { t.Workflow = w }),
+		{"end workflow with a blocked member", []Mutation{finish("m1", 0, StatusCancelled), with(insertBlocked("new", "p", a), func(t *Task) { t.MakeFlow().Workflow = w }),
 			endWorkflow(w, WorkflowSucceeded)}, false, "member new has not ended", nil},
 		{"end workflow with a running member", []Mutation{start("m1", 1, l2), endWorkflow(w, WorkflowFailed)}, false, "member m1 has not ended", nil},
 		{"end workflow after its members ended", []Mutation{finish("m1", 0, StatusCancelled), endWorkflow(w, WorkflowCancelled)}, true, "", func(t *testing.T, h *harness) {
@@ -371,7 +371,7 @@ func TestWorkflowPreconditions(t *testing.T) {
 		{"finish into a running workflow", []Mutation{finishInto(a, 0, StatusCancelled, w)}, true, "", func(t *testing.T, h *harness) {
 			task := h.task(a)
 			require.Equal(t, StatusCancelled, task.Status)
-			require.Equal(t, w, task.Workflow)
+			require.Equal(t, w, task.Workflow())
 			members(t, h, w, a, "m1", "m2")
 		}},
 		{"finish with a lease into a workflow", []Mutation{finishInto(run, l1, StatusSucceeded, empty)}, true, "", func(t *testing.T, h *harness) {
@@ -522,7 +522,7 @@ func TestRejectedBatchRollsBackWorkflows(t *testing.T) {
 			require.Equal(t, wMembers, h.s.WorkflowTasks("w"))
 			require.Equal(t, endedMembers, h.s.WorkflowTasks("ended"))
 			require.Equal(t, StatusBlocked, h.task("blk").Status)
-			require.Empty(t, h.task("a").Workflow)
+			require.Empty(t, h.task("a").Workflow())
 			byKey, ok := h.s.GetByKey("ke1")
 			require.True(t, ok)
 			require.Equal(t, "e1", byKey.ID)
@@ -603,7 +603,7 @@ func bruteWorkflows(v *View, q WorkflowQuery) []string {
 func bruteMembers(v *View, id string) []string {
 	ids := []string{}
 	v.EachTask(func(task *Task) bool {
-		if task.Workflow == id {
+		if task.Workflow() == id {
 			ids = append(ids, task.ID)
 		}
 		return true
@@ -842,7 +842,7 @@ func TestRandomWorkflowOperations(t *testing.T) {
 				case 0:
 					m = insertBlocked(id, "p", taskID(r.intn(40)))
 					if r.coin() {
-						m.Insert.DependsOn = append(m.Insert.DependsOn, taskID(r.intn(40)))
+						m.Insert.MakeFlow().DependsOn = append(m.Insert.DependsOn(), taskID(r.intn(40)))
 					}
 					if r.coin() {
 						m.Insert.RunAt = baseTime + Instant(r.intn(3))
@@ -850,11 +850,11 @@ func TestRandomWorkflowOperations(t *testing.T) {
 				case 1:
 					m = insertInto(id, "", wfID())
 					if r.coin() {
-						m.Insert.Status, m.Insert.DependsOn = StatusBlocked, []string{taskID(r.intn(40))}
+						m.Insert.Status, m.Insert.MakeFlow().DependsOn = StatusBlocked, []string{taskID(r.intn(40))}
 					}
 				case 2:
 					m = insert(id, "q", fmt.Sprintf("key%d", r.intn(50)))
-					m.Insert.Parent = taskID(r.intn(40))
+					m.Insert.MakeFlow().Parent = taskID(r.intn(40))
 				default:
 					m = insert(id, "p", "")
 				}
@@ -889,7 +889,7 @@ func TestRandomWorkflowOperations(t *testing.T) {
 				wf := wfID()
 				if r.intn(4) != 0 {
 					h.s.View().EachTask(func(task *Task) bool {
-						if task.Workflow == wf && !task.Status.Terminal() {
+						if task.Workflow() == wf && !task.Status.Terminal() {
 							ms = append(ms, finish(task.ID, task.Lease, StatusCancelled))
 						}
 						return true
@@ -948,7 +948,7 @@ func TestRandomWorkflowOperations(t *testing.T) {
 // workflow while a member lives (EndWorkflow refuses it), so a snapshot
 // that says so is corrupt.
 func TestRestoreRefusesEndedWorkflowWithLiveMember(t *testing.T) {
-	done := recordBody(&Task{ID: "a", Template: Template{Pool: "p", Kind: "k"}, Key: "ka", Workflow: "w", Status: StatusSucceeded})
+	done := recordBody(&Task{ID: "a", Template: Template{Pool: "p", Kind: "k"}, Key: "ka", Flow: &Flow{Workflow: "w"}, Status: StatusSucceeded})
 	snap := newSnapshotWriter(3).record(recTask, done).record(recTask, memberRecord("b", "w")).
 		record(recWorkflow, wfRecord("w", "kw", WorkflowSucceeded)).end4(2, 0, 0, 1)
 	s := New()

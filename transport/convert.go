@@ -433,7 +433,7 @@ func workflowToProto(w *fsm.Workflow, members []*fsm.Task) *cronoqv1.Workflow {
 func dependencyToProto(t *fsm.Task, omit bool) *cronoqv1.DependencyResult {
 	out := &cronoqv1.DependencyResult{
 		Id:     t.ID,
-		Step:   t.Step,
+		Step:   t.Step(),
 		Status: statusToProto(t.Status),
 		Error:  t.Error,
 	}
@@ -467,12 +467,12 @@ func taskToProto(t *fsm.Task) *cronoqv1.Task {
 		Schedule:    t.Schedule,
 		Slot:        instantToProto(t.Slot),
 
-		DependsOn:        t.DependsOn,
-		DependencyPolicy: depPolicyToProto(t.DepPolicy),
-		External:         t.External,
-		Workflow:         t.Workflow,
-		Step:             t.Step,
-		Parent:           t.Parent,
+		DependsOn:        t.DependsOn(),
+		DependencyPolicy: depPolicyToProto(t.DepPolicy()),
+		External:         t.External(),
+		Workflow:         t.Workflow(),
+		Step:             t.Step(),
+		Parent:           t.Parent(),
 	}
 }
 

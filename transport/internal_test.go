@@ -145,8 +145,8 @@ func TestTaskToProtoKeepsEveryField(t *testing.T) {
 		Key: "k1", RunAt: at, Deadline: at + 5, Schedule: "s", Slot: at + 6, Status: fsm.StatusRunning,
 		Attempt: 2, Lease: 77, Output: []byte("out"), Error: "e",
 		SubmittedAt: at + 1, StartedAt: at + 2, UpdatedAt: at + 3, FinishedAt: at + 4,
-		DependsOn: []string{"d1", "d2"}, DepPolicy: fsm.DepDone, External: true,
-		Workflow: "w1", Step: "build", Parent: "t0",
+		Flow: &fsm.Flow{DependsOn: []string{"d1", "d2"}, DepPolicy: fsm.DepDone, External: true,
+			Workflow: "w1", Step: "build", Parent: "t0"},
 	}
 	p := taskToProto(task)
 	back, err := templateFromProto(p.GetTemplate())

@@ -312,7 +312,7 @@ func (ws *workerStream) poll() {
 			// and so are the ends of the task's dependencies before it.
 			if t, ok := state.Get(g.ID); ok {
 				grant.Task = taskToProto(t)
-				grant.Dependencies = dependencies(state, t.DependsOn, &budget)
+				grant.Dependencies = dependencies(state, t.DependsOn(), &budget)
 			}
 			out.Grants[i] = grant
 		}

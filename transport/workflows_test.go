@@ -37,7 +37,7 @@ func queuedTask(id string, mod func(*fsm.Task)) *fsm.Task {
 
 // inWorkflow makes a task the member wf's step.
 func inWorkflow(wf, step string) func(*fsm.Task) {
-	return func(t *fsm.Task) { t.Workflow, t.Step = wf, step }
+	return func(t *fsm.Task) { t.MakeFlow().Workflow, t.MakeFlow().Step = wf, step }
 }
 
 // succeed runs queued task id under lease and ends it succeeded with
@@ -316,8 +316,8 @@ func TestEventsFilterWorkflowEvents(t *testing.T) {
 func TestCompleteExternalTask(t *testing.T) {
 	b := newFakeBackend()
 	b.apply(t, t0,
-		fsm.Mutation{Insert: queuedTask("ext1", func(t *fsm.Task) { t.External = true })},
-		fsm.Mutation{Insert: queuedTask("ext2", func(t *fsm.Task) { t.External, t.Key = true, "k2" })},
+		fsm.Mutation{Insert: queuedTask("ext1", func(t *fsm.Task) { t.MakeFlow().External = true })},
+		fsm.Mutation{Insert: queuedTask("ext2", func(t *fsm.Task) { t.MakeFlow().External, t.Key = true, "k2" })},
 	)
 	outcomes := make(chan cluster.Outcome, 4)
 	b.completeExternal = func(ref cluster.TaskRef, out cluster.Outcome) (string, error) {
@@ -396,7 +396,7 @@ func workflowFixture(t *testing.T, b *fakeBackend) {
 		fsm.Mutation{Insert: queuedTask("a1", inWorkflow("w1", "a"))},
 		fsm.Mutation{Insert: queuedTask("b1", func(t *fsm.Task) {
 			inWorkflow("w1", "b")(t)
-			t.Status, t.DependsOn = fsm.StatusBlocked, []string{"a1"}
+			t.Status, t.MakeFlow().DependsOn = fsm.StatusBlocked, []string{"a1"}
 		})},
 		fsm.Mutation{PutWorkflow: &fsm.Workflow{ID: "w2", Name: "other", Status: fsm.WorkflowRunning, SubmittedAt: t0}},
 		fsm.Mutation{Insert: queuedTask("c2", inWorkflow("w2", "c"))},
@@ -657,7 +657,7 @@ func dependencyFixture(t *testing.T, b *fakeBackend) {
 		fsm.Mutation{Finish: &fsm.Finish{ID: "d3", Lease: 1, Status: fsm.StatusFailed, Error: "boom", At: t0}},
 		fsm.Mutation{Insert: queuedTask("g", func(t *fsm.Task) {
 			inWorkflow("w", "join")(t)
-			t.DependsOn, t.DepPolicy = []string{"d1", "d2", "d3", "d4"}, fsm.DepDone
+			t.MakeFlow().DependsOn, t.MakeFlow().DepPolicy = []string{"d1", "d2", "d3", "d4"}, fsm.DepDone
 		})},
 		fsm.Mutation{Start: &fsm.Start{ID: "g", Attempt: 1, Lease: 7, Worker: "raw", At: t0}},
 	)

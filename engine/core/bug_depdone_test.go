@@ -85,7 +85,7 @@ func TestBugDepDoneReleasesDependentOfFailedStep(t *testing.T) {
 	rec, ok = state.Get(second)
 	require.True(t, ok)
 	require.NotEqual(t, fsm.StatusCancelled, rec.Status)
-	require.Equal(t, fsm.DepSucceeded, rec.DepPolicy)
+	require.Equal(t, fsm.DepSucceeded, rec.DepPolicy())
 
 	c.Poll(t0, 4, Offer{Worker: "w", Pool: "p", Slots: 1})
 	g = dispatched(commit(c), 4)

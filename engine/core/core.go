@@ -68,6 +68,7 @@ type Core struct {
 	spareReplies    spares[Reply]
 	spareDispatches spares[Dispatch]
 	spareEvents     spares[Event]
+	spareMutations  spares[fsm.Mutation]
 }
 
 // Bounds of the output slices the core keeps for reuse.
@@ -158,16 +159,50 @@ type task struct {
 
 	waiters []ReqID
 
-	// Dependencies and workflows.
+	// flow is its place in the dependency graph and its workflow: nil for
+	// a task that has never been part of either, which keeps a plain
+	// task's footprint as small as before workflows.
+	flow *taskFlow
+}
+
+// taskFlow is what a task in the dependency graph or a workflow carries.
+type taskFlow struct {
 	deps           []string      // ids of its dependencies (fsm.Task.DependsOn)
 	depPolicy      fsm.DepPolicy //
-	waitingOn      int           // dependencies not ended yet, while blocked
-	dependents     []*task       // blocked tasks waiting for this one to end
-	liveDependents int           // dependents that have not ended: while any lives, it is not purged
-	purgeHeld      bool          // its retention ended while a dependent lived
 	external       bool
+	purgeHeld      bool    // its retention ended while a dependent lived
+	waitingOn      int     // dependencies not ended yet, while blocked
+	liveDependents int     // dependents that have not ended: while any lives, it is not purged
+	dependents     []*task // blocked tasks waiting for this one to end
 	wf             *workflow
 	step           string
+}
+
+// fl returns t's flow, giving t an empty one first.
+func (t *task) fl() *taskFlow {
+	if t.flow == nil {
+		t.flow = &taskFlow{}
+	}
+	return t.flow
+}
+
+// inWorkflow is the workflow t belongs to, or nil.
+func (t *task) inWorkflow() *workflow {
+	if t.flow == nil {
+		return nil
+	}
+	return t.flow.wf
+}
+
+// isExternal reports whether t is completed by an API call.
+func (t *task) isExternal() bool { return t.flow != nil && t.flow.external }
+
+// stepName is t's name in its workflow, or "".
+func (t *task) stepName() string {
+	if t.flow == nil {
+		return ""
+	}
+	return t.flow.step
 }
 
 func (t *task) readyItem() readyItem {
@@ -248,14 +283,16 @@ func (c *Core) Ready() Output {
 	return o
 }
 
-// Recycle hands back the held slices of an Output whose actions have all
-// been carried out, for the core to reuse. The caller must not touch them
-// afterwards.
+// Recycle hands back the slices of an Output whose mutations are durable
+// and whose actions have all been carried out, for the core to reuse. The
+// caller must not touch them afterwards (the records the mutations point
+// to are not reused).
 func (c *Core) Recycle(o *Output) {
 	c.spareReplies.put(o.Replies)
 	c.spareDispatches.put(o.Dispatches)
 	c.spareEvents.put(o.Events)
-	o.Replies, o.Dispatches, o.Events = nil, nil, nil
+	c.spareMutations.put(o.Mutations)
+	o.Replies, o.Dispatches, o.Events, o.Mutations = nil, nil, nil, nil
 }
 
 // SetLogVersion sets the newest log format every server of the cluster
@@ -303,7 +340,12 @@ func (c *Core) Stats() Stats {
 // Output helpers
 // ---------------------------------------------------------------------------
 
-func (c *Core) mutate(m fsm.Mutation) { c.out.Mutations = append(c.out.Mutations, m) }
+func (c *Core) mutate(m fsm.Mutation) {
+	if c.out.Mutations == nil {
+		c.out.Mutations = c.spareMutations.get()
+	}
+	c.out.Mutations = append(c.out.Mutations, m)
+}
 
 func (c *Core) abort(t *task, reason string) {
 	c.out.Aborts = append(c.out.Aborts, Abort{Worker: t.worker, Lease: t.lease, Reason: reason})
@@ -346,10 +388,10 @@ func (c *Core) event(t *task, msg string) {
 		Attempt: t.attempt,
 		Message: msg,
 		At:      c.now,
-		Step:    t.step,
+		Step:    t.stepName(),
 	}
-	if t.wf != nil {
-		ev.Workflow = t.wf.rec.ID
+	if w := t.inWorkflow(); w != nil {
+		ev.Workflow = w.rec.ID
 	}
 	c.out.Events = append(c.out.Events, ev)
 }

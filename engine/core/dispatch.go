@@ -148,7 +148,7 @@ func normalizeKVs(field string, kvs []fsm.KV) ([]fsm.KV, error) {
 // enqueue makes a queued task dispatchable (an external task waits for its
 // completion instead).
 func (c *Core) enqueue(t *task) {
-	if t.external {
+	if t.isExternal() {
 		return
 	}
 	p := t.pool
@@ -166,7 +166,7 @@ func (c *Core) enqueue(t *task) {
 
 // dequeue removes a queued task from its ready queue.
 func (c *Core) dequeue(t *task) {
-	if t.external {
+	if t.isExternal() {
 		return
 	}
 	p := t.pool

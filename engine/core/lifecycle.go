@@ -65,7 +65,7 @@ func (c *Core) finishJoin(t *task, status fsm.Status, output []byte, msg string,
 	c.mutate(fsm.Mutation{Finish: fin})
 	c.setStatus(t, status)
 	t.finishedAt = c.now
-	if w := t.wf; w != nil {
+	if w := t.inWorkflow(); w != nil {
 		w.note(t)
 		w.live--
 		if w.live == 0 {
@@ -121,8 +121,8 @@ func (c *Core) expire(t *task) {
 // purge forgets a terminal task whose retention ended and frees its key,
 // unless a task that depends on it lives (it then waits for it).
 func (c *Core) purge(t *task) {
-	if t.liveDependents > 0 {
-		t.purgeHeld = true
+	if t.flow != nil && t.flow.liveDependents > 0 {
+		t.flow.purgeHeld = true
 		return
 	}
 	c.mutate(fsm.Mutation{Purge: &fsm.Purge{ID: t.id}})

@@ -57,8 +57,8 @@ func Recover(cfg Config, src Source, epoch uint64, now time.Time) (*Core, error)
 			err = fmt.Errorf("recovering task %s: listed twice", rec.ID)
 			return false
 		}
-		if rec.Workflow != "" && c.workflows[rec.Workflow] == nil {
-			err = fmt.Errorf("recovering task %s: its workflow %s does not exist", rec.ID, rec.Workflow)
+		if wf := rec.Workflow(); wf != "" && c.workflows[wf] == nil {
+			err = fmt.Errorf("recovering task %s: its workflow %s does not exist", rec.ID, wf)
 			return false
 		}
 		c.ids.observe(rec.ID)

@@ -345,23 +345,23 @@ func (h *harness) fmtMutation(m fsm.Mutation) string {
 		if t.Schedule != "" {
 			fmt.Fprintf(&b, " schedule=%s slot=%s", t.Schedule, fmtAt(t.Slot))
 		}
-		if len(t.DependsOn) > 0 {
-			fmt.Fprintf(&b, " deps=%s", h.names(t.DependsOn))
+		if len(t.DependsOn()) > 0 {
+			fmt.Fprintf(&b, " deps=%s", h.names(t.DependsOn()))
 		}
-		if t.DepPolicy != fsm.DepSucceeded {
-			fmt.Fprintf(&b, " policy=%s", t.DepPolicy)
+		if t.DepPolicy() != fsm.DepSucceeded {
+			fmt.Fprintf(&b, " policy=%s", t.DepPolicy())
 		}
-		if t.External {
+		if t.External() {
 			b.WriteString(" external")
 		}
-		if t.Workflow != "" {
-			fmt.Fprintf(&b, " wf=%s", h.wfName(t.Workflow))
+		if t.Workflow() != "" {
+			fmt.Fprintf(&b, " wf=%s", h.wfName(t.Workflow()))
 		}
-		if t.Step != "" {
-			fmt.Fprintf(&b, " step=%s", t.Step)
+		if t.Step() != "" {
+			fmt.Fprintf(&b, " step=%s", t.Step())
 		}
-		if t.Parent != "" {
-			fmt.Fprintf(&b, " parent=%s", h.name(t.Parent))
+		if t.Parent() != "" {
+			fmt.Fprintf(&b, " parent=%s", h.name(t.Parent()))
 		}
 		return b.String()
 	case m.Unblock != nil:
@@ -1239,14 +1239,14 @@ func (h *harness) dumpState() string {
 		if t.Error != "" {
 			fmt.Fprintf(&b, " err=%q", t.Error)
 		}
-		if len(t.DependsOn) > 0 {
-			fmt.Fprintf(&b, " deps=%s", h.names(t.DependsOn))
+		if len(t.DependsOn()) > 0 {
+			fmt.Fprintf(&b, " deps=%s", h.names(t.DependsOn()))
 		}
-		if t.Workflow != "" {
-			fmt.Fprintf(&b, " wf=%s", h.wfName(t.Workflow))
+		if t.Workflow() != "" {
+			fmt.Fprintf(&b, " wf=%s", h.wfName(t.Workflow()))
 		}
-		if t.Step != "" {
-			fmt.Fprintf(&b, " step=%s", t.Step)
+		if t.Step() != "" {
+			fmt.Fprintf(&b, " step=%s", t.Step())
 		}
 		b.WriteByte('\n')
 		return true
@@ -1301,8 +1301,8 @@ func (h *harness) dumpWorkflows() string {
 		var parts []string
 		for _, t := range h.state.WorkflowTasks(w.ID) {
 			p := h.name(t.ID)
-			if t.Step != "" {
-				p = t.Step + "=" + p
+			if t.Step() != "" {
+				p = t.Step() + "=" + p
 			}
 			parts = append(parts, p+":"+t.Status.String())
 		}

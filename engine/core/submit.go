@@ -141,7 +141,10 @@ func (c *Core) prepare(s *Spec) (*fsm.Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec := &fsm.Task{Template: c.resolve(tpl), Key: s.Key, External: s.External, DepPolicy: s.DepPolicy}
+	rec := &fsm.Task{Template: c.resolve(tpl), Key: s.Key}
+	if s.External || s.DepPolicy != fsm.DepSucceeded {
+		rec.Flow = &fsm.Flow{External: s.External, DepPolicy: s.DepPolicy}
+	}
 	if s.DepPolicy > fsm.DepDone {
 		return nil, Invalid("dependency_policy", "unknown policy %d", s.DepPolicy)
 	}
@@ -573,14 +576,21 @@ func (c *Core) insertMember(tmpl *fsm.Task, deps []*task, w *workflow, parent st
 	rec.ID = c.ids.next(uint64(int64(c.now) / int64(time.Millisecond)))
 	rec.SubmittedAt = c.now
 	rec.UpdatedAt = c.now
-	rec.Parent = parent
+	// The template's flow is shared with whoever holds the template: this
+	// record gets its own, and none when it carries nothing.
+	rec.Flow = nil
+	flow := new(fsm.Flow) // on the stack unless kept
+	if tmpl.Flow != nil {
+		*flow = *tmpl.Flow
+	}
+	flow.Parent = parent
 	if w != nil {
-		rec.Workflow = w.rec.ID
+		flow.Workflow = w.rec.ID
 	}
 	var doomed *task // a dependency that ended without success, under policy succeeded
 	waiting := false
 	if len(deps) > 0 {
-		rec.DependsOn = make([]string, 0, len(deps))
+		flow.DependsOn = make([]string, 0, len(deps))
 		// A fan-in continuation may name tens of thousands of children:
 		// duplicates are found through a set once a scan would cost more.
 		var seen map[string]struct{}
@@ -593,17 +603,21 @@ func (c *Core) insertMember(tmpl *fsm.Task, deps []*task, w *workflow, parent st
 					continue
 				}
 				seen[d.id] = struct{}{}
-			} else if slices.Contains(rec.DependsOn, d.id) {
+			} else if slices.Contains(flow.DependsOn, d.id) {
 				continue
 			}
-			rec.DependsOn = append(rec.DependsOn, d.id)
+			flow.DependsOn = append(flow.DependsOn, d.id)
 			switch {
 			case !d.status.Terminal():
 				waiting = true
-			case d.status != fsm.StatusSucceeded && rec.DepPolicy == fsm.DepSucceeded && doomed == nil:
+			case d.status != fsm.StatusSucceeded && flow.DepPolicy == fsm.DepSucceeded && doomed == nil:
 				doomed = d
 			}
 		}
+	}
+	if !flow.IsZero() {
+		kept := *flow
+		rec.Flow = &kept
 	}
 	switch {
 	case waiting || doomed != nil:
@@ -649,10 +663,9 @@ func (c *Core) track(rec *fsm.Task) *task {
 		worker:      rec.Worker,
 		startedAt:   rec.StartedAt,
 		finishedAt:  rec.FinishedAt,
-		deps:        rec.DependsOn,
-		depPolicy:   rec.DepPolicy,
-		external:    rec.External,
-		step:        rec.Step,
+	}
+	if f := rec.Flow; f != nil {
+		t.flow = &taskFlow{deps: f.DependsOn, depPolicy: f.DepPolicy, external: f.External, step: f.Step}
 	}
 	c.tasks[t.id] = t
 	if t.key != "" {
@@ -679,10 +692,10 @@ func (c *Core) track(rec *fsm.Task) *task {
 	default: // terminal
 		t.status = rec.Status
 	}
-	if rec.Workflow != "" {
-		c.join(t, c.workflows[rec.Workflow])
+	if wf := rec.Workflow(); wf != "" {
+		c.join(t, c.workflows[wf])
 	}
-	if t.wf == nil && t.status.Terminal() {
+	if t.inWorkflow() == nil && t.status.Terminal() {
 		c.purges.ReplaceOrInsert(purgeItem{at: t.finishedAt.Add(c.cfg.Retention), id: t.id})
 	}
 	c.linkDeps(t)

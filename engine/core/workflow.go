@@ -55,7 +55,7 @@ type wfUnit struct {
 // depMessage is the error of a task ended because dependency d ended
 // without success.
 func depMessage(d *task) string {
-	name := d.step
+	name := d.stepName()
 	if name == "" {
 		name = d.id
 	}
@@ -85,17 +85,21 @@ func checkStepName(name string) error {
 // linkDeps files t among the dependents of its dependencies (a task just
 // inserted or recovered).
 func (c *Core) linkDeps(t *task) {
-	for _, id := range t.deps {
+	if t.flow == nil {
+		return
+	}
+	for _, id := range t.flow.deps {
 		d := c.tasks[id]
 		if d == nil {
 			continue // a purged dependency of a task that ended
 		}
 		if !t.status.Terminal() {
-			d.liveDependents++
+			d.fl().liveDependents++
 		}
 		if t.status == fsm.StatusBlocked && !d.status.Terminal() {
-			d.dependents = append(d.dependents, t)
-			t.waitingOn++
+			df := d.fl()
+			df.dependents = append(df.dependents, t)
+			t.flow.waitingOn++
 		}
 	}
 }
@@ -104,25 +108,30 @@ func (c *Core) linkDeps(t *task) {
 // graph: the retention of its dependencies, and its dependents, released
 // or ended in turn.
 func (c *Core) ended(t *task) {
-	for _, id := range t.deps {
+	if t.flow == nil {
+		return
+	}
+	for _, id := range t.flow.deps {
 		if d := c.tasks[id]; d != nil {
-			d.liveDependents--
-			if d.liveDependents == 0 {
+			df := d.fl() // linkDeps gave d one
+			df.liveDependents--
+			if df.liveDependents == 0 {
 				c.releaseHold(d)
 			}
 		}
 	}
-	deps := t.dependents
-	t.dependents = nil
+	deps := t.flow.dependents
+	t.flow.dependents = nil
 	for _, dt := range deps {
 		if dt.status != fsm.StatusBlocked {
 			continue // ended on its own meanwhile
 		}
-		dt.waitingOn--
+		df := dt.fl() // it has dependencies
+		df.waitingOn--
 		switch {
-		case t.status != fsm.StatusSucceeded && dt.depPolicy == fsm.DepSucceeded && !bugDepDone:
+		case t.status != fsm.StatusSucceeded && df.depPolicy == fsm.DepSucceeded && !bugDepDone:
 			c.finish(dt, fsm.StatusCancelled, nil, depMessage(t))
-		case dt.waitingOn == 0:
+		case df.waitingOn == 0:
 			c.unblock(dt)
 		}
 	}
@@ -144,11 +153,11 @@ func (c *Core) unblock(t *task) {
 // releaseHold schedules the purge that waited for the last dependent of d
 // to end.
 func (c *Core) releaseHold(d *task) {
-	if d.purgeHeld {
-		d.purgeHeld = false
+	if d.flow != nil && d.flow.purgeHeld {
+		d.flow.purgeHeld = false
 		c.purges.ReplaceOrInsert(purgeItem{at: c.now, id: d.id})
 	}
-	if w := d.wf; w != nil && w.purgeHeld {
+	if w := d.inWorkflow(); w != nil && w.purgeHeld {
 		w.purgeHeld = false
 		c.purges.ReplaceOrInsert(purgeItem{at: c.now, id: w.rec.ID, wf: true})
 	}
@@ -215,10 +224,10 @@ func (c *Core) trackWorkflow(rec *fsm.Workflow) *workflow {
 
 // join makes t a member of w.
 func (c *Core) join(t *task, w *workflow) {
-	t.wf = w
+	t.fl().wf = w
 	w.members = append(w.members, t)
-	if t.step != "" {
-		w.steps[t.step] = t
+	if s := t.stepName(); s != "" {
+		w.steps[s] = t
 	}
 	if t.status.Terminal() {
 		w.note(t)
@@ -268,7 +277,7 @@ func (c *Core) settleWorkflows() {
 // is the dependency of a live task elsewhere (then it waits for it).
 func (c *Core) purgeWorkflow(w *workflow) {
 	for _, m := range w.members {
-		if m.liveDependents > 0 {
+		if m.flow != nil && m.flow.liveDependents > 0 {
 			w.purgeHeld = true
 			return
 		}
@@ -318,7 +327,7 @@ func (c *Core) prepareStep(st *StepSpec) (*fsm.Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec.Step = st.Name
+	rec.MakeFlow().Step = st.Name
 	return rec, nil
 }
 
@@ -402,8 +411,8 @@ func (c *Core) SubmitWorkflow(now time.Time, req ReqID, spec WorkflowSpec) {
 func duplicateWorkflow(w *workflow) *WorkflowSubmitted {
 	res := &WorkflowSubmitted{ID: w.rec.ID, Duplicate: true}
 	for _, m := range w.members {
-		if m.step != "" {
-			res.Tasks = append(res.Tasks, StepTask{Step: m.step, ID: m.id})
+		if s := m.stepName(); s != "" {
+			res.Tasks = append(res.Tasks, StepTask{Step: s, ID: m.id})
 		}
 	}
 	return res
@@ -419,7 +428,7 @@ func (c *Core) answerWorkflow(u *unit, subs []Submitted, err error) {
 	default:
 		res := &WorkflowSubmitted{ID: u.wf.w.rec.ID, Tasks: make([]StepTask, len(subs))}
 		for i, s := range subs {
-			res.Tasks[i] = StepTask{Step: u.specs[i].Step, ID: s.ID}
+			res.Tasks[i] = StepTask{Step: u.specs[i].Step(), ID: s.ID}
 		}
 		c.reply(u.req, res)
 	}
@@ -496,7 +505,7 @@ func (c *Core) CompleteExternal(now time.Time, req ReqID, ref TaskRef, out Outco
 		return
 	}
 	switch {
-	case !t.external:
+	case !t.isExternal():
 		c.fail(req, fmt.Errorf("%w: task %s is not an external task", ErrNotWaiting, t.id))
 		return
 	case t.status != fsm.StatusQueued:
@@ -543,7 +552,7 @@ func (c *Core) spawn(t *task, out Outcome) error {
 		}
 		return fmt.Sprintf("children[%d].", i)
 	}
-	w := t.wf
+	w := t.inWorkflow()
 	recs := make([]*fsm.Task, len(steps))
 	deps := make([][]*task, len(steps)) // dependencies among existing tasks
 	after := make([][]int, len(steps))  // and among the spawned steps
@@ -681,13 +690,11 @@ func (c *Core) fireWorkflow(s *schedule, slot time.Time) string {
 	ids := make(map[string]*task, len(s.rec.Steps))
 	for _, st := range s.rec.Steps {
 		rec := &fsm.Task{
-			Template:  c.resolve(st.Template),
-			RunAt:     at,
-			Schedule:  s.rec.Name,
-			Slot:      at,
-			Step:      st.Name,
-			DepPolicy: st.DepPolicy,
-			External:  st.External,
+			Template: c.resolve(st.Template),
+			RunAt:    at,
+			Schedule: s.rec.Name,
+			Slot:     at,
+			Flow:     &fsm.Flow{Step: st.Name, DepPolicy: st.DepPolicy, External: st.External},
 		}
 		var deps []*task
 		for _, name := range st.DependsOn {
