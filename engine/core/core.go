@@ -68,12 +68,10 @@ type Core struct {
 	spareReplies    spares[Reply]
 	spareDispatches spares[Dispatch]
 	spareEvents     spares[Event]
-	spareMutations  spares[fsm.Mutation]
 }
 
 // Bounds of the output slices the core keeps for reuse.
 const (
-	minSpareCap = 8
 	maxSpareCap = 1024
 	maxSpares   = 64
 )
@@ -81,19 +79,22 @@ const (
 // spares is a stack of emptied slices for reuse.
 type spares[T any] [][]T
 
-// get returns an empty slice with room for a few elements.
+// get returns an empty slice kept for reuse, or nil when none is left:
+// most steps append one or two elements, and appending to nil then costs
+// less than a fresh slice with room for many (which, holding pointers and
+// over 512 bytes, the runtime clears and types at every allocation).
 func (s *spares[T]) get() []T {
 	if n := len(*s); n > 0 {
 		out := (*s)[n-1]
 		*s = (*s)[:n-1]
 		return out
 	}
-	return make([]T, 0, minSpareCap)
+	return nil
 }
 
 // put keeps xs for reuse, if it is worth keeping.
 func (s *spares[T]) put(xs []T) {
-	if cap(xs) < minSpareCap || cap(xs) > maxSpareCap || len(*s) >= maxSpares {
+	if cap(xs) == 0 || cap(xs) > maxSpareCap || len(*s) >= maxSpares {
 		return
 	}
 	clear(xs[:cap(xs)])
@@ -283,16 +284,14 @@ func (c *Core) Ready() Output {
 	return o
 }
 
-// Recycle hands back the slices of an Output whose mutations are durable
-// and whose actions have all been carried out, for the core to reuse. The
-// caller must not touch them afterwards (the records the mutations point
-// to are not reused).
+// Recycle hands back the held slices of an Output whose actions have all
+// been carried out, for the core to reuse. The caller must not touch them
+// afterwards.
 func (c *Core) Recycle(o *Output) {
 	c.spareReplies.put(o.Replies)
 	c.spareDispatches.put(o.Dispatches)
 	c.spareEvents.put(o.Events)
-	c.spareMutations.put(o.Mutations)
-	o.Replies, o.Dispatches, o.Events, o.Mutations = nil, nil, nil, nil
+	o.Replies, o.Dispatches, o.Events = nil, nil, nil
 }
 
 // SetLogVersion sets the newest log format every server of the cluster
@@ -340,12 +339,7 @@ func (c *Core) Stats() Stats {
 // Output helpers
 // ---------------------------------------------------------------------------
 
-func (c *Core) mutate(m fsm.Mutation) {
-	if c.out.Mutations == nil {
-		c.out.Mutations = c.spareMutations.get()
-	}
-	c.out.Mutations = append(c.out.Mutations, m)
-}
+func (c *Core) mutate(m fsm.Mutation) { c.out.Mutations = append(c.out.Mutations, m) }
 
 func (c *Core) abort(t *task, reason string) {
 	c.out.Aborts = append(c.out.Aborts, Abort{Worker: t.worker, Lease: t.lease, Reason: reason})
