@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/cronoq/cronoq/api/apierr"
 )
@@ -117,6 +119,55 @@ func unary[Req, Res any](ctx context.Context, n *Node, req *connect.Request[Req]
 	}
 	res, err := fn(sv)
 	return respond(n.c, sv, res, err)
+}
+
+// longPoll serves a Wait call on node n: it holds until answer reports the
+// thing waited for ended, the requested hold passes (then answer's value as
+// it is is sent), or the call ends. answer runs with the cluster's lock held.
+func longPoll[Req, Res any](ctx context.Context, n *Node, req *connect.Request[Req], timeout *durationpb.Duration, answer func() (res *Res, ended bool, err error)) (*connect.Response[Res], error) {
+	c := n.c
+	hold, err := durationOf("timeout", timeout)
+	if err == nil && hold < 0 {
+		err = invalid("timeout", "must not be negative")
+	}
+	if err != nil {
+		return nil, apiError(err)
+	}
+	var msg proto.Message
+	if m, ok := any(req.Msg).(proto.Message); ok {
+		msg = m
+	}
+	sv, err := n.begin(ctx, req.Spec().Procedure, msg, leaderCall)
+	if err != nil {
+		return nil, err
+	}
+	c.settleLocked() // the call is counted: let waiters see it
+	var holdC <-chan time.Time
+	if hold > 0 {
+		timer := time.NewTimer(hold)
+		defer timer.Stop()
+		holdC = timer.C
+	}
+	for {
+		res, ended, err := answer()
+		if err != nil || ended {
+			return respond(c, sv, res, err)
+		}
+		ch := c.changed
+		c.mu.Unlock()
+		select {
+		case <-ch:
+			c.mu.Lock()
+		case <-holdC:
+			c.mu.Lock()
+			res, _, err := answer()
+			return respond(c, sv, res, err)
+		case <-ctx.Done():
+			return nil, ctxError(ctx)
+		case <-c.done:
+			return nil, apierr.ShuttingDown()
+		}
+	}
 }
 
 // interrupt closes the request body of a streaming call, so that a Receive

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -126,47 +125,13 @@ func (s *taskService) Get(ctx context.Context, req *connect.Request[cronoqv1.Get
 // answers with the task as it then is.
 func (s *taskService) Wait(ctx context.Context, req *connect.Request[cronoqv1.WaitRequest]) (*connect.Response[cronoqv1.WaitResponse], error) {
 	c := s.n.c
-	hold, err := durationOf("timeout", req.Msg.GetTimeout())
-	if err == nil && hold < 0 {
-		err = invalid("timeout", "must not be negative")
-	}
-	if err != nil {
-		return nil, apiError(err)
-	}
-	sv, err := s.n.begin(ctx, req.Spec().Procedure, req.Msg, leaderCall)
-	if err != nil {
-		return nil, err
-	}
-	c.settleLocked() // the call is counted: let waiters see it
-	var holdC <-chan time.Time
-	if hold > 0 {
-		timer := time.NewTimer(hold)
-		defer timer.Stop()
-		holdC = timer.C
-	}
-	for {
+	return longPoll(ctx, s.n, req, req.Msg.GetTimeout(), func() (*cronoqv1.WaitResponse, bool, error) {
 		t, err := c.lookupLocked(req.Msg.GetRef())
-		if err != nil || terminal(t.p.GetStatus()) {
-			var res *cronoqv1.WaitResponse
-			if err == nil {
-				res = &cronoqv1.WaitResponse{Task: cloneTask(t.p)}
-			}
-			return respond(c, sv, res, err)
+		if err != nil {
+			return nil, false, err
 		}
-		ch := c.changed
-		c.mu.Unlock()
-		select {
-		case <-ch:
-			c.mu.Lock()
-		case <-holdC:
-			c.mu.Lock()
-			return respond(c, sv, &cronoqv1.WaitResponse{Task: cloneTask(t.p)}, nil)
-		case <-ctx.Done():
-			return nil, ctxError(ctx)
-		case <-c.done:
-			return nil, apierr.ShuttingDown()
-		}
-	}
+		return &cronoqv1.WaitResponse{Task: cloneTask(t.p)}, terminal(t.p.GetStatus()), nil
+	})
 }
 
 func (s *taskService) Cancel(ctx context.Context, req *connect.Request[cronoqv1.CancelRequest]) (*connect.Response[cronoqv1.CancelResponse], error) {

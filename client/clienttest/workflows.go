@@ -505,47 +505,13 @@ func (s *workflowService) Get(ctx context.Context, req *connect.Request[cronoqv1
 // answers with the workflow and its members as they then are.
 func (s *workflowService) Wait(ctx context.Context, req *connect.Request[cronoqv1.WaitWorkflowRequest]) (*connect.Response[cronoqv1.WaitWorkflowResponse], error) {
 	c := s.n.c
-	hold, err := durationOf("timeout", req.Msg.GetTimeout())
-	if err == nil && hold < 0 {
-		err = invalid("timeout", "must not be negative")
-	}
-	if err != nil {
-		return nil, apiError(err)
-	}
-	sv, err := s.n.begin(ctx, req.Spec().Procedure, req.Msg, leaderCall)
-	if err != nil {
-		return nil, err
-	}
-	c.settleLocked() // the call is counted: let waiters see it
-	var holdC <-chan time.Time
-	if hold > 0 {
-		timer := time.NewTimer(hold)
-		defer timer.Stop()
-		holdC = timer.C
-	}
-	for {
+	return longPoll(ctx, s.n, req, req.Msg.GetTimeout(), func() (*cronoqv1.WaitWorkflowResponse, bool, error) {
 		w, err := c.lookupWorkflowLocked(req.Msg.GetRef())
-		if err != nil || !w.running() {
-			var res *cronoqv1.WaitWorkflowResponse
-			if err == nil {
-				res = c.waitAnswerLocked(w)
-			}
-			return respond(c, sv, res, err)
+		if err != nil {
+			return nil, false, err
 		}
-		ch := c.changed
-		c.mu.Unlock()
-		select {
-		case <-ch:
-			c.mu.Lock()
-		case <-holdC:
-			c.mu.Lock()
-			return respond(c, sv, c.waitAnswerLocked(w), nil)
-		case <-ctx.Done():
-			return nil, ctxError(ctx)
-		case <-c.done:
-			return nil, apierr.ShuttingDown()
-		}
-	}
+		return c.waitAnswerLocked(w), !w.running(), nil
+	})
 }
 
 // waitAnswerLocked is w with the first page of its members.

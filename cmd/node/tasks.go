@@ -85,32 +85,36 @@ JSON output: {"id": "...", "duplicate": false}, or the task object with -wait.`)
 	return err
 }
 
-// taskRef reads the task a command is about: one positional ID, or -key.
-func taskRef(c *cmd, key string) (id string, err error) {
+// objectRef reads the task or workflow (what) a command is about: one
+// positional ID, or -key.
+func objectRef(c *cmd, what, key string) (id string, err error) {
 	switch {
 	case key != "" && len(c.args) > 0:
-		return "", c.usageErr("give a task ID or -key, not both")
+		return "", c.usageErr("give a %s ID or -key, not both", what)
 	case key != "":
 		return "", nil
 	case len(c.args) == 0:
-		return "", c.usageErr("missing task ID (or -key KEY)")
+		return "", c.usageErr("missing %s ID (or -key KEY)", what)
 	case len(c.args) > 1:
 		return "", c.usageErr("unexpected argument %q", c.args[1])
 	case c.args[0] == "":
-		return "", c.usageErr("empty task ID")
+		return "", c.usageErr("empty %s ID", what)
 	}
 	return c.args[0], nil
 }
 
-// notFound rewrites a not-found error about a task.
-func notFound(err error, id, key string) error {
+// taskRef is objectRef for a task.
+func taskRef(c *cmd, key string) (string, error) { return objectRef(c, "task", key) }
+
+// notFound rewrites a not-found error about a task or workflow (what).
+func notFound(err error, what, id, key string) error {
 	if !errors.Is(err, client.ErrNotFound) {
 		return err
 	}
 	if id != "" {
-		return fmt.Errorf("task %s not found", id)
+		return fmt.Errorf("%s %s not found", what, id)
 	}
-	return fmt.Errorf("no task with key %q", key)
+	return fmt.Errorf("no %s with key %q", what, key)
 }
 
 func runStatus(ctx context.Context, s stdio, args []string) error {
@@ -135,10 +139,10 @@ JSON output: the task object.`)
 		return cl.GetByKey(ctx, key)
 	})
 	if err != nil {
-		return notFound(err, id, key)
+		return notFound(err, "task", id, key)
 	}
 	if t == nil {
-		return notFound(client.ErrNotFound, id, key)
+		return notFound(client.ErrNotFound, "task", id, key)
 	}
 	return showTask(s, cf, t)
 }
@@ -201,7 +205,7 @@ func waitAndShow(ctx context.Context, s stdio, c *cmd, cf *clientFlags, cl *clie
 			}
 			return fmt.Errorf("%s did not end within -%s %s", what, timeoutFlag, timeout)
 		}
-		return notFound(cf.callError(ctx, c, err), id, key)
+		return notFound(cf.callError(ctx, c, err), "task", id, key)
 	}
 	if err := showTask(s, cf, t); err != nil {
 		return err
@@ -229,7 +233,7 @@ JSON output: {"id": "...", "cancelled": true|false}`)
 	}
 	cancelled, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (bool, error) { return cl.Cancel(ctx, id) })
 	if err != nil {
-		return notFound(err, id, "")
+		return notFound(err, "task", id, "")
 	}
 	if cf.out.json() {
 		return writeJSON(s.Stdout, struct {
@@ -389,7 +393,7 @@ JSON output: the task object.`)
 		return fmt.Errorf("%s is not an external task waiting for completion", what)
 	}
 	if err != nil {
-		return notFound(err, id, key)
+		return notFound(err, "task", id, key)
 	}
 	if cf.out.json() {
 		return writeJSON(s.Stdout, newTaskJSON(t))

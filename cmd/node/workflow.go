@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -100,35 +99,6 @@ JSON output: {"id": "...", "duplicate": false, "key": "...", "tasks": {"extract"
 	return err
 }
 
-// workflowRef reads the workflow a command is about: one positional ID, or
-// -key when the command has it.
-func workflowRef(c *cmd, key string) (string, error) {
-	switch {
-	case key != "" && len(c.args) > 0:
-		return "", c.usageErr("give a workflow ID or -key, not both")
-	case key != "":
-		return "", nil
-	case len(c.args) == 0:
-		return "", c.usageErr("missing workflow ID (or -key KEY)")
-	case len(c.args) > 1:
-		return "", c.usageErr("unexpected argument %q", c.args[1])
-	case c.args[0] == "":
-		return "", c.usageErr("empty workflow ID")
-	}
-	return c.args[0], nil
-}
-
-// workflowNotFound rewrites a not-found error about a workflow.
-func workflowNotFound(err error, id, key string) error {
-	if !errors.Is(err, client.ErrNotFound) {
-		return err
-	}
-	if id != "" {
-		return fmt.Errorf("workflow %s not found", id)
-	}
-	return fmt.Errorf("no workflow with key %q", key)
-}
-
 func runWorkflowStatus(ctx context.Context, s stdio, args []string) error {
 	c := newCmd("workflow status", "cronoq workflow status ID | cronoq workflow status -key KEY", `
 Show a workflow and its tasks, by id or by idempotency key.
@@ -142,7 +112,7 @@ JSON output: the workflow object, {"id", "name", "key", "status":
 	if err := c.parse(s, args, -1); err != nil {
 		return err
 	}
-	id, err := workflowRef(c, key)
+	id, err := objectRef(c, "workflow", key)
 	if err != nil {
 		return err
 	}
@@ -153,10 +123,10 @@ JSON output: the workflow object, {"id", "name", "key", "status":
 		return cl.GetWorkflowByKey(ctx, key)
 	})
 	if err != nil {
-		return workflowNotFound(err, id, key)
+		return notFound(err, "workflow", id, key)
 	}
 	if w == nil {
-		return workflowNotFound(client.ErrNotFound, id, key)
+		return notFound(client.ErrNotFound, "workflow", id, key)
 	}
 	return showWorkflow(s, cf, w)
 }
@@ -183,7 +153,7 @@ JSON output: the workflow object once it has ended.`)
 	if err := c.parse(s, args, -1); err != nil {
 		return err
 	}
-	id, err := workflowRef(c, key)
+	id, err := objectRef(c, "workflow", key)
 	if err != nil {
 		return err
 	}
@@ -195,7 +165,7 @@ JSON output: the workflow object once it has ended.`)
 	if id == "" {
 		w, err := call(ctx, c, cf, func(ctx context.Context) (*client.Workflow, error) { return cl.GetWorkflowByKey(ctx, key) })
 		if err != nil {
-			return workflowNotFound(err, "", key)
+			return notFound(err, "workflow", "", key)
 		}
 		id = w.ID
 	}
@@ -216,7 +186,7 @@ func waitWorkflowAndShow(ctx context.Context, s stdio, c *cmd, cf *clientFlags, 
 		if ctx.Err() == nil && wctx.Err() != nil {
 			return fmt.Errorf("workflow %s did not end within -%s %s", id, timeoutFlag, timeout)
 		}
-		return workflowNotFound(cf.callError(ctx, c, err), id, "")
+		return notFound(cf.callError(ctx, c, err), "workflow", id, "")
 	}
 	if err := showWorkflow(s, cf, w); err != nil {
 		return err
@@ -280,7 +250,7 @@ JSON output: {"id": "...", "cancelled": N}`)
 	}
 	n, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (int, error) { return cl.CancelWorkflow(ctx, id) })
 	if err != nil {
-		return workflowNotFound(err, id, "")
+		return notFound(err, "workflow", id, "")
 	}
 	if cf.out.json() {
 		return writeJSON(s.Stdout, struct {
