@@ -307,12 +307,14 @@ func (ws *workerStream) poll() {
 		out := &cronoqv1.Grants{Grants: make([]*cronoqv1.Grant, len(grants))}
 		budget := ws.s.grantDepOutputs
 		for i, g := range grants {
-			grant := &cronoqv1.Grant{Task: &cronoqv1.Task{Id: g.ID}, Lease: g.Lease, Attempt: g.Attempt}
+			grant := &cronoqv1.Grant{Lease: g.Lease, Attempt: g.Attempt}
 			// The grant is durable, so applied here (the leader) already,
 			// and so are the ends of the task's dependencies before it.
 			if t, ok := state.Get(g.ID); ok {
 				grant.Task = taskToProto(t)
 				grant.Dependencies = dependencies(state, t.DependsOn(), &budget)
+			} else {
+				grant.Task = &cronoqv1.Task{Id: g.ID}
 			}
 			out.Grants[i] = grant
 		}
