@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cronoq/cronoq/cluster"
@@ -22,8 +23,19 @@ func TestFormElectAndServe(t *testing.T) {
 	nodes := c.formCluster("n1", "n2", "n3")
 	leader := c.leader()
 
+	// A follower learns the configuration from the leader's first entries,
+	// which may still be on their way once it has heard of the leader.
+	want := map[string]bool{"n1": true, "n2": true, "n3": true}
 	for _, n := range nodes {
-		require.Equal(t, map[string]bool{"n1": true, "n2": true, "n3": true}, peerMap(t, n))
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			ps, err := n.Peers()
+			require.NoError(ct, err)
+			got := map[string]bool{}
+			for _, p := range ps {
+				got[p.ID] = p.Voter
+			}
+			assert.Equal(ct, want, got, "peers seen by %s", n.ID())
+		}, 10*time.Second, 10*time.Millisecond)
 	}
 	// Every node knows every other through gossip, with its addresses.
 	require.Eventually(t, func() bool {
