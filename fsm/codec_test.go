@@ -28,7 +28,11 @@ func fillValue(r *prng, v reflect.Value, all bool) {
 	switch v.Kind() {
 	case reflect.String:
 		if set {
-			v.SetString(randString(r))
+			str := randString(r)
+			if all && str == "" {
+				str = "all" // every field set means a non-empty string too
+			}
+			v.SetString(str)
 		}
 	case reflect.Bool:
 		v.SetBool(set)
@@ -143,6 +147,34 @@ var (
 	format3FireFields     = []string{"Workflow"}
 )
 
+// The additions of log format 4: its kinds, and the template field it
+// added (to tasks, schedules and their steps). A task is of format 4 also
+// when it is parked.
+var (
+	format4Kinds          = []string{"Admit", "PutPool"}
+	format4TemplateFields = []string{"Keys"}
+)
+
+// hasKeys reports whether tpl carries a flow-control key (an empty Keys
+// carries nothing, as an empty Flow).
+func hasKeys(tpl *Template) bool {
+	return tpl.Keys != nil && (tpl.Keys.Ordering != "" || tpl.Keys.Concurrency != "")
+}
+
+// format4Schedule reports whether sc sets a field format 4 added, in its
+// template or in one of its steps.
+func format4Schedule(sc *Schedule) bool {
+	if hasKeys(&sc.Template) {
+		return true
+	}
+	for i := range sc.Steps {
+		if hasKeys(&sc.Steps[i].Template) {
+			return true
+		}
+	}
+	return false
+}
+
 // anySet reports whether any of the named fields of the struct v points to
 // is set.
 func anySet(v any, names []string) bool {
@@ -185,6 +217,12 @@ func kindName(m *Mutation) string {
 // 1.
 func wantMutationVersion(m *Mutation) uint16 {
 	switch {
+	case contains(format4Kinds, kindName(m)):
+		return 4
+	case m.Insert != nil && (m.Insert.Status == StatusParked || hasKeys(&m.Insert.Template)):
+		return 4
+	case m.PutSchedule != nil && format4Schedule(m.PutSchedule):
+		return 4
 	case contains(format3Kinds, kindName(m)):
 		return 3
 	case m.Insert != nil && (m.Insert.Status == StatusBlocked || anySet(m.Insert, format3TaskFields)):
@@ -213,9 +251,36 @@ func wantVersion(b *CommitBatch) uint16 {
 	return v
 }
 
+// dropFormat4 makes b a batch of format 3 at most: it removes the
+// mutations of the kinds format 4 added and clears the fields it added.
+func dropFormat4(b *CommitBatch) {
+	ms := b.Mutations[:0]
+	for _, m := range b.Mutations {
+		if contains(format4Kinds, kindName(&m)) {
+			continue
+		}
+		switch {
+		case m.Insert != nil:
+			clearFields(&m.Insert.Template, format4TemplateFields)
+			if m.Insert.Status == StatusParked {
+				m.Insert.Status = StatusQueued
+			}
+		case m.PutSchedule != nil:
+			clearFields(&m.PutSchedule.Template, format4TemplateFields)
+			for i := range m.PutSchedule.Steps {
+				clearFields(&m.PutSchedule.Steps[i].Template, format4TemplateFields)
+			}
+		}
+		ms = append(ms, m)
+	}
+	b.Mutations = ms
+}
+
 // dropFormat3 makes b a batch of the earlier formats: it removes the
-// mutations of the kinds format 3 added and clears the fields it added.
+// mutations of the kinds formats 3 and 4 added and clears the fields they
+// added.
 func dropFormat3(b *CommitBatch) {
+	dropFormat4(b)
 	ms := b.Mutations[:0]
 	for _, m := range b.Mutations {
 		if contains(format3Kinds, kindName(&m)) {
@@ -373,6 +438,61 @@ func smallV3Batch() *CommitBatch {
 	}}
 }
 
+// goldenPool returns pool settings with every field set.
+func goldenPool() *Pool {
+	return &Pool{
+		Name: "etl", MaxRunning: 8, MaxPending: 100_000, MaxPendingPerClass: []int64{10, 0, 500},
+		Overflow: OverflowPark, Rate: 12.5, Burst: 20,
+		KindRates:        []KindRate{{Kind: "load", Rate: 0.5, Burst: 2}, {Kind: "send", Rate: 100}},
+		ConcurrencyLimit: 3, Ordering: OrderingBlock, MaxAttempts: 7,
+		Backoff:    Backoff{Initial: 2 * time.Second, Max: time.Hour, Jitter: 0.1},
+		LeaseGrace: 30 * time.Second, Paused: true, UpdatedAt: baseTime, ModifyIndex: 70_000,
+	}
+}
+
+// goldenV4Task returns a parked task with both flow-control keys.
+func goldenV4Task() *Task {
+	return &Task{
+		ID:       "01J00000000000000000000009",
+		Template: Template{Pool: "etl", Kind: "load", Keys: &Keys{Ordering: "customer-7", Concurrency: "tenant-2"}},
+		RunAt:    baseTime, Status: StatusParked, SubmittedAt: baseTime, UpdatedAt: baseTime,
+		CreateIndex: 9, ModifyIndex: 9,
+	}
+}
+
+// goldenV4Schedule returns a schedule whose task and workflow step carry
+// flow-control keys.
+func goldenV4Schedule() *Schedule {
+	return &Schedule{
+		Name: "lanes", Cron: "*/5 * * * *", TZ: "UTC", CreatedAt: baseTime,
+		Template:    Template{Pool: "etl", Kind: "sync", Keys: &Keys{Ordering: "a"}},
+		CreateIndex: 5, ModifyIndex: 5,
+	}
+}
+
+// goldenV4Batch returns a batch of log format 4: one mutation of every
+// kind format 4 added, and of every kind it extended with its new fields
+// set.
+func goldenV4Batch() *CommitBatch {
+	return &CommitBatch{Epoch: 3, Time: baseTime, Mutations: []Mutation{
+		{PutPool: goldenPool()},
+		{Insert: goldenV4Task()},
+		{Admit: &Admit{ID: "01J00000000000000000000009", Status: StatusQueued, At: baseTime + 1}},
+		{PutSchedule: goldenV4Schedule()},
+	}}
+}
+
+// goldenV4State returns a small state with the records of log format 4: a
+// pool's settings and a parked task with keys.
+func goldenV4State(t testing.TB) *State {
+	h := newHarness(t)
+	parked := insert("a", "p", "")
+	parked.Insert.Status = StatusParked
+	parked.Insert.Keys = &Keys{Ordering: "o", Concurrency: "c"}
+	h.ok(Mutation{PutPool: goldenPool()}, parked, insert("b", "p", "kb"))
+	return h.s
+}
+
 // goldenV3State returns a small state of every record type of log format
 // 3: a workflow, a blocked member of it, a task spawned by a member, a
 // schedule that fires workflows and a tombstone.
@@ -514,6 +634,35 @@ func TestFormatIsStable(t *testing.T) {
 	restored = New()
 	require.NoError(t, restored.Restore(bytes.NewReader(snap3)))
 	require.Equal(t, snap3, snapshotBytes(t, restored))
+
+	// Log format 4, pinned the same way.
+	v4, err := EncodeCommitBatch(goldenV4Batch())
+	require.NoError(t, err)
+	require.Len(t, v4, goldenV4BatchLen)
+	require.Equal(t, goldenV4BatchSHA256, sha256Hex(v4))
+	require.True(t, bytes.HasSuffix(v4, []byte{0xa1, 'v', 0x04}))
+	require.Equal(t, goldenPoolSHA256, sha256Hex(recordBody(goldenPool())))
+	require.Equal(t, goldenV4TaskHex, hex.EncodeToString(recordBody(goldenV4Task())))
+
+	// A whole snapshot of format 4: header (version 4), records, and an end
+	// marker of five counts (2 tasks, 0 schedules, 0 tombstones, 0
+	// workflows, 1 pool).
+	snap4 := snapshotBytes(t, goldenV4State(t))
+	require.Equal(t, "43525153"+"0004"+"0000000000000001"+"0000000000000001"+"0000000000000002",
+		hex.EncodeToString(snap4[:30]))
+	require.Equal(t, "ff"+"0000000000000002"+"0000000000000000"+"0000000000000000"+"0000000000000000"+"0000000000000001",
+		hex.EncodeToString(snap4[len(snap4)-41:]))
+	require.Len(t, snap4, goldenV4SnapshotLen)
+	require.Equal(t, goldenV4SnapshotSHA256, sha256Hex(snap4))
+
+	_, v, err = DecodeEntry(v4)
+	require.NoError(t, err)
+	want4 := goldenV4Batch()
+	want4.Version = 4
+	require.Equal(t, want4, v)
+	restored = New()
+	require.NoError(t, restored.Restore(bytes.NewReader(snap4)))
+	require.Equal(t, snap4, snapshotBytes(t, restored))
 }
 
 // TestGoldenBatchesCoverEveryKind holds the golden batches of
@@ -528,13 +677,18 @@ func TestGoldenBatchesCoverEveryKind(t *testing.T) {
 		}
 		return out
 	}
-	old, v3 := kinds(goldenBatch()), kinds(goldenV3Batch())
+	old, v3, v4 := kinds(goldenBatch()), kinds(goldenV3Batch()), kinds(goldenV4Batch())
 	for i := 0; i < numMutationKinds; i++ {
 		name := reflect.TypeOf(Mutation{}).Field(i).Name
-		if contains(format3Kinds, name) {
+		switch {
+		case contains(format4Kinds, name):
+			require.Contains(t, v4, name)
+			require.NotContains(t, old, name)
+			require.NotContains(t, v3, name)
+		case contains(format3Kinds, name):
 			require.Contains(t, v3, name)
 			require.NotContains(t, old, name)
-		} else {
+		default:
 			require.Contains(t, old, name)
 		}
 	}
@@ -567,6 +721,21 @@ func TestGoldenBatchesCoverEveryKind(t *testing.T) {
 			requireFieldsSet(t, m.EndWorkflow)
 		case m.PurgeWorkflow != nil:
 			requireFieldsSet(t, m.PurgeWorkflow)
+		}
+	}
+	for _, m := range goldenV4Batch().Mutations {
+		switch {
+		case m.Insert != nil:
+			requireFieldsSet(t, &m.Insert.Template, format4TemplateFields...)
+			requireFieldsSet(t, m.Insert.Keys)
+			require.Equal(t, StatusParked, m.Insert.Status)
+		case m.PutSchedule != nil:
+			requireFieldsSet(t, &m.PutSchedule.Template, format4TemplateFields...)
+		case m.PutPool != nil:
+			requireFieldsSet(t, m.PutPool)
+			requireFieldsSet(t, &m.PutPool.KindRates[0])
+		case m.Admit != nil:
+			requireFieldsSet(t, m.Admit)
 		}
 	}
 }
@@ -625,6 +794,12 @@ const (
 		"a2737409a27361d317979cfe362a0000a27561d317979cfe362a0000a2636907a26d6908"
 	goldenV3ScheduleSHA256 = "2febb022b697fad9b8b19bd6a486ca43c4b3d6a425ab4428c6bfca9372e194d3"
 	goldenV3SnapshotLen    = 665
+	goldenV4BatchLen       = 454
+	goldenV4BatchSHA256    = "c787607e6e2679f513d97ff90235bde68445ab6f3196c7badcccafc23553e3ea"
+	goldenPoolSHA256       = "1fa0a98d907dff9b79c055fdc8637a5a849763a3670edbee13ae4ea26884a6e8"
+	goldenV4TaskHex        = "8aa26964ba30314a3030303030303030303030303030303030303030303039a170a365746ca16ba46c6f6164a26b7382a16faa637573746f6d65722d37a163a874656e616e742d32a27261d317979cfe362a0000a273740aa27361d317979cfe362a0000a27561d317979cfe362a0000a2636909a26d6909"
+	goldenV4SnapshotLen    = 398
+	goldenV4SnapshotSHA256 = "bbfa761dcf01fdc35531ec4cfa36b045e68844450db701e83e17df907393f8f8"
 	goldenV3SnapshotSHA256 = "87321aad7da1feff068bd58913e54281a8c6459a4d3decc85fb0ac78aa685223"
 )
 
@@ -645,10 +820,14 @@ func TestCodecRoundTrip(t *testing.T) {
 	versions := map[uint16]int{}
 	for round := 0; round < 300; round++ {
 		b := randBatch(r, round%10 == 0)
-		if round%3 == 1 {
-			// Most random batches hold something of format 3: every third
-			// is kept to the earlier formats.
+		switch round % 3 {
+		case 1:
+			// Most random batches hold something of formats 3 and 4:
+			// every third is kept to the earlier formats, and every third
+			// to format 3.
 			dropFormat3(b)
+		case 2:
+			dropFormat4(b)
 		}
 		data, err := EncodeCommitBatch(b)
 		require.NoError(t, err)
@@ -668,7 +847,7 @@ func TestCodecRoundTrip(t *testing.T) {
 			require.Equal(t, b, v, "round %d, %+v", round, w)
 		}
 	}
-	for _, v := range []uint16{0, 2, 3} {
+	for _, v := range []uint16{0, 2, 3, 4} {
 		require.Greater(t, versions[v], 10, "batches of format %d were drawn: %v", v, versions)
 	}
 }
@@ -1283,21 +1462,35 @@ func TestVersions(t *testing.T) {
 		name := kindName(&m)
 		var want uint16
 		switch name {
+		case "Admit", "PutPool":
+			want = 4
 		case "Unblock", "PutWorkflow", "EndWorkflow", "PurgeWorkflow":
 			want = 3
 		case "Insert":
-			want = 3
+			want = 4
 			task := *m.Insert
 			clearFields(&task, format3TaskFields)
+			clearFields(&task.Template, format4TemplateFields)
 			for _, st := range AllStatuses {
 				task.Status = st
 				wantSt := uint16(1)
-				if st == StatusBlocked {
+				switch st {
+				case StatusBlocked:
 					wantSt = 3
+				case StatusParked:
+					wantSt = 4
 				}
 				require.Equal(t, wantSt, (&Mutation{Insert: &task}).Version(), "insert of a %s task without the fields of format 3", st)
 			}
 			task.Status = StatusQueued
+			for _, keys := range []*Keys{{Ordering: "o"}, {Concurrency: "c"}} {
+				one := task
+				one.Keys = keys
+				require.Equal(t, uint16(4), (&Mutation{Insert: &one}).Version(), "insert with keys %+v", *keys)
+			}
+			empty4 := task
+			empty4.Keys = &Keys{}
+			require.Equal(t, uint16(1), empty4.Version(), "task with empty keys")
 			require.NotZero(t, task.Backoff, "a task's backoff is format 1")
 			empty := task
 			empty.Flow = &Flow{}
@@ -1310,9 +1503,16 @@ func TestVersions(t *testing.T) {
 				require.Equal(t, uint16(3), one.Version(), "task with %s set", f)
 			}
 		case "PutSchedule":
-			want = 3
+			want = 4
 			sc := *m.PutSchedule
 			clearFields(&sc, format3ScheduleFields)
+			clearFields(&sc.Template, format4TemplateFields)
+			keyed := sc
+			keyed.Keys = &Keys{Ordering: "o"}
+			require.Equal(t, uint16(4), (&Mutation{PutSchedule: &keyed}).Version(), "schedule with keys")
+			keyed = sc
+			keyed.Steps = []StepTemplate{{Name: "a", Template: Template{Keys: &Keys{Concurrency: "c"}}}}
+			require.Equal(t, uint16(4), (&Mutation{PutSchedule: &keyed}).Version(), "schedule with a keyed step")
 			require.Equal(t, uint16(2), (&Mutation{PutSchedule: &sc}).Version(), "the backoff")
 			sc.Backoff = Backoff{}
 			require.Equal(t, uint16(1), (&Mutation{PutSchedule: &sc}).Version())
@@ -1357,10 +1557,15 @@ func TestVersions(t *testing.T) {
 	require.Equal(t, uint16(3), (&Task{Status: StatusBlocked}).Version())
 	require.Equal(t, uint16(3), (&Task{Flow: &Flow{DepPolicy: DepDone}}).Version())
 	require.Equal(t, uint16(3), goldenV3Schedule().Version())
-	require.Equal(t, uint16(3), uint16(LogVersion))
+	require.Equal(t, uint16(4), (&Mutation{Admit: &Admit{}}).Version())
+	require.Equal(t, uint16(4), (&Mutation{PutPool: &Pool{}}).Version())
+	require.Equal(t, uint16(4), (&Task{Status: StatusParked}).Version())
+	require.Equal(t, uint16(4), goldenV4Schedule().Version())
+	require.Equal(t, uint16(4), uint16(LogVersion))
 	require.Equal(t, uint16(LogVersion), New().Version())
 	require.Equal(t, uint16(1), NewVersion(1).Version())
 	require.Equal(t, uint16(2), NewVersion(2).Version())
+	require.Equal(t, uint16(3), NewVersion(3).Version())
 }
 
 // setField sets the named field of the struct v points to to a non-zero

@@ -259,61 +259,85 @@ func format3Cases() []format3Case {
 	}
 }
 
-// TestFormat2NodeHaltsOnFormat3 plays a node of log format 2 meeting each
-// entry of format 3: it halts at the entry, asking for format 3, whether
-// the batch says it needs format 3 or the mutation alone does; its state,
-// applied index included, is unchanged, and the next entries are refused
-// alike. A state of this release applies the same entries.
-func TestFormat2NodeHaltsOnFormat3(t *testing.T) {
+// formatCases are the entries of a log format (3 or 4) that a node of the
+// format before it must halt on.
+func formatCases(format uint16) []format3Case {
+	if format == 3 {
+		return format3Cases()
+	}
+	withKeys := func(m Mutation, k Keys) Mutation { m.Insert.Keys = &k; return m }
+	parked := insert("b", "p", "")
+	parked.Insert.Status = StatusParked
+	return []format3Case{
+		{"put pool", nil, Mutation{PutPool: &Pool{Name: "p", MaxRunning: 2}}},
+		{"put pool with every setting", nil, Mutation{PutPool: goldenPool()}},
+		{"insert with an ordering key", nil, withKeys(insert("b", "p", ""), Keys{Ordering: "o"})},
+		{"insert with a concurrency key", nil, withKeys(insert("b", "p", ""), Keys{Concurrency: "c"})},
+		{"insert parked", nil, parked},
+		{"admit", []Mutation{parked}, Mutation{Admit: &Admit{ID: "b", Status: StatusQueued}}},
+		{"put schedule with keys", nil, Mutation{PutSchedule: goldenV4Schedule()}},
+	}
+}
+
+// TestOlderNodeHaltsOnNewerFormat plays a node of log format 2 meeting
+// each entry of format 3, and one of format 3 each entry of format 4: it
+// halts at the entry, asking for the newer format, whether the batch says
+// it needs it or the mutation alone does; its state, applied index
+// included, is unchanged, and the next entries are refused alike. A state
+// of this release applies the same entries.
+func TestOlderNodeHaltsOnNewerFormat(t *testing.T) {
 	setup := func(t *testing.T, s *State) *harness {
 		h := &harness{t: t, s: s, term: 1}
 		require.Equal(t, uint64(1), h.apply(bumpEntry(t, 1)))
 		h.ok(insert("a", "p", "ka"), putSchedule("s"))
 		return h
 	}
-	for _, tc := range format3Cases() {
-		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, uint16(3), tc.m.Version())
-			full := append(append([]Mutation{}, tc.setup...), tc.m)
-			entries := []struct {
-				name string
-				data []byte
-				at   int // the mutation named in the error; -1 for the batch
-			}{
-				{"as written", batchEntry(t, 1, full...), -1},
-				{"the mutation alone, no batch version", rawBatch(t, &CommitBatch{Epoch: 1, Mutations: []Mutation{tc.m}}), 0},
-				{"after a format 1 mutation, no batch version", rawBatch(t, &CommitBatch{Epoch: 1, Mutations: []Mutation{insert("c", "p", ""), tc.m}}), 1},
-				{"the batch claims format 2", rawBatch(t, &CommitBatch{Epoch: 1, Mutations: []Mutation{insert("c", "p", ""), tc.m}, Version: 2}), 1},
-			}
-			for _, e := range entries {
-				h := setup(t, NewVersion(2))
-				good := snapshotBytes(t, h.s)
-				applied := h.s.AppliedIndex()
-				resp := h.apply(e.data)
-				halt, ok := resp.(*HaltError)
-				require.True(t, ok, "%s: answer %T %v, want a *HaltError", e.name, resp, resp)
-				require.Equal(t, &HaltError{Index: h.index, Need: 3, Version: 2, Err: halt.Err}, halt, e.name)
-				require.ErrorIs(t, halt, ErrNewerVersion)
-				require.Contains(t, halt.Error(), "needs log format version 3 (this node understands 2)")
-				if e.at >= 0 {
-					require.Contains(t, halt.Error(), fmt.Sprintf("mutation %d:", e.at), e.name)
+	for _, format := range []uint16{3, 4} {
+		older := format - 1
+		for _, tc := range formatCases(format) {
+			t.Run(fmt.Sprintf("format %d: %s", format, tc.name), func(t *testing.T) {
+				require.Equal(t, format, tc.m.Version())
+				full := append(append([]Mutation{}, tc.setup...), tc.m)
+				entries := []struct {
+					name string
+					data []byte
+					at   int // the mutation named in the error; -1 for the batch
+				}{
+					{"as written", batchEntry(t, 1, full...), -1},
+					{"the mutation alone, no batch version", rawBatch(t, &CommitBatch{Epoch: 1, Mutations: []Mutation{tc.m}}), 0},
+					{"after a format 1 mutation, no batch version", rawBatch(t, &CommitBatch{Epoch: 1, Mutations: []Mutation{insert("c", "p", ""), tc.m}}), 1},
+					{"the batch claims the older format", rawBatch(t, &CommitBatch{Epoch: 1, Mutations: []Mutation{insert("c", "p", ""), tc.m}, Version: older}), 1},
 				}
-				require.Equal(t, applied, h.s.AppliedIndex())
-				require.Equal(t, good, snapshotBytes(t, h.s), e.name)
-				_, ok = h.s.Get("c")
-				require.False(t, ok)
-				require.Same(t, halt, h.apply(batchEntry(t, 1, insert("d", "p", ""))))
-				require.Equal(t, good, snapshotBytes(t, h.s))
-			}
+				for _, e := range entries {
+					h := setup(t, NewVersion(older))
+					good := snapshotBytes(t, h.s)
+					applied := h.s.AppliedIndex()
+					resp := h.apply(e.data)
+					halt, ok := resp.(*HaltError)
+					require.True(t, ok, "%s: answer %T %v, want a *HaltError", e.name, resp, resp)
+					require.Equal(t, &HaltError{Index: h.index, Need: format, Version: older, Err: halt.Err}, halt, e.name)
+					require.ErrorIs(t, halt, ErrNewerVersion)
+					require.Contains(t, halt.Error(), fmt.Sprintf("needs log format version %d (this node understands %d)", format, older))
+					if e.at >= 0 {
+						require.Contains(t, halt.Error(), fmt.Sprintf("mutation %d:", e.at), e.name)
+					}
+					require.Equal(t, applied, h.s.AppliedIndex())
+					require.Equal(t, good, snapshotBytes(t, h.s), e.name)
+					_, ok = h.s.Get("c")
+					require.False(t, ok)
+					require.Same(t, halt, h.apply(batchEntry(t, 1, insert("d", "p", ""))))
+					require.Equal(t, good, snapshotBytes(t, h.s))
+				}
 
-			// This release applies it, and so does a node of format 3.
-			for _, s := range []*State{New(), NewVersion(3)} {
-				h := setup(t, s)
-				require.Nil(t, h.apply(batchEntry(t, 1, full...)))
-				require.Nil(t, h.s.Halted())
-				checkIndexes(t, h.s.View())
-			}
-		})
+				// This release applies it, and so does a node of that format.
+				for _, s := range []*State{New(), NewVersion(format)} {
+					h := setup(t, s)
+					require.Nil(t, h.apply(batchEntry(t, 1, full...)))
+					require.Nil(t, h.s.Halted())
+					checkIndexes(t, h.s.View())
+				}
+			})
+		}
 	}
 
 	// A node of format 2 still applies format 2.

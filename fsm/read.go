@@ -24,6 +24,12 @@ type Reader interface {
 	WorkflowByKey(key string) (*Workflow, bool)
 	WorkflowTasks(id string) []*Task
 	ListWorkflows(q WorkflowQuery) (workflows []*Workflow, next string)
+	// PoolSettings returns the replicated settings of a pool, if an
+	// operator set any; Pools lists every pool that has settings.
+	PoolSettings(name string) (*Pool, bool)
+	Pools() []*Pool
+	// OldestQueued returns the queued task of pool submitted first.
+	OldestQueued(pool string) (*Task, bool)
 }
 
 var (
@@ -84,6 +90,30 @@ func (t *tables) schedules() []*Schedule {
 		return true
 	})
 	return out
+}
+
+func (t *tables) poolSettings(name string) (*Pool, bool) {
+	it, ok := t.settings.Get(poolItem{name: name})
+	return it.p, ok
+}
+
+func (t *tables) poolList() []*Pool {
+	out := make([]*Pool, 0, t.settings.Len())
+	t.settings.Ascend(func(it poolItem) bool {
+		out = append(out, it.p)
+		return true
+	})
+	return out
+}
+
+// oldestQueued is the first queued task of pool in id (submit) order.
+func (t *tables) oldestQueued(pool string) (*Task, bool) {
+	p := t.pools[pool]
+	if p == nil || p.byStatus[StatusQueued] == nil {
+		return nil, false
+	}
+	it, ok := p.byStatus[StatusQueued].Min()
+	return it.t, ok
 }
 
 func (t *tables) tombstoned(nodeID string) bool {
@@ -390,6 +420,28 @@ func (s *State) ListWorkflows(q WorkflowQuery) (workflows []*Workflow, next stri
 	return s.t.listWorkflows(q)
 }
 
+// PoolSettings returns the replicated settings of pool name, if any.
+func (s *State) PoolSettings(name string) (*Pool, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.t.poolSettings(name)
+}
+
+// Pools returns the replicated settings of every pool that has them, by
+// name.
+func (s *State) Pools() []*Pool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.t.poolList()
+}
+
+// OldestQueued returns the queued task of pool submitted first.
+func (s *State) OldestQueued(pool string) (*Task, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.t.oldestQueued(pool)
+}
+
 // Tombstoned reports whether nodeID was removed from the cluster on purpose.
 func (s *State) Tombstoned(nodeID string) bool {
 	s.mu.RLock()
@@ -465,6 +517,17 @@ func (v *View) ListWorkflows(q WorkflowQuery) (workflows []*Workflow, next strin
 }
 
 // Tombstoned reports whether nodeID was removed from the cluster on purpose.
+func (v *View) PoolSettings(name string) (*Pool, bool) { return v.t.poolSettings(name) }
+
+func (v *View) Pools() []*Pool { return v.t.poolList() }
+
+func (v *View) OldestQueued(pool string) (*Task, bool) { return v.t.oldestQueued(pool) }
+
+// EachPool calls fn for the settings of every pool that has them, by name.
+func (v *View) EachPool(fn func(*Pool) bool) {
+	v.t.settings.Ascend(func(it poolItem) bool { return fn(it.p) })
+}
+
 func (v *View) Tombstoned(nodeID string) bool { return v.t.tombstoned(nodeID) }
 
 // Tombstones returns every tombstone in node id order.

@@ -19,9 +19,11 @@ import (
 //	applied    uint64
 //	records    [type byte][uvarint length][msgpack body], in order:
 //	           tasks by id, then schedules by name, then tombstones by node
-//	           id, then (version 3 on) workflows by id
+//	           id, then (version 3 on) workflows by id, then (version 4
+//	           on) pool settings by name
 //	end        [0xff][uint64 tasks][uint64 schedules][uint64 tombstones],
-//	           and from version 3 on [uint64 workflows]
+//	           from version 3 on [uint64 workflows], and from version 4
+//	           on [uint64 pools]
 //
 // The encoding is a pure function of the state, so every node that applied
 // the same log writes the same bytes.
@@ -33,6 +35,7 @@ const (
 	recSchedule  byte = 2
 	recTombstone byte = 3
 	recWorkflow  byte = 4 // log format 3
+	recPool      byte = 5 // log format 4
 	recEnd       byte = 0xff
 
 	// maxRecordSize bounds one record of a snapshot being restored.
@@ -109,6 +112,12 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 			return err == nil && record(recWorkflow)
 		})
 	}
+	if err == nil {
+		t.settings.Ascend(func(it poolItem) bool {
+			body, err = it.p.MarshalMsg(body[:0])
+			return err == nil && record(recPool)
+		})
+	}
 	if err != nil {
 		return cw.n, fmt.Errorf("writing snapshot records: %w", err)
 	}
@@ -120,6 +129,9 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 	if version >= 3 {
 		end = binary.BigEndian.AppendUint64(end, uint64(t.wfs.Len()))
 	}
+	if version >= 4 {
+		end = binary.BigEndian.AppendUint64(end, uint64(t.settings.Len()))
+	}
 	if _, err := bw.Write(end); err != nil {
 		return cw.n, fmt.Errorf("writing snapshot end: %w", err)
 	}
@@ -130,11 +142,15 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 }
 
 // version is the log format the records of t need: the highest Version of
-// its tasks and schedules, and 3 when it holds a workflow.
+// its tasks and schedules, 3 when it holds a workflow and 4 when it holds
+// pool settings.
 func (t *tables) version() uint16 {
 	v := uint16(1)
 	if t.wfs.Len() > 0 {
 		v = 3
+	}
+	if t.settings.Len() > 0 {
+		v = 4
 	}
 	t.tasks.Ascend(func(it taskItem) bool {
 		v = max(v, it.t.Version())
@@ -241,7 +257,10 @@ func readSnapshot(r io.Reader, version uint16) (*tables, error) {
 			break
 		}
 		maxType := recTombstone
-		if hdrVersion >= 3 {
+		switch {
+		case hdrVersion >= 4:
+			maxType = recPool
+		case hdrVersion >= 3:
 			maxType = recWorkflow
 		}
 		if typ < last || typ < recTask || typ > maxType {
@@ -269,10 +288,13 @@ func readSnapshot(r io.Reader, version uint16) (*tables, error) {
 		}
 	}
 
-	var endBuf [4 * 8]byte
+	var endBuf [5 * 8]byte
 	end := endBuf[:3*8]
-	if hdrVersion >= 3 {
-		end = endBuf[:]
+	switch {
+	case hdrVersion >= 4:
+		end = endBuf[:5*8]
+	case hdrVersion >= 3:
+		end = endBuf[:4*8]
 	}
 	if _, err := io.ReadFull(br, end); err != nil {
 		return nil, eofError("end marker", err)
@@ -285,6 +307,11 @@ func readSnapshot(r io.Reader, version uint16) (*tables, error) {
 	if hdrVersion >= 3 {
 		if nw := binary.BigEndian.Uint64(end[24:]); nw != uint64(t.wfs.Len()) {
 			return nil, badSnapshot("end marker counts %d workflows; read %d", nw, t.wfs.Len())
+		}
+	}
+	if hdrVersion >= 4 {
+		if np := binary.BigEndian.Uint64(end[32:]); np != uint64(t.settings.Len()) {
+			return nil, badSnapshot("end marker counts %d pools; read %d", np, t.settings.Len())
 		}
 	}
 	if err := t.checkReferences(); err != nil {
@@ -360,6 +387,15 @@ func (t *tables) restoreRecord(typ byte, body []byte, prev string) (string, erro
 			return "", fmt.Errorf("workflow %s: duplicate key %q", w.ID, w.Key)
 		}
 		key, put = w.ID, func() { t.putWorkflow(nil, w) }
+	case recPool:
+		p := new(Pool)
+		if err := decodeBody(body, p); err != nil {
+			return "", fmt.Errorf("pool: %w", err)
+		}
+		if err := p.Check(); err != nil {
+			return "", fmt.Errorf("pool %q: %w", p.Name, err)
+		}
+		key, put = p.Name, func() { t.putPool(nil, p) }
 	case recTombstone:
 		tb := new(Tombstone)
 		if err := decodeBody(body, tb); err != nil {

@@ -412,10 +412,23 @@ func TestSnapshotEveryFieldSurvives(t *testing.T) {
 		}
 		tbl.putWorkflow(nil, &w)
 	}
+	// Pool settings, valid ones (a restore checks them).
+	for i := 0; i < 5; i++ {
+		var p Pool
+		fillValue(r, reflect.ValueOf(&p).Elem(), i == 0)
+		p.Name = fmt.Sprintf("pool-%d", i)
+		p.MaxRunning, p.MaxPending, p.Burst, p.ConcurrencyLimit = int64(i), int64(2*i), int64(3*i), int64(i)
+		p.MaxPendingPerClass = []int64{int64(i), 0, 1}
+		p.Overflow, p.Ordering = Overflow(i%3), OrderingPolicy(i%2)
+		p.Rate, p.LeaseGrace = float64(i)/4, time.Duration(i)*time.Second
+		p.KindRates = []KindRate{{Kind: "a", Rate: 1.5, Burst: int64(i)}, {Kind: "b", Rate: 2}}
+		require.NoError(t, p.Check())
+		tbl.putPool(nil, &p)
+	}
 	v := &View{t: tbl}
 	snap, err := viewBytes(v)
 	require.NoError(t, err)
-	require.Equal(t, uint16(3), binary.BigEndian.Uint16(snap[4:6]), "header version")
+	require.Equal(t, uint16(4), binary.BigEndian.Uint16(snap[4:6]), "header version")
 	s := New()
 	require.NoError(t, s.Restore(bytes.NewReader(snap)))
 	got := s.View()
@@ -431,6 +444,8 @@ func TestSnapshotEveryFieldSurvives(t *testing.T) {
 	got.EachWorkflow(func(w *Workflow) bool { gotWfs = append(gotWfs, w); return true })
 	require.Len(t, want, len(wfIDs))
 	require.Equal(t, want, gotWfs)
+	require.Len(t, got.Pools(), 5)
+	require.Equal(t, v.Pools(), got.Pools())
 	for _, w := range want {
 		require.Equal(t, v.WorkflowTasks(w.ID), got.WorkflowTasks(w.ID))
 		if w.Key != "" {

@@ -37,6 +37,10 @@ type (
 	memberItem struct {
 		wf, id string
 	}
+	poolItem struct {
+		name string
+		p    *Pool
+	}
 )
 
 func lessTask(a, b taskItem) bool   { return a.id < b.id }
@@ -44,6 +48,7 @@ func lessKey(a, b keyItem) bool     { return a.key < b.key }
 func lessSched(a, b schedItem) bool { return a.name < b.name }
 func lessTomb(a, b Tombstone) bool  { return a.NodeID < b.NodeID }
 func lessWf(a, b wfItem) bool       { return a.id < b.id }
+func lessPool(a, b poolItem) bool   { return a.name < b.name }
 func lessMember(a, b memberItem) bool {
 	if a.wf != b.wf {
 		return a.wf < b.wf
@@ -87,6 +92,9 @@ type tables struct {
 	// members indexes the tasks of each workflow (derived from
 	// Task.Workflow).
 	members *btree.BTreeG[memberItem]
+	// settings holds the pools' replicated settings, by name (log format
+	// 4); a pool without a record runs with the agent's defaults.
+	settings *btree.BTreeG[poolItem]
 	// pools indexes the tasks by (pool, status), for List and the counts;
 	// pools with no task are absent. A map rather than one tree keyed by
 	// (pool, status, id): there are few pools, and a status change then
@@ -97,14 +105,15 @@ type tables struct {
 
 func newTables() *tables {
 	return &tables{
-		tasks:   btree.NewG(btreeDegree, lessTask),
-		keys:    btree.NewG(btreeDegree, lessKey),
-		scheds:  btree.NewG(btreeDegree, lessSched),
-		tombs:   btree.NewG(btreeDegree, lessTomb),
-		wfs:     btree.NewG(btreeDegree, lessWf),
-		wfKeys:  btree.NewG(btreeDegree, lessKey),
-		members: btree.NewG(btreeDegree, lessMember),
-		pools:   make(map[string]*poolIndex),
+		tasks:    btree.NewG(btreeDegree, lessTask),
+		keys:     btree.NewG(btreeDegree, lessKey),
+		scheds:   btree.NewG(btreeDegree, lessSched),
+		tombs:    btree.NewG(btreeDegree, lessTomb),
+		wfs:      btree.NewG(btreeDegree, lessWf),
+		wfKeys:   btree.NewG(btreeDegree, lessKey),
+		members:  btree.NewG(btreeDegree, lessMember),
+		settings: btree.NewG(btreeDegree, lessPool),
+		pools:    make(map[string]*poolIndex),
 	}
 }
 
@@ -120,6 +129,7 @@ func (t *tables) clone() *tables {
 	c.wfs = t.wfs.Clone()
 	c.wfKeys = t.wfKeys.Clone()
 	c.members = t.members.Clone()
+	c.settings = t.settings.Clone()
 	c.pools = make(map[string]*poolIndex, len(t.pools))
 	for name, p := range t.pools {
 		c.pools[name] = p.clone()
@@ -205,6 +215,17 @@ func (t *tables) putWorkflow(old, new *Workflow) {
 			t.wfKeys.ReplaceOrInsert(keyItem{key: new.Key, id: new.ID})
 		}
 	}
+}
+
+// putPool replaces the settings of pool old with new (nil for absent).
+func (t *tables) putPool(old, new *Pool) {
+	if new == nil {
+		if old != nil {
+			t.settings.Delete(poolItem{name: old.Name})
+		}
+		return
+	}
+	t.settings.ReplaceOrInsert(poolItem{name: new.Name, p: new})
 }
 
 // putTombstone replaces tombstone old with new (nil for absent).
@@ -295,6 +316,7 @@ type undo struct {
 	oldS, newS *Schedule
 	oldB, newB *Tombstone
 	oldW, newW *Workflow
+	oldP, newP *Pool
 	kind       undoKind
 }
 
@@ -305,6 +327,7 @@ const (
 	undoSchedule
 	undoTombstone
 	undoWorkflow
+	undoPool
 )
 
 // Apply applies the log entry data committed at index in term. It returns,
@@ -423,6 +446,8 @@ func (s *State) rollback() {
 			s.t.putTombstone(u.newB, u.oldB)
 		case undoWorkflow:
 			s.t.putWorkflow(u.newW, u.oldW)
+		case undoPool:
+			s.t.putPool(u.newP, u.oldP)
 		}
 	}
 }
@@ -448,6 +473,11 @@ func (s *State) setTombstone(old, new *Tombstone) {
 func (s *State) setWorkflow(old, new *Workflow) {
 	s.t.putWorkflow(old, new)
 	s.undo = append(s.undo, undo{kind: undoWorkflow, oldW: old, newW: new})
+}
+
+func (s *State) setPool(old, new *Pool) {
+	s.t.putPool(old, new)
+	s.undo = append(s.undo, undo{kind: undoPool, oldP: old, newP: new})
 }
 
 // instant returns at, or the batch time when at is unset.
@@ -492,6 +522,10 @@ func (s *State) mutate(index uint64, batchTime Instant, m *Mutation) error {
 		return s.endWorkflow(index, instant(m.EndWorkflow.At, batchTime), m.EndWorkflow)
 	case m.PurgeWorkflow != nil:
 		return s.purgeWorkflow(m.PurgeWorkflow)
+	case m.Admit != nil:
+		return s.admit(index, instant(m.Admit.At, batchTime), m.Admit)
+	case m.PutPool != nil:
+		return s.putPool(index, m.PutPool)
 	}
 	return errors.New("empty mutation") // unreachable: decoding checks this
 }
@@ -518,13 +552,13 @@ func (s *State) insert(index uint64, t *Task) error {
 		}
 	}
 	switch t.Status {
-	case StatusScheduled, StatusQueued:
+	case StatusScheduled, StatusQueued, StatusParked:
 	case StatusBlocked:
 		if len(t.DependsOn()) == 0 {
 			return fmt.Errorf("insert %s: blocked without dependencies", t.ID)
 		}
 	default:
-		return fmt.Errorf("insert %s: status %s, want scheduled, queued or blocked", t.ID, t.Status)
+		return fmt.Errorf("insert %s: status %s, want scheduled, queued, blocked or parked", t.ID, t.Status)
 	}
 	if t.Attempt != 0 || t.Lease != 0 {
 		return fmt.Errorf("insert %s: attempt %d and lease %d, want 0", t.ID, t.Attempt, t.Lease)
@@ -890,5 +924,46 @@ func (s *State) purgeWorkflow(m *PurgeWorkflow) error {
 		s.setTask(t, nil)
 	}
 	s.setWorkflow(it.w, nil)
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Flow control (log format 4)
+// ---------------------------------------------------------------------------
+
+func (s *State) admit(index uint64, at Instant, m *Admit) error {
+	cur, err := s.task("admit", m.ID)
+	if err != nil {
+		return err
+	}
+	if cur.Status != StatusParked {
+		return fmt.Errorf("admit %s: task is %s, want parked", m.ID, cur.Status)
+	}
+	switch m.Status {
+	case StatusQueued, StatusScheduled:
+	case StatusBlocked:
+		if len(cur.DependsOn()) == 0 {
+			return fmt.Errorf("admit %s: blocked without dependencies", m.ID)
+		}
+	default:
+		return fmt.Errorf("admit %s: status %s, want queued, scheduled or blocked", m.ID, m.Status)
+	}
+	t := cur.Clone()
+	t.Status = m.Status
+	t.ModifyIndex = index
+	t.UpdatedAt = at
+	s.setTask(cur, t)
+	return nil
+}
+
+// putPool creates or replaces a pool's settings; p is owned by the state
+// from here on.
+func (s *State) putPool(index uint64, p *Pool) error {
+	if err := p.Check(); err != nil {
+		return fmt.Errorf("put pool %q: %w", p.Name, err)
+	}
+	old, _ := s.t.settings.Get(poolItem{name: p.Name})
+	p.ModifyIndex = index
+	s.setPool(old.p, p)
 	return nil
 }

@@ -17,8 +17,10 @@ package fsm
 //go:generate go run github.com/tinylib/msgp@v1.6.5 -file types.go -o types_gen.go -tests=false -io=false
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -32,7 +34,9 @@ import (
 //	3  workflows: task dependencies and the blocked status, workflow
 //	   records, external tasks, tasks spawned by a completion, schedules
 //	   that fire a workflow
-const LogVersion = 3
+//	4  flow control: ordering and concurrency keys, the parked status and
+//	   its admission, replicated pool settings
+const LogVersion = 4
 
 // Status is the lifecycle state of a task. The numeric values are part of the
 // log and snapshot format: append new values only.
@@ -47,22 +51,23 @@ const (
 	StatusSucceeded Status = 5
 	StatusFailed    Status = 6
 	StatusCancelled Status = 7
-	StatusExpired   Status = 8 // its deadline passed before it succeeded
-	StatusBlocked   Status = 9 // waiting for its dependencies to end (log format 3)
+	StatusExpired   Status = 8  // its deadline passed before it succeeded
+	StatusBlocked   Status = 9  // waiting for its dependencies to end (log format 3)
+	StatusParked    Status = 10 // accepted beyond its pool's pending bound, waiting for room (log format 4)
 
-	numStatuses = 10
+	numStatuses = 11
 )
 
 // AllStatuses lists every valid status in numeric order.
 var AllStatuses = []Status{
 	StatusScheduled, StatusQueued, StatusRunning, StatusRetrying,
 	StatusSucceeded, StatusFailed, StatusCancelled, StatusExpired,
-	StatusBlocked,
+	StatusBlocked, StatusParked,
 }
 
 var statusNames = [numStatuses]string{
 	"unknown", "scheduled", "queued", "running", "retrying",
-	"succeeded", "failed", "cancelled", "expired", "blocked",
+	"succeeded", "failed", "cancelled", "expired", "blocked", "parked",
 }
 
 func (s Status) String() string {
@@ -197,6 +202,38 @@ type Template struct {
 	Timeout     time.Duration `msgpack:"to,omitempty"` // per attempt (0 = none)
 	MaxAttempts uint32        `msgpack:"ma,omitempty"` // 0 = the engine's default
 	Backoff     Backoff       `msgpack:"bo,omitempty"` // zero = the engine's default
+	// Keys are its ordering and concurrency keys (log format 4); nil when
+	// it has neither, which keeps a plain task's record small.
+	Keys *Keys `msgpack:"ks,omitempty"`
+}
+
+// Keys are the flow-control keys of a task.
+type Keys struct {
+	// Ordering names a lane of the task's pool: tasks with the same
+	// ordering key run one at a time, in submit order.
+	Ordering string `msgpack:"o,omitempty"`
+	// Concurrency names a group of the pool whose running tasks the pool's
+	// concurrency limit caps.
+	Concurrency string `msgpack:"c,omitempty"`
+}
+
+// IsZero reports whether k carries nothing.
+func (k *Keys) IsZero() bool { return k == nil || (k.Ordering == "" && k.Concurrency == "") }
+
+// OrderingKey is the task's ordering key, or "".
+func (t *Template) OrderingKey() string {
+	if t.Keys == nil {
+		return ""
+	}
+	return t.Keys.Ordering
+}
+
+// ConcurrencyKey is the task's concurrency key, or "".
+func (t *Template) ConcurrencyKey() string {
+	if t.Keys == nil {
+		return ""
+	}
+	return t.Keys.Concurrency
 }
 
 // Version is the log format a node needs to hold t faithfully. Every field
@@ -204,6 +241,9 @@ type Template struct {
 // introduced it when it is set, and gets its case here, so that tasks and
 // schedules carrying it are refused until every server understands it.
 func (t *Template) Version() uint16 {
+	if !t.Keys.IsZero() {
+		return 4
+	}
 	return 1
 }
 
@@ -258,6 +298,9 @@ func (t *Task) Version() uint16 {
 	v := t.Template.Version()
 	if t.Status == StatusBlocked || !t.Flow.IsZero() {
 		v = max(v, 3)
+	}
+	if t.Status == StatusParked {
+		v = max(v, 4)
 	}
 	return v
 }
@@ -497,6 +540,9 @@ func (s *Schedule) Version() uint16 {
 	if len(s.Steps) > 0 || s.Workflow != "" {
 		v = max(v, 3)
 	}
+	for i := range s.Steps {
+		v = max(v, s.Steps[i].Template.Version())
+	}
 	return v
 }
 
@@ -532,6 +578,9 @@ type Mutation struct {
 	PutWorkflow   *Workflow      `msgpack:"pw,omitempty"`
 	EndWorkflow   *EndWorkflow   `msgpack:"ew,omitempty"`
 	PurgeWorkflow *PurgeWorkflow `msgpack:"pwf,omitempty"`
+	// Log format 4.
+	Admit   *Admit `msgpack:"adm,omitempty"`
+	PutPool *Pool  `msgpack:"pp,omitempty"`
 }
 
 // fields reports how many fields of m are set.
@@ -542,7 +591,8 @@ func (m *Mutation) fields() int {
 		m.Finish != nil, m.Purge != nil, m.PutSchedule != nil,
 		m.DelSchedule != nil, m.PauseSchedule != nil, m.Fire != nil,
 		m.Tombstone != nil, m.Unblock != nil, m.PutWorkflow != nil,
-		m.EndWorkflow != nil, m.PurgeWorkflow != nil,
+		m.EndWorkflow != nil, m.PurgeWorkflow != nil, m.Admit != nil,
+		m.PutPool != nil,
 	} {
 		if set {
 			n++
@@ -569,6 +619,8 @@ func (m *Mutation) Version() uint16 {
 		m.Fire != nil && m.Fire.Workflow != "",
 		m.Unblock != nil, m.PutWorkflow != nil, m.EndWorkflow != nil, m.PurgeWorkflow != nil:
 		return 3
+	case m.Admit != nil, m.PutPool != nil:
+		return 4
 	}
 	return 1
 }
@@ -704,4 +756,167 @@ type CommitBatch struct {
 	// mutations), written when above 1: a node that understands less stops
 	// applying rather than skip what it cannot read.
 	Version uint16 `msgpack:"v,omitempty"`
+}
+
+// ---------------------------------------------------------------------------
+// Flow control (log format 4)
+// ---------------------------------------------------------------------------
+
+// Admit takes a parked task in once its pool has room: it must be parked,
+// and becomes Status (queued, scheduled or, with dependencies, blocked).
+type Admit struct {
+	ID     string  `msgpack:"id"`
+	Status Status  `msgpack:"st"`
+	At     Instant `msgpack:"at"`
+}
+
+// Overflow is what a submit that does not fit its pool's pending bounds
+// does.
+type Overflow uint8
+
+const (
+	OverflowReject Overflow = 0 // refused as overloaded
+	OverflowWait   Overflow = 1 // the submitter waits, FIFO per (pool, class), until room frees
+	OverflowPark   Overflow = 2 // accepted as parked, and admitted FIFO per (pool, class) as room frees
+	numOverflows            = 3
+)
+
+var overflowNames = [numOverflows]string{"reject", "wait", "park"}
+
+func (o Overflow) String() string {
+	if int(o) < len(overflowNames) {
+		return overflowNames[o]
+	}
+	return fmt.Sprintf("overflow(%d)", uint8(o))
+}
+
+// Valid reports whether o is a known policy.
+func (o Overflow) Valid() bool { return o < numOverflows }
+
+// ParseOverflow parses the name of an overflow policy.
+func ParseOverflow(name string) (Overflow, bool) {
+	for i, n := range overflowNames {
+		if n == name {
+			return Overflow(i), true
+		}
+	}
+	return 0, false
+}
+
+// OrderingPolicy is what a lane does when its head ends without
+// succeeding.
+type OrderingPolicy uint8
+
+const (
+	OrderingContinue OrderingPolicy = 0 // the next task of the lane runs
+	OrderingBlock    OrderingPolicy = 1 // the lane waits until its failed head is retried or deleted
+	numOrderings                    = 2
+)
+
+var orderingNames = [numOrderings]string{"continue", "block"}
+
+func (o OrderingPolicy) String() string {
+	if int(o) < len(orderingNames) {
+		return orderingNames[o]
+	}
+	return fmt.Sprintf("ordering(%d)", uint8(o))
+}
+
+// Valid reports whether o is a known policy.
+func (o OrderingPolicy) Valid() bool { return o < numOrderings }
+
+// ParseOrderingPolicy parses the name of an ordering policy.
+func ParseOrderingPolicy(name string) (OrderingPolicy, bool) {
+	for i, n := range orderingNames {
+		if n == name {
+			return OrderingPolicy(i), true
+		}
+	}
+	return 0, false
+}
+
+// Pool is the replicated settings of one pool, as an operator set them.
+// The record holds every setting (the agent's defaults filled in when it
+// was first written), so every leader applies the same ones. Zero limits
+// mean none.
+type Pool struct {
+	Name               string         `msgpack:"n"`
+	MaxRunning         int64          `msgpack:"mr,omitempty"`  // running attempts across all workers
+	MaxPending         int64          `msgpack:"mp,omitempty"`  // pending tasks
+	MaxPendingPerClass []int64        `msgpack:"mpc,omitempty"` // pending tasks per priority class, by class
+	Overflow           Overflow       `msgpack:"of,omitempty"`
+	Rate               float64        `msgpack:"rt,omitempty"` // dispatches per second
+	Burst              int64          `msgpack:"bu,omitempty"` // dispatches at once after a pause (with Rate)
+	KindRates          []KindRate     `msgpack:"kr,omitempty"` // by kind
+	ConcurrencyLimit   int64          `msgpack:"cl,omitempty"` // running tasks per concurrency key (0 = 1)
+	Ordering           OrderingPolicy `msgpack:"op,omitempty"`
+	MaxAttempts        uint32         `msgpack:"ma,omitempty"` // default for its tasks
+	Backoff            Backoff        `msgpack:"bo,omitempty"` // default for its tasks
+	LeaseGrace         time.Duration  `msgpack:"lg,omitempty"` // for its running attempts at a leader change
+	Paused             bool           `msgpack:"pa,omitempty"`
+
+	UpdatedAt   Instant `msgpack:"ua"`
+	ModifyIndex uint64  `msgpack:"mi"`
+}
+
+// KindRate limits the dispatches of one kind of a pool.
+type KindRate struct {
+	Kind  string  `msgpack:"k"`
+	Rate  float64 `msgpack:"r"`
+	Burst int64   `msgpack:"b,omitempty"`
+}
+
+// Clone returns a copy of p that shares nothing with it.
+func (p *Pool) Clone() *Pool {
+	c := *p
+	c.MaxPendingPerClass = slices.Clone(p.MaxPendingPerClass)
+	c.KindRates = slices.Clone(p.KindRates)
+	return &c
+}
+
+// Version is the log format a node needs to hold p: 4.
+func (p *Pool) Version() uint16 { return 4 }
+
+// Check refuses settings no engine could apply, naming the field.
+func (p *Pool) Check() error {
+	switch {
+	case p.Name == "":
+		return errors.New("name: must not be empty")
+	case p.MaxRunning < 0:
+		return errors.New("max_running: must not be negative")
+	case p.MaxPending < 0:
+		return errors.New("max_pending: must not be negative")
+	case len(p.MaxPendingPerClass) > int(NumPriorities):
+		return fmt.Errorf("max_pending_per_class: %d classes, want at most %d", len(p.MaxPendingPerClass), NumPriorities)
+	case !p.Overflow.Valid():
+		return fmt.Errorf("overflow: unknown policy %d", p.Overflow)
+	case p.Rate < 0 || math.IsNaN(p.Rate) || math.IsInf(p.Rate, 0):
+		return errors.New("rate: must be a non-negative number")
+	case p.Burst < 0:
+		return errors.New("burst: must not be negative")
+	case p.ConcurrencyLimit < 0:
+		return errors.New("concurrency_limit: must not be negative")
+	case !p.Ordering.Valid():
+		return fmt.Errorf("ordering: unknown policy %d", p.Ordering)
+	case p.LeaseGrace < 0:
+		return errors.New("lease_grace: must not be negative")
+	}
+	for i, n := range p.MaxPendingPerClass {
+		if n < 0 {
+			return fmt.Errorf("max_pending_per_class[%d]: must not be negative", i)
+		}
+	}
+	for i, kr := range p.KindRates {
+		switch {
+		case kr.Kind == "":
+			return fmt.Errorf("kind_rates[%d].kind: must not be empty", i)
+		case kr.Rate <= 0 || math.IsNaN(kr.Rate) || math.IsInf(kr.Rate, 0):
+			return fmt.Errorf("kind_rates[%d].rate: must be a positive number", i)
+		case kr.Burst < 0:
+			return fmt.Errorf("kind_rates[%d].burst: must not be negative", i)
+		case i > 0 && p.KindRates[i-1].Kind >= kr.Kind:
+			return fmt.Errorf("kind_rates[%d].kind: %q out of order or repeated", i, kr.Kind)
+		}
+	}
+	return nil
 }

@@ -7,6 +7,84 @@ import (
 )
 
 // MarshalMsg implements msgp.Marshaler
+func (z Admit) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// map header, size 3
+	// string "id"
+	o = append(o, 0x83, 0xa2, 0x69, 0x64)
+	o = msgp.AppendString(o, z.ID)
+	// string "st"
+	o = append(o, 0xa2, 0x73, 0x74)
+	o = msgp.AppendUint8(o, uint8(z.Status))
+	// string "at"
+	o = append(o, 0xa2, 0x61, 0x74)
+	o = msgp.AppendInt64(o, int64(z.At))
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *Admit) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "id":
+			z.ID, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "ID")
+				return
+			}
+		case "st":
+			{
+				var zb0002 uint8
+				zb0002, bts, err = msgp.ReadUint8Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Status")
+					return
+				}
+				z.Status = Status(zb0002)
+			}
+		case "at":
+			{
+				var zb0003 int64
+				zb0003, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "At")
+					return
+				}
+				z.At = Instant(zb0003)
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z Admit) Msgsize() (s int) {
+	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 3 + msgp.Uint8Size + 3 + msgp.Int64Size
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
 func (z Backoff) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
@@ -1044,11 +1122,178 @@ func (z KV) Msgsize() (s int) {
 }
 
 // MarshalMsg implements msgp.Marshaler
+func (z Keys) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// check for omitted fields
+	zb0001Len := uint32(2)
+	var zb0001Mask uint8 /* 2 bits */
+	_ = zb0001Mask
+	if z.Ordering == "" {
+		zb0001Len--
+		zb0001Mask |= 0x1
+	}
+	if z.Concurrency == "" {
+		zb0001Len--
+		zb0001Mask |= 0x2
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		if (zb0001Mask & 0x1) == 0 { // if not omitted
+			// string "o"
+			o = append(o, 0xa1, 0x6f)
+			o = msgp.AppendString(o, z.Ordering)
+		}
+		if (zb0001Mask & 0x2) == 0 { // if not omitted
+			// string "c"
+			o = append(o, 0xa1, 0x63)
+			o = msgp.AppendString(o, z.Concurrency)
+		}
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *Keys) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "o":
+			z.Ordering, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Ordering")
+				return
+			}
+		case "c":
+			z.Concurrency, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Concurrency")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z Keys) Msgsize() (s int) {
+	s = 1 + 2 + msgp.StringPrefixSize + len(z.Ordering) + 2 + msgp.StringPrefixSize + len(z.Concurrency)
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z KindRate) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// check for omitted fields
+	zb0001Len := uint32(3)
+	var zb0001Mask uint8 /* 3 bits */
+	_ = zb0001Mask
+	if z.Burst == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x4
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "k"
+		o = append(o, 0xa1, 0x6b)
+		o = msgp.AppendString(o, z.Kind)
+		// string "r"
+		o = append(o, 0xa1, 0x72)
+		o = msgp.AppendFloat64(o, z.Rate)
+		if (zb0001Mask & 0x4) == 0 { // if not omitted
+			// string "b"
+			o = append(o, 0xa1, 0x62)
+			o = msgp.AppendInt64(o, z.Burst)
+		}
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *KindRate) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "k":
+			z.Kind, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Kind")
+				return
+			}
+		case "r":
+			z.Rate, bts, err = msgp.ReadFloat64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Rate")
+				return
+			}
+		case "b":
+			z.Burst, bts, err = msgp.ReadInt64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Burst")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z KindRate) Msgsize() (s int) {
+	s = 1 + 2 + msgp.StringPrefixSize + len(z.Kind) + 2 + msgp.Float64Size + 2 + msgp.Int64Size
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
 func (z *Mutation) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(15)
-	var zb0001Mask uint16 /* 15 bits */
+	zb0001Len := uint32(17)
+	var zb0001Mask uint32 /* 17 bits */
 	_ = zb0001Mask
 	if z.Insert == nil {
 		zb0001Len--
@@ -1110,8 +1355,16 @@ func (z *Mutation) MarshalMsg(b []byte) (o []byte, err error) {
 		zb0001Len--
 		zb0001Mask |= 0x4000
 	}
+	if z.Admit == nil {
+		zb0001Len--
+		zb0001Mask |= 0x8000
+	}
+	if z.PutPool == nil {
+		zb0001Len--
+		zb0001Mask |= 0x10000
+	}
 	// variable map header, size zb0001Len
-	o = append(o, 0x80|uint8(zb0001Len))
+	o = msgp.AppendMapHeader(o, zb0001Len)
 
 	// skip if no fields are to be emitted
 	if zb0001Len != 0 {
@@ -1309,6 +1562,32 @@ func (z *Mutation) MarshalMsg(b []byte) (o []byte, err error) {
 				// string "id"
 				o = append(o, 0x81, 0xa2, 0x69, 0x64)
 				o = msgp.AppendString(o, z.PurgeWorkflow.ID)
+			}
+		}
+		if (zb0001Mask & 0x8000) == 0 { // if not omitted
+			// string "adm"
+			o = append(o, 0xa3, 0x61, 0x64, 0x6d)
+			if z.Admit == nil {
+				o = msgp.AppendNil(o)
+			} else {
+				o, err = z.Admit.MarshalMsg(o)
+				if err != nil {
+					err = msgp.WrapError(err, "Admit")
+					return
+				}
+			}
+		}
+		if (zb0001Mask & 0x10000) == 0 { // if not omitted
+			// string "pp"
+			o = append(o, 0xa2, 0x70, 0x70)
+			if z.PutPool == nil {
+				o = msgp.AppendNil(o)
+			} else {
+				o, err = z.PutPool.MarshalMsg(o)
+				if err != nil {
+					err = msgp.WrapError(err, "PutPool")
+					return
+				}
 			}
 		}
 	}
@@ -1723,6 +2002,40 @@ func (z *Mutation) UnmarshalMsg(bts []byte) (o []byte, err error) {
 					}
 				}
 			}
+		case "adm":
+			if msgp.IsNil(bts) {
+				bts, err = msgp.ReadNilBytes(bts)
+				if err != nil {
+					return
+				}
+				z.Admit = nil
+			} else {
+				if z.Admit == nil {
+					z.Admit = new(Admit)
+				}
+				bts, err = z.Admit.UnmarshalMsg(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Admit")
+					return
+				}
+			}
+		case "pp":
+			if msgp.IsNil(bts) {
+				bts, err = msgp.ReadNilBytes(bts)
+				if err != nil {
+					return
+				}
+				z.PutPool = nil
+			} else {
+				if z.PutPool == nil {
+					z.PutPool = new(Pool)
+				}
+				bts, err = z.PutPool.UnmarshalMsg(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "PutPool")
+					return
+				}
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -1737,7 +2050,7 @@ func (z *Mutation) UnmarshalMsg(bts []byte) (o []byte, err error) {
 
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
 func (z *Mutation) Msgsize() (s int) {
-	s = 1 + 3
+	s = 3 + 3
 	if z.Insert == nil {
 		s += msgp.NilSize
 	} else {
@@ -1827,6 +2140,74 @@ func (z *Mutation) Msgsize() (s int) {
 	} else {
 		s += 1 + 3 + msgp.StringPrefixSize + len(z.PurgeWorkflow.ID)
 	}
+	s += 4
+	if z.Admit == nil {
+		s += msgp.NilSize
+	} else {
+		s += z.Admit.Msgsize()
+	}
+	s += 3
+	if z.PutPool == nil {
+		s += msgp.NilSize
+	} else {
+		s += z.PutPool.Msgsize()
+	}
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z OrderingPolicy) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	o = msgp.AppendUint8(o, uint8(z))
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *OrderingPolicy) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	{
+		var zb0001 uint8
+		zb0001, bts, err = msgp.ReadUint8Bytes(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		(*z) = OrderingPolicy(zb0001)
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z OrderingPolicy) Msgsize() (s int) {
+	s = msgp.Uint8Size
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z Overflow) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	o = msgp.AppendUint8(o, uint8(z))
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *Overflow) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	{
+		var zb0001 uint8
+		zb0001, bts, err = msgp.ReadUint8Bytes(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		(*z) = Overflow(zb0001)
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z Overflow) Msgsize() (s int) {
+	s = msgp.Uint8Size
 	return
 }
 
@@ -1929,6 +2310,458 @@ func (z *PauseSchedule) UnmarshalMsg(bts []byte) (o []byte, err error) {
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
 func (z PauseSchedule) Msgsize() (s int) {
 	s = 1 + 2 + msgp.StringPrefixSize + len(z.Name) + 2 + msgp.BoolSize + 3 + msgp.Int64Size
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z *Pool) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// check for omitted fields
+	zb0001Len := uint32(16)
+	var zb0001Mask uint16 /* 16 bits */
+	_ = zb0001Mask
+	if z.MaxRunning == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x2
+	}
+	if z.MaxPending == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x4
+	}
+	if z.MaxPendingPerClass == nil {
+		zb0001Len--
+		zb0001Mask |= 0x8
+	}
+	if z.Overflow == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x10
+	}
+	if z.Rate == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x20
+	}
+	if z.Burst == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x40
+	}
+	if z.KindRates == nil {
+		zb0001Len--
+		zb0001Mask |= 0x80
+	}
+	if z.ConcurrencyLimit == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x100
+	}
+	if z.Ordering == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x200
+	}
+	if z.MaxAttempts == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x400
+	}
+	if z.Backoff == (Backoff{}) {
+		zb0001Len--
+		zb0001Mask |= 0x800
+	}
+	if z.LeaseGrace == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x1000
+	}
+	if z.Paused == false {
+		zb0001Len--
+		zb0001Mask |= 0x2000
+	}
+	// variable map header, size zb0001Len
+	o = msgp.AppendMapHeader(o, zb0001Len)
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "n"
+		o = append(o, 0xa1, 0x6e)
+		o = msgp.AppendString(o, z.Name)
+		if (zb0001Mask & 0x2) == 0 { // if not omitted
+			// string "mr"
+			o = append(o, 0xa2, 0x6d, 0x72)
+			o = msgp.AppendInt64(o, z.MaxRunning)
+		}
+		if (zb0001Mask & 0x4) == 0 { // if not omitted
+			// string "mp"
+			o = append(o, 0xa2, 0x6d, 0x70)
+			o = msgp.AppendInt64(o, z.MaxPending)
+		}
+		if (zb0001Mask & 0x8) == 0 { // if not omitted
+			// string "mpc"
+			o = append(o, 0xa3, 0x6d, 0x70, 0x63)
+			o = msgp.AppendArrayHeader(o, uint32(len(z.MaxPendingPerClass)))
+			for za0001 := range z.MaxPendingPerClass {
+				o = msgp.AppendInt64(o, z.MaxPendingPerClass[za0001])
+			}
+		}
+		if (zb0001Mask & 0x10) == 0 { // if not omitted
+			// string "of"
+			o = append(o, 0xa2, 0x6f, 0x66)
+			o = msgp.AppendUint8(o, uint8(z.Overflow))
+		}
+		if (zb0001Mask & 0x20) == 0 { // if not omitted
+			// string "rt"
+			o = append(o, 0xa2, 0x72, 0x74)
+			o = msgp.AppendFloat64(o, z.Rate)
+		}
+		if (zb0001Mask & 0x40) == 0 { // if not omitted
+			// string "bu"
+			o = append(o, 0xa2, 0x62, 0x75)
+			o = msgp.AppendInt64(o, z.Burst)
+		}
+		if (zb0001Mask & 0x80) == 0 { // if not omitted
+			// string "kr"
+			o = append(o, 0xa2, 0x6b, 0x72)
+			o = msgp.AppendArrayHeader(o, uint32(len(z.KindRates)))
+			for za0002 := range z.KindRates {
+				// check for omitted fields
+				zb0002Len := uint32(3)
+				var zb0002Mask uint8 /* 3 bits */
+				_ = zb0002Mask
+				if z.KindRates[za0002].Burst == 0 {
+					zb0002Len--
+					zb0002Mask |= 0x4
+				}
+				// variable map header, size zb0002Len
+				o = append(o, 0x80|uint8(zb0002Len))
+
+				// skip if no fields are to be emitted
+				if zb0002Len != 0 {
+					// string "k"
+					o = append(o, 0xa1, 0x6b)
+					o = msgp.AppendString(o, z.KindRates[za0002].Kind)
+					// string "r"
+					o = append(o, 0xa1, 0x72)
+					o = msgp.AppendFloat64(o, z.KindRates[za0002].Rate)
+					if (zb0002Mask & 0x4) == 0 { // if not omitted
+						// string "b"
+						o = append(o, 0xa1, 0x62)
+						o = msgp.AppendInt64(o, z.KindRates[za0002].Burst)
+					}
+				}
+			}
+		}
+		if (zb0001Mask & 0x100) == 0 { // if not omitted
+			// string "cl"
+			o = append(o, 0xa2, 0x63, 0x6c)
+			o = msgp.AppendInt64(o, z.ConcurrencyLimit)
+		}
+		if (zb0001Mask & 0x200) == 0 { // if not omitted
+			// string "op"
+			o = append(o, 0xa2, 0x6f, 0x70)
+			o = msgp.AppendUint8(o, uint8(z.Ordering))
+		}
+		if (zb0001Mask & 0x400) == 0 { // if not omitted
+			// string "ma"
+			o = append(o, 0xa2, 0x6d, 0x61)
+			o = msgp.AppendUint32(o, z.MaxAttempts)
+		}
+		if (zb0001Mask & 0x800) == 0 { // if not omitted
+			// string "bo"
+			o = append(o, 0xa2, 0x62, 0x6f)
+			// check for omitted fields
+			zb0003Len := uint32(3)
+			var zb0003Mask uint8 /* 3 bits */
+			_ = zb0003Mask
+			if z.Backoff.Initial == 0 {
+				zb0003Len--
+				zb0003Mask |= 0x1
+			}
+			if z.Backoff.Max == 0 {
+				zb0003Len--
+				zb0003Mask |= 0x2
+			}
+			if z.Backoff.Jitter == 0 {
+				zb0003Len--
+				zb0003Mask |= 0x4
+			}
+			// variable map header, size zb0003Len
+			o = append(o, 0x80|uint8(zb0003Len))
+
+			// skip if no fields are to be emitted
+			if zb0003Len != 0 {
+				if (zb0003Mask & 0x1) == 0 { // if not omitted
+					// string "i"
+					o = append(o, 0xa1, 0x69)
+					o = msgp.AppendDuration(o, z.Backoff.Initial)
+				}
+				if (zb0003Mask & 0x2) == 0 { // if not omitted
+					// string "m"
+					o = append(o, 0xa1, 0x6d)
+					o = msgp.AppendDuration(o, z.Backoff.Max)
+				}
+				if (zb0003Mask & 0x4) == 0 { // if not omitted
+					// string "j"
+					o = append(o, 0xa1, 0x6a)
+					o = msgp.AppendFloat64(o, z.Backoff.Jitter)
+				}
+			}
+		}
+		if (zb0001Mask & 0x1000) == 0 { // if not omitted
+			// string "lg"
+			o = append(o, 0xa2, 0x6c, 0x67)
+			o = msgp.AppendDuration(o, z.LeaseGrace)
+		}
+		if (zb0001Mask & 0x2000) == 0 { // if not omitted
+			// string "pa"
+			o = append(o, 0xa2, 0x70, 0x61)
+			o = msgp.AppendBool(o, z.Paused)
+		}
+		// string "ua"
+		o = append(o, 0xa2, 0x75, 0x61)
+		o = msgp.AppendInt64(o, int64(z.UpdatedAt))
+		// string "mi"
+		o = append(o, 0xa2, 0x6d, 0x69)
+		o = msgp.AppendUint64(o, z.ModifyIndex)
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *Pool) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "n":
+			z.Name, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Name")
+				return
+			}
+		case "mr":
+			z.MaxRunning, bts, err = msgp.ReadInt64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "MaxRunning")
+				return
+			}
+		case "mp":
+			z.MaxPending, bts, err = msgp.ReadInt64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "MaxPending")
+				return
+			}
+		case "mpc":
+			var zb0002 uint32
+			zb0002, bts, err = msgp.ReadArrayHeaderBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "MaxPendingPerClass")
+				return
+			}
+			if cap(z.MaxPendingPerClass) >= int(zb0002) {
+				z.MaxPendingPerClass = (z.MaxPendingPerClass)[:zb0002]
+			} else {
+				z.MaxPendingPerClass = make([]int64, zb0002)
+			}
+			for za0001 := range z.MaxPendingPerClass {
+				z.MaxPendingPerClass[za0001], bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "MaxPendingPerClass", za0001)
+					return
+				}
+			}
+		case "of":
+			{
+				var zb0003 uint8
+				zb0003, bts, err = msgp.ReadUint8Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Overflow")
+					return
+				}
+				z.Overflow = Overflow(zb0003)
+			}
+		case "rt":
+			z.Rate, bts, err = msgp.ReadFloat64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Rate")
+				return
+			}
+		case "bu":
+			z.Burst, bts, err = msgp.ReadInt64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Burst")
+				return
+			}
+		case "kr":
+			var zb0004 uint32
+			zb0004, bts, err = msgp.ReadArrayHeaderBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "KindRates")
+				return
+			}
+			if cap(z.KindRates) >= int(zb0004) {
+				z.KindRates = (z.KindRates)[:zb0004]
+			} else {
+				z.KindRates = make([]KindRate, zb0004)
+			}
+			for za0002 := range z.KindRates {
+				var zb0005 uint32
+				zb0005, bts, err = msgp.ReadMapHeaderBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "KindRates", za0002)
+					return
+				}
+				for zb0005 > 0 {
+					zb0005--
+					field, bts, err = msgp.ReadMapKeyZC(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "KindRates", za0002)
+						return
+					}
+					switch msgp.UnsafeString(field) {
+					case "k":
+						z.KindRates[za0002].Kind, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "KindRates", za0002, "Kind")
+							return
+						}
+					case "r":
+						z.KindRates[za0002].Rate, bts, err = msgp.ReadFloat64Bytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "KindRates", za0002, "Rate")
+							return
+						}
+					case "b":
+						z.KindRates[za0002].Burst, bts, err = msgp.ReadInt64Bytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "KindRates", za0002, "Burst")
+							return
+						}
+					default:
+						bts, err = msgp.Skip(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "KindRates", za0002)
+							return
+						}
+					}
+				}
+			}
+		case "cl":
+			z.ConcurrencyLimit, bts, err = msgp.ReadInt64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "ConcurrencyLimit")
+				return
+			}
+		case "op":
+			{
+				var zb0006 uint8
+				zb0006, bts, err = msgp.ReadUint8Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Ordering")
+					return
+				}
+				z.Ordering = OrderingPolicy(zb0006)
+			}
+		case "ma":
+			z.MaxAttempts, bts, err = msgp.ReadUint32Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "MaxAttempts")
+				return
+			}
+		case "bo":
+			var zb0007 uint32
+			zb0007, bts, err = msgp.ReadMapHeaderBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Backoff")
+				return
+			}
+			for zb0007 > 0 {
+				zb0007--
+				field, bts, err = msgp.ReadMapKeyZC(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Backoff")
+					return
+				}
+				switch msgp.UnsafeString(field) {
+				case "i":
+					z.Backoff.Initial, bts, err = msgp.ReadDurationBytes(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Backoff", "Initial")
+						return
+					}
+				case "m":
+					z.Backoff.Max, bts, err = msgp.ReadDurationBytes(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Backoff", "Max")
+						return
+					}
+				case "j":
+					z.Backoff.Jitter, bts, err = msgp.ReadFloat64Bytes(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Backoff", "Jitter")
+						return
+					}
+				default:
+					bts, err = msgp.Skip(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Backoff")
+						return
+					}
+				}
+			}
+		case "lg":
+			z.LeaseGrace, bts, err = msgp.ReadDurationBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "LeaseGrace")
+				return
+			}
+		case "pa":
+			z.Paused, bts, err = msgp.ReadBoolBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Paused")
+				return
+			}
+		case "ua":
+			{
+				var zb0008 int64
+				zb0008, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "UpdatedAt")
+					return
+				}
+				z.UpdatedAt = Instant(zb0008)
+			}
+		case "mi":
+			z.ModifyIndex, bts, err = msgp.ReadUint64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "ModifyIndex")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z *Pool) Msgsize() (s int) {
+	s = 3 + 2 + msgp.StringPrefixSize + len(z.Name) + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 4 + msgp.ArrayHeaderSize + (len(z.MaxPendingPerClass) * (msgp.Int64Size)) + 3 + msgp.Uint8Size + 3 + msgp.Float64Size + 3 + msgp.Int64Size + 3 + msgp.ArrayHeaderSize
+	for za0002 := range z.KindRates {
+		s += 1 + 2 + msgp.StringPrefixSize + len(z.KindRates[za0002].Kind) + 2 + msgp.Float64Size + 2 + msgp.Int64Size
+	}
+	s += 3 + msgp.Int64Size + 3 + msgp.Uint8Size + 3 + msgp.Uint32Size + 3 + 1 + 2 + msgp.DurationSize + 2 + msgp.DurationSize + 2 + msgp.Float64Size + 3 + msgp.DurationSize + 3 + msgp.BoolSize + 3 + msgp.Int64Size + 3 + msgp.Uint64Size
 	return
 }
 
@@ -2244,8 +3077,8 @@ func (z *Retry) Msgsize() (s int) {
 func (z *Schedule) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(25)
-	var zb0001Mask uint32 /* 25 bits */
+	zb0001Len := uint32(26)
+	var zb0001Mask uint32 /* 26 bits */
 	_ = zb0001Mask
 	if z.TZ == "" {
 		zb0001Len--
@@ -2279,45 +3112,49 @@ func (z *Schedule) MarshalMsg(b []byte) (o []byte, err error) {
 		zb0001Len--
 		zb0001Mask |= 0x800
 	}
-	if z.Workflow == "" {
+	if z.Keys == nil {
 		zb0001Len--
 		zb0001Mask |= 0x1000
 	}
-	if z.Steps == nil {
+	if z.Workflow == "" {
 		zb0001Len--
 		zb0001Mask |= 0x2000
 	}
-	if z.Overlap == 0 {
+	if z.Steps == nil {
 		zb0001Len--
 		zb0001Mask |= 0x4000
 	}
-	if z.CatchUp == 0 {
+	if z.Overlap == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x8000
 	}
-	if z.CatchUpLimit == 0 {
+	if z.CatchUp == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x10000
 	}
-	if z.Paused == false {
+	if z.CatchUpLimit == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x20000
 	}
-	if z.LastFire == 0 {
+	if z.Paused == false {
 		zb0001Len--
-		zb0001Mask |= 0x80000
+		zb0001Mask |= 0x40000
 	}
-	if z.LastTask == "" {
+	if z.LastFire == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x100000
 	}
-	if z.Fires == 0 {
+	if z.LastTask == "" {
 		zb0001Len--
 		zb0001Mask |= 0x200000
 	}
-	if z.Skipped == 0 {
+	if z.Fires == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x400000
+	}
+	if z.Skipped == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x800000
 	}
 	// variable map header, size zb0001Len
 	o = msgp.AppendMapHeader(o, zb0001Len)
@@ -2431,11 +3268,47 @@ func (z *Schedule) MarshalMsg(b []byte) (o []byte, err error) {
 			}
 		}
 		if (zb0001Mask & 0x1000) == 0 { // if not omitted
+			// string "ks"
+			o = append(o, 0xa2, 0x6b, 0x73)
+			if z.Keys == nil {
+				o = msgp.AppendNil(o)
+			} else {
+				// check for omitted fields
+				zb0005Len := uint32(2)
+				var zb0005Mask uint8 /* 2 bits */
+				_ = zb0005Mask
+				if z.Keys.Ordering == "" {
+					zb0005Len--
+					zb0005Mask |= 0x1
+				}
+				if z.Keys.Concurrency == "" {
+					zb0005Len--
+					zb0005Mask |= 0x2
+				}
+				// variable map header, size zb0005Len
+				o = append(o, 0x80|uint8(zb0005Len))
+
+				// skip if no fields are to be emitted
+				if zb0005Len != 0 {
+					if (zb0005Mask & 0x1) == 0 { // if not omitted
+						// string "o"
+						o = append(o, 0xa1, 0x6f)
+						o = msgp.AppendString(o, z.Keys.Ordering)
+					}
+					if (zb0005Mask & 0x2) == 0 { // if not omitted
+						// string "c"
+						o = append(o, 0xa1, 0x63)
+						o = msgp.AppendString(o, z.Keys.Concurrency)
+					}
+				}
+			}
+		}
+		if (zb0001Mask & 0x2000) == 0 { // if not omitted
 			// string "wn"
 			o = append(o, 0xa2, 0x77, 0x6e)
 			o = msgp.AppendString(o, z.Workflow)
 		}
-		if (zb0001Mask & 0x2000) == 0 { // if not omitted
+		if (zb0001Mask & 0x4000) == 0 { // if not omitted
 			// string "wst"
 			o = append(o, 0xa3, 0x77, 0x73, 0x74)
 			o = msgp.AppendArrayHeader(o, uint32(len(z.Steps)))
@@ -2447,22 +3320,22 @@ func (z *Schedule) MarshalMsg(b []byte) (o []byte, err error) {
 				}
 			}
 		}
-		if (zb0001Mask & 0x4000) == 0 { // if not omitted
+		if (zb0001Mask & 0x8000) == 0 { // if not omitted
 			// string "ov"
 			o = append(o, 0xa2, 0x6f, 0x76)
 			o = msgp.AppendUint8(o, uint8(z.Overlap))
 		}
-		if (zb0001Mask & 0x8000) == 0 { // if not omitted
+		if (zb0001Mask & 0x10000) == 0 { // if not omitted
 			// string "cu"
 			o = append(o, 0xa2, 0x63, 0x75)
 			o = msgp.AppendUint8(o, uint8(z.CatchUp))
 		}
-		if (zb0001Mask & 0x10000) == 0 { // if not omitted
+		if (zb0001Mask & 0x20000) == 0 { // if not omitted
 			// string "cl"
 			o = append(o, 0xa2, 0x63, 0x6c)
 			o = msgp.AppendUint32(o, z.CatchUpLimit)
 		}
-		if (zb0001Mask & 0x20000) == 0 { // if not omitted
+		if (zb0001Mask & 0x40000) == 0 { // if not omitted
 			// string "pa"
 			o = append(o, 0xa2, 0x70, 0x61)
 			o = msgp.AppendBool(o, z.Paused)
@@ -2470,22 +3343,22 @@ func (z *Schedule) MarshalMsg(b []byte) (o []byte, err error) {
 		// string "ca"
 		o = append(o, 0xa2, 0x63, 0x61)
 		o = msgp.AppendInt64(o, int64(z.CreatedAt))
-		if (zb0001Mask & 0x80000) == 0 { // if not omitted
+		if (zb0001Mask & 0x100000) == 0 { // if not omitted
 			// string "lf"
 			o = append(o, 0xa2, 0x6c, 0x66)
 			o = msgp.AppendInt64(o, int64(z.LastFire))
 		}
-		if (zb0001Mask & 0x100000) == 0 { // if not omitted
+		if (zb0001Mask & 0x200000) == 0 { // if not omitted
 			// string "lt"
 			o = append(o, 0xa2, 0x6c, 0x74)
 			o = msgp.AppendString(o, z.LastTask)
 		}
-		if (zb0001Mask & 0x200000) == 0 { // if not omitted
+		if (zb0001Mask & 0x400000) == 0 { // if not omitted
 			// string "fi"
 			o = append(o, 0xa2, 0x66, 0x69)
 			o = msgp.AppendUint64(o, z.Fires)
 		}
-		if (zb0001Mask & 0x400000) == 0 { // if not omitted
+		if (zb0001Mask & 0x800000) == 0 { // if not omitted
 			// string "sk"
 			o = append(o, 0xa2, 0x73, 0x6b)
 			o = msgp.AppendUint64(o, z.Skipped)
@@ -2713,6 +3586,52 @@ func (z *Schedule) UnmarshalMsg(bts []byte) (o []byte, err error) {
 					}
 				}
 			}
+		case "ks":
+			if msgp.IsNil(bts) {
+				bts, err = msgp.ReadNilBytes(bts)
+				if err != nil {
+					return
+				}
+				z.Keys = nil
+			} else {
+				if z.Keys == nil {
+					z.Keys = new(Keys)
+				}
+				var zb0008 uint32
+				zb0008, bts, err = msgp.ReadMapHeaderBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Keys")
+					return
+				}
+				for zb0008 > 0 {
+					zb0008--
+					field, bts, err = msgp.ReadMapKeyZC(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Keys")
+						return
+					}
+					switch msgp.UnsafeString(field) {
+					case "o":
+						z.Keys.Ordering, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Keys", "Ordering")
+							return
+						}
+					case "c":
+						z.Keys.Concurrency, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Keys", "Concurrency")
+							return
+						}
+					default:
+						bts, err = msgp.Skip(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Keys")
+							return
+						}
+					}
+				}
+			}
 		case "wn":
 			z.Workflow, bts, err = msgp.ReadStringBytes(bts)
 			if err != nil {
@@ -2720,16 +3639,16 @@ func (z *Schedule) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				return
 			}
 		case "wst":
-			var zb0008 uint32
-			zb0008, bts, err = msgp.ReadArrayHeaderBytes(bts)
+			var zb0009 uint32
+			zb0009, bts, err = msgp.ReadArrayHeaderBytes(bts)
 			if err != nil {
 				err = msgp.WrapError(err, "Steps")
 				return
 			}
-			if cap(z.Steps) >= int(zb0008) {
-				z.Steps = (z.Steps)[:zb0008]
+			if cap(z.Steps) >= int(zb0009) {
+				z.Steps = (z.Steps)[:zb0009]
 			} else {
-				z.Steps = make([]StepTemplate, zb0008)
+				z.Steps = make([]StepTemplate, zb0009)
 			}
 			for za0003 := range z.Steps {
 				bts, err = z.Steps[za0003].UnmarshalMsg(bts)
@@ -2740,23 +3659,23 @@ func (z *Schedule) UnmarshalMsg(bts []byte) (o []byte, err error) {
 			}
 		case "ov":
 			{
-				var zb0009 uint8
-				zb0009, bts, err = msgp.ReadUint8Bytes(bts)
+				var zb0010 uint8
+				zb0010, bts, err = msgp.ReadUint8Bytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "Overlap")
 					return
 				}
-				z.Overlap = Overlap(zb0009)
+				z.Overlap = Overlap(zb0010)
 			}
 		case "cu":
 			{
-				var zb0010 uint8
-				zb0010, bts, err = msgp.ReadUint8Bytes(bts)
+				var zb0011 uint8
+				zb0011, bts, err = msgp.ReadUint8Bytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "CatchUp")
 					return
 				}
-				z.CatchUp = CatchUp(zb0010)
+				z.CatchUp = CatchUp(zb0011)
 			}
 		case "cl":
 			z.CatchUpLimit, bts, err = msgp.ReadUint32Bytes(bts)
@@ -2772,23 +3691,23 @@ func (z *Schedule) UnmarshalMsg(bts []byte) (o []byte, err error) {
 			}
 		case "ca":
 			{
-				var zb0011 int64
-				zb0011, bts, err = msgp.ReadInt64Bytes(bts)
+				var zb0012 int64
+				zb0012, bts, err = msgp.ReadInt64Bytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "CreatedAt")
 					return
 				}
-				z.CreatedAt = Instant(zb0011)
+				z.CreatedAt = Instant(zb0012)
 			}
 		case "lf":
 			{
-				var zb0012 int64
-				zb0012, bts, err = msgp.ReadInt64Bytes(bts)
+				var zb0013 int64
+				zb0013, bts, err = msgp.ReadInt64Bytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "LastFire")
 					return
 				}
-				z.LastFire = Instant(zb0012)
+				z.LastFire = Instant(zb0013)
 			}
 		case "lt":
 			z.LastTask, bts, err = msgp.ReadStringBytes(bts)
@@ -2842,7 +3761,13 @@ func (z *Schedule) Msgsize() (s int) {
 	for za0002 := range z.Tags {
 		s += 1 + 2 + msgp.StringPrefixSize + len(z.Tags[za0002].K) + 2 + msgp.StringPrefixSize + len(z.Tags[za0002].V)
 	}
-	s += 3 + msgp.DurationSize + 3 + msgp.Uint32Size + 3 + 1 + 2 + msgp.DurationSize + 2 + msgp.DurationSize + 2 + msgp.Float64Size + 3 + msgp.StringPrefixSize + len(z.Workflow) + 4 + msgp.ArrayHeaderSize
+	s += 3 + msgp.DurationSize + 3 + msgp.Uint32Size + 3 + 1 + 2 + msgp.DurationSize + 2 + msgp.DurationSize + 2 + msgp.Float64Size + 3
+	if z.Keys == nil {
+		s += msgp.NilSize
+	} else {
+		s += 1 + 2 + msgp.StringPrefixSize + len(z.Keys.Ordering) + 2 + msgp.StringPrefixSize + len(z.Keys.Concurrency)
+	}
+	s += 3 + msgp.StringPrefixSize + len(z.Workflow) + 4 + msgp.ArrayHeaderSize
 	for za0003 := range z.Steps {
 		s += z.Steps[za0003].Msgsize()
 	}
@@ -2989,8 +3914,8 @@ func (z Status) Msgsize() (s int) {
 func (z *StepTemplate) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(13)
-	var zb0001Mask uint16 /* 13 bits */
+	zb0001Len := uint32(14)
+	var zb0001Mask uint16 /* 14 bits */
 	_ = zb0001Mask
 	if z.Priority == 0 {
 		zb0001Len--
@@ -3020,17 +3945,21 @@ func (z *StepTemplate) MarshalMsg(b []byte) (o []byte, err error) {
 		zb0001Len--
 		zb0001Mask |= 0x200
 	}
-	if z.DependsOn == nil {
+	if z.Keys == nil {
 		zb0001Len--
 		zb0001Mask |= 0x400
 	}
-	if z.DepPolicy == 0 {
+	if z.DependsOn == nil {
 		zb0001Len--
 		zb0001Mask |= 0x800
 	}
-	if z.External == false {
+	if z.DepPolicy == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x1000
+	}
+	if z.External == false {
+		zb0001Len--
+		zb0001Mask |= 0x2000
 	}
 	// variable map header, size zb0001Len
 	o = append(o, 0x80|uint8(zb0001Len))
@@ -3136,6 +4065,42 @@ func (z *StepTemplate) MarshalMsg(b []byte) (o []byte, err error) {
 			}
 		}
 		if (zb0001Mask & 0x400) == 0 { // if not omitted
+			// string "ks"
+			o = append(o, 0xa2, 0x6b, 0x73)
+			if z.Keys == nil {
+				o = msgp.AppendNil(o)
+			} else {
+				// check for omitted fields
+				zb0005Len := uint32(2)
+				var zb0005Mask uint8 /* 2 bits */
+				_ = zb0005Mask
+				if z.Keys.Ordering == "" {
+					zb0005Len--
+					zb0005Mask |= 0x1
+				}
+				if z.Keys.Concurrency == "" {
+					zb0005Len--
+					zb0005Mask |= 0x2
+				}
+				// variable map header, size zb0005Len
+				o = append(o, 0x80|uint8(zb0005Len))
+
+				// skip if no fields are to be emitted
+				if zb0005Len != 0 {
+					if (zb0005Mask & 0x1) == 0 { // if not omitted
+						// string "o"
+						o = append(o, 0xa1, 0x6f)
+						o = msgp.AppendString(o, z.Keys.Ordering)
+					}
+					if (zb0005Mask & 0x2) == 0 { // if not omitted
+						// string "c"
+						o = append(o, 0xa1, 0x63)
+						o = msgp.AppendString(o, z.Keys.Concurrency)
+					}
+				}
+			}
+		}
+		if (zb0001Mask & 0x800) == 0 { // if not omitted
 			// string "dp"
 			o = append(o, 0xa2, 0x64, 0x70)
 			o = msgp.AppendArrayHeader(o, uint32(len(z.DependsOn)))
@@ -3143,12 +4108,12 @@ func (z *StepTemplate) MarshalMsg(b []byte) (o []byte, err error) {
 				o = msgp.AppendString(o, z.DependsOn[za0003])
 			}
 		}
-		if (zb0001Mask & 0x800) == 0 { // if not omitted
+		if (zb0001Mask & 0x1000) == 0 { // if not omitted
 			// string "dpp"
 			o = append(o, 0xa3, 0x64, 0x70, 0x70)
 			o = msgp.AppendUint8(o, uint8(z.DepPolicy))
 		}
-		if (zb0001Mask & 0x1000) == 0 { // if not omitted
+		if (zb0001Mask & 0x2000) == 0 { // if not omitted
 			// string "ext"
 			o = append(o, 0xa3, 0x65, 0x78, 0x74)
 			o = msgp.AppendBool(o, z.External)
@@ -3358,17 +4323,63 @@ func (z *StepTemplate) UnmarshalMsg(bts []byte) (o []byte, err error) {
 					}
 				}
 			}
+		case "ks":
+			if msgp.IsNil(bts) {
+				bts, err = msgp.ReadNilBytes(bts)
+				if err != nil {
+					return
+				}
+				z.Keys = nil
+			} else {
+				if z.Keys == nil {
+					z.Keys = new(Keys)
+				}
+				var zb0008 uint32
+				zb0008, bts, err = msgp.ReadMapHeaderBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Keys")
+					return
+				}
+				for zb0008 > 0 {
+					zb0008--
+					field, bts, err = msgp.ReadMapKeyZC(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Keys")
+						return
+					}
+					switch msgp.UnsafeString(field) {
+					case "o":
+						z.Keys.Ordering, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Keys", "Ordering")
+							return
+						}
+					case "c":
+						z.Keys.Concurrency, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Keys", "Concurrency")
+							return
+						}
+					default:
+						bts, err = msgp.Skip(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Keys")
+							return
+						}
+					}
+				}
+			}
 		case "dp":
-			var zb0008 uint32
-			zb0008, bts, err = msgp.ReadArrayHeaderBytes(bts)
+			var zb0009 uint32
+			zb0009, bts, err = msgp.ReadArrayHeaderBytes(bts)
 			if err != nil {
 				err = msgp.WrapError(err, "DependsOn")
 				return
 			}
-			if cap(z.DependsOn) >= int(zb0008) {
-				z.DependsOn = (z.DependsOn)[:zb0008]
+			if cap(z.DependsOn) >= int(zb0009) {
+				z.DependsOn = (z.DependsOn)[:zb0009]
 			} else {
-				z.DependsOn = make([]string, zb0008)
+				z.DependsOn = make([]string, zb0009)
 			}
 			for za0003 := range z.DependsOn {
 				z.DependsOn[za0003], bts, err = msgp.ReadStringBytes(bts)
@@ -3379,13 +4390,13 @@ func (z *StepTemplate) UnmarshalMsg(bts []byte) (o []byte, err error) {
 			}
 		case "dpp":
 			{
-				var zb0009 uint8
-				zb0009, bts, err = msgp.ReadUint8Bytes(bts)
+				var zb0010 uint8
+				zb0010, bts, err = msgp.ReadUint8Bytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "DepPolicy")
 					return
 				}
-				z.DepPolicy = DepPolicy(zb0009)
+				z.DepPolicy = DepPolicy(zb0010)
 			}
 		case "ext":
 			z.External, bts, err = msgp.ReadBoolBytes(bts)
@@ -3415,7 +4426,13 @@ func (z *StepTemplate) Msgsize() (s int) {
 	for za0002 := range z.Tags {
 		s += 1 + 2 + msgp.StringPrefixSize + len(z.Tags[za0002].K) + 2 + msgp.StringPrefixSize + len(z.Tags[za0002].V)
 	}
-	s += 3 + msgp.DurationSize + 3 + msgp.Uint32Size + 3 + 1 + 2 + msgp.DurationSize + 2 + msgp.DurationSize + 2 + msgp.Float64Size + 3 + msgp.ArrayHeaderSize
+	s += 3 + msgp.DurationSize + 3 + msgp.Uint32Size + 3 + 1 + 2 + msgp.DurationSize + 2 + msgp.DurationSize + 2 + msgp.Float64Size + 3
+	if z.Keys == nil {
+		s += msgp.NilSize
+	} else {
+		s += 1 + 2 + msgp.StringPrefixSize + len(z.Keys.Ordering) + 2 + msgp.StringPrefixSize + len(z.Keys.Concurrency)
+	}
+	s += 3 + msgp.ArrayHeaderSize
 	for za0003 := range z.DependsOn {
 		s += msgp.StringPrefixSize + len(z.DependsOn[za0003])
 	}
@@ -3427,8 +4444,8 @@ func (z *StepTemplate) Msgsize() (s int) {
 func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(29)
-	var zb0001Mask uint32 /* 29 bits */
+	zb0001Len := uint32(30)
+	var zb0001Mask uint32 /* 30 bits */
 	_ = zb0001Mask
 	if z.Priority == 0 {
 		zb0001Len--
@@ -3458,61 +4475,65 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 		zb0001Len--
 		zb0001Mask |= 0x200
 	}
-	if z.Key == "" {
+	if z.Keys == nil {
 		zb0001Len--
 		zb0001Mask |= 0x400
 	}
-	if z.RunAt == 0 {
+	if z.Key == "" {
 		zb0001Len--
 		zb0001Mask |= 0x800
 	}
-	if z.Deadline == 0 {
+	if z.RunAt == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x1000
 	}
-	if z.Schedule == "" {
+	if z.Deadline == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x2000
 	}
-	if z.Slot == 0 {
+	if z.Schedule == "" {
 		zb0001Len--
 		zb0001Mask |= 0x4000
 	}
-	if z.Flow == nil {
+	if z.Slot == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x8000
 	}
-	if z.Attempt == 0 {
+	if z.Flow == nil {
 		zb0001Len--
-		zb0001Mask |= 0x20000
+		zb0001Mask |= 0x10000
 	}
-	if z.Lease == 0 {
+	if z.Attempt == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x40000
 	}
-	if z.LastLease == 0 {
+	if z.Lease == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x80000
 	}
-	if z.Worker == "" {
+	if z.LastLease == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x100000
 	}
-	if z.Output == nil {
+	if z.Worker == "" {
 		zb0001Len--
 		zb0001Mask |= 0x200000
 	}
-	if z.Error == "" {
+	if z.Output == nil {
 		zb0001Len--
 		zb0001Mask |= 0x400000
 	}
+	if z.Error == "" {
+		zb0001Len--
+		zb0001Mask |= 0x800000
+	}
 	if z.StartedAt == 0 {
 		zb0001Len--
-		zb0001Mask |= 0x1000000
+		zb0001Mask |= 0x2000000
 	}
 	if z.FinishedAt == 0 {
 		zb0001Len--
-		zb0001Mask |= 0x4000000
+		zb0001Mask |= 0x8000000
 	}
 	// variable map header, size zb0001Len
 	o = msgp.AppendMapHeader(o, zb0001Len)
@@ -3618,31 +4639,67 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 			}
 		}
 		if (zb0001Mask & 0x400) == 0 { // if not omitted
+			// string "ks"
+			o = append(o, 0xa2, 0x6b, 0x73)
+			if z.Keys == nil {
+				o = msgp.AppendNil(o)
+			} else {
+				// check for omitted fields
+				zb0005Len := uint32(2)
+				var zb0005Mask uint8 /* 2 bits */
+				_ = zb0005Mask
+				if z.Keys.Ordering == "" {
+					zb0005Len--
+					zb0005Mask |= 0x1
+				}
+				if z.Keys.Concurrency == "" {
+					zb0005Len--
+					zb0005Mask |= 0x2
+				}
+				// variable map header, size zb0005Len
+				o = append(o, 0x80|uint8(zb0005Len))
+
+				// skip if no fields are to be emitted
+				if zb0005Len != 0 {
+					if (zb0005Mask & 0x1) == 0 { // if not omitted
+						// string "o"
+						o = append(o, 0xa1, 0x6f)
+						o = msgp.AppendString(o, z.Keys.Ordering)
+					}
+					if (zb0005Mask & 0x2) == 0 { // if not omitted
+						// string "c"
+						o = append(o, 0xa1, 0x63)
+						o = msgp.AppendString(o, z.Keys.Concurrency)
+					}
+				}
+			}
+		}
+		if (zb0001Mask & 0x800) == 0 { // if not omitted
 			// string "key"
 			o = append(o, 0xa3, 0x6b, 0x65, 0x79)
 			o = msgp.AppendString(o, z.Key)
 		}
-		if (zb0001Mask & 0x800) == 0 { // if not omitted
+		if (zb0001Mask & 0x1000) == 0 { // if not omitted
 			// string "ra"
 			o = append(o, 0xa2, 0x72, 0x61)
 			o = msgp.AppendInt64(o, int64(z.RunAt))
 		}
-		if (zb0001Mask & 0x1000) == 0 { // if not omitted
+		if (zb0001Mask & 0x2000) == 0 { // if not omitted
 			// string "dl"
 			o = append(o, 0xa2, 0x64, 0x6c)
 			o = msgp.AppendInt64(o, int64(z.Deadline))
 		}
-		if (zb0001Mask & 0x2000) == 0 { // if not omitted
+		if (zb0001Mask & 0x4000) == 0 { // if not omitted
 			// string "sc"
 			o = append(o, 0xa2, 0x73, 0x63)
 			o = msgp.AppendString(o, z.Schedule)
 		}
-		if (zb0001Mask & 0x4000) == 0 { // if not omitted
+		if (zb0001Mask & 0x8000) == 0 { // if not omitted
 			// string "sl"
 			o = append(o, 0xa2, 0x73, 0x6c)
 			o = msgp.AppendInt64(o, int64(z.Slot))
 		}
-		if (zb0001Mask & 0x8000) == 0 { // if not omitted
+		if (zb0001Mask & 0x10000) == 0 { // if not omitted
 			// string "fl"
 			o = append(o, 0xa2, 0x66, 0x6c)
 			if z.Flow == nil {
@@ -3658,32 +4715,32 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 		// string "st"
 		o = append(o, 0xa2, 0x73, 0x74)
 		o = msgp.AppendUint8(o, uint8(z.Status))
-		if (zb0001Mask & 0x20000) == 0 { // if not omitted
+		if (zb0001Mask & 0x40000) == 0 { // if not omitted
 			// string "at"
 			o = append(o, 0xa2, 0x61, 0x74)
 			o = msgp.AppendUint32(o, z.Attempt)
 		}
-		if (zb0001Mask & 0x40000) == 0 { // if not omitted
+		if (zb0001Mask & 0x80000) == 0 { // if not omitted
 			// string "ls"
 			o = append(o, 0xa2, 0x6c, 0x73)
 			o = msgp.AppendUint64(o, z.Lease)
 		}
-		if (zb0001Mask & 0x80000) == 0 { // if not omitted
+		if (zb0001Mask & 0x100000) == 0 { // if not omitted
 			// string "ll"
 			o = append(o, 0xa2, 0x6c, 0x6c)
 			o = msgp.AppendUint64(o, z.LastLease)
 		}
-		if (zb0001Mask & 0x100000) == 0 { // if not omitted
+		if (zb0001Mask & 0x200000) == 0 { // if not omitted
 			// string "wk"
 			o = append(o, 0xa2, 0x77, 0x6b)
 			o = msgp.AppendString(o, z.Worker)
 		}
-		if (zb0001Mask & 0x200000) == 0 { // if not omitted
+		if (zb0001Mask & 0x400000) == 0 { // if not omitted
 			// string "out"
 			o = append(o, 0xa3, 0x6f, 0x75, 0x74)
 			o = msgp.AppendBytes(o, z.Output)
 		}
-		if (zb0001Mask & 0x400000) == 0 { // if not omitted
+		if (zb0001Mask & 0x800000) == 0 { // if not omitted
 			// string "err"
 			o = append(o, 0xa3, 0x65, 0x72, 0x72)
 			o = msgp.AppendString(o, z.Error)
@@ -3691,7 +4748,7 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 		// string "sa"
 		o = append(o, 0xa2, 0x73, 0x61)
 		o = msgp.AppendInt64(o, int64(z.SubmittedAt))
-		if (zb0001Mask & 0x1000000) == 0 { // if not omitted
+		if (zb0001Mask & 0x2000000) == 0 { // if not omitted
 			// string "sta"
 			o = append(o, 0xa3, 0x73, 0x74, 0x61)
 			o = msgp.AppendInt64(o, int64(z.StartedAt))
@@ -3699,7 +4756,7 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 		// string "ua"
 		o = append(o, 0xa2, 0x75, 0x61)
 		o = msgp.AppendInt64(o, int64(z.UpdatedAt))
-		if (zb0001Mask & 0x4000000) == 0 { // if not omitted
+		if (zb0001Mask & 0x8000000) == 0 { // if not omitted
 			// string "fa"
 			o = append(o, 0xa2, 0x66, 0x61)
 			o = msgp.AppendInt64(o, int64(z.FinishedAt))
@@ -3915,6 +4972,52 @@ func (z *Task) UnmarshalMsg(bts []byte) (o []byte, err error) {
 					}
 				}
 			}
+		case "ks":
+			if msgp.IsNil(bts) {
+				bts, err = msgp.ReadNilBytes(bts)
+				if err != nil {
+					return
+				}
+				z.Keys = nil
+			} else {
+				if z.Keys == nil {
+					z.Keys = new(Keys)
+				}
+				var zb0008 uint32
+				zb0008, bts, err = msgp.ReadMapHeaderBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Keys")
+					return
+				}
+				for zb0008 > 0 {
+					zb0008--
+					field, bts, err = msgp.ReadMapKeyZC(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Keys")
+						return
+					}
+					switch msgp.UnsafeString(field) {
+					case "o":
+						z.Keys.Ordering, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Keys", "Ordering")
+							return
+						}
+					case "c":
+						z.Keys.Concurrency, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Keys", "Concurrency")
+							return
+						}
+					default:
+						bts, err = msgp.Skip(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Keys")
+							return
+						}
+					}
+				}
+			}
 		case "key":
 			z.Key, bts, err = msgp.ReadStringBytes(bts)
 			if err != nil {
@@ -3923,23 +5026,23 @@ func (z *Task) UnmarshalMsg(bts []byte) (o []byte, err error) {
 			}
 		case "ra":
 			{
-				var zb0008 int64
-				zb0008, bts, err = msgp.ReadInt64Bytes(bts)
+				var zb0009 int64
+				zb0009, bts, err = msgp.ReadInt64Bytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "RunAt")
 					return
 				}
-				z.RunAt = Instant(zb0008)
+				z.RunAt = Instant(zb0009)
 			}
 		case "dl":
 			{
-				var zb0009 int64
-				zb0009, bts, err = msgp.ReadInt64Bytes(bts)
+				var zb0010 int64
+				zb0010, bts, err = msgp.ReadInt64Bytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "Deadline")
 					return
 				}
-				z.Deadline = Instant(zb0009)
+				z.Deadline = Instant(zb0010)
 			}
 		case "sc":
 			z.Schedule, bts, err = msgp.ReadStringBytes(bts)
@@ -3949,13 +5052,13 @@ func (z *Task) UnmarshalMsg(bts []byte) (o []byte, err error) {
 			}
 		case "sl":
 			{
-				var zb0010 int64
-				zb0010, bts, err = msgp.ReadInt64Bytes(bts)
+				var zb0011 int64
+				zb0011, bts, err = msgp.ReadInt64Bytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "Slot")
 					return
 				}
-				z.Slot = Instant(zb0010)
+				z.Slot = Instant(zb0011)
 			}
 		case "fl":
 			if msgp.IsNil(bts) {
@@ -3976,13 +5079,13 @@ func (z *Task) UnmarshalMsg(bts []byte) (o []byte, err error) {
 			}
 		case "st":
 			{
-				var zb0011 uint8
-				zb0011, bts, err = msgp.ReadUint8Bytes(bts)
+				var zb0012 uint8
+				zb0012, bts, err = msgp.ReadUint8Bytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "Status")
 					return
 				}
-				z.Status = Status(zb0011)
+				z.Status = Status(zb0012)
 			}
 		case "at":
 			z.Attempt, bts, err = msgp.ReadUint32Bytes(bts)
@@ -4022,43 +5125,43 @@ func (z *Task) UnmarshalMsg(bts []byte) (o []byte, err error) {
 			}
 		case "sa":
 			{
-				var zb0012 int64
-				zb0012, bts, err = msgp.ReadInt64Bytes(bts)
+				var zb0013 int64
+				zb0013, bts, err = msgp.ReadInt64Bytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "SubmittedAt")
 					return
 				}
-				z.SubmittedAt = Instant(zb0012)
+				z.SubmittedAt = Instant(zb0013)
 			}
 		case "sta":
-			{
-				var zb0013 int64
-				zb0013, bts, err = msgp.ReadInt64Bytes(bts)
-				if err != nil {
-					err = msgp.WrapError(err, "StartedAt")
-					return
-				}
-				z.StartedAt = Instant(zb0013)
-			}
-		case "ua":
 			{
 				var zb0014 int64
 				zb0014, bts, err = msgp.ReadInt64Bytes(bts)
 				if err != nil {
-					err = msgp.WrapError(err, "UpdatedAt")
+					err = msgp.WrapError(err, "StartedAt")
 					return
 				}
-				z.UpdatedAt = Instant(zb0014)
+				z.StartedAt = Instant(zb0014)
 			}
-		case "fa":
+		case "ua":
 			{
 				var zb0015 int64
 				zb0015, bts, err = msgp.ReadInt64Bytes(bts)
 				if err != nil {
+					err = msgp.WrapError(err, "UpdatedAt")
+					return
+				}
+				z.UpdatedAt = Instant(zb0015)
+			}
+		case "fa":
+			{
+				var zb0016 int64
+				zb0016, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
 					err = msgp.WrapError(err, "FinishedAt")
 					return
 				}
-				z.FinishedAt = Instant(zb0015)
+				z.FinishedAt = Instant(zb0016)
 			}
 		case "ci":
 			z.CreateIndex, bts, err = msgp.ReadUint64Bytes(bts)
@@ -4094,7 +5197,13 @@ func (z *Task) Msgsize() (s int) {
 	for za0002 := range z.Tags {
 		s += 1 + 2 + msgp.StringPrefixSize + len(z.Tags[za0002].K) + 2 + msgp.StringPrefixSize + len(z.Tags[za0002].V)
 	}
-	s += 3 + msgp.DurationSize + 3 + msgp.Uint32Size + 3 + 1 + 2 + msgp.DurationSize + 2 + msgp.DurationSize + 2 + msgp.Float64Size + 4 + msgp.StringPrefixSize + len(z.Key) + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.StringPrefixSize + len(z.Schedule) + 3 + msgp.Int64Size + 3
+	s += 3 + msgp.DurationSize + 3 + msgp.Uint32Size + 3 + 1 + 2 + msgp.DurationSize + 2 + msgp.DurationSize + 2 + msgp.Float64Size + 3
+	if z.Keys == nil {
+		s += msgp.NilSize
+	} else {
+		s += 1 + 2 + msgp.StringPrefixSize + len(z.Keys.Ordering) + 2 + msgp.StringPrefixSize + len(z.Keys.Concurrency)
+	}
+	s += 4 + msgp.StringPrefixSize + len(z.Key) + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.StringPrefixSize + len(z.Schedule) + 3 + msgp.Int64Size + 3
 	if z.Flow == nil {
 		s += msgp.NilSize
 	} else {
@@ -4108,8 +5217,8 @@ func (z *Task) Msgsize() (s int) {
 func (z *Template) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(9)
-	var zb0001Mask uint16 /* 9 bits */
+	zb0001Len := uint32(10)
+	var zb0001Mask uint16 /* 10 bits */
 	_ = zb0001Mask
 	if z.Priority == 0 {
 		zb0001Len--
@@ -4138,6 +5247,10 @@ func (z *Template) MarshalMsg(b []byte) (o []byte, err error) {
 	if z.Backoff == (Backoff{}) {
 		zb0001Len--
 		zb0001Mask |= 0x100
+	}
+	if z.Keys == nil {
+		zb0001Len--
+		zb0001Mask |= 0x200
 	}
 	// variable map header, size zb0001Len
 	o = append(o, 0x80|uint8(zb0001Len))
@@ -4236,6 +5349,42 @@ func (z *Template) MarshalMsg(b []byte) (o []byte, err error) {
 					// string "j"
 					o = append(o, 0xa1, 0x6a)
 					o = msgp.AppendFloat64(o, z.Backoff.Jitter)
+				}
+			}
+		}
+		if (zb0001Mask & 0x200) == 0 { // if not omitted
+			// string "ks"
+			o = append(o, 0xa2, 0x6b, 0x73)
+			if z.Keys == nil {
+				o = msgp.AppendNil(o)
+			} else {
+				// check for omitted fields
+				zb0005Len := uint32(2)
+				var zb0005Mask uint8 /* 2 bits */
+				_ = zb0005Mask
+				if z.Keys.Ordering == "" {
+					zb0005Len--
+					zb0005Mask |= 0x1
+				}
+				if z.Keys.Concurrency == "" {
+					zb0005Len--
+					zb0005Mask |= 0x2
+				}
+				// variable map header, size zb0005Len
+				o = append(o, 0x80|uint8(zb0005Len))
+
+				// skip if no fields are to be emitted
+				if zb0005Len != 0 {
+					if (zb0005Mask & 0x1) == 0 { // if not omitted
+						// string "o"
+						o = append(o, 0xa1, 0x6f)
+						o = msgp.AppendString(o, z.Keys.Ordering)
+					}
+					if (zb0005Mask & 0x2) == 0 { // if not omitted
+						// string "c"
+						o = append(o, 0xa1, 0x63)
+						o = msgp.AppendString(o, z.Keys.Concurrency)
+					}
 				}
 			}
 		}
@@ -4438,6 +5587,52 @@ func (z *Template) UnmarshalMsg(bts []byte) (o []byte, err error) {
 					}
 				}
 			}
+		case "ks":
+			if msgp.IsNil(bts) {
+				bts, err = msgp.ReadNilBytes(bts)
+				if err != nil {
+					return
+				}
+				z.Keys = nil
+			} else {
+				if z.Keys == nil {
+					z.Keys = new(Keys)
+				}
+				var zb0008 uint32
+				zb0008, bts, err = msgp.ReadMapHeaderBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Keys")
+					return
+				}
+				for zb0008 > 0 {
+					zb0008--
+					field, bts, err = msgp.ReadMapKeyZC(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Keys")
+						return
+					}
+					switch msgp.UnsafeString(field) {
+					case "o":
+						z.Keys.Ordering, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Keys", "Ordering")
+							return
+						}
+					case "c":
+						z.Keys.Concurrency, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Keys", "Concurrency")
+							return
+						}
+					default:
+						bts, err = msgp.Skip(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "Keys")
+							return
+						}
+					}
+				}
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -4460,7 +5655,12 @@ func (z *Template) Msgsize() (s int) {
 	for za0002 := range z.Tags {
 		s += 1 + 2 + msgp.StringPrefixSize + len(z.Tags[za0002].K) + 2 + msgp.StringPrefixSize + len(z.Tags[za0002].V)
 	}
-	s += 3 + msgp.DurationSize + 3 + msgp.Uint32Size + 3 + 1 + 2 + msgp.DurationSize + 2 + msgp.DurationSize + 2 + msgp.Float64Size
+	s += 3 + msgp.DurationSize + 3 + msgp.Uint32Size + 3 + 1 + 2 + msgp.DurationSize + 2 + msgp.DurationSize + 2 + msgp.Float64Size + 3
+	if z.Keys == nil {
+		s += msgp.NilSize
+	} else {
+		s += 1 + 2 + msgp.StringPrefixSize + len(z.Keys.Ordering) + 2 + msgp.StringPrefixSize + len(z.Keys.Concurrency)
+	}
 	return
 }
 
