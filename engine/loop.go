@@ -32,6 +32,10 @@ type loopState struct {
 	seq      uint64      // of the last appended entry
 	lastTime fsm.Instant // time of the last entry: entry times never go back
 	stopping bool
+
+	// merged is reused to gather the mutations of several steps into one
+	// entry: they are only read by the encoder.
+	merged []fsm.Mutation
 }
 
 // pendingStep is the output of one core call waiting for its entry: its
@@ -277,6 +281,9 @@ func (e *Engine) appendEntries() error {
 	return nil
 }
 
+// maxMergedCap bounds the merge slice kept between entries.
+const maxMergedCap = 1 << 14
+
 // appendEntry cuts one entry from the front of unsent and appends it. Steps
 // are taken whole while the entry stays under MaxBatchBytes; a step larger
 // than that goes alone.
@@ -303,7 +310,7 @@ func (e *Engine) appendEntry() error {
 	for {
 		muts := l.unsent[0].out.Mutations
 		if n > 1 {
-			muts = nil
+			muts = l.merged[:0]
 			for _, s := range l.unsent[:n] {
 				muts = append(muts, s.out.Mutations...)
 			}
@@ -311,6 +318,12 @@ func (e *Engine) appendEntry() error {
 		b := &fsm.CommitBatch{Epoch: l.core.Epoch(), Time: t, Mutations: muts}
 		var err error
 		data, err = fsm.EncodeCommitBatch(b)
+		if n > 1 {
+			clear(muts) // drop the records it points to
+			if cap(muts) <= maxMergedCap {
+				l.merged = muts[:0]
+			}
+		}
 		if err != nil {
 			return fmt.Errorf("encoding entry %d: %w", l.seq+1, err)
 		}

@@ -65,6 +65,7 @@ type Core struct {
 	// Emptied slices of earlier outputs handed back by Recycle, reused by
 	// later ones: growing fresh ones for every step was most of what the
 	// core allocated.
+	spareMutations  spares[fsm.Mutation]
 	spareReplies    spares[Reply]
 	spareDispatches spares[Dispatch]
 	spareEvents     spares[Event]
@@ -284,10 +285,12 @@ func (c *Core) Ready() Output {
 	return o
 }
 
-// Recycle hands back the held slices of an Output whose actions have all
-// been carried out, for the core to reuse. The caller must not touch them
-// afterwards.
+// Recycle hands back the slices of an Output whose mutations are encoded
+// and whose actions have all been carried out, for the core to reuse. The
+// caller must not touch them afterwards.
 func (c *Core) Recycle(o *Output) {
+	c.spareMutations.put(o.Mutations)
+	o.Mutations = nil
 	c.spareReplies.put(o.Replies)
 	c.spareDispatches.put(o.Dispatches)
 	c.spareEvents.put(o.Events)
@@ -339,7 +342,12 @@ func (c *Core) Stats() Stats {
 // Output helpers
 // ---------------------------------------------------------------------------
 
-func (c *Core) mutate(m fsm.Mutation) { c.out.Mutations = append(c.out.Mutations, m) }
+func (c *Core) mutate(m fsm.Mutation) {
+	if c.out.Mutations == nil {
+		c.out.Mutations = c.spareMutations.get()
+	}
+	c.out.Mutations = append(c.out.Mutations, m)
+}
 
 func (c *Core) abort(t *task, reason string) {
 	c.out.Aborts = append(c.out.Aborts, Abort{Worker: t.worker, Lease: t.lease, Reason: reason})
