@@ -153,6 +153,8 @@ var (
 var (
 	format4Kinds          = []string{"Admit", "PutPool"}
 	format4TemplateFields = []string{"Keys"}
+	format4TaskFields     = []string{"BlocksLane"}
+	format4FinishFields   = []string{"BlocksLane"}
 )
 
 // hasKeys reports whether tpl carries a flow-control key (an empty Keys
@@ -219,7 +221,9 @@ func wantMutationVersion(m *Mutation) uint16 {
 	switch {
 	case contains(format4Kinds, kindName(m)):
 		return 4
-	case m.Insert != nil && (m.Insert.Status == StatusParked || hasKeys(&m.Insert.Template)):
+	case m.Insert != nil && (m.Insert.Status == StatusParked || hasKeys(&m.Insert.Template) || anySet(m.Insert, format4TaskFields)):
+		return 4
+	case m.Finish != nil && anySet(m.Finish, format4FinishFields):
 		return 4
 	case m.PutSchedule != nil && format4Schedule(m.PutSchedule):
 		return 4
@@ -262,6 +266,7 @@ func dropFormat4(b *CommitBatch) {
 		switch {
 		case m.Insert != nil:
 			clearFields(&m.Insert.Template, format4TemplateFields)
+			clearFields(m.Insert, format4TaskFields)
 			if m.Insert.Status == StatusParked {
 				m.Insert.Status = StatusQueued
 			}
@@ -270,6 +275,8 @@ func dropFormat4(b *CommitBatch) {
 			for i := range m.PutSchedule.Steps {
 				clearFields(&m.PutSchedule.Steps[i].Template, format4TemplateFields)
 			}
+		case m.Finish != nil:
+			clearFields(m.Finish, format4FinishFields)
 		}
 		ms = append(ms, m)
 	}
@@ -478,6 +485,7 @@ func goldenV4Batch() *CommitBatch {
 		{PutPool: goldenPool()},
 		{Insert: goldenV4Task()},
 		{Admit: &Admit{ID: "01J00000000000000000000009", Status: StatusQueued, At: baseTime + 1}},
+		{Finish: &Finish{ID: "01J00000000000000000000009", Status: StatusFailed, Error: "boom", At: baseTime + 2, BlocksLane: true}},
 		{PutSchedule: goldenV4Schedule()},
 	}}
 }
@@ -489,7 +497,10 @@ func goldenV4State(t testing.TB) *State {
 	parked := insert("a", "p", "")
 	parked.Insert.Status = StatusParked
 	parked.Insert.Keys = &Keys{Ordering: "o", Concurrency: "c"}
-	h.ok(Mutation{PutPool: goldenPool()}, parked, insert("b", "p", "kb"))
+	blocker := insert("c", "p", "")
+	blocker.Insert.Keys = &Keys{Ordering: "o"}
+	h.ok(Mutation{PutPool: goldenPool()}, parked, insert("b", "p", "kb"), blocker,
+		Mutation{Finish: &Finish{ID: "c", Status: StatusCancelled, BlocksLane: true}})
 	return h.s
 }
 
@@ -645,12 +656,12 @@ func TestFormatIsStable(t *testing.T) {
 	require.Equal(t, goldenV4TaskHex, hex.EncodeToString(recordBody(goldenV4Task())))
 
 	// A whole snapshot of format 4: header (version 4), records, and an end
-	// marker of five counts (2 tasks, 0 schedules, 0 tombstones, 0
+	// marker of five counts (3 tasks, 0 schedules, 0 tombstones, 0
 	// workflows, 1 pool).
 	snap4 := snapshotBytes(t, goldenV4State(t))
 	require.Equal(t, "43525153"+"0004"+"0000000000000001"+"0000000000000001"+"0000000000000002",
 		hex.EncodeToString(snap4[:30]))
-	require.Equal(t, "ff"+"0000000000000002"+"0000000000000000"+"0000000000000000"+"0000000000000000"+"0000000000000001",
+	require.Equal(t, "ff"+"0000000000000003"+"0000000000000000"+"0000000000000000"+"0000000000000000"+"0000000000000001",
 		hex.EncodeToString(snap4[len(snap4)-41:]))
 	require.Len(t, snap4, goldenV4SnapshotLen)
 	require.Equal(t, goldenV4SnapshotSHA256, sha256Hex(snap4))
@@ -736,6 +747,8 @@ func TestGoldenBatchesCoverEveryKind(t *testing.T) {
 			requireFieldsSet(t, &m.PutPool.KindRates[0])
 		case m.Admit != nil:
 			requireFieldsSet(t, m.Admit)
+		case m.Finish != nil:
+			requireFieldsSet(t, m.Finish, format4FinishFields...)
 		}
 	}
 }
@@ -794,12 +807,12 @@ const (
 		"a2737409a27361d317979cfe362a0000a27561d317979cfe362a0000a2636907a26d6908"
 	goldenV3ScheduleSHA256 = "2febb022b697fad9b8b19bd6a486ca43c4b3d6a425ab4428c6bfca9372e194d3"
 	goldenV3SnapshotLen    = 665
-	goldenV4BatchLen       = 454
-	goldenV4BatchSHA256    = "c787607e6e2679f513d97ff90235bde68445ab6f3196c7badcccafc23553e3ea"
+	goldenV4BatchLen       = 515
+	goldenV4BatchSHA256    = "013e204765c03af16b15c985638d81a63b00edf9bcc40c747f69fabd0941fe6e"
 	goldenPoolSHA256       = "1fa0a98d907dff9b79c055fdc8637a5a849763a3670edbee13ae4ea26884a6e8"
 	goldenV4TaskHex        = "8aa26964ba30314a3030303030303030303030303030303030303030303039a170a365746ca16ba46c6f6164a26b7382a16faa637573746f6d65722d37a163a874656e616e742d32a27261d317979cfe362a0000a273740aa27361d317979cfe362a0000a27561d317979cfe362a0000a2636909a26d6909"
-	goldenV4SnapshotLen    = 398
-	goldenV4SnapshotSHA256 = "bbfa761dcf01fdc35531ec4cfa36b045e68844450db701e83e17df907393f8f8"
+	goldenV4SnapshotLen    = 489
+	goldenV4SnapshotSHA256 = "c3f6f83f07a1cada4aa5f922c0fc7925e4ede67c251da2ec5196ec751e366a56"
 	goldenV3SnapshotSHA256 = "87321aad7da1feff068bd58913e54281a8c6459a4d3decc85fb0ac78aa685223"
 )
 
@@ -1470,6 +1483,7 @@ func TestVersions(t *testing.T) {
 			want = 4
 			task := *m.Insert
 			clearFields(&task, format3TaskFields)
+			clearFields(&task, format4TaskFields)
 			clearFields(&task.Template, format4TemplateFields)
 			for _, st := range AllStatuses {
 				task.Status = st
@@ -1524,8 +1538,10 @@ func TestVersions(t *testing.T) {
 				require.Equal(t, uint16(3), one.Version(), "schedule with %s set and a backoff", f)
 			}
 		case "Finish":
-			want = 3
+			want = 4
 			f := *m.Finish
+			clearFields(&f, format4FinishFields)
+			require.Equal(t, uint16(3), (&Mutation{Finish: &f}).Version(), "finish into a workflow")
 			clearFields(&f, format3FinishFields)
 			require.Equal(t, uint16(1), (&Mutation{Finish: &f}).Version(), "finish without a workflow")
 		case "Fire":

@@ -563,6 +563,9 @@ func (s *State) insert(index uint64, t *Task) error {
 	if t.Attempt != 0 || t.Lease != 0 {
 		return fmt.Errorf("insert %s: attempt %d and lease %d, want 0", t.ID, t.Attempt, t.Lease)
 	}
+	if t.BlocksLane {
+		return fmt.Errorf("insert %s: a new task does not block its lane", t.ID)
+	}
 	for _, dep := range t.DependsOn() {
 		if dep == t.ID || !s.t.tasks.Has(taskItem{id: dep}) {
 			return fmt.Errorf("insert %s: dependency %s does not exist", t.ID, dep)
@@ -667,7 +670,11 @@ func (s *State) finish(index uint64, at Instant, m *Finish) error {
 	} else if cur.Status.Terminal() || cur.Status == StatusRunning {
 		return fmt.Errorf("finish %s without a lease: task is %s, want live and not running", m.ID, cur.Status)
 	}
+	if m.BlocksLane && (m.Status == StatusSucceeded || cur.OrderingKey() == "") {
+		return fmt.Errorf("finish %s as %s: only a task with an ordering key that did not succeed blocks its lane", m.ID, m.Status)
+	}
 	t := cur.Clone()
+	t.BlocksLane = m.BlocksLane
 	if m.Workflow != "" {
 		if cur.Workflow() != "" {
 			return fmt.Errorf("finish %s into workflow %s: task is in workflow %s", m.ID, m.Workflow, cur.Workflow())

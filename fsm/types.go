@@ -267,8 +267,12 @@ type Task struct {
 	// small as before workflows.
 	Flow *Flow `msgpack:"fl,omitempty"`
 
-	Status    Status `msgpack:"st"`
-	Attempt   uint32 `msgpack:"at,omitempty"` // attempts started
+	Status Status `msgpack:"st"`
+	// BlocksLane marks an ended task that stops its ordering lane: it
+	// ended without succeeding under the pool's ordering policy block, and
+	// the lane waits until an operator deletes or retries it (format 4).
+	BlocksLane bool   `msgpack:"blk,omitempty"`
+	Attempt    uint32 `msgpack:"at,omitempty"` // attempts started
 	Lease     uint64 `msgpack:"ls,omitempty"` // current lease token (0 = none)
 	LastLease uint64 `msgpack:"ll,omitempty"` // highest lease token ever granted
 	Worker    string `msgpack:"wk,omitempty"` // worker holding the current lease
@@ -299,7 +303,7 @@ func (t *Task) Version() uint16 {
 	if t.Status == StatusBlocked || !t.Flow.IsZero() {
 		v = max(v, 3)
 	}
-	if t.Status == StatusParked {
+	if t.Status == StatusParked || t.BlocksLane {
 		v = max(v, 4)
 	}
 	return v
@@ -615,12 +619,12 @@ func (m *Mutation) Version() uint16 {
 		return m.Insert.Version()
 	case m.PutSchedule != nil:
 		return m.PutSchedule.Version()
+	case m.Admit != nil, m.PutPool != nil, m.Finish != nil && m.Finish.BlocksLane:
+		return 4
 	case m.Finish != nil && m.Finish.Workflow != "",
 		m.Fire != nil && m.Fire.Workflow != "",
 		m.Unblock != nil, m.PutWorkflow != nil, m.EndWorkflow != nil, m.PurgeWorkflow != nil:
 		return 3
-	case m.Admit != nil, m.PutPool != nil:
-		return 4
 	}
 	return 1
 }
@@ -667,6 +671,9 @@ type Finish struct {
 	// ends: a task outside any workflow whose completion spawns children
 	// joins the workflow created for them (log format 3).
 	Workflow string `msgpack:"wf,omitempty"`
+	// BlocksLane, when set, makes the ended task stop its ordering lane
+	// (Task.BlocksLane; log format 4).
+	BlocksLane bool `msgpack:"bl,omitempty"`
 }
 
 // Unblock releases a blocked task whose dependencies allow it to run: it

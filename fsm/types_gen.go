@@ -604,8 +604,8 @@ func (z EpochBump) Msgsize() (s int) {
 func (z *Finish) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(7)
-	var zb0001Mask uint8 /* 7 bits */
+	zb0001Len := uint32(8)
+	var zb0001Mask uint8 /* 8 bits */
 	_ = zb0001Mask
 	if z.Lease == 0 {
 		zb0001Len--
@@ -622,6 +622,10 @@ func (z *Finish) MarshalMsg(b []byte) (o []byte, err error) {
 	if z.Workflow == "" {
 		zb0001Len--
 		zb0001Mask |= 0x40
+	}
+	if z.BlocksLane == false {
+		zb0001Len--
+		zb0001Mask |= 0x80
 	}
 	// variable map header, size zb0001Len
 	o = append(o, 0x80|uint8(zb0001Len))
@@ -656,6 +660,11 @@ func (z *Finish) MarshalMsg(b []byte) (o []byte, err error) {
 			// string "wf"
 			o = append(o, 0xa2, 0x77, 0x66)
 			o = msgp.AppendString(o, z.Workflow)
+		}
+		if (zb0001Mask & 0x80) == 0 { // if not omitted
+			// string "bl"
+			o = append(o, 0xa2, 0x62, 0x6c)
+			o = msgp.AppendBool(o, z.BlocksLane)
 		}
 	}
 	return
@@ -729,6 +738,12 @@ func (z *Finish) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				err = msgp.WrapError(err, "Workflow")
 				return
 			}
+		case "bl":
+			z.BlocksLane, bts, err = msgp.ReadBoolBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "BlocksLane")
+				return
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -743,7 +758,7 @@ func (z *Finish) UnmarshalMsg(bts []byte) (o []byte, err error) {
 
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
 func (z *Finish) Msgsize() (s int) {
-	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 2 + msgp.Uint64Size + 2 + msgp.Uint8Size + 2 + msgp.BytesPrefixSize + len(z.Output) + 2 + msgp.StringPrefixSize + len(z.Error) + 3 + msgp.Int64Size + 3 + msgp.StringPrefixSize + len(z.Workflow)
+	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 2 + msgp.Uint64Size + 2 + msgp.Uint8Size + 2 + msgp.BytesPrefixSize + len(z.Output) + 2 + msgp.StringPrefixSize + len(z.Error) + 3 + msgp.Int64Size + 3 + msgp.StringPrefixSize + len(z.Workflow) + 3 + msgp.BoolSize
 	return
 }
 
@@ -4444,8 +4459,8 @@ func (z *StepTemplate) Msgsize() (s int) {
 func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(30)
-	var zb0001Mask uint32 /* 30 bits */
+	zb0001Len := uint32(31)
+	var zb0001Mask uint32 /* 31 bits */
 	_ = zb0001Mask
 	if z.Priority == 0 {
 		zb0001Len--
@@ -4503,37 +4518,41 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 		zb0001Len--
 		zb0001Mask |= 0x10000
 	}
-	if z.Attempt == 0 {
+	if z.BlocksLane == false {
 		zb0001Len--
 		zb0001Mask |= 0x40000
 	}
-	if z.Lease == 0 {
+	if z.Attempt == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x80000
 	}
-	if z.LastLease == 0 {
+	if z.Lease == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x100000
 	}
-	if z.Worker == "" {
+	if z.LastLease == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x200000
 	}
-	if z.Output == nil {
+	if z.Worker == "" {
 		zb0001Len--
 		zb0001Mask |= 0x400000
 	}
-	if z.Error == "" {
+	if z.Output == nil {
 		zb0001Len--
 		zb0001Mask |= 0x800000
 	}
+	if z.Error == "" {
+		zb0001Len--
+		zb0001Mask |= 0x1000000
+	}
 	if z.StartedAt == 0 {
 		zb0001Len--
-		zb0001Mask |= 0x2000000
+		zb0001Mask |= 0x4000000
 	}
 	if z.FinishedAt == 0 {
 		zb0001Len--
-		zb0001Mask |= 0x8000000
+		zb0001Mask |= 0x10000000
 	}
 	// variable map header, size zb0001Len
 	o = msgp.AppendMapHeader(o, zb0001Len)
@@ -4716,31 +4735,36 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 		o = append(o, 0xa2, 0x73, 0x74)
 		o = msgp.AppendUint8(o, uint8(z.Status))
 		if (zb0001Mask & 0x40000) == 0 { // if not omitted
+			// string "blk"
+			o = append(o, 0xa3, 0x62, 0x6c, 0x6b)
+			o = msgp.AppendBool(o, z.BlocksLane)
+		}
+		if (zb0001Mask & 0x80000) == 0 { // if not omitted
 			// string "at"
 			o = append(o, 0xa2, 0x61, 0x74)
 			o = msgp.AppendUint32(o, z.Attempt)
 		}
-		if (zb0001Mask & 0x80000) == 0 { // if not omitted
+		if (zb0001Mask & 0x100000) == 0 { // if not omitted
 			// string "ls"
 			o = append(o, 0xa2, 0x6c, 0x73)
 			o = msgp.AppendUint64(o, z.Lease)
 		}
-		if (zb0001Mask & 0x100000) == 0 { // if not omitted
+		if (zb0001Mask & 0x200000) == 0 { // if not omitted
 			// string "ll"
 			o = append(o, 0xa2, 0x6c, 0x6c)
 			o = msgp.AppendUint64(o, z.LastLease)
 		}
-		if (zb0001Mask & 0x200000) == 0 { // if not omitted
+		if (zb0001Mask & 0x400000) == 0 { // if not omitted
 			// string "wk"
 			o = append(o, 0xa2, 0x77, 0x6b)
 			o = msgp.AppendString(o, z.Worker)
 		}
-		if (zb0001Mask & 0x400000) == 0 { // if not omitted
+		if (zb0001Mask & 0x800000) == 0 { // if not omitted
 			// string "out"
 			o = append(o, 0xa3, 0x6f, 0x75, 0x74)
 			o = msgp.AppendBytes(o, z.Output)
 		}
-		if (zb0001Mask & 0x800000) == 0 { // if not omitted
+		if (zb0001Mask & 0x1000000) == 0 { // if not omitted
 			// string "err"
 			o = append(o, 0xa3, 0x65, 0x72, 0x72)
 			o = msgp.AppendString(o, z.Error)
@@ -4748,7 +4772,7 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 		// string "sa"
 		o = append(o, 0xa2, 0x73, 0x61)
 		o = msgp.AppendInt64(o, int64(z.SubmittedAt))
-		if (zb0001Mask & 0x2000000) == 0 { // if not omitted
+		if (zb0001Mask & 0x4000000) == 0 { // if not omitted
 			// string "sta"
 			o = append(o, 0xa3, 0x73, 0x74, 0x61)
 			o = msgp.AppendInt64(o, int64(z.StartedAt))
@@ -4756,7 +4780,7 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 		// string "ua"
 		o = append(o, 0xa2, 0x75, 0x61)
 		o = msgp.AppendInt64(o, int64(z.UpdatedAt))
-		if (zb0001Mask & 0x8000000) == 0 { // if not omitted
+		if (zb0001Mask & 0x10000000) == 0 { // if not omitted
 			// string "fa"
 			o = append(o, 0xa2, 0x66, 0x61)
 			o = msgp.AppendInt64(o, int64(z.FinishedAt))
@@ -5087,6 +5111,12 @@ func (z *Task) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				}
 				z.Status = Status(zb0012)
 			}
+		case "blk":
+			z.BlocksLane, bts, err = msgp.ReadBoolBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "BlocksLane")
+				return
+			}
 		case "at":
 			z.Attempt, bts, err = msgp.ReadUint32Bytes(bts)
 			if err != nil {
@@ -5209,7 +5239,7 @@ func (z *Task) Msgsize() (s int) {
 	} else {
 		s += z.Flow.Msgsize()
 	}
-	s += 3 + msgp.Uint8Size + 3 + msgp.Uint32Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size + 3 + msgp.StringPrefixSize + len(z.Worker) + 4 + msgp.BytesPrefixSize + len(z.Output) + 4 + msgp.StringPrefixSize + len(z.Error) + 3 + msgp.Int64Size + 4 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size
+	s += 3 + msgp.Uint8Size + 4 + msgp.BoolSize + 3 + msgp.Uint32Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size + 3 + msgp.StringPrefixSize + len(z.Worker) + 4 + msgp.BytesPrefixSize + len(z.Output) + 4 + msgp.StringPrefixSize + len(z.Error) + 3 + msgp.Int64Size + 4 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size
 	return
 }
 
