@@ -644,7 +644,7 @@ func TestStartContextStopsEngine(t *testing.T) {
 // A parked submitter (overflow policy wait) whose context ends leaves the
 // line: its task is never admitted.
 func TestCanceledParkedSubmitDetaches(t *testing.T) {
-	ccfg := core.Config{Overflow: core.OverflowWait, DefaultPool: core.PoolConfig{Bounds: core.Bounds{MaxPending: 1}}}
+	ccfg := core.Config{DefaultPool: core.PoolConfig{Bounds: core.Bounds{MaxPending: 1}, Overflow: core.OverflowWait}}
 	h := setup(t, engine.Config{}, ccfg)
 	subs, _, err := submitted(h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("first")}))
 	require.NoError(t, err)

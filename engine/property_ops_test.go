@@ -160,7 +160,7 @@ func (s *sim) checkWorkflowSubmitted(spec core.WorkflowSpec, deps [][]string, ba
 		var ie *core.InvalidError
 		switch {
 		case errors.As(r.Err, &ve):
-			s.check(s.logVersion < 3, "workflow refused for the log version %d: %v", s.logVersion, r.Err)
+			s.check(s.logVersion < fsm.LogVersion, "workflow refused for the log version %d: %v", s.logVersion, r.Err)
 			s.covered(covVersionRefused)
 		case errors.As(r.Err, &ie):
 			// A dependency may have been purged while the submit waited.
@@ -361,7 +361,7 @@ func (s *sim) checkCompletion(lease uint64, id string, current bool, before *fsm
 		var ie *core.InvalidError
 		switch {
 		case errors.As(r.Err, &ve):
-			s.check(s.logVersion < 3, "children refused for the log version %d: %v", s.logVersion, r.Err)
+			s.check(s.logVersion < fsm.LogVersion, "children refused for the log version %d: %v", s.logVersion, r.Err)
 		case errors.As(r.Err, &ie):
 			s.check(!plan.sure, "valid children refused: %v", r.Err)
 			s.check(strings.HasPrefix(ie.Field, "children[") || strings.HasPrefix(ie.Field, "then."), "error field %q names no child", ie.Field)

@@ -121,6 +121,14 @@ const (
 	covBatchKeyDep
 	covMemberCancelled
 	covVersionRefused
+	covPoolSet
+	covDeleted
+	covLaneBlocked
+	covLaneUnblocked
+	covLaneWaited
+	covConcShared
+	covParked
+	covAdmitted
 	numCovEvents
 )
 
@@ -134,6 +142,9 @@ var covNames = [numCovEvents]string{
 	"external completion refused as not waiting", "schedule fired a workflow",
 	"batch spec depending on an earlier spec by key", "workflow member cancelled alone",
 	"workflow refused by the log version",
+	"pool settings changed", "task deleted", "lane blocked", "blocked lane released by a delete",
+	"lane member waited for its head", "concurrency key ran two at once", "task parked",
+	"parked task admitted",
 }
 
 // simCoverage counts, over all seeds, how often each event happened.
@@ -203,6 +214,8 @@ const (
 	opAddSched
 	opPauseSched
 	opRemoveSched
+	opSetPool
+	opDelete
 	numSimOps
 )
 
@@ -210,10 +223,10 @@ var simOpNames = [numSimOps]string{
 	"submit-one", "submit-batch", "submit-many", "submit-workflow", "poll", "cancel-poll",
 	"complete", "heartbeat", "cancel", "cancel-member", "cancel-workflow", "complete-external",
 	"attach", "attach-workflow", "detach", "advance", "add-schedule", "pause-schedule",
-	"remove-schedule",
+	"remove-schedule", "set-pool", "delete",
 }
 
-var simWeights = [numSimOps]int{12, 5, 4, 7, 18, 2, 24, 8, 3, 1, 2, 4, 3, 2, 2, 14, 3, 2, 1}
+var simWeights = [numSimOps]int{12, 5, 4, 7, 18, 2, 24, 8, 3, 1, 2, 4, 3, 2, 2, 14, 3, 2, 1, 2, 2}
 
 // reqKind is what an open request is, for the checks of its answer.
 type reqKind uint8
@@ -275,6 +288,7 @@ type sim struct {
 	spawned   int             // counter naming spawned children
 	seen      map[string]bool // for coveredOnce
 	slots     map[string]bool // schedule@slot of every fire that inserted something
+	concMax   map[string]int  // pool -> the highest concurrency limit it ever had
 
 	// The commit whose replies are being released.
 	batch  []fsm.Mutation
@@ -296,6 +310,7 @@ func runSim(t *testing.T, seed uint64, cov *simCoverage) simResult {
 		leaseTask: make(map[uint64]string),
 		seen:      make(map[string]bool),
 		slots:     make(map[string]bool),
+		concMax:   make(map[string]int),
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -376,8 +391,11 @@ func (s *sim) randomConfig() core.Config {
 	if r.IntN(2) == 0 {
 		cfg.DefaultPool = core.PoolConfig{Bounds: core.Bounds{MaxPending: 8 + r.IntN(24)}}
 	}
-	if r.IntN(2) == 0 {
-		cfg.Overflow = core.OverflowWait
+	if o := core.OverflowPolicy(r.IntN(3)); o != core.OverflowReject {
+		cfg.DefaultPool.Overflow = o
+		p2 := cfg.Pools["p2"]
+		p2.Overflow = o
+		cfg.Pools["p2"] = p2
 	}
 	if r.IntN(3) == 0 {
 		cfg.Global.MaxPendingPerClass[fsm.PriorityLow] = 3
@@ -531,6 +549,10 @@ func (s *sim) randomStep() {
 		name := fmt.Sprintf("s%d", s.pick(4))
 		s.logf("req %d remove-schedule %s", req, name)
 		c.RemoveSchedule(s.now, req, name)
+	case opSetPool:
+		s.setPool()
+	case opDelete:
+		s.deleteTask()
 	}
 	s.commit()
 }
@@ -595,6 +617,7 @@ func (s *sim) randomSpec() (sp core.Spec, ok bool) {
 			sp.Deadline = fsm.InstantOf(s.now.Add(sp.Delay + time.Duration(1+s.pick(90))*time.Second))
 		}
 	}
+	s.randomKeys(&sp)
 	if s.pick(30) == 0 {
 		sp.Kind = "" // invalid
 		return sp, false
@@ -778,6 +801,8 @@ func (s *sim) commit() {
 				purged = append(purged, m.PurgeWorkflow.ID)
 			case m.Unblock != nil:
 				s.covered(covUnblocked)
+			case m.Admit != nil:
+				s.admitted(m.Admit)
 			case m.Fire != nil:
 				if m.Fire.TaskID != "" || m.Fire.Workflow != "" {
 					slot := fmt.Sprintf("%s@%d", m.Fire.Name, m.Fire.Slot)
@@ -794,6 +819,7 @@ func (s *sim) commit() {
 		data, err := fsm.EncodeCommitBatch(b)
 		s.check(err == nil, "encoding: %v", err)
 		s.check(b.Version <= s.logVersion, "an entry needs log format %d, the cluster understands %d", b.Version, s.logVersion)
+		pre := s.a.View()
 		s.apply(data, nil)
 		if t.Failed() {
 			return
@@ -804,6 +830,8 @@ func (s *sim) commit() {
 				s.check(!task.External(), "external task %s was dispatched", task.ID)
 			}
 		}
+		s.checkStarts(out.Mutations, pre)
+		s.checkFlow()
 		for _, f := range fired {
 			s.checkFired(f)
 		}

@@ -39,7 +39,9 @@ type Core struct {
 	pastLeases map[uint64]string
 
 	pools     map[string]*pool
-	dirty     []*pool // pools whose polls may now be served
+	poolRecs  map[string]*fsm.Pool // replicated pool settings, by pool
+	nParked   int                  // parked tasks, in every pool
+	dirty     []*pool              // pools whose polls may now be served
 	global    counts
 	timers    timerHeap
 	purges    *btree.BTreeG[purgeItem]
@@ -165,6 +167,27 @@ type task struct {
 	// a task that has never been part of either, which keeps a plain
 	// task's footprint as small as before workflows.
 	flow *taskFlow
+
+	keys       *fsm.Keys // its ordering and concurrency keys (shared with its record); nil for none
+	lane       *lane     // its ordering lane while it is a live member or blocks it
+	gate       gate      // where it waits while queued
+	blocksLane bool      // it ended blocking its lane
+}
+
+// orderingKey is t's ordering key, or "".
+func (t *task) orderingKey() string {
+	if t.keys == nil {
+		return ""
+	}
+	return t.keys.Ordering
+}
+
+// concKey is t's concurrency key, or "".
+func (t *task) concKey() string {
+	if t.keys == nil {
+		return ""
+	}
+	return t.keys.Concurrency
 }
 
 // taskFlow is what a task in the dependency graph or a workflow carries.
@@ -217,6 +240,7 @@ type Stats struct {
 	Queued    int // ready to dispatch
 	Running   int
 	Parked    int // submit requests (or enqueue-many items) waiting for space
+	ParkedTasks int // tasks accepted as parked, waiting for space
 	Polls     int // open long polls
 	Leases    int // attempts holding a lease
 	Waiters   int // result waiters
@@ -247,6 +271,7 @@ func newCore(cfg Config, epoch uint64) (*Core, error) {
 		keys:        make(map[string]*task),
 		leases:      make(map[uint64]*task),
 		pools:       make(map[string]*pool),
+		poolRecs:    make(map[string]*fsm.Pool),
 		purges:      btree.NewG(32, purgeLess),
 		schedules:   make(map[string]*schedule),
 		polls:       make(map[ReqID]*poll),
@@ -317,6 +342,7 @@ func (c *Core) Stats() Stats {
 	s := Stats{
 		Pending:      c.global.total,
 		Parked:       c.parked.Len(),
+		ParkedTasks:  c.nParked,
 		Polls:        len(c.polls),
 		Leases:       len(c.leases),
 		Waiters:      len(c.waiting),
@@ -474,9 +500,12 @@ func (c *Core) settleTop() {
 }
 
 func (c *Core) timerValid(tm timer) bool {
-	if tm.kind == tmFire {
+	switch tm.kind {
+	case tmFire:
 		s, ok := c.schedules[tm.id]
 		return ok && s.gen == tm.gen && !s.rec.Paused && s.expr != nil
+	case tmRate:
+		return c.rateTimerValid(tm)
 	}
 	t, ok := c.tasks[tm.id]
 	if !ok {
@@ -493,6 +522,12 @@ func (c *Core) timerValid(tm timer) bool {
 	return false
 }
 
+// rateTimerValid reports whether a rate wake is still the pool's.
+func (c *Core) rateTimerValid(tm timer) bool {
+	p, ok := c.pools[tm.id]
+	return ok && p.rateWake == tm.when
+}
+
 func (c *Core) runTimers() {
 	for {
 		c.settleTop()
@@ -500,6 +535,12 @@ func (c *Core) runTimers() {
 			break
 		}
 		tm := c.timers.pop()
+		if tm.kind == tmRate {
+			p := c.pools[tm.id]
+			p.rateWake = 0
+			c.markDirty(p)
+			continue
+		}
 		t := c.tasks[tm.id]
 		switch tm.kind {
 		case tmDeadline:
@@ -528,9 +569,10 @@ func (c *Core) runTimers() {
 			break
 		}
 		c.purges.DeleteMin()
-		if p.wf {
+		switch {
+		case p.wf:
 			c.purgeWorkflow(c.workflows[p.id])
-		} else {
+		case c.tasks[p.id] != nil: // an operator may have deleted it
 			c.purge(c.tasks[p.id])
 		}
 	}
@@ -545,6 +587,7 @@ func (c *Core) serve() {
 		c.dispatchDirty()
 		if c.spaceFreed {
 			c.spaceFreed = false
+			c.admitParked()
 			c.retryParked()
 		}
 	}

@@ -16,23 +16,36 @@ import (
 // pool is the runtime state of one pool.
 type pool struct {
 	name    string
-	cfg     PoolConfig
+	cfg     PoolConfig // in force: rec's, or the agent's defaults
+	rec     *fsm.Pool  // replicated settings; nil when an operator set none
 	pending counts
-	queued  int
+	queued  int // in the ready queues
+	held    int // queued, held back by a lane or a concurrency key
 	running int
 	dirty   bool
 
-	groups     map[string]*group // label signature -> group with ready tasks
-	groupOrder []*group          // the same groups, by signature
+	groups     map[string]*group // group key (labels, and a rate-limited kind) -> group with ready tasks
+	groupOrder []*group          // the same groups, by key
 	polls      *list.List        // of *poll, FIFO
+
+	lanes     map[string]*lane      // ordering key -> lane with live or blocking tasks
+	conc      map[string]*concGroup // concurrency key -> its counts
+	rate      *bucket               // nil: no rate limit
+	kindRates map[string]*bucket    // by kind
+	rateWake  fsm.Instant           // a tmRate timer is pending for then
+
+	parked  [fsm.NumPriorities]*btree.BTreeG[*task] // parked tasks by class, oldest first
+	nParked int
 }
 
 // group holds the ready tasks of one pool that share a label set (a
-// capacity group), in dispatch order.
+// capacity group) and, for a kind with a rate limit, a kind, in dispatch
+// order.
 type group struct {
 	sig    string
 	labels []fsm.KV
 	ready  *btree.BTreeG[readyItem]
+	rate   *bucket // the kind's, when it has a rate limit
 }
 
 // readyItem orders ready tasks: priority class, then run-at, then id
@@ -68,11 +81,20 @@ func (c *Core) getPool(name string) *pool {
 	if p, ok := c.pools[name]; ok {
 		return p
 	}
-	cfg, ok := c.cfg.Pools[name]
-	if !ok {
-		cfg = c.cfg.DefaultPool
+	p := &pool{name: name, groups: make(map[string]*group), polls: list.New()}
+	cfg := c.agentPoolConfig(name)
+	if rec := c.poolRecs[name]; rec != nil {
+		p.rec = rec
+		cfg = poolConfigOf(rec)
 	}
-	p := &pool{name: name, cfg: cfg, groups: make(map[string]*group), polls: list.New()}
+	p.cfg = cfg
+	p.rate = newBucket(Rate{Per: cfg.Rate, Burst: cfg.Burst})
+	if len(cfg.KindRates) > 0 {
+		p.kindRates = make(map[string]*bucket, len(cfg.KindRates))
+		for k, r := range cfg.KindRates {
+			p.kindRates[k] = newBucket(r)
+		}
+	}
 	c.pools[name] = p
 	return p
 }
@@ -145,40 +167,6 @@ func normalizeKVs(field string, kvs []fsm.KV) ([]fsm.KV, error) {
 	return out, nil
 }
 
-// enqueue makes a queued task dispatchable (an external task waits for its
-// completion instead).
-func (c *Core) enqueue(t *task) {
-	if t.isExternal() {
-		return
-	}
-	p := t.pool
-	g, ok := p.groups[t.sig]
-	if !ok {
-		g = &group{sig: t.sig, labels: t.labels, ready: btree.NewG(16, readyLess)}
-		p.groups[t.sig] = g
-		i := sort.Search(len(p.groupOrder), func(i int) bool { return p.groupOrder[i].sig >= t.sig })
-		p.groupOrder = slices.Insert(p.groupOrder, i, g)
-	}
-	g.ready.ReplaceOrInsert(t.readyItem())
-	p.queued++
-	c.markDirty(p)
-}
-
-// dequeue removes a queued task from its ready queue.
-func (c *Core) dequeue(t *task) {
-	if t.isExternal() {
-		return
-	}
-	p := t.pool
-	g := p.groups[t.sig]
-	if _, ok := g.ready.Delete(t.readyItem()); ok {
-		p.queued--
-	}
-	if g.ready.Len() == 0 {
-		c.dropGroup(p, g)
-	}
-}
-
 func (c *Core) dropGroup(p *pool, g *group) {
 	delete(p.groups, g.sig)
 	i := sort.Search(len(p.groupOrder), func(i int) bool { return p.groupOrder[i].sig >= g.sig })
@@ -194,17 +182,34 @@ func (p *pool) room() int {
 }
 
 // take leases up to slots ready tasks that capacity with labels can run, in
-// dispatch order, and returns their grants.
+// dispatch order, and returns their grants. A paused pool grants nothing;
+// rate limits grant what their buckets allow, and wake the pool's dispatch
+// when they allow more.
 func (c *Core) take(p *pool, worker string, labels []fsm.KV, slots int) []Grant {
+	if p.cfg.Paused {
+		return nil
+	}
 	n := min(slots, p.room(), p.queued)
 	if n <= 0 {
 		return nil
 	}
+	if a := p.rate.available(c.now); a < n {
+		n = a
+		if n == 0 {
+			c.armRate(p, p.rate.next())
+			return nil
+		}
+	}
 	var usable []*group
 	for _, g := range p.groupOrder {
-		if labelsSubset(g.labels, labels) {
-			usable = append(usable, g)
+		if !labelsSubset(g.labels, labels) {
+			continue
 		}
+		if g.rate != nil && g.rate.available(c.now) == 0 {
+			c.armRate(p, g.rate.next())
+			continue
+		}
+		usable = append(usable, g)
 	}
 	var grants []Grant
 	for len(grants) < n && len(usable) > 0 {
@@ -219,11 +224,21 @@ func (c *Core) take(p *pool, worker string, labels []fsm.KV, slots int) []Grant 
 		g := usable[best]
 		g.ready.DeleteMin()
 		p.queued--
-		if g.ready.Len() == 0 {
+		setGate(head.t, gateNone)
+		g.rate.take(c.now, 1)
+		grants = append(grants, c.start(head.t, worker))
+		switch {
+		case g.ready.Len() == 0:
 			c.dropGroup(p, g)
 			usable = slices.Delete(usable, best, best+1)
+		case g.rate != nil && g.rate.available(c.now) == 0:
+			c.armRate(p, g.rate.next())
+			usable = slices.Delete(usable, best, best+1)
 		}
-		grants = append(grants, c.start(head.t, worker))
+	}
+	p.rate.take(c.now, len(grants))
+	if p.rate != nil && p.queued > 0 && p.rate.available(c.now) == 0 {
+		c.armRate(p, p.rate.next())
 	}
 	return grants
 }
@@ -238,6 +253,10 @@ func (c *Core) start(t *task, worker string) Grant {
 	t.worker = worker
 	t.startedAt = c.now
 	t.hbDeadline = c.now.Add(c.cfg.HeartbeatWindow)
+	c.concStarted(t)
+	if l := t.lane; l != nil {
+		l.active = t
+	}
 	c.mutate(fsm.Mutation{Start: &fsm.Start{ID: t.id, Attempt: t.attempt, Lease: lease, Worker: worker, At: c.now}})
 	c.setStatus(t, fsm.StatusRunning)
 	c.leases[lease] = t
@@ -261,7 +280,7 @@ func (c *Core) dispatchDirty() {
 	sort.Slice(ps, func(i, j int) bool { return ps[i].name < ps[j].name })
 	for _, p := range ps {
 		p.dirty = false
-		for e := p.polls.Front(); e != nil && p.queued > 0 && p.room() > 0; {
+		for e := p.polls.Front(); e != nil && p.queued > 0 && p.room() > 0 && !p.cfg.Paused; {
 			next := e.Next()
 			pl := e.Value.(*poll)
 			if grants := c.take(p, pl.worker, pl.labels, pl.slots); len(grants) > 0 {

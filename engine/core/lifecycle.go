@@ -25,7 +25,7 @@ func (c *Core) setStatus(t *task, s fsm.Status) {
 	if old.Pending() && !s.Pending() {
 		c.global.add(t.prio, -1)
 		t.pool.pending.add(t.prio, -1)
-		if c.parked.Len() > 0 {
+		if c.parked.Len() > 0 || c.nParked > 0 {
 			c.spaceFreed = true
 		}
 	} else if !old.Pending() && s.Pending() {
@@ -39,6 +39,7 @@ func (c *Core) setStatus(t *task, s fsm.Status) {
 		if t.pool.cfg.MaxRunning > 0 {
 			c.markDirty(t.pool)
 		}
+		c.concStopped(t)
 	} else if old != fsm.StatusRunning && s == fsm.StatusRunning {
 		t.pool.running++
 	}
@@ -55,16 +56,21 @@ func (c *Core) finish(t *task, status fsm.Status, output []byte, msg string) {
 // finishJoin is finish, making t a member of workflow join (when not nil)
 // as it ends.
 func (c *Core) finishJoin(t *task, status fsm.Status, output []byte, msg string, join *workflow) {
-	if t.status == fsm.StatusQueued {
+	switch t.status {
+	case fsm.StatusQueued:
 		c.dequeue(t)
+	case fsm.StatusParked:
+		c.unfileParked(t)
 	}
 	fin := &fsm.Finish{ID: t.id, Lease: t.lease, Status: status, Output: output, Error: msg, At: c.now}
 	if join != nil {
 		fin.Workflow = join.rec.ID
 	}
-	c.mutate(fsm.Mutation{Finish: fin})
 	c.setStatus(t, status)
 	t.finishedAt = c.now
+	c.leaveLane(t)
+	fin.BlocksLane = t.blocksLane
+	c.mutate(fsm.Mutation{Finish: fin})
 	if w := t.inWorkflow(); w != nil {
 		w.note(t)
 		w.live--
@@ -126,10 +132,52 @@ func (c *Core) purge(t *task) {
 		return
 	}
 	c.mutate(fsm.Mutation{Purge: &fsm.Purge{ID: t.id}})
+	c.forget(t)
+}
+
+// forget drops a purged task from the core, releasing the lane it blocked.
+func (c *Core) forget(t *task) {
+	c.unblockLane(t)
 	delete(c.tasks, t.id)
 	if t.key != "" && c.keys[t.key] == t {
 		delete(c.keys, t.key)
 	}
+}
+
+// Deleted answers a delete.
+type Deleted struct {
+	ID      string
+	Deleted bool
+}
+
+// Delete removes an ended task now, rather than at the end of its
+// retention: its record, its output and its key go, and an ordering lane
+// it blocked runs on. The reply (held) is a Deleted. Refused: a live task
+// (cancel it first), a task a live task depends on, and a member of a
+// workflow (it goes with its workflow); ErrNotFound for an unknown task.
+func (c *Core) Delete(now time.Time, req ReqID, ref TaskRef) {
+	c.begin(now)
+	defer c.serve()
+	t, err := c.resolveRef(ref)
+	if err != nil {
+		c.fail(req, err)
+		return
+	}
+	switch {
+	case !t.status.Terminal():
+		c.fail(req, Invalid("id", "task %s is %s: only an ended task can be deleted (cancel it first)", t.id, t.status))
+		return
+	case t.inWorkflow() != nil:
+		c.fail(req, Invalid("id", "task %s is a member of workflow %s, and is deleted with it", t.id, t.inWorkflow().rec.ID))
+		return
+	case t.flow != nil && t.flow.liveDependents > 0:
+		c.fail(req, Invalid("id", "task %s has live dependents", t.id))
+		return
+	}
+	c.purges.Delete(purgeItem{at: t.finishedAt.Add(c.cfg.Retention), id: t.id})
+	c.mutate(fsm.Mutation{Purge: &fsm.Purge{ID: t.id}})
+	c.forget(t)
+	c.reply(req, Deleted{ID: t.id, Deleted: true})
 }
 
 // resolveRef finds a task by id or key.

@@ -24,8 +24,8 @@ func randomRun(t *testing.T, seed uint64, steps int) []byte {
 		HeartbeatWindow: 5 * time.Second,
 		MaxAttempts:     3,
 		Retention:       2 * time.Minute,
-		Overflow:        OverflowPolicy(seed % 2),
-		Pools:           map[string]PoolConfig{"a": {Bounds: Bounds{MaxPending: 6}, MaxRunning: 3}},
+		DefaultPool:     PoolConfig{Bounds: Bounds{MaxPending: 1_000_000}, Overflow: OverflowPolicy(seed % 3)},
+		Pools:           map[string]PoolConfig{"a": {Bounds: Bounds{MaxPending: 6}, MaxRunning: 3, Overflow: OverflowPolicy(seed % 3)}},
 		Global:          Bounds{MaxPendingPerClass: [fsm.NumPriorities]int{0, 0, 4}},
 	}
 	state := fsm.New()

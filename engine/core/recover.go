@@ -14,6 +14,7 @@ type Source interface {
 	EachTask(fn func(*fsm.Task) bool)
 	EachSchedule(fn func(*fsm.Schedule) bool)
 	EachWorkflow(fn func(*fsm.Workflow) bool)
+	EachPool(fn func(*fsm.Pool) bool)
 }
 
 // Recover rebuilds a core for a new epoch from the durable state, as a new
@@ -35,6 +36,11 @@ func Recover(cfg Config, src Source, epoch uint64, now time.Time) (*Core, error)
 		return nil, err
 	}
 	c.now = fsm.InstantOf(now)
+	// Pool settings first: a pool's tasks are filed under its settings.
+	src.EachPool(func(rec *fsm.Pool) bool {
+		c.poolRecs[rec.Name] = rec.Clone()
+		return true
+	})
 	var wfs []*workflow
 	src.EachWorkflow(func(rec *fsm.Workflow) bool {
 		if _, dup := c.workflows[rec.ID]; dup {
@@ -69,6 +75,13 @@ func Recover(cfg Config, src Source, epoch uint64, now time.Time) (*Core, error)
 	})
 	if err != nil {
 		return nil, err
+	}
+	// Tasks were filed in id order: a key's queued tasks may have been let
+	// through before its running ones were counted.
+	for _, p := range c.sortedPools() {
+		if len(p.conc) > 0 {
+			c.balanceConc(p)
+		}
 	}
 	// A running workflow whose members all ended (a step of the previous
 	// leader did not get to end it) ends at the first step.

@@ -363,7 +363,17 @@ func (h *harness) fmtMutation(m fsm.Mutation) string {
 		if t.Parent() != "" {
 			fmt.Fprintf(&b, " parent=%s", h.name(t.Parent()))
 		}
+		if k := t.OrderingKey(); k != "" {
+			fmt.Fprintf(&b, " okey=%s", k)
+		}
+		if k := t.ConcurrencyKey(); k != "" {
+			fmt.Fprintf(&b, " ckey=%s", k)
+		}
 		return b.String()
+	case m.Admit != nil:
+		return fmt.Sprintf("admit %s %s", h.name(m.Admit.ID), m.Admit.Status)
+	case m.PutPool != nil:
+		return "put-pool " + fmtPoolRecord(m.PutPool)
 	case m.Unblock != nil:
 		return fmt.Sprintf("unblock %s", h.name(m.Unblock.ID))
 	case m.PutWorkflow != nil:
@@ -402,6 +412,9 @@ func (h *harness) fmtMutation(m fsm.Mutation) string {
 		}
 		if f.Workflow != "" {
 			s += " joins=" + h.wfName(f.Workflow)
+		}
+		if f.BlocksLane {
+			s += " blocks-lane"
 		}
 		return s
 	case m.Purge != nil:
@@ -525,6 +538,10 @@ func (h *harness) fmtReply(r Reply) string {
 		return s + " [" + strings.Join(parts, " ") + "]"
 	case CancelledWorkflow:
 		return fmt.Sprintf("%s workflow=%s cancelled=%d", s, h.wfName(v.ID), v.Cancelled)
+	case PoolInfo:
+		return s + " " + fmtPoolInfo(v)
+	case Deleted:
+		return fmt.Sprintf("%s task=%s deleted=%t", s, h.name(v.ID), v.Deleted)
 	case fsm.Instant:
 		if v != 0 {
 			return s + " next-fire=" + fmtAt(v)
@@ -871,8 +888,22 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return h.dumpSchedules()
 	case "stats":
 		s := h.core.Stats()
-		return fmt.Sprintf("pending=%d queued=%d running=%d parked=%d polls=%d leases=%d waiters=%d tasks=%d schedules=%d workflows=%d",
+		out := fmt.Sprintf("pending=%d queued=%d running=%d parked=%d polls=%d leases=%d waiters=%d tasks=%d schedules=%d workflows=%d",
 			s.Pending, s.Queued, s.Running, s.Parked, s.Polls, s.Leases, s.Waiters, s.Tasks, s.Schedules, s.Workflows)
+		if s.ParkedTasks > 0 {
+			out += fmt.Sprintf(" parked-tasks=%d", s.ParkedTasks)
+		}
+		return out
+	case "set-pool":
+		h.core.SetPool(h.now, h.req(d), h.poolChange(d.CmdArgs))
+	case "pools":
+		var lines []string
+		for _, pi := range h.core.Pools() {
+			lines = append(lines, fmtPoolInfo(pi))
+		}
+		return strings.Join(lines, "\n")
+	case "delete":
+		h.core.Delete(h.now, h.req(d), h.ref(d))
 	default:
 		t.Fatalf("unknown command %q", d.Cmd)
 	}
@@ -886,6 +917,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 func (h *harness) config(d *datadriven.TestData) {
 	cfg := Config{Seed: 1}
 	autocommit := true
+	var overflow *OverflowPolicy
 	for _, a := range d.CmdArgs {
 		v := ""
 		if len(a.Vals) > 0 {
@@ -919,7 +951,9 @@ func (h *harness) config(d *datadriven.TestData) {
 		case "max-kind":
 			cfg.MaxKindLen = num()
 		case "overflow":
-			cfg.Overflow = map[string]OverflowPolicy{"wait": OverflowWait, "reject": OverflowReject}[v]
+			o, ok := fsm.ParseOverflow(v)
+			require.True(h.t, ok, "overflow %q", v)
+			overflow = &o
 		case "fixed-pools":
 			cfg.FixedPools = true
 		case "seed":
@@ -936,42 +970,233 @@ func (h *harness) config(d *datadriven.TestData) {
 		}
 		cmd, args, err := datadriven.ParseLine(line)
 		require.NoError(h.t, err)
-		var b Bounds
-		var running int
 		name := ""
-		for _, a := range args {
-			if len(a.Vals) == 0 {
-				name = a.Key
-				continue
-			}
-			n, err := strconv.Atoi(a.Vals[0])
-			require.NoError(h.t, err)
-			switch a.Key {
-			case "pending":
-				b.MaxPending = n
-			case "running":
-				running = n
-			default:
-				p, ok := fsm.ParsePriority(a.Key)
-				require.True(h.t, ok, "unknown bound %q", a.Key)
-				b.MaxPendingPerClass[p] = n
-			}
+		if len(args) > 0 && len(args[0].Vals) == 0 {
+			name = args[0].Key
+			args = args[1:]
 		}
+		pc, hasOverflow := h.poolConfig(args)
 		switch cmd {
 		case "global":
-			cfg.Global = b
+			cfg.Global = pc.Bounds
 		case "default-pool":
-			cfg.DefaultPool = PoolConfig{Bounds: b, MaxRunning: running}
+			cfg.DefaultPool = pc
+			if !hasOverflow && overflow != nil {
+				cfg.DefaultPool.Overflow = *overflow
+			}
 		case "pool":
 			if cfg.Pools == nil {
 				cfg.Pools = map[string]PoolConfig{}
 			}
-			cfg.Pools[name] = PoolConfig{Bounds: b, MaxRunning: running}
+			if !hasOverflow && overflow != nil {
+				pc.Overflow = *overflow
+			}
+			cfg.Pools[name] = pc
 		default:
 			h.t.Fatalf("unknown config line %q", line)
 		}
 	}
+	if overflow != nil {
+		cfg.DefaultPool.Overflow = *overflow
+	}
 	h.reset(cfg, autocommit)
+}
+
+// poolConfig parses the settings of a pool line: pending=N running=N
+// CLASS=N overflow=P rate=R burst=N conc=N ordering=P max-attempts=N
+// grace=DUR paused=true kind-rate=(KIND,R,BURST).
+func (h *harness) poolConfig(args []datadriven.CmdArg) (PoolConfig, bool) {
+	var pc PoolConfig
+	hasOverflow := false
+	for _, a := range args {
+		require.NotEmpty(h.t, a.Vals, "pool setting %q without a value", a.Key)
+		v := a.Vals[0]
+		num := func() int {
+			n, err := strconv.Atoi(v)
+			require.NoError(h.t, err)
+			return n
+		}
+		switch a.Key {
+		case "pending":
+			pc.Bounds.MaxPending = num()
+		case "running":
+			pc.MaxRunning = num()
+		case "overflow":
+			o, ok := fsm.ParseOverflow(v)
+			require.True(h.t, ok, "overflow %q", v)
+			pc.Overflow, hasOverflow = o, true
+		case "rate":
+			r, err := strconv.ParseFloat(v, 64)
+			require.NoError(h.t, err)
+			pc.Rate = r
+		case "burst":
+			pc.Burst = num()
+		case "conc":
+			pc.ConcurrencyLimit = num()
+		case "ordering":
+			o, ok := fsm.ParseOrderingPolicy(v)
+			require.True(h.t, ok, "ordering %q", v)
+			pc.Ordering = o
+		case "max-attempts":
+			pc.MaxAttempts = uint32(num())
+		case "grace":
+			d, err := time.ParseDuration(v)
+			require.NoError(h.t, err)
+			pc.LeaseGrace = d
+		case "paused":
+			pc.Paused = v == "true"
+		case "kind-rate":
+			require.Len(h.t, a.Vals, 3, "kind-rate=(kind,rate,burst)")
+			r, err := strconv.ParseFloat(a.Vals[1], 64)
+			require.NoError(h.t, err)
+			b, err := strconv.Atoi(a.Vals[2])
+			require.NoError(h.t, err)
+			if pc.KindRates == nil {
+				pc.KindRates = map[string]Rate{}
+			}
+			pc.KindRates[a.Vals[0]] = Rate{Per: r, Burst: b}
+		default:
+			p, ok := fsm.ParsePriority(a.Key)
+			require.True(h.t, ok, "unknown pool setting %q", a.Key)
+			pc.Bounds.MaxPendingPerClass[p] = num()
+		}
+	}
+	return pc, hasOverflow
+}
+
+// poolChange parses the arguments of set-pool: the pool name, then the
+// settings to change, as in poolConfig (kind-rate=(KIND,0,0) removes).
+func (h *harness) poolChange(args []datadriven.CmdArg) PoolChange {
+	ch := PoolChange{Pool: "p"}
+	for _, a := range args {
+		if len(a.Vals) == 0 {
+			ch.Pool = a.Key
+			continue
+		}
+		v := a.Vals[0]
+		num := func() *int {
+			n, err := strconv.Atoi(v)
+			require.NoError(h.t, err)
+			return &n
+		}
+		switch a.Key {
+		case "req", "quiet":
+		case "pending":
+			ch.MaxPending = num()
+		case "running":
+			ch.MaxRunning = num()
+		case "overflow":
+			o, ok := fsm.ParseOverflow(v)
+			if !ok {
+				o = 9
+			}
+			ch.Overflow = &o
+		case "rate":
+			r, err := strconv.ParseFloat(v, 64)
+			require.NoError(h.t, err)
+			ch.Rate = &r
+		case "burst":
+			ch.Burst = num()
+		case "conc":
+			ch.ConcurrencyLimit = num()
+		case "ordering":
+			o, ok := fsm.ParseOrderingPolicy(v)
+			if !ok {
+				o = 9
+			}
+			ch.Ordering = &o
+		case "max-attempts":
+			n := uint32(*num())
+			ch.MaxAttempts = &n
+		case "backoff":
+			bo := h.backoff(a.Vals)
+			ch.Backoff = &bo
+		case "grace":
+			d, err := time.ParseDuration(v)
+			require.NoError(h.t, err)
+			ch.LeaseGrace = &d
+		case "paused":
+			b := v == "true"
+			ch.Paused = &b
+		case "kind-rate":
+			require.Len(h.t, a.Vals, 3, "kind-rate=(kind,rate,burst)")
+			r, err := strconv.ParseFloat(a.Vals[1], 64)
+			require.NoError(h.t, err)
+			b, err := strconv.Atoi(a.Vals[2])
+			require.NoError(h.t, err)
+			if ch.KindRates == nil {
+				ch.KindRates = map[string]Rate{}
+			}
+			ch.KindRates[a.Vals[0]] = Rate{Per: r, Burst: b}
+		default:
+			p, ok := fsm.ParsePriority(a.Key)
+			require.True(h.t, ok, "unknown pool setting %q", a.Key)
+			if ch.MaxPendingPerClass == nil {
+				ch.MaxPendingPerClass = map[fsm.Priority]int{}
+			}
+			ch.MaxPendingPerClass[p] = *num()
+		}
+	}
+	return ch
+}
+
+// fmtPoolRecord prints the replicated settings of a pool, the ones set.
+func fmtPoolRecord(p *fsm.Pool) string {
+	var b strings.Builder
+	b.WriteString(p.Name)
+	if p.MaxRunning != 0 {
+		fmt.Fprintf(&b, " running=%d", p.MaxRunning)
+	}
+	if p.MaxPending != 0 {
+		fmt.Fprintf(&b, " pending=%d", p.MaxPending)
+	}
+	if len(p.MaxPendingPerClass) > 0 {
+		fmt.Fprintf(&b, " per-class=%v", p.MaxPendingPerClass)
+	}
+	fmt.Fprintf(&b, " overflow=%s", p.Overflow)
+	if p.Rate != 0 {
+		fmt.Fprintf(&b, " rate=%g burst=%d", p.Rate, p.Burst)
+	}
+	for _, kr := range p.KindRates {
+		fmt.Fprintf(&b, " kind-rate=(%s,%g,%d)", kr.Kind, kr.Rate, kr.Burst)
+	}
+	if p.ConcurrencyLimit != 0 {
+		fmt.Fprintf(&b, " conc=%d", p.ConcurrencyLimit)
+	}
+	fmt.Fprintf(&b, " ordering=%s", p.Ordering)
+	if p.MaxAttempts != 0 {
+		fmt.Fprintf(&b, " max-attempts=%d", p.MaxAttempts)
+	}
+	if p.Backoff != (fsm.Backoff{}) {
+		fmt.Fprintf(&b, " backoff=%s/%s/%g", p.Backoff.Initial, p.Backoff.Max, p.Backoff.Jitter)
+	}
+	if p.LeaseGrace != 0 {
+		fmt.Fprintf(&b, " grace=%s", p.LeaseGrace)
+	}
+	if p.Paused {
+		b.WriteString(" paused")
+	}
+	return b.String()
+}
+
+// fmtPoolInfo prints what the core says of a pool.
+func fmtPoolInfo(pi PoolInfo) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pool %s pending=%d queued=%d waiting=%d running=%d parked=%d lanes=%d",
+		pi.Pool, pi.Pending, pi.Queued, pi.Waiting, pi.Running, pi.Parked, pi.Lanes)
+	if len(pi.Blocked) > 0 {
+		fmt.Fprintf(&b, " blocked=(%s)", strings.Join(pi.Blocked, ","))
+	}
+	if pi.Polls > 0 {
+		fmt.Fprintf(&b, " polls=%d slots=%d", pi.Polls, pi.PollSlots)
+	}
+	if pi.Config.Paused {
+		b.WriteString(" paused")
+	}
+	if pi.Replicated {
+		b.WriteString(" replicated")
+	}
+	return b.String()
 }
 
 func (h *harness) backoff(vals []string) fsm.Backoff {
@@ -1053,6 +1278,16 @@ func (h *harness) spec(args []datadriven.CmdArg) Spec {
 			s.DepPolicy = p
 		case "external":
 			s.External = true
+		case "okey":
+			if s.Keys == nil {
+				s.Keys = &fsm.Keys{}
+			}
+			s.Keys.Ordering = v
+		case "ckey":
+			if s.Keys == nil {
+				s.Keys = &fsm.Keys{}
+			}
+			s.Keys.Concurrency = v
 		case "after", "name":
 			// read by step
 		default:

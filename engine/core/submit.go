@@ -26,6 +26,8 @@ type unit struct {
 	stepDeps [][]int
 	// wf is set for a workflow submit: the unit's specs are its steps.
 	wf *wfUnit
+	// parking: its tasks are being inserted parked.
+	parking bool
 
 	// Room for the common case of one spec and for the answer, so that a
 	// submit costs no allocations beyond its unit, its record and its id.
@@ -124,15 +126,39 @@ func (c *Core) checkTemplate(tpl *fsm.Template) (fsm.Template, error) {
 // resolve fills the zero fields of a checked template that have a default
 // (max attempts, backoff), as a task record holds them.
 func (c *Core) resolve(tpl fsm.Template) fsm.Template {
+	maxAttempts, backoff := c.cfg.MaxAttempts, c.cfg.Backoff
+	if pc := c.poolConfig(tpl.Pool); pc.MaxAttempts > 0 || pc.Backoff != (fsm.Backoff{}) {
+		if pc.MaxAttempts > 0 {
+			maxAttempts = pc.MaxAttempts
+		}
+		if pc.Backoff != (fsm.Backoff{}) {
+			backoff = pc.Backoff
+			if backoff.Max == 0 {
+				backoff.Max = max(c.cfg.Backoff.Max, backoff.Initial)
+			}
+		}
+	}
 	if tpl.MaxAttempts == 0 {
-		tpl.MaxAttempts = c.cfg.MaxAttempts
+		tpl.MaxAttempts = maxAttempts
 	}
 	if tpl.Backoff == (fsm.Backoff{}) {
-		tpl.Backoff = c.cfg.Backoff
+		tpl.Backoff = backoff
 	} else if tpl.Backoff.Max == 0 {
-		tpl.Backoff.Max = max(c.cfg.Backoff.Max, tpl.Backoff.Initial)
+		tpl.Backoff.Max = max(backoff.Max, tpl.Backoff.Initial)
 	}
 	return tpl
+}
+
+// poolConfig is the configuration pool name runs with, without creating
+// the pool.
+func (c *Core) poolConfig(name string) PoolConfig {
+	if p, ok := c.pools[name]; ok {
+		return p.cfg
+	}
+	if rec := c.poolRecs[name]; rec != nil {
+		return poolConfigOf(rec)
+	}
+	return c.agentPoolConfig(name)
 }
 
 // prepare validates a spec and resolves its defaults into a task template.
@@ -264,7 +290,8 @@ func (c *Core) Submit(now time.Time, req ReqID, mode SubmitMode, specs []Spec) {
 	}
 }
 
-// submitUnit admits u now, parks it, or refuses it.
+// submitUnit admits u now, parks its tasks or its submitter, or refuses it,
+// as its pools' overflow policy says (see overflowOf).
 func (c *Core) submitUnit(u *unit) {
 	if err := c.checkRefs(u); err != nil {
 		c.answer(u, nil, err)
@@ -277,7 +304,13 @@ func (c *Core) submitUnit(u *unit) {
 		c.answer(u, subs, nil)
 		return
 	}
-	if c.cfg.Overflow == OverflowWait && c.queuesBehind(u, c.parkedPairs) {
+	policy := c.overflowOf(u)
+	switch {
+	case policy == OverflowPark && c.parkedBehind(u):
+		// Parked tasks of its (pool, class) go first.
+		c.answer(u, c.admitUnit(u, true), nil)
+		return
+	case policy == OverflowWait && c.queuesBehind(u, c.parkedPairs):
 		if !c.fitsWhenEmpty(u) {
 			c.answer(u, nil, ErrOverloaded)
 			return
@@ -289,11 +322,14 @@ func (c *Core) submitUnit(u *unit) {
 		c.answer(u, subs, nil)
 		return
 	}
-	if c.cfg.Overflow == OverflowReject || !c.fitsWhenEmpty(u) {
+	switch {
+	case policy == OverflowPark:
+		c.answer(u, c.admitUnit(u, true), nil)
+	case policy == OverflowReject || !c.fitsWhenEmpty(u):
 		c.answer(u, nil, ErrOverloaded)
-		return
+	default:
+		c.park(u)
 	}
-	c.park(u)
 }
 
 // unitPairs appends the distinct (pool, class) pairs of specs to ps.
@@ -510,13 +546,27 @@ func (c *Core) tryAdmit(u *unit) ([]Submitted, bool) {
 			return nil, true
 		}
 	}
-	ps, d := c.plan(u)
+	_, d := c.plan(u)
 	if !c.fits(d, false) {
 		return nil, false
 	}
+	return c.admitUnit(u, false), true
+}
+
+// admitUnit inserts the tasks of u (parked when park is set) and returns
+// what each spec became.
+func (c *Core) admitUnit(u *unit, park bool) []Submitted {
+	if u.wf != nil && u.wf.key != "" && u.wf.dup == nil {
+		if w := c.wfKeys[u.wf.key]; w != nil {
+			u.wf.dup = w
+			return nil
+		}
+	}
+	ps, _ := c.plan(u)
 	if u.wf != nil {
 		u.wf.w = c.createWorkflow(u.wf.name, u.wf.key, "", 0, "")
 	}
+	u.parking = park
 	subs := make([]Submitted, len(u.specs))
 	for i, s := range u.specs {
 		switch {
@@ -530,7 +580,7 @@ func (c *Core) tryAdmit(u *unit) ([]Submitted, bool) {
 			subs[i] = Submitted{ID: c.insertDeps(u, i, s, subs).id}
 		}
 	}
-	return subs, true
+	return subs
 }
 
 // insertDeps inserts spec i of u with its dependencies resolved (subs holds
@@ -556,9 +606,9 @@ func (c *Core) insertDeps(u *unit, i int, s *fsm.Task, subs []Submitted) *task {
 		}
 	}
 	if u.wf != nil {
-		return c.insertMember(s, deps, u.wf.w, "")
+		return c.insertTask(s, deps, u.wf.w, "", u.parking)
 	}
-	return c.insertMember(s, deps, nil, "")
+	return c.insertTask(s, deps, nil, "", u.parking)
 }
 
 // insert creates a task from a validated template.
@@ -572,6 +622,12 @@ func (c *Core) insert(tmpl *fsm.Task) *task {
 // can never run (a dependency that did not succeed, under policy
 // succeeded) ends cancelled in the same commit.
 func (c *Core) insertMember(tmpl *fsm.Task, deps []*task, w *workflow, parent string) *task {
+	return c.insertTask(tmpl, deps, w, parent, false)
+}
+
+// insertTask is insertMember; with park, the task is inserted parked
+// instead, and what its dependencies say is decided at its admission.
+func (c *Core) insertTask(tmpl *fsm.Task, deps []*task, w *workflow, parent string, park bool) *task {
 	rec := *tmpl
 	rec.ID = c.ids.next(uint64(int64(c.now) / int64(time.Millisecond)))
 	rec.SubmittedAt = c.now
@@ -620,6 +676,9 @@ func (c *Core) insertMember(tmpl *fsm.Task, deps []*task, w *workflow, parent st
 		rec.Flow = &kept
 	}
 	switch {
+	case park:
+		rec.Status = fsm.StatusParked
+		doomed = nil
 	case waiting || doomed != nil:
 		rec.Status = fsm.StatusBlocked
 	case rec.RunAt > c.now:
@@ -633,7 +692,7 @@ func (c *Core) insertMember(tmpl *fsm.Task, deps []*task, w *workflow, parent st
 	switch {
 	case doomed != nil:
 		c.finish(t, fsm.StatusCancelled, nil, depMessage(doomed))
-	case rec.Deadline != 0 && rec.Deadline <= c.now:
+	case rec.Deadline != 0 && rec.Deadline <= c.now && !park:
 		// Admitted after waiting for room past its deadline: it ends now,
 		// before any poll can take it.
 		c.expire(t)
@@ -667,9 +726,19 @@ func (c *Core) track(rec *fsm.Task) *task {
 	if f := rec.Flow; f != nil {
 		t.flow = &taskFlow{deps: f.DependsOn, depPolicy: f.DepPolicy, external: f.External, step: f.Step}
 	}
+	if !rec.Keys.IsZero() {
+		t.keys = rec.Keys
+	}
 	c.tasks[t.id] = t
 	if t.key != "" {
 		c.keys[t.key] = t
+	}
+	switch {
+	case rec.Status == fsm.StatusParked:
+	case !rec.Status.Terminal(), rec.BlocksLane:
+		t.status = rec.Status // as a lane member (joinLane reads it)
+		c.joinLane(t)
+		t.status = fsm.StatusUnknown
 	}
 	switch rec.Status {
 	case fsm.StatusQueued:
@@ -678,11 +747,21 @@ func (c *Core) track(rec *fsm.Task) *task {
 	case fsm.StatusScheduled, fsm.StatusRetrying:
 		c.setStatus(t, rec.Status)
 		c.timers.push(timer{when: t.runAt, kind: tmReady, id: t.id, gen: t.gen})
+	case fsm.StatusParked:
+		c.setStatus(t, fsm.StatusParked)
+		c.fileParked(t)
 	case fsm.StatusRunning:
 		t.lease = rec.Lease
 		c.setStatus(t, fsm.StatusRunning)
 		c.leases[t.lease] = t
-		t.hbDeadline = c.now.Add(c.cfg.LeaseGrace)
+		if k := t.concKey(); k != "" {
+			t.pool.concGroup(k).running++
+		}
+		grace := c.cfg.LeaseGrace
+		if g := t.pool.cfg.LeaseGrace; g > 0 {
+			grace = g
+		}
+		t.hbDeadline = c.now.Add(grace)
 		c.timers.push(timer{when: t.hbDeadline, kind: tmLease, id: t.id, gen: t.lease})
 		if t.timeout > 0 {
 			c.timers.push(timer{when: t.startedAt.Add(t.timeout), kind: tmTimeout, id: t.id, gen: t.lease})
@@ -691,6 +770,7 @@ func (c *Core) track(rec *fsm.Task) *task {
 		c.setStatus(t, fsm.StatusBlocked)
 	default: // terminal
 		t.status = rec.Status
+		t.blocksLane = rec.BlocksLane
 	}
 	if wf := rec.Workflow(); wf != "" {
 		c.join(t, c.workflows[wf])

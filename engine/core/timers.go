@@ -17,6 +17,7 @@ const (
 	tmLease                         // the attempt under lease gen may have missed its heartbeat window
 	tmReady                         // a scheduled or retrying task reaches its run time (gen = task generation)
 	tmFire                          // a recurring schedule's next slot (id = name, gen = schedule generation)
+	tmRate                          // a pool's rate limit allows dispatches again (id = pool)
 )
 
 // timer is one entry of the timer heap. Entries are never removed when they

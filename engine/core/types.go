@@ -334,11 +334,12 @@ func prefixed(prefix string, err error) error {
 // ---------------------------------------------------------------------------
 
 // OverflowPolicy decides what a submit that does not fit the bounds does.
-type OverflowPolicy uint8
+type OverflowPolicy = fsm.Overflow
 
 const (
-	OverflowReject OverflowPolicy = iota // answer ErrOverloaded at once
-	OverflowWait                         // park the submitter FIFO per (pool, class) until space frees
+	OverflowReject = fsm.OverflowReject // answer ErrOverloaded at once
+	OverflowWait   = fsm.OverflowWait   // hold the submitter FIFO per (pool, class) until space frees
+	OverflowPark   = fsm.OverflowPark   // accept the tasks as parked, admitted FIFO per (pool, class) as space frees
 )
 
 // Bounds limit pending tasks (scheduled, queued or retrying). Zero = no limit.
@@ -347,10 +348,35 @@ type Bounds struct {
 	MaxPendingPerClass [fsm.NumPriorities]int
 }
 
-// PoolConfig is the configuration of one pool.
+// PoolConfig is the configuration of one pool. Zero fields mean no limit
+// or, for the task defaults, the engine's.
 type PoolConfig struct {
 	Bounds     Bounds
-	MaxRunning int // hard cap on running attempts across all workers; 0 = none
+	MaxRunning int            // hard cap on running attempts across all workers; 0 = none
+	Overflow   OverflowPolicy // what a submit that does not fit does
+
+	// Rate limits dispatches to Rate per second, with bursts of Burst
+	// (at least 1); per kind, KindRates too. 0 = no limit.
+	Rate      float64
+	Burst     int
+	KindRates map[string]Rate
+
+	// ConcurrencyLimit caps the running tasks of one concurrency key
+	// (0 = 1).
+	ConcurrencyLimit int
+	// Ordering is what a lane does when its head ends without succeeding.
+	Ordering fsm.OrderingPolicy
+
+	MaxAttempts uint32        // default for its tasks (0 = Config.MaxAttempts)
+	Backoff     fsm.Backoff   // default for its tasks (zero = Config.Backoff)
+	LeaseGrace  time.Duration // for its running attempts at recovery (0 = Config.LeaseGrace)
+	Paused      bool          // accepts tasks, dispatches none
+}
+
+// Rate is a dispatch rate limit: Per second, in bursts of up to Burst.
+type Rate struct {
+	Per   float64
+	Burst int
 }
 
 // Config is the engine's configuration. Zero fields take the defaults of
@@ -369,7 +395,6 @@ type Config struct {
 	DefaultPool PoolConfig // pools not listed in Pools (1,000,000 pending)
 	Pools       map[string]PoolConfig
 	FixedPools  bool // refuse pools not listed in Pools
-	Overflow    OverflowPolicy
 
 	// LogVersion is the newest log format every server of the cluster
 	// understands (fsm.LogVersion by default): operations that need a newer
@@ -435,8 +460,8 @@ func (c Config) WithDefaults() Config {
 	if c.MaxKindLen <= 0 {
 		c.MaxKindLen = d.MaxKindLen
 	}
-	if c.DefaultPool == (PoolConfig{}) {
-		c.DefaultPool = d.DefaultPool
+	if c.DefaultPool.Bounds == (Bounds{}) && c.DefaultPool.MaxRunning == 0 {
+		c.DefaultPool.Bounds = d.DefaultPool.Bounds
 	}
 	if c.LogVersion == 0 {
 		c.LogVersion = fsm.LogVersion

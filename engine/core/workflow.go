@@ -284,10 +284,7 @@ func (c *Core) purgeWorkflow(w *workflow) {
 	}
 	c.mutate(fsm.Mutation{PurgeWorkflow: &fsm.PurgeWorkflow{ID: w.rec.ID}})
 	for _, m := range w.members {
-		delete(c.tasks, m.id)
-		if m.key != "" && c.keys[m.key] == m {
-			delete(c.keys, m.key)
-		}
+		c.forget(m)
 	}
 	delete(c.workflows, w.rec.ID)
 	if w.rec.Key != "" && c.wfKeys[w.rec.Key] == w {
