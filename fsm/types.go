@@ -273,11 +273,11 @@ type Task struct {
 	// the lane waits until an operator deletes or retries it (format 4).
 	BlocksLane bool   `msgpack:"blk,omitempty"`
 	Attempt    uint32 `msgpack:"at,omitempty"` // attempts started
-	Lease     uint64 `msgpack:"ls,omitempty"` // current lease token (0 = none)
-	LastLease uint64 `msgpack:"ll,omitempty"` // highest lease token ever granted
-	Worker    string `msgpack:"wk,omitempty"` // worker holding the current lease
-	Output    []byte `msgpack:"out,omitempty"`
-	Error     string `msgpack:"err,omitempty"`
+	Lease      uint64 `msgpack:"ls,omitempty"` // current lease token (0 = none)
+	LastLease  uint64 `msgpack:"ll,omitempty"` // highest lease token ever granted
+	Worker     string `msgpack:"wk,omitempty"` // worker holding the current lease
+	Output     []byte `msgpack:"out,omitempty"`
+	Error      string `msgpack:"err,omitempty"`
 
 	SubmittedAt Instant `msgpack:"sa"`
 	StartedAt   Instant `msgpack:"sta,omitempty"` // start of the current or last attempt

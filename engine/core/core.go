@@ -236,17 +236,17 @@ func (t *task) readyItem() readyItem {
 
 // Stats is a snapshot of the core's sizes.
 type Stats struct {
-	Pending   int // blocked, scheduled, queued or retrying
-	Queued    int // ready to dispatch
-	Running   int
-	Parked    int // submit requests (or enqueue-many items) waiting for space
+	Pending     int // blocked, scheduled, queued or retrying
+	Queued      int // ready to dispatch
+	Running     int
+	Parked      int // submit requests (or enqueue-many items) waiting for space
 	ParkedTasks int // tasks accepted as parked, waiting for space
-	Polls     int // open long polls
-	Leases    int // attempts holding a lease
-	Waiters   int // result waiters
-	Tasks     int // tasks known to the core, terminal ones included
-	Schedules int
-	Workflows int // workflows known to the core, ended ones included
+	Polls       int // open long polls
+	Leases      int // attempts holding a lease
+	Waiters     int // result waiters
+	Tasks       int // tasks known to the core, terminal ones included
+	Schedules   int
+	Workflows   int // workflows known to the core, ended ones included
 	// InertSchedules are recovered schedules whose expression no longer
 	// parses: they are kept but never fire.
 	InertSchedules int
