@@ -41,6 +41,12 @@ type (
 	StepTask          = core.StepTask
 	WorkflowRef       = core.WorkflowRef
 	CancelledWorkflow = core.CancelledWorkflow
+
+	PoolChange = core.PoolChange
+	PoolInfo   = core.PoolInfo
+	PoolConfig = core.PoolConfig
+	Rate       = core.Rate
+	Deleted    = core.Deleted
 )
 
 // Submit modes and outcome kinds (see the engine core).
@@ -185,6 +191,26 @@ func (n *Node) RemoveSchedule(ctx context.Context, name string) (bool, error) {
 // state.
 func (n *Node) PauseSchedule(ctx context.Context, name string, paused bool) (bool, error) {
 	return lead(n, func(e *engine.Engine) (bool, error) { return e.PauseSchedule(ctx, name, paused) })
+}
+
+// SetPool changes a pool's settings through the log.
+func (n *Node) SetPool(ctx context.Context, ch PoolChange) (PoolInfo, error) {
+	return lead(n, func(e *engine.Engine) (PoolInfo, error) { return e.SetPool(ctx, ch) })
+}
+
+// Pools describes the pools the leader knows.
+func (n *Node) Pools(ctx context.Context) ([]PoolInfo, error) {
+	return lead(n, func(e *engine.Engine) ([]PoolInfo, error) { return e.Pools(ctx) })
+}
+
+// Pool describes one pool, as the leader runs it.
+func (n *Node) Pool(ctx context.Context, name string) (PoolInfo, error) {
+	return lead(n, func(e *engine.Engine) (PoolInfo, error) { return e.Pool(ctx, name) })
+}
+
+// Delete removes an ended task now.
+func (n *Node) Delete(ctx context.Context, ref TaskRef) (Deleted, error) {
+	return lead(n, func(e *engine.Engine) (Deleted, error) { return e.Delete(ctx, ref) })
 }
 
 // EventStream is a subscription to the status events of the current term:

@@ -591,6 +591,41 @@ func (e *Engine) PauseSchedule(ctx context.Context, name string, paused bool) (b
 	})
 }
 
+// SetPool changes a pool's settings through the log and returns the pool
+// once the change is durable (see core.Core.SetPool).
+func (e *Engine) SetPool(ctx context.Context, ch core.PoolChange) (core.PoolInfo, error) {
+	return send[core.PoolInfo](ctx, e, true, func(c *core.Core, now time.Time, req core.ReqID) {
+		c.SetPool(now, req, ch)
+	})
+}
+
+// Pools describes the pools the core knows, read on the engine's
+// goroutine.
+func (e *Engine) Pools(ctx context.Context) ([]core.PoolInfo, error) {
+	var out []core.PoolInfo
+	err := e.ask(ctx, func(c *core.Core, _ time.Time) { out = c.Pools() })
+	return out, err
+}
+
+// Pool describes one pool.
+func (e *Engine) Pool(ctx context.Context, name string) (core.PoolInfo, error) {
+	var (
+		out  core.PoolInfo
+		perr error
+	)
+	if err := e.ask(ctx, func(c *core.Core, _ time.Time) { out, perr = c.Pool(name) }); err != nil {
+		return out, err
+	}
+	return out, perr
+}
+
+// Delete removes an ended task now (see core.Core.Delete).
+func (e *Engine) Delete(ctx context.Context, ref core.TaskRef) (core.Deleted, error) {
+	return send[core.Deleted](ctx, e, true, func(c *core.Core, now time.Time, req core.ReqID) {
+		c.Delete(now, req, ref)
+	})
+}
+
 // CoreStats returns the core's gauges (pending, running, parked, polls...),
 // read on the engine's goroutine.
 func (e *Engine) CoreStats(ctx context.Context) (core.Stats, error) {

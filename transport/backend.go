@@ -39,6 +39,10 @@ type Backend interface {
 	RemoveSchedule(ctx context.Context, name string) (bool, error)
 	PauseSchedule(ctx context.Context, name string, paused bool) (bool, error)
 	Subscribe(buffer int) (cluster.EventStream, error)
+	SetPool(ctx context.Context, ch cluster.PoolChange) (cluster.PoolInfo, error)
+	Pools(ctx context.Context) ([]cluster.PoolInfo, error)
+	Pool(ctx context.Context, name string) (cluster.PoolInfo, error)
+	Delete(ctx context.Context, ref cluster.TaskRef) (cluster.Deleted, error)
 
 	// ConsistentRead is the replica for a linearizable read (leader only).
 	ConsistentRead(ctx context.Context) (fsm.Reader, error)

@@ -36,6 +36,7 @@ type fakeBackend struct {
 	cancel           func(ref cluster.TaskRef) (cluster.Cancelled, error)
 	add              func(spec cluster.ScheduleSpec) (fsm.Instant, error)
 	completeExternal func(ref cluster.TaskRef, out cluster.Outcome) (string, error)
+	setPool          func(ch cluster.PoolChange) (cluster.PoolInfo, error)
 	submitWorkflow   func(spec cluster.WorkflowSpec) (*cluster.WorkflowSubmitted, error)
 	cancelWorkflow   func(ref cluster.WorkflowRef) (cluster.CancelledWorkflow, error)
 	// waitWorkflow runs under the call's context (nil: wait for it to end).
@@ -174,6 +175,19 @@ func (f *fakeBackend) AddSchedule(_ context.Context, spec cluster.ScheduleSpec) 
 func (f *fakeBackend) RemoveSchedule(context.Context, string) (bool, error) { return false, nil }
 func (f *fakeBackend) PauseSchedule(context.Context, string, bool) (bool, error) {
 	return false, nil
+}
+func (f *fakeBackend) SetPool(_ context.Context, ch cluster.PoolChange) (cluster.PoolInfo, error) {
+	f.record("set-pool")
+	return f.setPool(ch)
+}
+func (f *fakeBackend) Pools(context.Context) ([]cluster.PoolInfo, error) {
+	return nil, errors.New("not used")
+}
+func (f *fakeBackend) Pool(context.Context, string) (cluster.PoolInfo, error) {
+	return cluster.PoolInfo{}, errors.New("not used")
+}
+func (f *fakeBackend) Delete(context.Context, cluster.TaskRef) (cluster.Deleted, error) {
+	return cluster.Deleted{}, errors.New("not used")
 }
 func (f *fakeBackend) Subscribe(buffer int) (cluster.EventStream, error) {
 	if f.subscribed == nil {

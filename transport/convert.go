@@ -285,6 +285,9 @@ func templateFromProto(p *cronoqv1.TaskTemplate) (fsm.Template, error) {
 		Payload:     p.GetPayload(),
 		MaxAttempts: p.GetMaxAttempts(),
 	}
+	if k := (fsm.Keys{Ordering: p.GetOrderingKey(), Concurrency: p.GetConcurrencyKey()}); !k.IsZero() {
+		t.Keys = &k
+	}
 	if t.Labels, err = kvsFromProto("labels", p.GetLabels()); err != nil {
 		return t, err
 	}
@@ -316,6 +319,9 @@ func templateToProto(t *fsm.Template) *cronoqv1.TaskTemplate {
 		Tags:        kvsToProto(t.Tags),
 		Timeout:     durationToProto(t.Timeout),
 		MaxAttempts: t.MaxAttempts,
+
+		OrderingKey:    t.OrderingKey(),
+		ConcurrencyKey: t.ConcurrencyKey(),
 	}
 	if t.Backoff != (fsm.Backoff{}) {
 		out.Backoff = &cronoqv1.Backoff{
@@ -473,6 +479,7 @@ func taskToProto(t *fsm.Task) *cronoqv1.Task {
 		Workflow:         t.Workflow(),
 		Step:             t.Step(),
 		Parent:           t.Parent(),
+		BlocksLane:       t.BlocksLane,
 	}
 }
 

@@ -1,6 +1,9 @@
 package transport
 
 import (
+	"cmp"
+	"slices"
+	"strings"
 	"sync"
 
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
@@ -59,6 +62,28 @@ func (r *registry) remove(ws *workerStream) {
 	if len(set) == 0 {
 		delete(r.streams, ws.worker)
 	}
+}
+
+// list returns the open streams of pool (every pool when empty), by worker
+// id.
+func (r *registry) list(pool string) []*workerStream {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*workerStream
+	for _, set := range r.streams {
+		for ws := range set {
+			if pool == "" || ws.pool == pool {
+				out = append(out, ws)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b *workerStream) int {
+		if c := strings.Compare(a.worker, b.worker); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.lastSeen.Load(), b.lastSeen.Load()) // two streams of one worker
+	})
+	return out
 }
 
 // abort tells every stream of worker to stop the attempt under lease. It

@@ -33,6 +33,7 @@ type endpoint struct {
 	tasks     cronoqv1connect.TaskServiceClient
 	workflows cronoqv1connect.WorkflowServiceClient
 	schedules cronoqv1connect.ScheduleServiceClient
+	pools     cronoqv1connect.PoolServiceClient
 	operator  cronoqv1connect.OperatorServiceClient
 }
 
@@ -75,6 +76,7 @@ func (f *forwarder) endpoint(addr string) *endpoint {
 		tasks:     cronoqv1connect.NewTaskServiceClient(f.httpc, base, opts...),
 		workflows: cronoqv1connect.NewWorkflowServiceClient(f.httpc, base, opts...),
 		schedules: cronoqv1connect.NewScheduleServiceClient(f.httpc, base, opts...),
+		pools:     cronoqv1connect.NewPoolServiceClient(f.httpc, base, opts...),
 		operator:  cronoqv1connect.NewOperatorServiceClient(f.httpc, base, opts...),
 	}
 	f.endpoints[addr] = ep

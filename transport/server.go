@@ -219,6 +219,7 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle(cronoqv1connect.NewTaskServiceHandler(&taskService{s}, common...))
 	mux.Handle(cronoqv1connect.NewWorkflowServiceHandler(&workflowService{s}, common...))
 	mux.Handle(cronoqv1connect.NewScheduleServiceHandler(&scheduleService{s}, common...))
+	mux.Handle(cronoqv1connect.NewPoolServiceHandler(&poolService{s}, common...))
 	mux.Handle(cronoqv1connect.NewWorkerServiceHandler(&workerService{s}, workerOpts...))
 	mux.Handle(cronoqv1connect.NewOperatorServiceHandler(&operatorService{s}, common...))
 	mux.HandleFunc("GET /v1/health", s.serveHealth)

@@ -399,3 +399,18 @@ func wanted(pools map[string]bool, ev cluster.Event) bool {
 	}
 	return ev.TaskID != "" && pools[ev.Pool]
 }
+
+// Delete removes an ended task now, rather than at the end of its
+// retention.
+func (t *taskService) Delete(ctx context.Context, req *connect.Request[cronoqv1.DeleteRequest]) (*connect.Response[cronoqv1.DeleteResponse], error) {
+	ref := refFromProto(req.Msg.GetRef())
+	return route(ctx, t.s, writeCall, req, func(ctx context.Context) (*cronoqv1.DeleteResponse, error) {
+		d, err := t.s.node.Delete(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		return &cronoqv1.DeleteResponse{Id: d.ID, Deleted: d.Deleted}, nil
+	}, func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.DeleteRequest]) (*connect.Response[cronoqv1.DeleteResponse], error) {
+		return ep.tasks.Delete
+	})
+}

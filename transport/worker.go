@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -86,6 +88,11 @@ type workerStream struct {
 	slotsWake chan struct{}
 
 	calls sync.WaitGroup // heartbeats and completions in progress
+
+	// For the workers list: slots offered and not granted, and when the
+	// worker last sent a message (unix ns).
+	free     atomic.Int64
+	lastSeen atomic.Int64
 }
 
 func (ws *workerStream) run() error {
@@ -203,6 +210,7 @@ func (ws *workerStream) read() error {
 			}
 			return err
 		}
+		ws.lastSeen.Store(time.Now().UnixNano())
 		switch m := msg.GetMsg().(type) {
 		case *cronoqv1.WorkerMessage_Hello:
 			return apierr.Invalid("hello", "a stream takes one Hello")
@@ -258,6 +266,7 @@ func (ws *workerStream) send() {
 // offer adds capacity for the poller. It never blocks, so heartbeats
 // behind a Poll message are read at once.
 func (ws *workerStream) offer(n int) {
+	ws.free.Add(int64(n))
 	ws.slotsMu.Lock()
 	ws.slots = min(ws.slots+n, maxSlots)
 	ws.slotsMu.Unlock()
@@ -300,6 +309,7 @@ func (ws *workerStream) poll() {
 			return
 		}
 		slots -= len(grants)
+		ws.free.Add(-int64(len(grants)))
 		if len(grants) == 0 {
 			continue
 		}

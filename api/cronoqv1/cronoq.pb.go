@@ -90,21 +90,25 @@ const (
 	Status_STATUS_EXPIRED     Status = 8
 	// Waiting for its dependencies to end.
 	Status_STATUS_BLOCKED Status = 9
+	// Accepted beyond its pool's pending bound (overflow policy park),
+	// waiting for room.
+	Status_STATUS_PARKED Status = 10
 )
 
 // Enum value maps for Status.
 var (
 	Status_name = map[int32]string{
-		0: "STATUS_UNSPECIFIED",
-		1: "STATUS_SCHEDULED",
-		2: "STATUS_QUEUED",
-		3: "STATUS_RUNNING",
-		4: "STATUS_RETRYING",
-		5: "STATUS_SUCCEEDED",
-		6: "STATUS_FAILED",
-		7: "STATUS_CANCELLED",
-		8: "STATUS_EXPIRED",
-		9: "STATUS_BLOCKED",
+		0:  "STATUS_UNSPECIFIED",
+		1:  "STATUS_SCHEDULED",
+		2:  "STATUS_QUEUED",
+		3:  "STATUS_RUNNING",
+		4:  "STATUS_RETRYING",
+		5:  "STATUS_SUCCEEDED",
+		6:  "STATUS_FAILED",
+		7:  "STATUS_CANCELLED",
+		8:  "STATUS_EXPIRED",
+		9:  "STATUS_BLOCKED",
+		10: "STATUS_PARKED",
 	}
 	Status_value = map[string]int32{
 		"STATUS_UNSPECIFIED": 0,
@@ -117,6 +121,7 @@ var (
 		"STATUS_CANCELLED":   7,
 		"STATUS_EXPIRED":     8,
 		"STATUS_BLOCKED":     9,
+		"STATUS_PARKED":      10,
 	}
 )
 
@@ -534,9 +539,14 @@ type TaskTemplate struct {
 	// 0: the cluster's default.
 	MaxAttempts uint32 `protobuf:"varint,8,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	// Unset: the cluster's default.
-	Backoff       *Backoff `protobuf:"bytes,9,opt,name=backoff,proto3" json:"backoff,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Backoff *Backoff `protobuf:"bytes,9,opt,name=backoff,proto3" json:"backoff,omitempty"`
+	// Tasks of a pool with the same ordering key run one at a time, in
+	// submit order.
+	OrderingKey string `protobuf:"bytes,10,opt,name=ordering_key,json=orderingKey,proto3" json:"ordering_key,omitempty"`
+	// The pool's concurrency limit caps the running tasks of one key.
+	ConcurrencyKey string `protobuf:"bytes,11,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TaskTemplate) Reset() {
@@ -630,6 +640,20 @@ func (x *TaskTemplate) GetBackoff() *Backoff {
 		return x.Backoff
 	}
 	return nil
+}
+
+func (x *TaskTemplate) GetOrderingKey() string {
+	if x != nil {
+		return x.OrderingKey
+	}
+	return ""
+}
+
+func (x *TaskTemplate) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
 }
 
 // A task to submit.
@@ -770,7 +794,10 @@ type Task struct {
 	Workflow string `protobuf:"bytes,20,opt,name=workflow,proto3" json:"workflow,omitempty"`
 	Step     string `protobuf:"bytes,21,opt,name=step,proto3" json:"step,omitempty"`
 	// The task whose successful completion spawned it, if any.
-	Parent        string `protobuf:"bytes,22,opt,name=parent,proto3" json:"parent,omitempty"`
+	Parent string `protobuf:"bytes,22,opt,name=parent,proto3" json:"parent,omitempty"`
+	// It ended without succeeding under the ordering policy block: its
+	// lane waits until it is deleted.
+	BlocksLane    bool `protobuf:"varint,23,opt,name=blocks_lane,json=blocksLane,proto3" json:"blocks_lane,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -957,6 +984,13 @@ func (x *Task) GetParent() string {
 		return x.Parent
 	}
 	return ""
+}
+
+func (x *Task) GetBlocksLane() bool {
+	if x != nil {
+		return x.BlocksLane
+	}
+	return false
 }
 
 type Submitted struct {
@@ -2338,6 +2372,994 @@ func (x *Event) GetWorkflowStatus() WorkflowStatus {
 	return WorkflowStatus_WORKFLOW_STATUS_UNSPECIFIED
 }
 
+type DeleteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ref           *TaskRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRequest) Reset() {
+	*x = DeleteRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRequest) ProtoMessage() {}
+
+func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
+func (*DeleteRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *DeleteRequest) GetRef() *TaskRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+type DeleteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Deleted       bool                   `protobuf:"varint,2,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteResponse) Reset() {
+	*x = DeleteResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteResponse) ProtoMessage() {}
+
+func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
+func (*DeleteResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *DeleteResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DeleteResponse) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+type KindRate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Dispatches per second; 0 in a change removes the kind's limit.
+	Rate          float64 `protobuf:"fixed64,2,opt,name=rate,proto3" json:"rate,omitempty"`
+	Burst         int64   `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KindRate) Reset() {
+	*x = KindRate{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KindRate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KindRate) ProtoMessage() {}
+
+func (x *KindRate) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KindRate.ProtoReflect.Descriptor instead.
+func (*KindRate) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *KindRate) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *KindRate) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *KindRate) GetBurst() int64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+// The settings of a pool in force. Zero limits mean none.
+type PoolLimits struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	MaxRunning int64                  `protobuf:"varint,1,opt,name=max_running,json=maxRunning,proto3" json:"max_running,omitempty"`
+	MaxPending int64                  `protobuf:"varint,2,opt,name=max_pending,json=maxPending,proto3" json:"max_pending,omitempty"`
+	// By class name (high, normal, low); absent: none.
+	MaxPendingPerClass map[string]int64 `protobuf:"bytes,3,rep,name=max_pending_per_class,json=maxPendingPerClass,proto3" json:"max_pending_per_class,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// reject, wait or park.
+	Overflow  string      `protobuf:"bytes,4,opt,name=overflow,proto3" json:"overflow,omitempty"`
+	Rate      float64     `protobuf:"fixed64,5,opt,name=rate,proto3" json:"rate,omitempty"`
+	Burst     int64       `protobuf:"varint,6,opt,name=burst,proto3" json:"burst,omitempty"`
+	KindRates []*KindRate `protobuf:"bytes,7,rep,name=kind_rates,json=kindRates,proto3" json:"kind_rates,omitempty"`
+	// Running tasks per concurrency key (0 means 1).
+	ConcurrencyLimit int64 `protobuf:"varint,8,opt,name=concurrency_limit,json=concurrencyLimit,proto3" json:"concurrency_limit,omitempty"`
+	// continue or block.
+	Ordering string `protobuf:"bytes,9,opt,name=ordering,proto3" json:"ordering,omitempty"`
+	// Defaults for its tasks; 0 and unset: the cluster's.
+	MaxAttempts   uint32               `protobuf:"varint,10,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	Backoff       *Backoff             `protobuf:"bytes,11,opt,name=backoff,proto3" json:"backoff,omitempty"`
+	LeaseGrace    *durationpb.Duration `protobuf:"bytes,12,opt,name=lease_grace,json=leaseGrace,proto3" json:"lease_grace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolLimits) Reset() {
+	*x = PoolLimits{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolLimits) ProtoMessage() {}
+
+func (x *PoolLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolLimits.ProtoReflect.Descriptor instead.
+func (*PoolLimits) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *PoolLimits) GetMaxRunning() int64 {
+	if x != nil {
+		return x.MaxRunning
+	}
+	return 0
+}
+
+func (x *PoolLimits) GetMaxPending() int64 {
+	if x != nil {
+		return x.MaxPending
+	}
+	return 0
+}
+
+func (x *PoolLimits) GetMaxPendingPerClass() map[string]int64 {
+	if x != nil {
+		return x.MaxPendingPerClass
+	}
+	return nil
+}
+
+func (x *PoolLimits) GetOverflow() string {
+	if x != nil {
+		return x.Overflow
+	}
+	return ""
+}
+
+func (x *PoolLimits) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *PoolLimits) GetBurst() int64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *PoolLimits) GetKindRates() []*KindRate {
+	if x != nil {
+		return x.KindRates
+	}
+	return nil
+}
+
+func (x *PoolLimits) GetConcurrencyLimit() int64 {
+	if x != nil {
+		return x.ConcurrencyLimit
+	}
+	return 0
+}
+
+func (x *PoolLimits) GetOrdering() string {
+	if x != nil {
+		return x.Ordering
+	}
+	return ""
+}
+
+func (x *PoolLimits) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *PoolLimits) GetBackoff() *Backoff {
+	if x != nil {
+		return x.Backoff
+	}
+	return nil
+}
+
+func (x *PoolLimits) GetLeaseGrace() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseGrace
+	}
+	return nil
+}
+
+type PoolInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pool  string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Tasks by status name.
+	Counts map[string]int64 `protobuf:"bytes,2,rep,name=counts,proto3" json:"counts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Age of the queued task submitted first; unset when none is queued.
+	OldestQueuedAge *durationpb.Duration `protobuf:"bytes,3,opt,name=oldest_queued_age,json=oldestQueuedAge,proto3" json:"oldest_queued_age,omitempty"`
+	// Connected workers of the pool and the slots they offer (free and
+	// busy).
+	Workers int64       `protobuf:"varint,4,opt,name=workers,proto3" json:"workers,omitempty"`
+	Slots   int64       `protobuf:"varint,5,opt,name=slots,proto3" json:"slots,omitempty"`
+	Running int64       `protobuf:"varint,6,opt,name=running,proto3" json:"running,omitempty"`
+	Parked  int64       `protobuf:"varint,7,opt,name=parked,proto3" json:"parked,omitempty"`
+	Paused  bool        `protobuf:"varint,8,opt,name=paused,proto3" json:"paused,omitempty"`
+	Limits  *PoolLimits `protobuf:"bytes,9,opt,name=limits,proto3" json:"limits,omitempty"`
+	// Set by an operator (else the agent's defaults).
+	Replicated bool `protobuf:"varint,10,opt,name=replicated,proto3" json:"replicated,omitempty"`
+	// Ordering keys of the lanes that wait for a failed task to be deleted.
+	BlockedLanes []string `protobuf:"bytes,11,rep,name=blocked_lanes,json=blockedLanes,proto3" json:"blocked_lanes,omitempty"`
+	Lanes        int64    `protobuf:"varint,12,opt,name=lanes,proto3" json:"lanes,omitempty"`
+	// Queued tasks held back by their lane or concurrency key.
+	Waiting       int64 `protobuf:"varint,13,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolInfo) Reset() {
+	*x = PoolInfo{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolInfo) ProtoMessage() {}
+
+func (x *PoolInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolInfo.ProtoReflect.Descriptor instead.
+func (*PoolInfo) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *PoolInfo) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *PoolInfo) GetCounts() map[string]int64 {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+func (x *PoolInfo) GetOldestQueuedAge() *durationpb.Duration {
+	if x != nil {
+		return x.OldestQueuedAge
+	}
+	return nil
+}
+
+func (x *PoolInfo) GetWorkers() int64 {
+	if x != nil {
+		return x.Workers
+	}
+	return 0
+}
+
+func (x *PoolInfo) GetSlots() int64 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *PoolInfo) GetRunning() int64 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *PoolInfo) GetParked() int64 {
+	if x != nil {
+		return x.Parked
+	}
+	return 0
+}
+
+func (x *PoolInfo) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *PoolInfo) GetLimits() *PoolLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *PoolInfo) GetReplicated() bool {
+	if x != nil {
+		return x.Replicated
+	}
+	return false
+}
+
+func (x *PoolInfo) GetBlockedLanes() []string {
+	if x != nil {
+		return x.BlockedLanes
+	}
+	return nil
+}
+
+func (x *PoolInfo) GetLanes() int64 {
+	if x != nil {
+		return x.Lanes
+	}
+	return 0
+}
+
+func (x *PoolInfo) GetWaiting() int64 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+type ListPoolsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPoolsRequest) Reset() {
+	*x = ListPoolsRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPoolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPoolsRequest) ProtoMessage() {}
+
+func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
+func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{35}
+}
+
+type ListPoolsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pools         []*PoolInfo            `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPoolsResponse) Reset() {
+	*x = ListPoolsResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPoolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPoolsResponse) ProtoMessage() {}
+
+func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
+func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ListPoolsResponse) GetPools() []*PoolInfo {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
+type GetPoolRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPoolRequest) Reset() {
+	*x = GetPoolRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPoolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPoolRequest) ProtoMessage() {}
+
+func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPoolRequest.ProtoReflect.Descriptor instead.
+func (*GetPoolRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *GetPoolRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+type GetPoolResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          *PoolInfo              `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPoolResponse) Reset() {
+	*x = GetPoolResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPoolResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPoolResponse) ProtoMessage() {}
+
+func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPoolResponse.ProtoReflect.Descriptor instead.
+func (*GetPoolResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *GetPoolResponse) GetPool() *PoolInfo {
+	if x != nil {
+		return x.Pool
+	}
+	return nil
+}
+
+// A change of a pool's settings: the fields present replace the current
+// ones.
+type SetPoolRequest struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Pool               string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	MaxRunning         *int64                 `protobuf:"varint,2,opt,name=max_running,json=maxRunning,proto3,oneof" json:"max_running,omitempty"`
+	MaxPending         *int64                 `protobuf:"varint,3,opt,name=max_pending,json=maxPending,proto3,oneof" json:"max_pending,omitempty"`
+	MaxPendingPerClass map[string]int64       `protobuf:"bytes,4,rep,name=max_pending_per_class,json=maxPendingPerClass,proto3" json:"max_pending_per_class,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Overflow           *string                `protobuf:"bytes,5,opt,name=overflow,proto3,oneof" json:"overflow,omitempty"`
+	Rate               *float64               `protobuf:"fixed64,6,opt,name=rate,proto3,oneof" json:"rate,omitempty"`
+	Burst              *int64                 `protobuf:"varint,7,opt,name=burst,proto3,oneof" json:"burst,omitempty"`
+	KindRates          []*KindRate            `protobuf:"bytes,8,rep,name=kind_rates,json=kindRates,proto3" json:"kind_rates,omitempty"`
+	ConcurrencyLimit   *int64                 `protobuf:"varint,9,opt,name=concurrency_limit,json=concurrencyLimit,proto3,oneof" json:"concurrency_limit,omitempty"`
+	Ordering           *string                `protobuf:"bytes,10,opt,name=ordering,proto3,oneof" json:"ordering,omitempty"`
+	MaxAttempts        *uint32                `protobuf:"varint,11,opt,name=max_attempts,json=maxAttempts,proto3,oneof" json:"max_attempts,omitempty"`
+	Backoff            *Backoff               `protobuf:"bytes,12,opt,name=backoff,proto3" json:"backoff,omitempty"`
+	LeaseGrace         *durationpb.Duration   `protobuf:"bytes,13,opt,name=lease_grace,json=leaseGrace,proto3" json:"lease_grace,omitempty"`
+	Paused             *bool                  `protobuf:"varint,14,opt,name=paused,proto3,oneof" json:"paused,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *SetPoolRequest) Reset() {
+	*x = SetPoolRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPoolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPoolRequest) ProtoMessage() {}
+
+func (x *SetPoolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPoolRequest.ProtoReflect.Descriptor instead.
+func (*SetPoolRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *SetPoolRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *SetPoolRequest) GetMaxRunning() int64 {
+	if x != nil && x.MaxRunning != nil {
+		return *x.MaxRunning
+	}
+	return 0
+}
+
+func (x *SetPoolRequest) GetMaxPending() int64 {
+	if x != nil && x.MaxPending != nil {
+		return *x.MaxPending
+	}
+	return 0
+}
+
+func (x *SetPoolRequest) GetMaxPendingPerClass() map[string]int64 {
+	if x != nil {
+		return x.MaxPendingPerClass
+	}
+	return nil
+}
+
+func (x *SetPoolRequest) GetOverflow() string {
+	if x != nil && x.Overflow != nil {
+		return *x.Overflow
+	}
+	return ""
+}
+
+func (x *SetPoolRequest) GetRate() float64 {
+	if x != nil && x.Rate != nil {
+		return *x.Rate
+	}
+	return 0
+}
+
+func (x *SetPoolRequest) GetBurst() int64 {
+	if x != nil && x.Burst != nil {
+		return *x.Burst
+	}
+	return 0
+}
+
+func (x *SetPoolRequest) GetKindRates() []*KindRate {
+	if x != nil {
+		return x.KindRates
+	}
+	return nil
+}
+
+func (x *SetPoolRequest) GetConcurrencyLimit() int64 {
+	if x != nil && x.ConcurrencyLimit != nil {
+		return *x.ConcurrencyLimit
+	}
+	return 0
+}
+
+func (x *SetPoolRequest) GetOrdering() string {
+	if x != nil && x.Ordering != nil {
+		return *x.Ordering
+	}
+	return ""
+}
+
+func (x *SetPoolRequest) GetMaxAttempts() uint32 {
+	if x != nil && x.MaxAttempts != nil {
+		return *x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *SetPoolRequest) GetBackoff() *Backoff {
+	if x != nil {
+		return x.Backoff
+	}
+	return nil
+}
+
+func (x *SetPoolRequest) GetLeaseGrace() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseGrace
+	}
+	return nil
+}
+
+func (x *SetPoolRequest) GetPaused() bool {
+	if x != nil && x.Paused != nil {
+		return *x.Paused
+	}
+	return false
+}
+
+type SetPoolResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          *PoolInfo              `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPoolResponse) Reset() {
+	*x = SetPoolResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPoolResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPoolResponse) ProtoMessage() {}
+
+func (x *SetPoolResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPoolResponse.ProtoReflect.Descriptor instead.
+func (*SetPoolResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *SetPoolResponse) GetPool() *PoolInfo {
+	if x != nil {
+		return x.Pool
+	}
+	return nil
+}
+
+type WorkerInfo struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Pool   string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Labels []*KV                  `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty"`
+	// Slots it offers: free and busy.
+	Slots int64 `protobuf:"varint,4,opt,name=slots,proto3" json:"slots,omitempty"`
+	// Attempts it runs.
+	Busy int64 `protobuf:"varint,5,opt,name=busy,proto3" json:"busy,omitempty"`
+	// The node its stream is connected to.
+	Node          string                 `protobuf:"bytes,6,opt,name=node,proto3" json:"node,omitempty"`
+	LastSeen      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerInfo) Reset() {
+	*x = WorkerInfo{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerInfo) ProtoMessage() {}
+
+func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
+func (*WorkerInfo) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *WorkerInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *WorkerInfo) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *WorkerInfo) GetLabels() []*KV {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *WorkerInfo) GetSlots() int64 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *WorkerInfo) GetBusy() int64 {
+	if x != nil {
+		return x.Busy
+	}
+	return 0
+}
+
+func (x *WorkerInfo) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *WorkerInfo) GetLastSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSeen
+	}
+	return nil
+}
+
+type ListWorkersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty: every pool.
+	Pool          string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkersRequest) Reset() {
+	*x = ListWorkersRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkersRequest) ProtoMessage() {}
+
+func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
+func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ListWorkersRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+type ListWorkersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workers       []*WorkerInfo          `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkersResponse) Reset() {
+	*x = ListWorkersResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkersResponse) ProtoMessage() {}
+
+func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
+func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
 // One step of a workflow: a task under a name.
 type WorkflowStep struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2356,7 +3378,7 @@ type WorkflowStep struct {
 
 func (x *WorkflowStep) Reset() {
 	*x = WorkflowStep{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[30]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2368,7 +3390,7 @@ func (x *WorkflowStep) String() string {
 func (*WorkflowStep) ProtoMessage() {}
 
 func (x *WorkflowStep) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[30]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2381,7 +3403,7 @@ func (x *WorkflowStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowStep.ProtoReflect.Descriptor instead.
 func (*WorkflowStep) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{30}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WorkflowStep) GetName() string {
@@ -2417,7 +3439,7 @@ type WorkflowSpec struct {
 
 func (x *WorkflowSpec) Reset() {
 	*x = WorkflowSpec{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[31]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2429,7 +3451,7 @@ func (x *WorkflowSpec) String() string {
 func (*WorkflowSpec) ProtoMessage() {}
 
 func (x *WorkflowSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[31]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2442,7 +3464,7 @@ func (x *WorkflowSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowSpec.ProtoReflect.Descriptor instead.
 func (*WorkflowSpec) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{31}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *WorkflowSpec) GetName() string {
@@ -2488,7 +3510,7 @@ type Workflow struct {
 
 func (x *Workflow) Reset() {
 	*x = Workflow{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[32]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2500,7 +3522,7 @@ func (x *Workflow) String() string {
 func (*Workflow) ProtoMessage() {}
 
 func (x *Workflow) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[32]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2513,7 +3535,7 @@ func (x *Workflow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workflow.ProtoReflect.Descriptor instead.
 func (*Workflow) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{32}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Workflow) GetId() string {
@@ -2603,7 +3625,7 @@ type WorkflowRef struct {
 
 func (x *WorkflowRef) Reset() {
 	*x = WorkflowRef{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[33]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2615,7 +3637,7 @@ func (x *WorkflowRef) String() string {
 func (*WorkflowRef) ProtoMessage() {}
 
 func (x *WorkflowRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[33]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2628,7 +3650,7 @@ func (x *WorkflowRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowRef.ProtoReflect.Descriptor instead.
 func (*WorkflowRef) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{33}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WorkflowRef) GetId() string {
@@ -2655,7 +3677,7 @@ type StepTask struct {
 
 func (x *StepTask) Reset() {
 	*x = StepTask{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[34]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +3689,7 @@ func (x *StepTask) String() string {
 func (*StepTask) ProtoMessage() {}
 
 func (x *StepTask) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[34]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +3702,7 @@ func (x *StepTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepTask.ProtoReflect.Descriptor instead.
 func (*StepTask) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{34}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StepTask) GetStep() string {
@@ -2706,7 +3728,7 @@ type SubmitWorkflowRequest struct {
 
 func (x *SubmitWorkflowRequest) Reset() {
 	*x = SubmitWorkflowRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[35]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2718,7 +3740,7 @@ func (x *SubmitWorkflowRequest) String() string {
 func (*SubmitWorkflowRequest) ProtoMessage() {}
 
 func (x *SubmitWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[35]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2731,7 +3753,7 @@ func (x *SubmitWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*SubmitWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{35}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SubmitWorkflowRequest) GetSpec() *WorkflowSpec {
@@ -2753,7 +3775,7 @@ type SubmitWorkflowResponse struct {
 
 func (x *SubmitWorkflowResponse) Reset() {
 	*x = SubmitWorkflowResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[36]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2765,7 +3787,7 @@ func (x *SubmitWorkflowResponse) String() string {
 func (*SubmitWorkflowResponse) ProtoMessage() {}
 
 func (x *SubmitWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[36]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2778,7 +3800,7 @@ func (x *SubmitWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*SubmitWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{36}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SubmitWorkflowResponse) GetId() string {
@@ -2818,7 +3840,7 @@ type GetWorkflowRequest struct {
 
 func (x *GetWorkflowRequest) Reset() {
 	*x = GetWorkflowRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[37]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +3852,7 @@ func (x *GetWorkflowRequest) String() string {
 func (*GetWorkflowRequest) ProtoMessage() {}
 
 func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[37]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +3865,7 @@ func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{37}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetWorkflowRequest) GetRef() *WorkflowRef {
@@ -2886,7 +3908,7 @@ type GetWorkflowResponse struct {
 
 func (x *GetWorkflowResponse) Reset() {
 	*x = GetWorkflowResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[38]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2898,7 +3920,7 @@ func (x *GetWorkflowResponse) String() string {
 func (*GetWorkflowResponse) ProtoMessage() {}
 
 func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[38]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2911,7 +3933,7 @@ func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*GetWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{38}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetWorkflowResponse) GetWorkflow() *Workflow {
@@ -2947,7 +3969,7 @@ type WaitWorkflowRequest struct {
 
 func (x *WaitWorkflowRequest) Reset() {
 	*x = WaitWorkflowRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[39]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2959,7 +3981,7 @@ func (x *WaitWorkflowRequest) String() string {
 func (*WaitWorkflowRequest) ProtoMessage() {}
 
 func (x *WaitWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[39]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2972,7 +3994,7 @@ func (x *WaitWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*WaitWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{39}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WaitWorkflowRequest) GetRef() *WorkflowRef {
@@ -3000,7 +4022,7 @@ type WaitWorkflowResponse struct {
 
 func (x *WaitWorkflowResponse) Reset() {
 	*x = WaitWorkflowResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[40]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3012,7 +4034,7 @@ func (x *WaitWorkflowResponse) String() string {
 func (*WaitWorkflowResponse) ProtoMessage() {}
 
 func (x *WaitWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[40]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3025,7 +4047,7 @@ func (x *WaitWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*WaitWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{40}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WaitWorkflowResponse) GetWorkflow() *Workflow {
@@ -3051,7 +4073,7 @@ type CancelWorkflowRequest struct {
 
 func (x *CancelWorkflowRequest) Reset() {
 	*x = CancelWorkflowRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[41]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3063,7 +4085,7 @@ func (x *CancelWorkflowRequest) String() string {
 func (*CancelWorkflowRequest) ProtoMessage() {}
 
 func (x *CancelWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[41]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3076,7 +4098,7 @@ func (x *CancelWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*CancelWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{41}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CancelWorkflowRequest) GetRef() *WorkflowRef {
@@ -3097,7 +4119,7 @@ type CancelWorkflowResponse struct {
 
 func (x *CancelWorkflowResponse) Reset() {
 	*x = CancelWorkflowResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[42]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3109,7 +4131,7 @@ func (x *CancelWorkflowResponse) String() string {
 func (*CancelWorkflowResponse) ProtoMessage() {}
 
 func (x *CancelWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[42]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3122,7 +4144,7 @@ func (x *CancelWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*CancelWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{42}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CancelWorkflowResponse) GetId() string {
@@ -3151,7 +4173,7 @@ type ListWorkflowsRequest struct {
 
 func (x *ListWorkflowsRequest) Reset() {
 	*x = ListWorkflowsRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3163,7 +4185,7 @@ func (x *ListWorkflowsRequest) String() string {
 func (*ListWorkflowsRequest) ProtoMessage() {}
 
 func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3176,7 +4198,7 @@ func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{43}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListWorkflowsRequest) GetStatuses() []WorkflowStatus {
@@ -3219,7 +4241,7 @@ type ListWorkflowsResponse struct {
 
 func (x *ListWorkflowsResponse) Reset() {
 	*x = ListWorkflowsResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3231,7 +4253,7 @@ func (x *ListWorkflowsResponse) String() string {
 func (*ListWorkflowsResponse) ProtoMessage() {}
 
 func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3244,7 +4266,7 @@ func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{44}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListWorkflowsResponse) GetWorkflows() []*Workflow {
@@ -3297,7 +4319,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3309,7 +4331,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3322,7 +4344,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{45}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Schedule) GetName() string {
@@ -3439,7 +4461,7 @@ type AddScheduleRequest struct {
 
 func (x *AddScheduleRequest) Reset() {
 	*x = AddScheduleRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3451,7 +4473,7 @@ func (x *AddScheduleRequest) String() string {
 func (*AddScheduleRequest) ProtoMessage() {}
 
 func (x *AddScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3464,7 +4486,7 @@ func (x *AddScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddScheduleRequest.ProtoReflect.Descriptor instead.
 func (*AddScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{46}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *AddScheduleRequest) GetSchedule() *Schedule {
@@ -3485,7 +4507,7 @@ type AddScheduleResponse struct {
 
 func (x *AddScheduleResponse) Reset() {
 	*x = AddScheduleResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3497,7 +4519,7 @@ func (x *AddScheduleResponse) String() string {
 func (*AddScheduleResponse) ProtoMessage() {}
 
 func (x *AddScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3510,7 +4532,7 @@ func (x *AddScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddScheduleResponse.ProtoReflect.Descriptor instead.
 func (*AddScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{47}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *AddScheduleResponse) GetName() string {
@@ -3536,7 +4558,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3548,7 +4570,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3561,7 +4583,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{48}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListSchedulesRequest) GetStale() bool {
@@ -3580,7 +4602,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3592,7 +4614,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3605,7 +4627,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{49}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -3624,7 +4646,7 @@ type RemoveScheduleRequest struct {
 
 func (x *RemoveScheduleRequest) Reset() {
 	*x = RemoveScheduleRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3636,7 +4658,7 @@ func (x *RemoveScheduleRequest) String() string {
 func (*RemoveScheduleRequest) ProtoMessage() {}
 
 func (x *RemoveScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3649,7 +4671,7 @@ func (x *RemoveScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveScheduleRequest.ProtoReflect.Descriptor instead.
 func (*RemoveScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{50}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RemoveScheduleRequest) GetName() string {
@@ -3669,7 +4691,7 @@ type RemoveScheduleResponse struct {
 
 func (x *RemoveScheduleResponse) Reset() {
 	*x = RemoveScheduleResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3681,7 +4703,7 @@ func (x *RemoveScheduleResponse) String() string {
 func (*RemoveScheduleResponse) ProtoMessage() {}
 
 func (x *RemoveScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3694,7 +4716,7 @@ func (x *RemoveScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveScheduleResponse.ProtoReflect.Descriptor instead.
 func (*RemoveScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{51}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RemoveScheduleResponse) GetName() string {
@@ -3721,7 +4743,7 @@ type PauseScheduleRequest struct {
 
 func (x *PauseScheduleRequest) Reset() {
 	*x = PauseScheduleRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3733,7 +4755,7 @@ func (x *PauseScheduleRequest) String() string {
 func (*PauseScheduleRequest) ProtoMessage() {}
 
 func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3746,7 +4768,7 @@ func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PauseScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{52}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *PauseScheduleRequest) GetName() string {
@@ -3773,7 +4795,7 @@ type PauseScheduleResponse struct {
 
 func (x *PauseScheduleResponse) Reset() {
 	*x = PauseScheduleResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3785,7 +4807,7 @@ func (x *PauseScheduleResponse) String() string {
 func (*PauseScheduleResponse) ProtoMessage() {}
 
 func (x *PauseScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3798,7 +4820,7 @@ func (x *PauseScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PauseScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{53}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *PauseScheduleResponse) GetName() string {
@@ -3826,7 +4848,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3838,7 +4860,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3851,7 +4873,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{54}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *Hello) GetWorker() string {
@@ -3885,7 +4907,7 @@ type Poll struct {
 
 func (x *Poll) Reset() {
 	*x = Poll{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3897,7 +4919,7 @@ func (x *Poll) String() string {
 func (*Poll) ProtoMessage() {}
 
 func (x *Poll) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3910,7 +4932,7 @@ func (x *Poll) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Poll.ProtoReflect.Descriptor instead.
 func (*Poll) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{55}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *Poll) GetSlots() int32 {
@@ -3929,7 +4951,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3941,7 +4963,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3954,7 +4976,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{56}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *Heartbeat) GetLeases() []uint64 {
@@ -3983,7 +5005,7 @@ type Completion struct {
 
 func (x *Completion) Reset() {
 	*x = Completion{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3995,7 +5017,7 @@ func (x *Completion) String() string {
 func (*Completion) ProtoMessage() {}
 
 func (x *Completion) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4008,7 +5030,7 @@ func (x *Completion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Completion.ProtoReflect.Descriptor instead.
 func (*Completion) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{57}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *Completion) GetLease() uint64 {
@@ -4069,7 +5091,7 @@ type Complete struct {
 
 func (x *Complete) Reset() {
 	*x = Complete{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4081,7 +5103,7 @@ func (x *Complete) String() string {
 func (*Complete) ProtoMessage() {}
 
 func (x *Complete) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4094,7 +5116,7 @@ func (x *Complete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Complete.ProtoReflect.Descriptor instead.
 func (*Complete) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{58}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *Complete) GetCompletions() []*Completion {
@@ -4119,7 +5141,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4131,7 +5153,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4144,7 +5166,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{59}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *WorkerMessage) GetMsg() isWorkerMessage_Msg {
@@ -4229,7 +5251,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4241,7 +5263,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4254,7 +5276,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{60}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *Welcome) GetNode() string {
@@ -4295,7 +5317,7 @@ type DependencyResult struct {
 
 func (x *DependencyResult) Reset() {
 	*x = DependencyResult{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4307,7 +5329,7 @@ func (x *DependencyResult) String() string {
 func (*DependencyResult) ProtoMessage() {}
 
 func (x *DependencyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4320,7 +5342,7 @@ func (x *DependencyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DependencyResult.ProtoReflect.Descriptor instead.
 func (*DependencyResult) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{61}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *DependencyResult) GetId() string {
@@ -4378,7 +5400,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4390,7 +5412,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4403,7 +5425,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{62}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *Grant) GetTask() *Task {
@@ -4443,7 +5465,7 @@ type Grants struct {
 
 func (x *Grants) Reset() {
 	*x = Grants{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[63]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4455,7 +5477,7 @@ func (x *Grants) String() string {
 func (*Grants) ProtoMessage() {}
 
 func (x *Grants) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[63]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4468,7 +5490,7 @@ func (x *Grants) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grants.ProtoReflect.Descriptor instead.
 func (*Grants) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{63}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *Grants) GetGrants() []*Grant {
@@ -4490,7 +5512,7 @@ type LeaseResult struct {
 
 func (x *LeaseResult) Reset() {
 	*x = LeaseResult{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[64]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4502,7 +5524,7 @@ func (x *LeaseResult) String() string {
 func (*LeaseResult) ProtoMessage() {}
 
 func (x *LeaseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[64]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4515,7 +5537,7 @@ func (x *LeaseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResult.ProtoReflect.Descriptor instead.
 func (*LeaseResult) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{64}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *LeaseResult) GetLease() uint64 {
@@ -4548,7 +5570,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[65]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4560,7 +5582,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[65]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4573,7 +5595,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{65}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *HeartbeatAck) GetResults() []*LeaseResult {
@@ -4592,7 +5614,7 @@ type CompleteAck struct {
 
 func (x *CompleteAck) Reset() {
 	*x = CompleteAck{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[66]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4604,7 +5626,7 @@ func (x *CompleteAck) String() string {
 func (*CompleteAck) ProtoMessage() {}
 
 func (x *CompleteAck) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[66]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4617,7 +5639,7 @@ func (x *CompleteAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteAck.ProtoReflect.Descriptor instead.
 func (*CompleteAck) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{66}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *CompleteAck) GetResults() []*LeaseResult {
@@ -4637,7 +5659,7 @@ type Abort struct {
 
 func (x *Abort) Reset() {
 	*x = Abort{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[67]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4649,7 +5671,7 @@ func (x *Abort) String() string {
 func (*Abort) ProtoMessage() {}
 
 func (x *Abort) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[67]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4662,7 +5684,7 @@ func (x *Abort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Abort.ProtoReflect.Descriptor instead.
 func (*Abort) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{67}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *Abort) GetLease() uint64 {
@@ -4695,7 +5717,7 @@ type ServerMessage struct {
 
 func (x *ServerMessage) Reset() {
 	*x = ServerMessage{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[68]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4707,7 +5729,7 @@ func (x *ServerMessage) String() string {
 func (*ServerMessage) ProtoMessage() {}
 
 func (x *ServerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[68]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4720,7 +5742,7 @@ func (x *ServerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerMessage.ProtoReflect.Descriptor instead.
 func (*ServerMessage) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{68}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ServerMessage) GetMsg() isServerMessage_Msg {
@@ -4823,7 +5845,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[69]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4835,7 +5857,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[69]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4848,7 +5870,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{69}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *Member) GetName() string {
@@ -4901,7 +5923,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[70]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4913,7 +5935,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[70]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4926,7 +5948,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{70}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{84}
 }
 
 type MembersResponse struct {
@@ -4938,7 +5960,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[71]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4950,7 +5972,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[71]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4963,7 +5985,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{71}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -4985,7 +6007,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[72]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4997,7 +6019,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[72]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5010,7 +6032,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{72}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *Peer) GetId() string {
@@ -5049,7 +6071,7 @@ type PeersRequest struct {
 
 func (x *PeersRequest) Reset() {
 	*x = PeersRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[73]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5061,7 +6083,7 @@ func (x *PeersRequest) String() string {
 func (*PeersRequest) ProtoMessage() {}
 
 func (x *PeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[73]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5074,7 +6096,7 @@ func (x *PeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeersRequest.ProtoReflect.Descriptor instead.
 func (*PeersRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{73}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{87}
 }
 
 type PeersResponse struct {
@@ -5086,7 +6108,7 @@ type PeersResponse struct {
 
 func (x *PeersResponse) Reset() {
 	*x = PeersResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[74]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5098,7 +6120,7 @@ func (x *PeersResponse) String() string {
 func (*PeersResponse) ProtoMessage() {}
 
 func (x *PeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[74]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5111,7 +6133,7 @@ func (x *PeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeersResponse.ProtoReflect.Descriptor instead.
 func (*PeersResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{74}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *PeersResponse) GetPeers() []*Peer {
@@ -5130,7 +6152,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[75]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5142,7 +6164,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[75]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5155,7 +6177,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{75}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *RemovePeerRequest) GetId() string {
@@ -5174,7 +6196,7 @@ type RemovePeerResponse struct {
 
 func (x *RemovePeerResponse) Reset() {
 	*x = RemovePeerResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[76]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5186,7 +6208,7 @@ func (x *RemovePeerResponse) String() string {
 func (*RemovePeerResponse) ProtoMessage() {}
 
 func (x *RemovePeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[76]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5199,7 +6221,7 @@ func (x *RemovePeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerResponse.ProtoReflect.Descriptor instead.
 func (*RemovePeerResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{76}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *RemovePeerResponse) GetRemoved() string {
@@ -5218,7 +6240,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[77]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5230,7 +6252,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[77]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5243,7 +6265,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{77}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -5262,7 +6284,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[78]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5274,7 +6296,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[78]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5287,7 +6309,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{78}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *TransferLeadershipResponse) GetLeader() string {
@@ -5305,7 +6327,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[79]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5317,7 +6339,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[79]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5330,7 +6352,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{79}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{93}
 }
 
 type HealthResponse struct {
@@ -5346,7 +6368,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[80]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5358,7 +6380,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[80]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5371,7 +6393,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{80}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *HealthResponse) GetNode() string {
@@ -5420,7 +6442,7 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\aBackoff\x123\n" +
 	"\ainitial\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\ainitial\x12+\n" +
 	"\x03max\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03max\x12\x16\n" +
-	"\x06jitter\x18\x03 \x01(\x01R\x06jitter\"\xd1\x02\n" +
+	"\x06jitter\x18\x03 \x01(\x01R\x06jitter\"\x9d\x03\n" +
 	"\fTaskTemplate\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12/\n" +
@@ -5430,7 +6452,10 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x04tags\x18\x06 \x03(\v2\r.cronoq.v1.KVR\x04tags\x123\n" +
 	"\atimeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12!\n" +
 	"\fmax_attempts\x18\b \x01(\rR\vmaxAttempts\x12,\n" +
-	"\abackoff\x18\t \x01(\v2\x12.cronoq.v1.BackoffR\abackoff\"\x86\x03\n" +
+	"\abackoff\x18\t \x01(\v2\x12.cronoq.v1.BackoffR\abackoff\x12!\n" +
+	"\fordering_key\x18\n" +
+	" \x01(\tR\vorderingKey\x12'\n" +
+	"\x0fconcurrency_key\x18\v \x01(\tR\x0econcurrencyKey\"\x86\x03\n" +
 	"\bTaskSpec\x123\n" +
 	"\btemplate\x18\x01 \x01(\v2\x17.cronoq.v1.TaskTemplateR\btemplate\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x121\n" +
@@ -5440,7 +6465,7 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\n" +
 	"depends_on\x18\x06 \x03(\v2\x12.cronoq.v1.TaskRefR\tdependsOn\x12H\n" +
 	"\x11dependency_policy\x18\a \x01(\x0e2\x1b.cronoq.v1.DependencyPolicyR\x10dependencyPolicy\x12\x1a\n" +
-	"\bexternal\x18\b \x01(\bR\bexternal\"\xdc\x06\n" +
+	"\bexternal\x18\b \x01(\bR\bexternal\"\xfd\x06\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x123\n" +
 	"\btemplate\x18\x02 \x01(\v2\x17.cronoq.v1.TaskTemplateR\btemplate\x12\x10\n" +
@@ -5468,7 +6493,9 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\bexternal\x18\x13 \x01(\bR\bexternal\x12\x1a\n" +
 	"\bworkflow\x18\x14 \x01(\tR\bworkflow\x12\x12\n" +
 	"\x04step\x18\x15 \x01(\tR\x04step\x12\x16\n" +
-	"\x06parent\x18\x16 \x01(\tR\x06parent\"9\n" +
+	"\x06parent\x18\x16 \x01(\tR\x06parent\x12\x1f\n" +
+	"\vblocks_lane\x18\x17 \x01(\bR\n" +
+	"blocksLane\"9\n" +
 	"\tSubmitted\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\xba\x01\n" +
@@ -5558,7 +6585,112 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\bworkflow\x18\t \x01(\tR\bworkflow\x12\x12\n" +
 	"\x04step\x18\n" +
 	" \x01(\tR\x04step\x12B\n" +
-	"\x0fworkflow_status\x18\v \x01(\x0e2\x19.cronoq.v1.WorkflowStatusR\x0eworkflowStatus\"j\n" +
+	"\x0fworkflow_status\x18\v \x01(\x0e2\x19.cronoq.v1.WorkflowStatusR\x0eworkflowStatus\"5\n" +
+	"\rDeleteRequest\x12$\n" +
+	"\x03ref\x18\x01 \x01(\v2\x12.cronoq.v1.TaskRefR\x03ref\":\n" +
+	"\x0eDeleteResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\adeleted\x18\x02 \x01(\bR\adeleted\"H\n" +
+	"\bKindRate\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04rate\x18\x02 \x01(\x01R\x04rate\x12\x14\n" +
+	"\x05burst\x18\x03 \x01(\x03R\x05burst\"\xc7\x04\n" +
+	"\n" +
+	"PoolLimits\x12\x1f\n" +
+	"\vmax_running\x18\x01 \x01(\x03R\n" +
+	"maxRunning\x12\x1f\n" +
+	"\vmax_pending\x18\x02 \x01(\x03R\n" +
+	"maxPending\x12`\n" +
+	"\x15max_pending_per_class\x18\x03 \x03(\v2-.cronoq.v1.PoolLimits.MaxPendingPerClassEntryR\x12maxPendingPerClass\x12\x1a\n" +
+	"\boverflow\x18\x04 \x01(\tR\boverflow\x12\x12\n" +
+	"\x04rate\x18\x05 \x01(\x01R\x04rate\x12\x14\n" +
+	"\x05burst\x18\x06 \x01(\x03R\x05burst\x122\n" +
+	"\n" +
+	"kind_rates\x18\a \x03(\v2\x13.cronoq.v1.KindRateR\tkindRates\x12+\n" +
+	"\x11concurrency_limit\x18\b \x01(\x03R\x10concurrencyLimit\x12\x1a\n" +
+	"\bordering\x18\t \x01(\tR\bordering\x12!\n" +
+	"\fmax_attempts\x18\n" +
+	" \x01(\rR\vmaxAttempts\x12,\n" +
+	"\abackoff\x18\v \x01(\v2\x12.cronoq.v1.BackoffR\abackoff\x12:\n" +
+	"\vlease_grace\x18\f \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"leaseGrace\x1aE\n" +
+	"\x17MaxPendingPerClassEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xf7\x03\n" +
+	"\bPoolInfo\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x127\n" +
+	"\x06counts\x18\x02 \x03(\v2\x1f.cronoq.v1.PoolInfo.CountsEntryR\x06counts\x12E\n" +
+	"\x11oldest_queued_age\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x0foldestQueuedAge\x12\x18\n" +
+	"\aworkers\x18\x04 \x01(\x03R\aworkers\x12\x14\n" +
+	"\x05slots\x18\x05 \x01(\x03R\x05slots\x12\x18\n" +
+	"\arunning\x18\x06 \x01(\x03R\arunning\x12\x16\n" +
+	"\x06parked\x18\a \x01(\x03R\x06parked\x12\x16\n" +
+	"\x06paused\x18\b \x01(\bR\x06paused\x12-\n" +
+	"\x06limits\x18\t \x01(\v2\x15.cronoq.v1.PoolLimitsR\x06limits\x12\x1e\n" +
+	"\n" +
+	"replicated\x18\n" +
+	" \x01(\bR\n" +
+	"replicated\x12#\n" +
+	"\rblocked_lanes\x18\v \x03(\tR\fblockedLanes\x12\x14\n" +
+	"\x05lanes\x18\f \x01(\x03R\x05lanes\x12\x18\n" +
+	"\awaiting\x18\r \x01(\x03R\awaiting\x1a9\n" +
+	"\vCountsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x12\n" +
+	"\x10ListPoolsRequest\">\n" +
+	"\x11ListPoolsResponse\x12)\n" +
+	"\x05pools\x18\x01 \x03(\v2\x13.cronoq.v1.PoolInfoR\x05pools\"$\n" +
+	"\x0eGetPoolRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\":\n" +
+	"\x0fGetPoolResponse\x12'\n" +
+	"\x04pool\x18\x01 \x01(\v2\x13.cronoq.v1.PoolInfoR\x04pool\"\xa7\x06\n" +
+	"\x0eSetPoolRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12$\n" +
+	"\vmax_running\x18\x02 \x01(\x03H\x00R\n" +
+	"maxRunning\x88\x01\x01\x12$\n" +
+	"\vmax_pending\x18\x03 \x01(\x03H\x01R\n" +
+	"maxPending\x88\x01\x01\x12d\n" +
+	"\x15max_pending_per_class\x18\x04 \x03(\v21.cronoq.v1.SetPoolRequest.MaxPendingPerClassEntryR\x12maxPendingPerClass\x12\x1f\n" +
+	"\boverflow\x18\x05 \x01(\tH\x02R\boverflow\x88\x01\x01\x12\x17\n" +
+	"\x04rate\x18\x06 \x01(\x01H\x03R\x04rate\x88\x01\x01\x12\x19\n" +
+	"\x05burst\x18\a \x01(\x03H\x04R\x05burst\x88\x01\x01\x122\n" +
+	"\n" +
+	"kind_rates\x18\b \x03(\v2\x13.cronoq.v1.KindRateR\tkindRates\x120\n" +
+	"\x11concurrency_limit\x18\t \x01(\x03H\x05R\x10concurrencyLimit\x88\x01\x01\x12\x1f\n" +
+	"\bordering\x18\n" +
+	" \x01(\tH\x06R\bordering\x88\x01\x01\x12&\n" +
+	"\fmax_attempts\x18\v \x01(\rH\aR\vmaxAttempts\x88\x01\x01\x12,\n" +
+	"\abackoff\x18\f \x01(\v2\x12.cronoq.v1.BackoffR\abackoff\x12:\n" +
+	"\vlease_grace\x18\r \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"leaseGrace\x12\x1b\n" +
+	"\x06paused\x18\x0e \x01(\bH\bR\x06paused\x88\x01\x01\x1aE\n" +
+	"\x17MaxPendingPerClassEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01B\x0e\n" +
+	"\f_max_runningB\x0e\n" +
+	"\f_max_pendingB\v\n" +
+	"\t_overflowB\a\n" +
+	"\x05_rateB\b\n" +
+	"\x06_burstB\x14\n" +
+	"\x12_concurrency_limitB\v\n" +
+	"\t_orderingB\x0f\n" +
+	"\r_max_attemptsB\t\n" +
+	"\a_paused\":\n" +
+	"\x0fSetPoolResponse\x12'\n" +
+	"\x04pool\x18\x01 \x01(\v2\x13.cronoq.v1.PoolInfoR\x04pool\"\xce\x01\n" +
+	"\n" +
+	"WorkerInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12%\n" +
+	"\x06labels\x18\x03 \x03(\v2\r.cronoq.v1.KVR\x06labels\x12\x14\n" +
+	"\x05slots\x18\x04 \x01(\x03R\x05slots\x12\x12\n" +
+	"\x04busy\x18\x05 \x01(\x03R\x04busy\x12\x12\n" +
+	"\x04node\x18\x06 \x01(\tR\x04node\x127\n" +
+	"\tlast_seen\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\"(\n" +
+	"\x12ListWorkersRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\"F\n" +
+	"\x13ListWorkersResponse\x12/\n" +
+	"\aworkers\x18\x01 \x03(\v2\x15.cronoq.v1.WorkerInfoR\aworkers\"j\n" +
 	"\fWorkflowStep\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
 	"\x04spec\x18\x02 \x01(\v2\x13.cronoq.v1.TaskSpecR\x04spec\x12\x1d\n" +
@@ -5763,7 +6895,7 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\bPriority\x12\x13\n" +
 	"\x0fPRIORITY_NORMAL\x10\x00\x12\x11\n" +
 	"\rPRIORITY_HIGH\x10\x01\x12\x10\n" +
-	"\fPRIORITY_LOW\x10\x02*\xd9\x01\n" +
+	"\fPRIORITY_LOW\x10\x02*\xec\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10STATUS_SCHEDULED\x10\x01\x12\x11\n" +
@@ -5774,7 +6906,9 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\rSTATUS_FAILED\x10\x06\x12\x14\n" +
 	"\x10STATUS_CANCELLED\x10\a\x12\x12\n" +
 	"\x0eSTATUS_EXPIRED\x10\b\x12\x12\n" +
-	"\x0eSTATUS_BLOCKED\x10\t*O\n" +
+	"\x0eSTATUS_BLOCKED\x10\t\x12\x11\n" +
+	"\rSTATUS_PARKED\x10\n" +
+	"*O\n" +
 	"\x10DependencyPolicy\x12\x1f\n" +
 	"\x1bDEPENDENCY_POLICY_SUCCEEDED\x10\x00\x12\x1a\n" +
 	"\x16DEPENDENCY_POLICY_DONE\x10\x01*\xa8\x01\n" +
@@ -5795,7 +6929,7 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x0fOUTCOME_SUCCESS\x10\x00\x12\x15\n" +
 	"\x11OUTCOME_RETRYABLE\x10\x01\x12\x15\n" +
 	"\x11OUTCOME_PERMANENT\x10\x02\x12\x15\n" +
-	"\x11OUTCOME_CANCELLED\x10\x032\x8b\x05\n" +
+	"\x11OUTCOME_CANCELLED\x10\x032\xca\x05\n" +
 	"\vTaskService\x12=\n" +
 	"\x06Submit\x12\x18.cronoq.v1.SubmitRequest\x1a\x19.cronoq.v1.SubmitResponse\x12L\n" +
 	"\vSubmitBatch\x12\x1d.cronoq.v1.SubmitBatchRequest\x1a\x1e.cronoq.v1.SubmitBatchResponse\x12L\n" +
@@ -5806,7 +6940,13 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\bComplete\x12\x1a.cronoq.v1.CompleteRequest\x1a\x1b.cronoq.v1.CompleteResponse\x127\n" +
 	"\x04List\x12\x16.cronoq.v1.ListRequest\x1a\x17.cronoq.v1.ListResponse\x12=\n" +
 	"\x06Counts\x12\x18.cronoq.v1.CountsRequest\x1a\x19.cronoq.v1.CountsResponse\x126\n" +
-	"\x06Events\x12\x18.cronoq.v1.EventsRequest\x1a\x10.cronoq.v1.Event0\x012\x89\x03\n" +
+	"\x06Events\x12\x18.cronoq.v1.EventsRequest\x1a\x10.cronoq.v1.Event0\x01\x12=\n" +
+	"\x06Delete\x12\x18.cronoq.v1.DeleteRequest\x1a\x19.cronoq.v1.DeleteResponse2\x96\x02\n" +
+	"\vPoolService\x12A\n" +
+	"\x04List\x12\x1b.cronoq.v1.ListPoolsRequest\x1a\x1c.cronoq.v1.ListPoolsResponse\x12<\n" +
+	"\x03Get\x12\x19.cronoq.v1.GetPoolRequest\x1a\x1a.cronoq.v1.GetPoolResponse\x12<\n" +
+	"\x03Set\x12\x19.cronoq.v1.SetPoolRequest\x1a\x1a.cronoq.v1.SetPoolResponse\x12H\n" +
+	"\aWorkers\x12\x1d.cronoq.v1.ListWorkersRequest\x1a\x1e.cronoq.v1.ListWorkersResponse2\x89\x03\n" +
 	"\x0fWorkflowService\x12M\n" +
 	"\x06Submit\x12 .cronoq.v1.SubmitWorkflowRequest\x1a!.cronoq.v1.SubmitWorkflowResponse\x12D\n" +
 	"\x03Get\x12\x1d.cronoq.v1.GetWorkflowRequest\x1a\x1e.cronoq.v1.GetWorkflowResponse\x12G\n" +
@@ -5841,7 +6981,7 @@ func file_cronoq_v1_cronoq_proto_rawDescGZIP() []byte {
 }
 
 var file_cronoq_v1_cronoq_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
+var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 99)
 var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(Priority)(0),                      // 0: cronoq.v1.Priority
 	(Status)(0),                        // 1: cronoq.v1.Status
@@ -5880,86 +7020,103 @@ var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(*CountsResponse)(nil),             // 34: cronoq.v1.CountsResponse
 	(*EventsRequest)(nil),              // 35: cronoq.v1.EventsRequest
 	(*Event)(nil),                      // 36: cronoq.v1.Event
-	(*WorkflowStep)(nil),               // 37: cronoq.v1.WorkflowStep
-	(*WorkflowSpec)(nil),               // 38: cronoq.v1.WorkflowSpec
-	(*Workflow)(nil),                   // 39: cronoq.v1.Workflow
-	(*WorkflowRef)(nil),                // 40: cronoq.v1.WorkflowRef
-	(*StepTask)(nil),                   // 41: cronoq.v1.StepTask
-	(*SubmitWorkflowRequest)(nil),      // 42: cronoq.v1.SubmitWorkflowRequest
-	(*SubmitWorkflowResponse)(nil),     // 43: cronoq.v1.SubmitWorkflowResponse
-	(*GetWorkflowRequest)(nil),         // 44: cronoq.v1.GetWorkflowRequest
-	(*GetWorkflowResponse)(nil),        // 45: cronoq.v1.GetWorkflowResponse
-	(*WaitWorkflowRequest)(nil),        // 46: cronoq.v1.WaitWorkflowRequest
-	(*WaitWorkflowResponse)(nil),       // 47: cronoq.v1.WaitWorkflowResponse
-	(*CancelWorkflowRequest)(nil),      // 48: cronoq.v1.CancelWorkflowRequest
-	(*CancelWorkflowResponse)(nil),     // 49: cronoq.v1.CancelWorkflowResponse
-	(*ListWorkflowsRequest)(nil),       // 50: cronoq.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),      // 51: cronoq.v1.ListWorkflowsResponse
-	(*Schedule)(nil),                   // 52: cronoq.v1.Schedule
-	(*AddScheduleRequest)(nil),         // 53: cronoq.v1.AddScheduleRequest
-	(*AddScheduleResponse)(nil),        // 54: cronoq.v1.AddScheduleResponse
-	(*ListSchedulesRequest)(nil),       // 55: cronoq.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),      // 56: cronoq.v1.ListSchedulesResponse
-	(*RemoveScheduleRequest)(nil),      // 57: cronoq.v1.RemoveScheduleRequest
-	(*RemoveScheduleResponse)(nil),     // 58: cronoq.v1.RemoveScheduleResponse
-	(*PauseScheduleRequest)(nil),       // 59: cronoq.v1.PauseScheduleRequest
-	(*PauseScheduleResponse)(nil),      // 60: cronoq.v1.PauseScheduleResponse
-	(*Hello)(nil),                      // 61: cronoq.v1.Hello
-	(*Poll)(nil),                       // 62: cronoq.v1.Poll
-	(*Heartbeat)(nil),                  // 63: cronoq.v1.Heartbeat
-	(*Completion)(nil),                 // 64: cronoq.v1.Completion
-	(*Complete)(nil),                   // 65: cronoq.v1.Complete
-	(*WorkerMessage)(nil),              // 66: cronoq.v1.WorkerMessage
-	(*Welcome)(nil),                    // 67: cronoq.v1.Welcome
-	(*DependencyResult)(nil),           // 68: cronoq.v1.DependencyResult
-	(*Grant)(nil),                      // 69: cronoq.v1.Grant
-	(*Grants)(nil),                     // 70: cronoq.v1.Grants
-	(*LeaseResult)(nil),                // 71: cronoq.v1.LeaseResult
-	(*HeartbeatAck)(nil),               // 72: cronoq.v1.HeartbeatAck
-	(*CompleteAck)(nil),                // 73: cronoq.v1.CompleteAck
-	(*Abort)(nil),                      // 74: cronoq.v1.Abort
-	(*ServerMessage)(nil),              // 75: cronoq.v1.ServerMessage
-	(*Member)(nil),                     // 76: cronoq.v1.Member
-	(*MembersRequest)(nil),             // 77: cronoq.v1.MembersRequest
-	(*MembersResponse)(nil),            // 78: cronoq.v1.MembersResponse
-	(*Peer)(nil),                       // 79: cronoq.v1.Peer
-	(*PeersRequest)(nil),               // 80: cronoq.v1.PeersRequest
-	(*PeersResponse)(nil),              // 81: cronoq.v1.PeersResponse
-	(*RemovePeerRequest)(nil),          // 82: cronoq.v1.RemovePeerRequest
-	(*RemovePeerResponse)(nil),         // 83: cronoq.v1.RemovePeerResponse
-	(*TransferLeadershipRequest)(nil),  // 84: cronoq.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 85: cronoq.v1.TransferLeadershipResponse
-	(*HealthRequest)(nil),              // 86: cronoq.v1.HealthRequest
-	(*HealthResponse)(nil),             // 87: cronoq.v1.HealthResponse
-	nil,                                // 88: cronoq.v1.PoolCounts.ByStatusEntry
-	(*durationpb.Duration)(nil),        // 89: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 90: google.protobuf.Timestamp
+	(*DeleteRequest)(nil),              // 37: cronoq.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 38: cronoq.v1.DeleteResponse
+	(*KindRate)(nil),                   // 39: cronoq.v1.KindRate
+	(*PoolLimits)(nil),                 // 40: cronoq.v1.PoolLimits
+	(*PoolInfo)(nil),                   // 41: cronoq.v1.PoolInfo
+	(*ListPoolsRequest)(nil),           // 42: cronoq.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),          // 43: cronoq.v1.ListPoolsResponse
+	(*GetPoolRequest)(nil),             // 44: cronoq.v1.GetPoolRequest
+	(*GetPoolResponse)(nil),            // 45: cronoq.v1.GetPoolResponse
+	(*SetPoolRequest)(nil),             // 46: cronoq.v1.SetPoolRequest
+	(*SetPoolResponse)(nil),            // 47: cronoq.v1.SetPoolResponse
+	(*WorkerInfo)(nil),                 // 48: cronoq.v1.WorkerInfo
+	(*ListWorkersRequest)(nil),         // 49: cronoq.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),        // 50: cronoq.v1.ListWorkersResponse
+	(*WorkflowStep)(nil),               // 51: cronoq.v1.WorkflowStep
+	(*WorkflowSpec)(nil),               // 52: cronoq.v1.WorkflowSpec
+	(*Workflow)(nil),                   // 53: cronoq.v1.Workflow
+	(*WorkflowRef)(nil),                // 54: cronoq.v1.WorkflowRef
+	(*StepTask)(nil),                   // 55: cronoq.v1.StepTask
+	(*SubmitWorkflowRequest)(nil),      // 56: cronoq.v1.SubmitWorkflowRequest
+	(*SubmitWorkflowResponse)(nil),     // 57: cronoq.v1.SubmitWorkflowResponse
+	(*GetWorkflowRequest)(nil),         // 58: cronoq.v1.GetWorkflowRequest
+	(*GetWorkflowResponse)(nil),        // 59: cronoq.v1.GetWorkflowResponse
+	(*WaitWorkflowRequest)(nil),        // 60: cronoq.v1.WaitWorkflowRequest
+	(*WaitWorkflowResponse)(nil),       // 61: cronoq.v1.WaitWorkflowResponse
+	(*CancelWorkflowRequest)(nil),      // 62: cronoq.v1.CancelWorkflowRequest
+	(*CancelWorkflowResponse)(nil),     // 63: cronoq.v1.CancelWorkflowResponse
+	(*ListWorkflowsRequest)(nil),       // 64: cronoq.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),      // 65: cronoq.v1.ListWorkflowsResponse
+	(*Schedule)(nil),                   // 66: cronoq.v1.Schedule
+	(*AddScheduleRequest)(nil),         // 67: cronoq.v1.AddScheduleRequest
+	(*AddScheduleResponse)(nil),        // 68: cronoq.v1.AddScheduleResponse
+	(*ListSchedulesRequest)(nil),       // 69: cronoq.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),      // 70: cronoq.v1.ListSchedulesResponse
+	(*RemoveScheduleRequest)(nil),      // 71: cronoq.v1.RemoveScheduleRequest
+	(*RemoveScheduleResponse)(nil),     // 72: cronoq.v1.RemoveScheduleResponse
+	(*PauseScheduleRequest)(nil),       // 73: cronoq.v1.PauseScheduleRequest
+	(*PauseScheduleResponse)(nil),      // 74: cronoq.v1.PauseScheduleResponse
+	(*Hello)(nil),                      // 75: cronoq.v1.Hello
+	(*Poll)(nil),                       // 76: cronoq.v1.Poll
+	(*Heartbeat)(nil),                  // 77: cronoq.v1.Heartbeat
+	(*Completion)(nil),                 // 78: cronoq.v1.Completion
+	(*Complete)(nil),                   // 79: cronoq.v1.Complete
+	(*WorkerMessage)(nil),              // 80: cronoq.v1.WorkerMessage
+	(*Welcome)(nil),                    // 81: cronoq.v1.Welcome
+	(*DependencyResult)(nil),           // 82: cronoq.v1.DependencyResult
+	(*Grant)(nil),                      // 83: cronoq.v1.Grant
+	(*Grants)(nil),                     // 84: cronoq.v1.Grants
+	(*LeaseResult)(nil),                // 85: cronoq.v1.LeaseResult
+	(*HeartbeatAck)(nil),               // 86: cronoq.v1.HeartbeatAck
+	(*CompleteAck)(nil),                // 87: cronoq.v1.CompleteAck
+	(*Abort)(nil),                      // 88: cronoq.v1.Abort
+	(*ServerMessage)(nil),              // 89: cronoq.v1.ServerMessage
+	(*Member)(nil),                     // 90: cronoq.v1.Member
+	(*MembersRequest)(nil),             // 91: cronoq.v1.MembersRequest
+	(*MembersResponse)(nil),            // 92: cronoq.v1.MembersResponse
+	(*Peer)(nil),                       // 93: cronoq.v1.Peer
+	(*PeersRequest)(nil),               // 94: cronoq.v1.PeersRequest
+	(*PeersResponse)(nil),              // 95: cronoq.v1.PeersResponse
+	(*RemovePeerRequest)(nil),          // 96: cronoq.v1.RemovePeerRequest
+	(*RemovePeerResponse)(nil),         // 97: cronoq.v1.RemovePeerResponse
+	(*TransferLeadershipRequest)(nil),  // 98: cronoq.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 99: cronoq.v1.TransferLeadershipResponse
+	(*HealthRequest)(nil),              // 100: cronoq.v1.HealthRequest
+	(*HealthResponse)(nil),             // 101: cronoq.v1.HealthResponse
+	nil,                                // 102: cronoq.v1.PoolCounts.ByStatusEntry
+	nil,                                // 103: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	nil,                                // 104: cronoq.v1.PoolInfo.CountsEntry
+	nil,                                // 105: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	(*durationpb.Duration)(nil),        // 106: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 107: google.protobuf.Timestamp
 }
 var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
-	89,  // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
-	89,  // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
+	106, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
+	106, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
 	0,   // 2: cronoq.v1.TaskTemplate.priority:type_name -> cronoq.v1.Priority
 	7,   // 3: cronoq.v1.TaskTemplate.labels:type_name -> cronoq.v1.KV
 	7,   // 4: cronoq.v1.TaskTemplate.tags:type_name -> cronoq.v1.KV
-	89,  // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
+	106, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
 	8,   // 6: cronoq.v1.TaskTemplate.backoff:type_name -> cronoq.v1.Backoff
 	9,   // 7: cronoq.v1.TaskSpec.template:type_name -> cronoq.v1.TaskTemplate
-	90,  // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
-	89,  // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
-	90,  // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
+	107, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
+	106, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
+	107, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
 	21,  // 11: cronoq.v1.TaskSpec.depends_on:type_name -> cronoq.v1.TaskRef
 	2,   // 12: cronoq.v1.TaskSpec.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
 	9,   // 13: cronoq.v1.Task.template:type_name -> cronoq.v1.TaskTemplate
 	1,   // 14: cronoq.v1.Task.status:type_name -> cronoq.v1.Status
-	90,  // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
-	90,  // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	90,  // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	90,  // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	90,  // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	90,  // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
-	90,  // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
+	107, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
+	107, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	107, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	107, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	107, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	107, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
+	107, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
 	2,   // 22: cronoq.v1.Task.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
-	89,  // 23: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
+	106, // 23: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
 	10,  // 24: cronoq.v1.SubmitRequest.spec:type_name -> cronoq.v1.TaskSpec
 	12,  // 25: cronoq.v1.SubmitResponse.result:type_name -> cronoq.v1.Submitted
 	10,  // 26: cronoq.v1.SubmitBatchRequest.specs:type_name -> cronoq.v1.TaskSpec
@@ -5971,7 +7128,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	11,  // 32: cronoq.v1.GetResponse.task:type_name -> cronoq.v1.Task
 	13,  // 33: cronoq.v1.GetResponse.meta:type_name -> cronoq.v1.ReadMeta
 	21,  // 34: cronoq.v1.WaitRequest.ref:type_name -> cronoq.v1.TaskRef
-	89,  // 35: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
+	106, // 35: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
 	11,  // 36: cronoq.v1.WaitResponse.task:type_name -> cronoq.v1.Task
 	21,  // 37: cronoq.v1.CancelRequest.ref:type_name -> cronoq.v1.TaskRef
 	21,  // 38: cronoq.v1.CompleteRequest.ref:type_name -> cronoq.v1.TaskRef
@@ -5980,120 +7137,148 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	1,   // 41: cronoq.v1.ListRequest.statuses:type_name -> cronoq.v1.Status
 	11,  // 42: cronoq.v1.ListResponse.tasks:type_name -> cronoq.v1.Task
 	13,  // 43: cronoq.v1.ListResponse.meta:type_name -> cronoq.v1.ReadMeta
-	88,  // 44: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
+	102, // 44: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
 	33,  // 45: cronoq.v1.CountsResponse.pools:type_name -> cronoq.v1.PoolCounts
 	13,  // 46: cronoq.v1.CountsResponse.meta:type_name -> cronoq.v1.ReadMeta
 	1,   // 47: cronoq.v1.Event.status:type_name -> cronoq.v1.Status
-	90,  // 48: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
+	107, // 48: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
 	3,   // 49: cronoq.v1.Event.workflow_status:type_name -> cronoq.v1.WorkflowStatus
-	10,  // 50: cronoq.v1.WorkflowStep.spec:type_name -> cronoq.v1.TaskSpec
-	37,  // 51: cronoq.v1.WorkflowSpec.steps:type_name -> cronoq.v1.WorkflowStep
-	3,   // 52: cronoq.v1.Workflow.status:type_name -> cronoq.v1.WorkflowStatus
-	90,  // 53: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
-	90,  // 54: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
-	90,  // 55: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
-	90,  // 56: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
-	11,  // 57: cronoq.v1.Workflow.tasks:type_name -> cronoq.v1.Task
-	38,  // 58: cronoq.v1.SubmitWorkflowRequest.spec:type_name -> cronoq.v1.WorkflowSpec
-	41,  // 59: cronoq.v1.SubmitWorkflowResponse.tasks:type_name -> cronoq.v1.StepTask
-	40,  // 60: cronoq.v1.GetWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
-	39,  // 61: cronoq.v1.GetWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
-	13,  // 62: cronoq.v1.GetWorkflowResponse.meta:type_name -> cronoq.v1.ReadMeta
-	40,  // 63: cronoq.v1.WaitWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
-	89,  // 64: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
-	39,  // 65: cronoq.v1.WaitWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
-	40,  // 66: cronoq.v1.CancelWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
-	3,   // 67: cronoq.v1.ListWorkflowsRequest.statuses:type_name -> cronoq.v1.WorkflowStatus
-	39,  // 68: cronoq.v1.ListWorkflowsResponse.workflows:type_name -> cronoq.v1.Workflow
-	13,  // 69: cronoq.v1.ListWorkflowsResponse.meta:type_name -> cronoq.v1.ReadMeta
-	9,   // 70: cronoq.v1.Schedule.task:type_name -> cronoq.v1.TaskTemplate
-	4,   // 71: cronoq.v1.Schedule.overlap:type_name -> cronoq.v1.Overlap
-	5,   // 72: cronoq.v1.Schedule.catch_up:type_name -> cronoq.v1.CatchUp
-	90,  // 73: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	90,  // 74: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
-	37,  // 75: cronoq.v1.Schedule.steps:type_name -> cronoq.v1.WorkflowStep
-	52,  // 76: cronoq.v1.AddScheduleRequest.schedule:type_name -> cronoq.v1.Schedule
-	90,  // 77: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
-	52,  // 78: cronoq.v1.ListSchedulesResponse.schedules:type_name -> cronoq.v1.Schedule
-	7,   // 79: cronoq.v1.Hello.labels:type_name -> cronoq.v1.KV
-	6,   // 80: cronoq.v1.Completion.outcome:type_name -> cronoq.v1.OutcomeKind
-	89,  // 81: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
-	37,  // 82: cronoq.v1.Completion.children:type_name -> cronoq.v1.WorkflowStep
-	37,  // 83: cronoq.v1.Completion.then:type_name -> cronoq.v1.WorkflowStep
-	64,  // 84: cronoq.v1.Complete.completions:type_name -> cronoq.v1.Completion
-	61,  // 85: cronoq.v1.WorkerMessage.hello:type_name -> cronoq.v1.Hello
-	62,  // 86: cronoq.v1.WorkerMessage.poll:type_name -> cronoq.v1.Poll
-	63,  // 87: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
-	65,  // 88: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
-	89,  // 89: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
-	1,   // 90: cronoq.v1.DependencyResult.status:type_name -> cronoq.v1.Status
-	11,  // 91: cronoq.v1.Grant.task:type_name -> cronoq.v1.Task
-	68,  // 92: cronoq.v1.Grant.dependencies:type_name -> cronoq.v1.DependencyResult
-	69,  // 93: cronoq.v1.Grants.grants:type_name -> cronoq.v1.Grant
-	71,  // 94: cronoq.v1.HeartbeatAck.results:type_name -> cronoq.v1.LeaseResult
-	71,  // 95: cronoq.v1.CompleteAck.results:type_name -> cronoq.v1.LeaseResult
-	67,  // 96: cronoq.v1.ServerMessage.welcome:type_name -> cronoq.v1.Welcome
-	70,  // 97: cronoq.v1.ServerMessage.grants:type_name -> cronoq.v1.Grants
-	72,  // 98: cronoq.v1.ServerMessage.heartbeat_ack:type_name -> cronoq.v1.HeartbeatAck
-	73,  // 99: cronoq.v1.ServerMessage.complete_ack:type_name -> cronoq.v1.CompleteAck
-	74,  // 100: cronoq.v1.ServerMessage.abort:type_name -> cronoq.v1.Abort
-	76,  // 101: cronoq.v1.MembersResponse.members:type_name -> cronoq.v1.Member
-	79,  // 102: cronoq.v1.PeersResponse.peers:type_name -> cronoq.v1.Peer
-	14,  // 103: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
-	16,  // 104: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
-	18,  // 105: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
-	22,  // 106: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
-	24,  // 107: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
-	26,  // 108: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
-	28,  // 109: cronoq.v1.TaskService.Complete:input_type -> cronoq.v1.CompleteRequest
-	30,  // 110: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
-	32,  // 111: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
-	35,  // 112: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
-	42,  // 113: cronoq.v1.WorkflowService.Submit:input_type -> cronoq.v1.SubmitWorkflowRequest
-	44,  // 114: cronoq.v1.WorkflowService.Get:input_type -> cronoq.v1.GetWorkflowRequest
-	46,  // 115: cronoq.v1.WorkflowService.Wait:input_type -> cronoq.v1.WaitWorkflowRequest
-	48,  // 116: cronoq.v1.WorkflowService.Cancel:input_type -> cronoq.v1.CancelWorkflowRequest
-	50,  // 117: cronoq.v1.WorkflowService.List:input_type -> cronoq.v1.ListWorkflowsRequest
-	53,  // 118: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
-	55,  // 119: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
-	57,  // 120: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
-	59,  // 121: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
-	66,  // 122: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
-	77,  // 123: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
-	80,  // 124: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
-	82,  // 125: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
-	84,  // 126: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
-	86,  // 127: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
-	15,  // 128: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
-	17,  // 129: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
-	20,  // 130: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
-	23,  // 131: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
-	25,  // 132: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
-	27,  // 133: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
-	29,  // 134: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
-	31,  // 135: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
-	34,  // 136: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
-	36,  // 137: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
-	43,  // 138: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
-	45,  // 139: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
-	47,  // 140: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
-	49,  // 141: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
-	51,  // 142: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
-	54,  // 143: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
-	56,  // 144: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
-	58,  // 145: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
-	60,  // 146: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
-	75,  // 147: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
-	78,  // 148: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
-	81,  // 149: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
-	83,  // 150: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
-	85,  // 151: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
-	87,  // 152: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
-	128, // [128:153] is the sub-list for method output_type
-	103, // [103:128] is the sub-list for method input_type
-	103, // [103:103] is the sub-list for extension type_name
-	103, // [103:103] is the sub-list for extension extendee
-	0,   // [0:103] is the sub-list for field type_name
+	21,  // 50: cronoq.v1.DeleteRequest.ref:type_name -> cronoq.v1.TaskRef
+	103, // 51: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	39,  // 52: cronoq.v1.PoolLimits.kind_rates:type_name -> cronoq.v1.KindRate
+	8,   // 53: cronoq.v1.PoolLimits.backoff:type_name -> cronoq.v1.Backoff
+	106, // 54: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
+	104, // 55: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
+	106, // 56: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
+	40,  // 57: cronoq.v1.PoolInfo.limits:type_name -> cronoq.v1.PoolLimits
+	41,  // 58: cronoq.v1.ListPoolsResponse.pools:type_name -> cronoq.v1.PoolInfo
+	41,  // 59: cronoq.v1.GetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
+	105, // 60: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	39,  // 61: cronoq.v1.SetPoolRequest.kind_rates:type_name -> cronoq.v1.KindRate
+	8,   // 62: cronoq.v1.SetPoolRequest.backoff:type_name -> cronoq.v1.Backoff
+	106, // 63: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
+	41,  // 64: cronoq.v1.SetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
+	7,   // 65: cronoq.v1.WorkerInfo.labels:type_name -> cronoq.v1.KV
+	107, // 66: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
+	48,  // 67: cronoq.v1.ListWorkersResponse.workers:type_name -> cronoq.v1.WorkerInfo
+	10,  // 68: cronoq.v1.WorkflowStep.spec:type_name -> cronoq.v1.TaskSpec
+	51,  // 69: cronoq.v1.WorkflowSpec.steps:type_name -> cronoq.v1.WorkflowStep
+	3,   // 70: cronoq.v1.Workflow.status:type_name -> cronoq.v1.WorkflowStatus
+	107, // 71: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
+	107, // 72: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
+	107, // 73: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
+	107, // 74: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
+	11,  // 75: cronoq.v1.Workflow.tasks:type_name -> cronoq.v1.Task
+	52,  // 76: cronoq.v1.SubmitWorkflowRequest.spec:type_name -> cronoq.v1.WorkflowSpec
+	55,  // 77: cronoq.v1.SubmitWorkflowResponse.tasks:type_name -> cronoq.v1.StepTask
+	54,  // 78: cronoq.v1.GetWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
+	53,  // 79: cronoq.v1.GetWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
+	13,  // 80: cronoq.v1.GetWorkflowResponse.meta:type_name -> cronoq.v1.ReadMeta
+	54,  // 81: cronoq.v1.WaitWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
+	106, // 82: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
+	53,  // 83: cronoq.v1.WaitWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
+	54,  // 84: cronoq.v1.CancelWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
+	3,   // 85: cronoq.v1.ListWorkflowsRequest.statuses:type_name -> cronoq.v1.WorkflowStatus
+	53,  // 86: cronoq.v1.ListWorkflowsResponse.workflows:type_name -> cronoq.v1.Workflow
+	13,  // 87: cronoq.v1.ListWorkflowsResponse.meta:type_name -> cronoq.v1.ReadMeta
+	9,   // 88: cronoq.v1.Schedule.task:type_name -> cronoq.v1.TaskTemplate
+	4,   // 89: cronoq.v1.Schedule.overlap:type_name -> cronoq.v1.Overlap
+	5,   // 90: cronoq.v1.Schedule.catch_up:type_name -> cronoq.v1.CatchUp
+	107, // 91: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	107, // 92: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
+	51,  // 93: cronoq.v1.Schedule.steps:type_name -> cronoq.v1.WorkflowStep
+	66,  // 94: cronoq.v1.AddScheduleRequest.schedule:type_name -> cronoq.v1.Schedule
+	107, // 95: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
+	66,  // 96: cronoq.v1.ListSchedulesResponse.schedules:type_name -> cronoq.v1.Schedule
+	7,   // 97: cronoq.v1.Hello.labels:type_name -> cronoq.v1.KV
+	6,   // 98: cronoq.v1.Completion.outcome:type_name -> cronoq.v1.OutcomeKind
+	106, // 99: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
+	51,  // 100: cronoq.v1.Completion.children:type_name -> cronoq.v1.WorkflowStep
+	51,  // 101: cronoq.v1.Completion.then:type_name -> cronoq.v1.WorkflowStep
+	78,  // 102: cronoq.v1.Complete.completions:type_name -> cronoq.v1.Completion
+	75,  // 103: cronoq.v1.WorkerMessage.hello:type_name -> cronoq.v1.Hello
+	76,  // 104: cronoq.v1.WorkerMessage.poll:type_name -> cronoq.v1.Poll
+	77,  // 105: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
+	79,  // 106: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
+	106, // 107: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
+	1,   // 108: cronoq.v1.DependencyResult.status:type_name -> cronoq.v1.Status
+	11,  // 109: cronoq.v1.Grant.task:type_name -> cronoq.v1.Task
+	82,  // 110: cronoq.v1.Grant.dependencies:type_name -> cronoq.v1.DependencyResult
+	83,  // 111: cronoq.v1.Grants.grants:type_name -> cronoq.v1.Grant
+	85,  // 112: cronoq.v1.HeartbeatAck.results:type_name -> cronoq.v1.LeaseResult
+	85,  // 113: cronoq.v1.CompleteAck.results:type_name -> cronoq.v1.LeaseResult
+	81,  // 114: cronoq.v1.ServerMessage.welcome:type_name -> cronoq.v1.Welcome
+	84,  // 115: cronoq.v1.ServerMessage.grants:type_name -> cronoq.v1.Grants
+	86,  // 116: cronoq.v1.ServerMessage.heartbeat_ack:type_name -> cronoq.v1.HeartbeatAck
+	87,  // 117: cronoq.v1.ServerMessage.complete_ack:type_name -> cronoq.v1.CompleteAck
+	88,  // 118: cronoq.v1.ServerMessage.abort:type_name -> cronoq.v1.Abort
+	90,  // 119: cronoq.v1.MembersResponse.members:type_name -> cronoq.v1.Member
+	93,  // 120: cronoq.v1.PeersResponse.peers:type_name -> cronoq.v1.Peer
+	14,  // 121: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
+	16,  // 122: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
+	18,  // 123: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
+	22,  // 124: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
+	24,  // 125: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
+	26,  // 126: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
+	28,  // 127: cronoq.v1.TaskService.Complete:input_type -> cronoq.v1.CompleteRequest
+	30,  // 128: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
+	32,  // 129: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
+	35,  // 130: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
+	37,  // 131: cronoq.v1.TaskService.Delete:input_type -> cronoq.v1.DeleteRequest
+	42,  // 132: cronoq.v1.PoolService.List:input_type -> cronoq.v1.ListPoolsRequest
+	44,  // 133: cronoq.v1.PoolService.Get:input_type -> cronoq.v1.GetPoolRequest
+	46,  // 134: cronoq.v1.PoolService.Set:input_type -> cronoq.v1.SetPoolRequest
+	49,  // 135: cronoq.v1.PoolService.Workers:input_type -> cronoq.v1.ListWorkersRequest
+	56,  // 136: cronoq.v1.WorkflowService.Submit:input_type -> cronoq.v1.SubmitWorkflowRequest
+	58,  // 137: cronoq.v1.WorkflowService.Get:input_type -> cronoq.v1.GetWorkflowRequest
+	60,  // 138: cronoq.v1.WorkflowService.Wait:input_type -> cronoq.v1.WaitWorkflowRequest
+	62,  // 139: cronoq.v1.WorkflowService.Cancel:input_type -> cronoq.v1.CancelWorkflowRequest
+	64,  // 140: cronoq.v1.WorkflowService.List:input_type -> cronoq.v1.ListWorkflowsRequest
+	67,  // 141: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
+	69,  // 142: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
+	71,  // 143: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
+	73,  // 144: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
+	80,  // 145: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
+	91,  // 146: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
+	94,  // 147: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
+	96,  // 148: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
+	98,  // 149: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
+	100, // 150: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
+	15,  // 151: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
+	17,  // 152: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
+	20,  // 153: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
+	23,  // 154: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
+	25,  // 155: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
+	27,  // 156: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
+	29,  // 157: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
+	31,  // 158: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
+	34,  // 159: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
+	36,  // 160: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
+	38,  // 161: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
+	43,  // 162: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
+	45,  // 163: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
+	47,  // 164: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
+	50,  // 165: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
+	57,  // 166: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
+	59,  // 167: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
+	61,  // 168: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
+	63,  // 169: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
+	65,  // 170: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
+	68,  // 171: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
+	70,  // 172: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
+	72,  // 173: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
+	74,  // 174: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
+	89,  // 175: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
+	92,  // 176: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
+	95,  // 177: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
+	97,  // 178: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
+	99,  // 179: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
+	101, // 180: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
+	151, // [151:181] is the sub-list for method output_type
+	121, // [121:151] is the sub-list for method input_type
+	121, // [121:121] is the sub-list for extension type_name
+	121, // [121:121] is the sub-list for extension extendee
+	0,   // [0:121] is the sub-list for field type_name
 }
 
 func init() { file_cronoq_v1_cronoq_proto_init() }
@@ -6101,13 +7286,14 @@ func file_cronoq_v1_cronoq_proto_init() {
 	if File_cronoq_v1_cronoq_proto != nil {
 		return
 	}
-	file_cronoq_v1_cronoq_proto_msgTypes[59].OneofWrappers = []any{
+	file_cronoq_v1_cronoq_proto_msgTypes[39].OneofWrappers = []any{}
+	file_cronoq_v1_cronoq_proto_msgTypes[73].OneofWrappers = []any{
 		(*WorkerMessage_Hello)(nil),
 		(*WorkerMessage_Poll)(nil),
 		(*WorkerMessage_Heartbeat)(nil),
 		(*WorkerMessage_Complete)(nil),
 	}
-	file_cronoq_v1_cronoq_proto_msgTypes[68].OneofWrappers = []any{
+	file_cronoq_v1_cronoq_proto_msgTypes[82].OneofWrappers = []any{
 		(*ServerMessage_Welcome)(nil),
 		(*ServerMessage_Grants)(nil),
 		(*ServerMessage_HeartbeatAck)(nil),
@@ -6120,9 +7306,9 @@ func file_cronoq_v1_cronoq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronoq_v1_cronoq_proto_rawDesc), len(file_cronoq_v1_cronoq_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   82,
+			NumMessages:   99,
 			NumExtensions: 0,
-			NumServices:   5,
+			NumServices:   6,
 		},
 		GoTypes:           file_cronoq_v1_cronoq_proto_goTypes,
 		DependencyIndexes: file_cronoq_v1_cronoq_proto_depIdxs,

@@ -21,6 +21,7 @@ import (
 
 	"github.com/cronoq/cronoq/cluster"
 	"github.com/cronoq/cronoq/engine/core"
+	"github.com/cronoq/cronoq/fsm"
 	"github.com/cronoq/cronoq/metrics"
 	"github.com/cronoq/cronoq/transport"
 )
@@ -68,6 +69,7 @@ type agentConfig struct {
 	maxPayload      int
 	maxOutput       int
 	pools           []string
+	poolBlocks      []poolBlock // pool "NAME" { ... } blocks of the config file
 	heartbeatWindow time.Duration
 	retention       time.Duration
 	maxAttempts     int
@@ -176,7 +178,7 @@ func agentFlags(c *cmd, cfg *agentConfig) {
 	fs.Var(durationValue{&cfg.retention, true}, "retention", "keep ended tasks and their outputs for `DUR`")
 	fs.Var(intValue{&cfg.maxAttempts, 1}, "max-attempts", "at most `N` attempts per task whose spec sets none")
 	fs.Var(intValue{&cfg.maxPending, 1}, "max-pending", "pending (scheduled, queued, retrying) tasks per pool, at most `N`")
-	fs.Var(enumValue{&cfg.overflow, []string{"reject", "wait"}}, "overflow", "`POLICY` for a submit that does not fit -max-pending: reject (answer overloaded) or wait (park it until there is room)")
+	fs.Var(enumValue{&cfg.overflow, []string{"reject", "wait", "park"}}, "overflow", "`POLICY` for a submit that does not fit -max-pending: reject (answer overloaded), wait (the submitter waits until there is room) or park (accept its tasks as parked, admitted as room frees)")
 	fs.Var(durationValue{&cfg.holdTimeout, true}, "hold-timeout", "hold calls that need the leader up to `DUR` while none is known")
 	fs.Var(durationValue{&cfg.shutdownTimeout, true}, "shutdown-timeout", "bound the graceful stop to `DUR`")
 	fs.Var(intValue{&cfg.gcPercent, 1}, "gc-percent", "collect garbage when the heap has grown `N` percent over the live data (the GOGC environment variable wins when set)")
@@ -216,9 +218,11 @@ func parseAgentArgs(s stdio, args []string) (agentConfig, error) {
 	c := newCmd("agent", usage, agentAbout)
 	agentFlags(c, &cfg)
 	if scratch.configFile != "" {
-		if err := loadConfigFile(c.fs, scratch.configFile); err != nil {
+		blocks, err := loadConfigFile(c.fs, scratch.configFile)
+		if err != nil {
 			return cfg, usagef("%v", err)
 		}
+		cfg.poolBlocks = blocks
 	}
 	if err := c.parse(s, args, 0); err != nil {
 		return cfg, err
@@ -323,18 +327,108 @@ type fileConfig struct {
 	RaftSnapshotThreshold  *int    `hcl:"raft_snapshot_threshold,optional"`
 	RaftSnapshotInterval   *string `hcl:"raft_snapshot_interval,optional"`
 	RaftTrailingLogs       *int    `hcl:"raft_trailing_logs,optional"`
+
+	// Pool blocks give the settings of named pools; they are not flags.
+	Pool []poolBlock `hcl:"pool,block"`
+}
+
+// poolBlock is a pool "NAME" { ... } block of the configuration file: the
+// settings a pool starts with until an operator changes them (cronoq pool
+// set). Unset keys take the agent's defaults.
+type poolBlock struct {
+	Name             string   `hcl:"name,label"`
+	MaxPending       *int     `hcl:"max_pending,optional"`
+	MaxRunning       *int     `hcl:"max_running,optional"`
+	Overflow         *string  `hcl:"overflow,optional"`
+	Rate             *float64 `hcl:"rate,optional"`
+	Burst            *int     `hcl:"burst,optional"`
+	ConcurrencyLimit *int     `hcl:"concurrency_limit,optional"`
+	Ordering         *string  `hcl:"ordering,optional"`
+	MaxAttempts      *int     `hcl:"max_attempts,optional"`
+	LeaseGrace       *string  `hcl:"lease_grace,optional"`
+	Paused           *bool    `hcl:"paused,optional"`
+}
+
+// config returns the pool's configuration: def with the block's settings.
+func (b poolBlock) config(def core.PoolConfig) (core.PoolConfig, error) {
+	pc := def
+	bad := func(key string, err error) error { return fmt.Errorf("pool %q: %s: %w", b.Name, key, err) }
+	nonNeg := func(key string, v *int, dst *int) error {
+		if v == nil {
+			return nil
+		}
+		if *v < 0 {
+			return bad(key, errors.New("must not be negative"))
+		}
+		*dst = *v
+		return nil
+	}
+	for _, f := range []struct {
+		key string
+		v   *int
+		dst *int
+	}{
+		{"max_pending", b.MaxPending, &pc.Bounds.MaxPending},
+		{"max_running", b.MaxRunning, &pc.MaxRunning},
+		{"burst", b.Burst, &pc.Burst},
+		{"concurrency_limit", b.ConcurrencyLimit, &pc.ConcurrencyLimit},
+	} {
+		if err := nonNeg(f.key, f.v, f.dst); err != nil {
+			return pc, err
+		}
+	}
+	if b.Overflow != nil {
+		o, ok := fsm.ParseOverflow(*b.Overflow)
+		if !ok {
+			return pc, bad("overflow", fmt.Errorf("%q: want reject, wait or park", *b.Overflow))
+		}
+		pc.Overflow = o
+	}
+	if b.Rate != nil {
+		if *b.Rate < 0 {
+			return pc, bad("rate", errors.New("must not be negative"))
+		}
+		pc.Rate = *b.Rate
+	}
+	if b.Ordering != nil {
+		o, ok := fsm.ParseOrderingPolicy(*b.Ordering)
+		if !ok {
+			return pc, bad("ordering", fmt.Errorf("%q: want continue or block", *b.Ordering))
+		}
+		pc.Ordering = o
+	}
+	if b.MaxAttempts != nil {
+		if *b.MaxAttempts < 0 {
+			return pc, bad("max_attempts", errors.New("must not be negative"))
+		}
+		pc.MaxAttempts = uint32(*b.MaxAttempts)
+	}
+	if b.LeaseGrace != nil {
+		d, err := time.ParseDuration(*b.LeaseGrace)
+		if err != nil || d < 0 {
+			return pc, bad("lease_grace", fmt.Errorf("%q: want a duration such as 30s", *b.LeaseGrace))
+		}
+		pc.LeaseGrace = d
+	}
+	if b.Paused != nil {
+		pc.Paused = *b.Paused
+	}
+	return pc, nil
 }
 
 // loadConfigFile reads path and sets the flags it names on fs, as if given
-// before every command-line flag.
-func loadConfigFile(fs *flag.FlagSet, path string) error {
+// before every command-line flag; it returns its pool blocks.
+func loadConfigFile(fs *flag.FlagSet, path string) ([]poolBlock, error) {
 	var fc fileConfig
 	if err := hclsimple.DecodeFile(path, nil, &fc); err != nil {
-		return fmt.Errorf("reading -config %s: %w", path, err)
+		return nil, fmt.Errorf("reading -config %s: %w", path, err)
 	}
 	v := reflect.ValueOf(fc)
 	for i := range v.NumField() {
-		key, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("hcl"), ",")
+		key, kind, _ := strings.Cut(v.Type().Field(i).Tag.Get("hcl"), ",")
+		if kind == "block" {
+			continue
+		}
 		name := strings.ReplaceAll(key, "_", "-")
 		f := v.Field(i)
 		var values []string
@@ -355,14 +449,24 @@ func loadConfigFile(fs *flag.FlagSet, path string) error {
 		}
 		for _, val := range values {
 			if err := fs.Set(name, val); err != nil {
-				return fmt.Errorf("reading -config %s: %s = %q: %w", path, key, val, err)
+				return nil, fmt.Errorf("reading -config %s: %s = %q: %w", path, key, val, err)
 			}
 		}
 		if l, ok := fs.Lookup(name).Value.(*fileList); ok {
 			l.fromFile = true
 		}
 	}
-	return nil
+	seen := make(map[string]bool)
+	for _, b := range fc.Pool {
+		if b.Name == "" || seen[b.Name] {
+			return nil, fmt.Errorf("reading -config %s: pool %q: empty or repeated name", path, b.Name)
+		}
+		seen[b.Name] = true
+		if _, err := b.config(core.PoolConfig{}); err != nil {
+			return nil, fmt.Errorf("reading -config %s: %w", path, err)
+		}
+	}
+	return fc.Pool, nil
 }
 
 // fileList is a repeatable, comma-separated list flag. Values from the
@@ -487,8 +591,8 @@ func (cfg agentConfig) engineConfig() core.Config {
 		MaxAttempts:     uint32(cfg.maxAttempts),
 		DefaultPool:     core.PoolConfig{Bounds: core.Bounds{MaxPending: cfg.maxPending}},
 	}
-	if cfg.overflow == "wait" {
-		c.Overflow = core.OverflowWait
+	if o, ok := fsm.ParseOverflow(cfg.overflow); ok {
+		c.DefaultPool.Overflow = o
 	}
 	if len(cfg.pools) > 0 {
 		c.FixedPools = true
@@ -496,6 +600,13 @@ func (cfg agentConfig) engineConfig() core.Config {
 		for _, p := range cfg.pools {
 			c.Pools[p] = c.DefaultPool
 		}
+	}
+	for _, b := range cfg.poolBlocks {
+		if c.Pools == nil {
+			c.Pools = make(map[string]core.PoolConfig)
+		}
+		pc, _ := b.config(c.DefaultPool) // checked when the file was read
+		c.Pools[b.Name] = pc
 	}
 	return c
 }

@@ -27,6 +27,8 @@ const _ = connect.IsAtLeastVersion1_13_0
 const (
 	// TaskServiceName is the fully-qualified name of the TaskService service.
 	TaskServiceName = "cronoq.v1.TaskService"
+	// PoolServiceName is the fully-qualified name of the PoolService service.
+	PoolServiceName = "cronoq.v1.PoolService"
 	// WorkflowServiceName is the fully-qualified name of the WorkflowService service.
 	WorkflowServiceName = "cronoq.v1.WorkflowService"
 	// ScheduleServiceName is the fully-qualified name of the ScheduleService service.
@@ -65,6 +67,16 @@ const (
 	TaskServiceCountsProcedure = "/cronoq.v1.TaskService/Counts"
 	// TaskServiceEventsProcedure is the fully-qualified name of the TaskService's Events RPC.
 	TaskServiceEventsProcedure = "/cronoq.v1.TaskService/Events"
+	// TaskServiceDeleteProcedure is the fully-qualified name of the TaskService's Delete RPC.
+	TaskServiceDeleteProcedure = "/cronoq.v1.TaskService/Delete"
+	// PoolServiceListProcedure is the fully-qualified name of the PoolService's List RPC.
+	PoolServiceListProcedure = "/cronoq.v1.PoolService/List"
+	// PoolServiceGetProcedure is the fully-qualified name of the PoolService's Get RPC.
+	PoolServiceGetProcedure = "/cronoq.v1.PoolService/Get"
+	// PoolServiceSetProcedure is the fully-qualified name of the PoolService's Set RPC.
+	PoolServiceSetProcedure = "/cronoq.v1.PoolService/Set"
+	// PoolServiceWorkersProcedure is the fully-qualified name of the PoolService's Workers RPC.
+	PoolServiceWorkersProcedure = "/cronoq.v1.PoolService/Workers"
 	// WorkflowServiceSubmitProcedure is the fully-qualified name of the WorkflowService's Submit RPC.
 	WorkflowServiceSubmitProcedure = "/cronoq.v1.WorkflowService/Submit"
 	// WorkflowServiceGetProcedure is the fully-qualified name of the WorkflowService's Get RPC.
@@ -111,6 +123,8 @@ type TaskServiceClient interface {
 	List(context.Context, *connect.Request[cronoqv1.ListRequest]) (*connect.Response[cronoqv1.ListResponse], error)
 	Counts(context.Context, *connect.Request[cronoqv1.CountsRequest]) (*connect.Response[cronoqv1.CountsResponse], error)
 	Events(context.Context, *connect.Request[cronoqv1.EventsRequest]) (*connect.ServerStreamForClient[cronoqv1.Event], error)
+	// Removes an ended task now (its lane, if it blocked one, runs on).
+	Delete(context.Context, *connect.Request[cronoqv1.DeleteRequest]) (*connect.Response[cronoqv1.DeleteResponse], error)
 }
 
 // NewTaskServiceClient constructs a client for the cronoq.v1.TaskService service. By default, it
@@ -184,6 +198,12 @@ func NewTaskServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(taskServiceMethods.ByName("Events")),
 			connect.WithClientOptions(opts...),
 		),
+		delete: connect.NewClient[cronoqv1.DeleteRequest, cronoqv1.DeleteResponse](
+			httpClient,
+			baseURL+TaskServiceDeleteProcedure,
+			connect.WithSchema(taskServiceMethods.ByName("Delete")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -199,6 +219,7 @@ type taskServiceClient struct {
 	list        *connect.Client[cronoqv1.ListRequest, cronoqv1.ListResponse]
 	counts      *connect.Client[cronoqv1.CountsRequest, cronoqv1.CountsResponse]
 	events      *connect.Client[cronoqv1.EventsRequest, cronoqv1.Event]
+	delete      *connect.Client[cronoqv1.DeleteRequest, cronoqv1.DeleteResponse]
 }
 
 // Submit calls cronoq.v1.TaskService.Submit.
@@ -251,6 +272,11 @@ func (c *taskServiceClient) Events(ctx context.Context, req *connect.Request[cro
 	return c.events.CallServerStream(ctx, req)
 }
 
+// Delete calls cronoq.v1.TaskService.Delete.
+func (c *taskServiceClient) Delete(ctx context.Context, req *connect.Request[cronoqv1.DeleteRequest]) (*connect.Response[cronoqv1.DeleteResponse], error) {
+	return c.delete.CallUnary(ctx, req)
+}
+
 // TaskServiceHandler is an implementation of the cronoq.v1.TaskService service.
 type TaskServiceHandler interface {
 	Submit(context.Context, *connect.Request[cronoqv1.SubmitRequest]) (*connect.Response[cronoqv1.SubmitResponse], error)
@@ -263,6 +289,8 @@ type TaskServiceHandler interface {
 	List(context.Context, *connect.Request[cronoqv1.ListRequest]) (*connect.Response[cronoqv1.ListResponse], error)
 	Counts(context.Context, *connect.Request[cronoqv1.CountsRequest]) (*connect.Response[cronoqv1.CountsResponse], error)
 	Events(context.Context, *connect.Request[cronoqv1.EventsRequest], *connect.ServerStream[cronoqv1.Event]) error
+	// Removes an ended task now (its lane, if it blocked one, runs on).
+	Delete(context.Context, *connect.Request[cronoqv1.DeleteRequest]) (*connect.Response[cronoqv1.DeleteResponse], error)
 }
 
 // NewTaskServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -332,6 +360,12 @@ func NewTaskServiceHandler(svc TaskServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(taskServiceMethods.ByName("Events")),
 		connect.WithHandlerOptions(opts...),
 	)
+	taskServiceDeleteHandler := connect.NewUnaryHandler(
+		TaskServiceDeleteProcedure,
+		svc.Delete,
+		connect.WithSchema(taskServiceMethods.ByName("Delete")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/cronoq.v1.TaskService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case TaskServiceSubmitProcedure:
@@ -354,6 +388,8 @@ func NewTaskServiceHandler(svc TaskServiceHandler, opts ...connect.HandlerOption
 			taskServiceCountsHandler.ServeHTTP(w, r)
 		case TaskServiceEventsProcedure:
 			taskServiceEventsHandler.ServeHTTP(w, r)
+		case TaskServiceDeleteProcedure:
+			taskServiceDeleteHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -401,6 +437,158 @@ func (UnimplementedTaskServiceHandler) Counts(context.Context, *connect.Request[
 
 func (UnimplementedTaskServiceHandler) Events(context.Context, *connect.Request[cronoqv1.EventsRequest], *connect.ServerStream[cronoqv1.Event]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.TaskService.Events is not implemented"))
+}
+
+func (UnimplementedTaskServiceHandler) Delete(context.Context, *connect.Request[cronoqv1.DeleteRequest]) (*connect.Response[cronoqv1.DeleteResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.TaskService.Delete is not implemented"))
+}
+
+// PoolServiceClient is a client for the cronoq.v1.PoolService service.
+type PoolServiceClient interface {
+	List(context.Context, *connect.Request[cronoqv1.ListPoolsRequest]) (*connect.Response[cronoqv1.ListPoolsResponse], error)
+	Get(context.Context, *connect.Request[cronoqv1.GetPoolRequest]) (*connect.Response[cronoqv1.GetPoolResponse], error)
+	Set(context.Context, *connect.Request[cronoqv1.SetPoolRequest]) (*connect.Response[cronoqv1.SetPoolResponse], error)
+	Workers(context.Context, *connect.Request[cronoqv1.ListWorkersRequest]) (*connect.Response[cronoqv1.ListWorkersResponse], error)
+}
+
+// NewPoolServiceClient constructs a client for the cronoq.v1.PoolService service. By default, it
+// uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and sends
+// uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC() or
+// connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewPoolServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) PoolServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	poolServiceMethods := cronoqv1.File_cronoq_v1_cronoq_proto.Services().ByName("PoolService").Methods()
+	return &poolServiceClient{
+		list: connect.NewClient[cronoqv1.ListPoolsRequest, cronoqv1.ListPoolsResponse](
+			httpClient,
+			baseURL+PoolServiceListProcedure,
+			connect.WithSchema(poolServiceMethods.ByName("List")),
+			connect.WithClientOptions(opts...),
+		),
+		get: connect.NewClient[cronoqv1.GetPoolRequest, cronoqv1.GetPoolResponse](
+			httpClient,
+			baseURL+PoolServiceGetProcedure,
+			connect.WithSchema(poolServiceMethods.ByName("Get")),
+			connect.WithClientOptions(opts...),
+		),
+		set: connect.NewClient[cronoqv1.SetPoolRequest, cronoqv1.SetPoolResponse](
+			httpClient,
+			baseURL+PoolServiceSetProcedure,
+			connect.WithSchema(poolServiceMethods.ByName("Set")),
+			connect.WithClientOptions(opts...),
+		),
+		workers: connect.NewClient[cronoqv1.ListWorkersRequest, cronoqv1.ListWorkersResponse](
+			httpClient,
+			baseURL+PoolServiceWorkersProcedure,
+			connect.WithSchema(poolServiceMethods.ByName("Workers")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// poolServiceClient implements PoolServiceClient.
+type poolServiceClient struct {
+	list    *connect.Client[cronoqv1.ListPoolsRequest, cronoqv1.ListPoolsResponse]
+	get     *connect.Client[cronoqv1.GetPoolRequest, cronoqv1.GetPoolResponse]
+	set     *connect.Client[cronoqv1.SetPoolRequest, cronoqv1.SetPoolResponse]
+	workers *connect.Client[cronoqv1.ListWorkersRequest, cronoqv1.ListWorkersResponse]
+}
+
+// List calls cronoq.v1.PoolService.List.
+func (c *poolServiceClient) List(ctx context.Context, req *connect.Request[cronoqv1.ListPoolsRequest]) (*connect.Response[cronoqv1.ListPoolsResponse], error) {
+	return c.list.CallUnary(ctx, req)
+}
+
+// Get calls cronoq.v1.PoolService.Get.
+func (c *poolServiceClient) Get(ctx context.Context, req *connect.Request[cronoqv1.GetPoolRequest]) (*connect.Response[cronoqv1.GetPoolResponse], error) {
+	return c.get.CallUnary(ctx, req)
+}
+
+// Set calls cronoq.v1.PoolService.Set.
+func (c *poolServiceClient) Set(ctx context.Context, req *connect.Request[cronoqv1.SetPoolRequest]) (*connect.Response[cronoqv1.SetPoolResponse], error) {
+	return c.set.CallUnary(ctx, req)
+}
+
+// Workers calls cronoq.v1.PoolService.Workers.
+func (c *poolServiceClient) Workers(ctx context.Context, req *connect.Request[cronoqv1.ListWorkersRequest]) (*connect.Response[cronoqv1.ListWorkersResponse], error) {
+	return c.workers.CallUnary(ctx, req)
+}
+
+// PoolServiceHandler is an implementation of the cronoq.v1.PoolService service.
+type PoolServiceHandler interface {
+	List(context.Context, *connect.Request[cronoqv1.ListPoolsRequest]) (*connect.Response[cronoqv1.ListPoolsResponse], error)
+	Get(context.Context, *connect.Request[cronoqv1.GetPoolRequest]) (*connect.Response[cronoqv1.GetPoolResponse], error)
+	Set(context.Context, *connect.Request[cronoqv1.SetPoolRequest]) (*connect.Response[cronoqv1.SetPoolResponse], error)
+	Workers(context.Context, *connect.Request[cronoqv1.ListWorkersRequest]) (*connect.Response[cronoqv1.ListWorkersResponse], error)
+}
+
+// NewPoolServiceHandler builds an HTTP handler from the service implementation. It returns the path
+// on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewPoolServiceHandler(svc PoolServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	poolServiceMethods := cronoqv1.File_cronoq_v1_cronoq_proto.Services().ByName("PoolService").Methods()
+	poolServiceListHandler := connect.NewUnaryHandler(
+		PoolServiceListProcedure,
+		svc.List,
+		connect.WithSchema(poolServiceMethods.ByName("List")),
+		connect.WithHandlerOptions(opts...),
+	)
+	poolServiceGetHandler := connect.NewUnaryHandler(
+		PoolServiceGetProcedure,
+		svc.Get,
+		connect.WithSchema(poolServiceMethods.ByName("Get")),
+		connect.WithHandlerOptions(opts...),
+	)
+	poolServiceSetHandler := connect.NewUnaryHandler(
+		PoolServiceSetProcedure,
+		svc.Set,
+		connect.WithSchema(poolServiceMethods.ByName("Set")),
+		connect.WithHandlerOptions(opts...),
+	)
+	poolServiceWorkersHandler := connect.NewUnaryHandler(
+		PoolServiceWorkersProcedure,
+		svc.Workers,
+		connect.WithSchema(poolServiceMethods.ByName("Workers")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/cronoq.v1.PoolService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case PoolServiceListProcedure:
+			poolServiceListHandler.ServeHTTP(w, r)
+		case PoolServiceGetProcedure:
+			poolServiceGetHandler.ServeHTTP(w, r)
+		case PoolServiceSetProcedure:
+			poolServiceSetHandler.ServeHTTP(w, r)
+		case PoolServiceWorkersProcedure:
+			poolServiceWorkersHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedPoolServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedPoolServiceHandler struct{}
+
+func (UnimplementedPoolServiceHandler) List(context.Context, *connect.Request[cronoqv1.ListPoolsRequest]) (*connect.Response[cronoqv1.ListPoolsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.PoolService.List is not implemented"))
+}
+
+func (UnimplementedPoolServiceHandler) Get(context.Context, *connect.Request[cronoqv1.GetPoolRequest]) (*connect.Response[cronoqv1.GetPoolResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.PoolService.Get is not implemented"))
+}
+
+func (UnimplementedPoolServiceHandler) Set(context.Context, *connect.Request[cronoqv1.SetPoolRequest]) (*connect.Response[cronoqv1.SetPoolResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.PoolService.Set is not implemented"))
+}
+
+func (UnimplementedPoolServiceHandler) Workers(context.Context, *connect.Request[cronoqv1.ListWorkersRequest]) (*connect.Response[cronoqv1.ListWorkersResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.PoolService.Workers is not implemented"))
 }
 
 // WorkflowServiceClient is a client for the cronoq.v1.WorkflowService service.
