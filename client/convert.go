@@ -24,6 +24,7 @@ var statusNames = map[cronoqv1.Status]string{
 	cronoqv1.Status_STATUS_CANCELLED: StatusCancelled,
 	cronoqv1.Status_STATUS_EXPIRED:   StatusExpired,
 	cronoqv1.Status_STATUS_BLOCKED:   StatusBlocked,
+	cronoqv1.Status_STATUS_PARKED:    StatusParked,
 }
 
 func depPolicyToProto(s string) (cronoqv1.DependencyPolicy, error) {
@@ -180,6 +181,7 @@ func taskFromProto(p *cronoqv1.Task) *Task {
 		Workflow:         p.GetWorkflow(),
 		Step:             p.GetStep(),
 		Parent:           p.GetParent(),
+		BlocksLane:       p.GetBlocksLane(),
 	}
 }
 

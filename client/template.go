@@ -28,6 +28,12 @@ type Template struct {
 	MaxAttempts int
 	// Backoff overrides the cluster's retry backoff when non-nil.
 	Backoff *Backoff
+	// OrderingKey puts the task in a lane of its pool: tasks with the same
+	// key run one at a time, in submit order.
+	OrderingKey string
+	// ConcurrencyKey puts the task in a group whose running tasks the
+	// pool's concurrency limit caps.
+	ConcurrencyKey string
 }
 
 // Backoff is a retry backoff policy: exponential from Initial, capped at Max,
@@ -57,6 +63,9 @@ func templateToProto(t *Template) (*cronoqv1.TaskTemplate, error) {
 		Tags:        kvsToProto(t.Tags),
 		Timeout:     durationToProto(t.Timeout),
 		MaxAttempts: uint32(t.MaxAttempts),
+
+		OrderingKey:    t.OrderingKey,
+		ConcurrencyKey: t.ConcurrencyKey,
 	}
 	if b := t.Backoff; b != nil {
 		out.Backoff = &cronoqv1.Backoff{Initial: durationToProto(b.Initial), Max: durationToProto(b.Max), Jitter: b.Jitter}
@@ -74,6 +83,9 @@ func templateFromProto(p *cronoqv1.TaskTemplate) Template {
 		Tags:        kvsFromProto(p.GetTags()),
 		Timeout:     p.GetTimeout().AsDuration(),
 		MaxAttempts: int(p.GetMaxAttempts()),
+
+		OrderingKey:    p.GetOrderingKey(),
+		ConcurrencyKey: p.GetConcurrencyKey(),
 	}
 	if b := p.GetBackoff(); b != nil {
 		t.Backoff = &Backoff{Initial: b.GetInitial().AsDuration(), Max: b.GetMax().AsDuration(), Jitter: b.GetJitter()}

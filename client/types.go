@@ -21,6 +21,9 @@ const (
 	StatusExpired   = "expired"
 	// StatusBlocked is a task waiting for its dependencies to end.
 	StatusBlocked = "blocked"
+	// StatusParked is a task accepted beyond its pool's pending bound
+	// (overflow policy park), waiting for room.
+	StatusParked = "parked"
 )
 
 // Dependency policies: when a task with dependencies may run.
@@ -130,6 +133,9 @@ type Task struct {
 	Step     string
 	// Parent is the task whose successful completion spawned it, if any.
 	Parent string
+	// BlocksLane says it ended without succeeding under its pool's
+	// ordering policy block: its lane waits until it is deleted.
+	BlocksLane bool
 }
 
 // Terminal reports whether the task has ended (succeeded, failed, cancelled

@@ -256,6 +256,9 @@ func (c *Core) start(t *task, worker string) Grant {
 	c.concStarted(t)
 	if l := t.lane; l != nil {
 		l.active = t
+		if bugLaneOverlap {
+			c.bugReleaseNext(l)
+		}
 	}
 	c.mutate(fsm.Mutation{Start: &fsm.Start{ID: t.id, Attempt: t.attempt, Lease: lease, Worker: worker, At: c.now}})
 	c.setStatus(t, fsm.StatusRunning)

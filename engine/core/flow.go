@@ -471,7 +471,7 @@ func (c *Core) enqueue(t *task) {
 	if t.isExternal() {
 		return
 	}
-	if l := t.lane; l != nil && (l.blockedBy != nil || l.head() != t) {
+	if l := t.lane; l != nil && (l.blockedBy != nil || l.head() != t) && !(bugLaneOverlap && l.active != nil && l.active != t) {
 		setGate(t, gateLane)
 		return
 	}
@@ -697,6 +697,18 @@ func (c *Core) advanceLane(l *lane) {
 	if h.status == fsm.StatusQueued && h.gate == gateLane {
 		c.enqueueConc(h)
 	}
+}
+
+// bugReleaseNext is the lane-overlap fault (bugLaneOverlap): the next
+// waiting member of l goes while its head runs.
+func (c *Core) bugReleaseNext(l *lane) {
+	l.members.Ascend(func(m *task) bool {
+		if m != l.active && m.status == fsm.StatusQueued && m.gate == gateLane {
+			c.enqueueConc(m)
+			return false
+		}
+		return true
+	})
 }
 
 // unblockLane releases a lane whose blocking task is gone or runs again.
