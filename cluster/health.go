@@ -137,6 +137,14 @@ func (n *Node) Health() Health {
 			}
 		}
 	}
+	if state == raft.Leader {
+		if eng, err := n.engine(); err == nil {
+			if st := eng.Stats(); st.Saturated {
+				h.Reasons = append(h.Reasons, fmt.Sprintf("write path saturated: %d bytes wait for the log (limit %d); submits are refused until it drains",
+					st.QueuedBytes, eng.Config().MaxQueuedBytes))
+			}
+		}
+	}
 	for _, g := range n.loops.all() {
 		st := g.status()
 		h.Loops = append(h.Loops, st)

@@ -65,6 +65,9 @@ const (
 // *InvalidError and *VersionError.
 var (
 	ErrOverloaded     = core.ErrOverloaded
+	// ErrWritePathSaturated is an ErrOverloaded refusing a submit while the
+	// log does not keep up; retry after a short while.
+	ErrWritePathSaturated = engine.ErrWritePathSaturated
 	ErrNotFound       = core.ErrNotFound
 	ErrStaleLease     = core.ErrStaleLease
 	ErrShuttingDown   = core.ErrShuttingDown

@@ -64,7 +64,17 @@ const (
 	DefaultMaxInFlight        = 2
 	DefaultStopGrace          = 5 * time.Second
 	DefaultSubscriptionBuffer = 256
+	// DefaultMaxQueuedBytes: 64 MiB of mutations waiting for the log is
+	// 128 full entries, far more than a healthy disk ever lets pile up.
+	DefaultMaxQueuedBytes = 64 << 20
 )
+
+// ErrWritePathSaturated refuses a submit while more is waiting for the log
+// than Config.MaxQueuedBytes: the log cannot keep up (a slow disk, a slow
+// follower). It wraps core.ErrOverloaded, so callers that retry an
+// overloaded submit retry it too. Nothing already acknowledged is
+// affected.
+var ErrWritePathSaturated = fmt.Errorf("%w: write path saturated (the log is not keeping up)", core.ErrOverloaded)
 
 // maxDrain bounds the messages handled per loop iteration, so that commit
 // results and timers stay responsive under a flood of requests.
@@ -90,6 +100,11 @@ type Config struct {
 	MaxInFlight int
 	// StopGrace bounds how long stopping waits for entries in flight (5s).
 	StopGrace time.Duration
+	// MaxQueuedBytes is the write path's threshold: while the mutations
+	// waiting for a log entry (not yet appended) exceed it, new submits
+	// are refused with ErrWritePathSaturated, until they drain below half
+	// of it (64 MiB). Negative: no threshold.
+	MaxQueuedBytes int
 	// Logger receives the engine's logs (none by default).
 	Logger hclog.Logger
 	// Now is the clock (time.Now when nil).
@@ -120,6 +135,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = DefaultStopGrace
+	}
+	if c.MaxQueuedBytes == 0 {
+		c.MaxQueuedBytes = DefaultMaxQueuedBytes
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
@@ -153,6 +171,9 @@ type Engine struct {
 
 	hub   hub
 	stats counters
+	// saturated: the write path is past Config.MaxQueuedBytes (set and
+	// cleared by the loop, read by submitters).
+	saturated atomic.Bool
 
 	// Owned by the loop goroutine.
 	loop loopState
@@ -398,6 +419,10 @@ func (e *Engine) late(c *call) answer {
 // Submit submits specs in one of the three forms (see core.Core.Submit);
 // with SubmitMany the result holds an error per refused item.
 func (e *Engine) Submit(ctx context.Context, mode core.SubmitMode, specs []core.Spec) (*core.SubmitResult, error) {
+	if e.saturated.Load() {
+		e.stats.saturatedRefusals.Add(1)
+		return nil, ErrWritePathSaturated
+	}
 	res, err := send[*core.SubmitResult](ctx, e, true, func(c *core.Core, now time.Time, req core.ReqID) {
 		c.Submit(now, req, mode, specs)
 	})
@@ -527,6 +552,10 @@ func (e *Engine) Wait(ctx context.Context, ref core.TaskRef) (string, error) {
 // SubmitWorkflow admits a workflow: its steps, atomically (see
 // core.Core.SubmitWorkflow).
 func (e *Engine) SubmitWorkflow(ctx context.Context, spec core.WorkflowSpec) (*core.WorkflowSubmitted, error) {
+	if e.saturated.Load() {
+		e.stats.saturatedRefusals.Add(1)
+		return nil, ErrWritePathSaturated
+	}
 	res, err := send[*core.WorkflowSubmitted](ctx, e, true, func(c *core.Core, now time.Time, req core.ReqID) {
 		c.SubmitWorkflow(now, req, spec)
 	})
@@ -590,6 +619,9 @@ func (e *Engine) PauseSchedule(ctx context.Context, name string, paused bool) (b
 		c.PauseSchedule(now, req, name, paused)
 	})
 }
+
+// Config returns the engine's configuration, defaults filled in.
+func (e *Engine) Config() Config { return e.cfg }
 
 // SetPool changes a pool's settings through the log and returns the pool
 // once the change is durable (see core.Core.SetPool).

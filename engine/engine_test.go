@@ -1013,3 +1013,47 @@ func TestWorkflowOperations(t *testing.T) {
 	}, seen)
 	require.False(t, events.Lagged())
 }
+
+// TestWritePathSaturation pauses the log so that submits pile up waiting
+// for it: once their mutations pass MaxQueuedBytes, new submits are
+// refused (ErrWritePathSaturated, an overloaded error) without reaching
+// the core, and the stats say so. When the log resumes, every submit taken
+// before commits and is acknowledged, and submits are admitted again.
+func TestWritePathSaturation(t *testing.T) {
+	h := setup(t, engine.Config{MaxQueuedBytes: 4 << 10, MaxInFlight: 1}, core.Config{})
+	h.log.Pause()
+	out := make(chan submitResult, 1000)
+	sent := 0
+	big := spec("k")
+	big.Payload = make([]byte, 512)
+	for !h.eng.Stats().Saturated {
+		require.Less(t, sent, 200, "never saturated")
+		h.submitAsync(h.ctx, sent, big, out)
+		sent++
+		h.waitRequests(sent) // taken by the core, held for the log
+	}
+	_, err := h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("refused")})
+	require.ErrorIs(t, err, engine.ErrWritePathSaturated)
+	require.ErrorIs(t, err, core.ErrOverloaded)
+	st := h.eng.Stats()
+	require.True(t, st.Saturated)
+	require.Greater(t, st.QueuedBytes, 4<<10)
+	require.Equal(t, uint64(1), st.SaturatedRefusals)
+
+	h.log.Resume()
+	ids := map[string]bool{}
+	for i := 0; i < sent; i++ {
+		r := recv(t, out)
+		require.NoError(t, r.err, "submit %d", r.n)
+		ids[r.id] = true
+	}
+	require.Len(t, ids, sent)
+	for id := range ids {
+		task, ok := h.state.Get(id)
+		require.True(t, ok, "acknowledged task %s is durable", id)
+		require.Equal(t, fsm.StatusQueued, task.Status)
+	}
+	require.Eventually(t, func() bool { return !h.eng.Stats().Saturated }, waitFor, time.Millisecond)
+	_, err = h.eng.Submit(h.ctx, core.SubmitOne, []core.Spec{spec("admitted")})
+	require.NoError(t, err)
+}

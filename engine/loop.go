@@ -206,6 +206,26 @@ func (e *Engine) collect() {
 		}
 		l.unsent = append(l.unsent, s)
 		e.stats.queued.Add(1)
+		e.queuedBytes(s.size)
+	}
+}
+
+// queuedBytes adds delta to the bytes waiting for the log and sets or
+// clears the write path's saturation: set past Config.MaxQueuedBytes,
+// cleared below half of it.
+func (e *Engine) queuedBytes(delta int) {
+	n := e.stats.queuedBytes.Add(int64(delta))
+	limit := int64(e.cfg.MaxQueuedBytes)
+	if limit < 0 {
+		return
+	}
+	switch sat := e.saturated.Load(); {
+	case !sat && n > limit:
+		e.saturated.Store(true)
+		e.logger.Warn("write path saturated: submits are refused until it drains", "queued_bytes", n, "limit", limit)
+	case sat && n <= limit/2:
+		e.saturated.Store(false)
+		e.logger.Info("write path drained: submits are admitted again", "queued_bytes", n)
 	}
 }
 
@@ -350,10 +370,13 @@ func (e *Engine) appendEntry() error {
 	l.seq++
 	l.lastTime = t
 	ent := &entry{seq: l.seq, muts: nmuts, bytes: len(data)}
+	sent := 0
 	for i, s := range l.unsent[:n] {
 		s.entry = ent
+		sent += s.size
 		l.unsent[i] = nil
 	}
+	e.queuedBytes(-sent)
 	l.unsent = l.unsent[n:]
 	l.inflight = append(l.inflight, ent)
 	e.stats.queued.Add(-int64(n))
@@ -477,6 +500,8 @@ func (e *Engine) finish(cause error) {
 	l.held, l.unsent, l.inflight = nil, nil, nil
 	e.stats.requests.Store(0)
 	e.stats.queued.Store(0)
+	e.stats.queuedBytes.Store(0)
+	e.saturated.Store(false)
 	e.stats.inFlight.Store(0)
 
 	l.resolver.stop()

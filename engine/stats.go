@@ -20,9 +20,16 @@ type Stats struct {
 	BatchBytes    uint64        // encoded bytes appended
 	CommitLatency time.Duration // total Append-to-applied time of the committed entries
 
-	InFlight int // entries appended and not resolved
-	Queued   int // pending steps waiting for an entry slot
-	Requests int // calls taken by the core and not answered yet (parked, polling, held)
+	InFlight    int // entries appended and not resolved
+	Queued      int // pending steps waiting for an entry slot
+	QueuedBytes int // encoded size (an upper bound) of their mutations
+	Requests    int // calls taken by the core and not answered yet (parked, polling, held)
+	Inbox       int // calls handed to the engine and not taken by its goroutine yet
+
+	// Saturated: the write path is past its threshold, and submits are
+	// refused (SaturatedRefusals of them so far).
+	Saturated         bool
+	SaturatedRefusals uint64
 
 	DroppedDispatches uint64 // grants whose poller had gone away (their leases expire)
 	DroppedEvents     uint64 // events a lagging subscriber missed
@@ -32,8 +39,8 @@ type counters struct {
 	submitted, duplicates, dispatched, completed atomic.Uint64
 	batches, committed, mutations, batchBytes    atomic.Uint64
 	commitNanos                                  atomic.Int64
-	inFlight, queued, requests                   atomic.Int64
-	droppedDispatches                            atomic.Uint64
+	inFlight, queued, queuedBytes, requests      atomic.Int64
+	droppedDispatches, saturatedRefusals         atomic.Uint64
 }
 
 // countSubmitted records the tasks an answered submit admitted.
@@ -65,7 +72,11 @@ func (e *Engine) Stats() Stats {
 		CommitLatency:     time.Duration(c.commitNanos.Load()),
 		InFlight:          int(c.inFlight.Load()),
 		Queued:            int(c.queued.Load()),
+		QueuedBytes:       int(c.queuedBytes.Load()),
 		Requests:          int(c.requests.Load()),
+		Inbox:             len(e.in),
+		Saturated:         e.saturated.Load(),
+		SaturatedRefusals: c.saturatedRefusals.Load(),
 		DroppedDispatches: c.droppedDispatches.Load(),
 		DroppedEvents:     e.hub.dropped.Load(),
 	}

@@ -38,6 +38,10 @@ func (s *Server) apiError(err error) error {
 		return apierr.Invalid(ie.Field, ie.Reason)
 	case errors.As(err, &ve):
 		return apierr.UpgradeRequired(err.Error())
+	case errors.Is(err, cluster.ErrWritePathSaturated):
+		e := apierr.Overloaded(err.Error())
+		e.Meta().Set(apierr.HeaderRetryAfter, "1")
+		return e
 	case errors.Is(err, cluster.ErrOverloaded):
 		return apierr.Overloaded(err.Error())
 	case errors.Is(err, cluster.ErrNotFound), errors.Is(err, cluster.ErrUnknownPeer):

@@ -35,6 +35,10 @@ const (
 	HeaderLeaderAddr = "Cronoq-Leader-Addr"
 	// HeaderField carries the offending field on an invalid-argument error.
 	HeaderField = "Cronoq-Field"
+	// HeaderRetryAfter carries, on an overloaded error that will pass on
+	// its own (the write path is saturated), how many seconds to wait
+	// before trying again.
+	HeaderRetryAfter = "Retry-After"
 )
 
 // Detail kinds. The zero kind "" means the error has no cronoq detail (for

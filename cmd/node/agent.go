@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsimple"
 
 	"github.com/cronoq/cronoq/cluster"
+	"github.com/cronoq/cronoq/engine"
 	"github.com/cronoq/cronoq/engine/core"
 	"github.com/cronoq/cronoq/fsm"
 	"github.com/cronoq/cronoq/metrics"
@@ -68,6 +69,7 @@ type agentConfig struct {
 
 	maxPayload      int
 	maxOutput       int
+	writeQueueLimit int
 	pools           []string
 	poolBlocks      []poolBlock // pool "NAME" { ... } blocks of the config file
 	heartbeatWindow time.Duration
@@ -98,6 +100,7 @@ func defaultAgentConfig() agentConfig {
 		logLevel:        "info",
 		maxPayload:      d.MaxPayload,
 		maxOutput:       d.MaxOutput,
+		writeQueueLimit: engine.DefaultMaxQueuedBytes,
 		heartbeatWindow: d.HeartbeatWindow,
 		retention:       d.Retention,
 		maxAttempts:     int(d.MaxAttempts),
@@ -173,6 +176,7 @@ func agentFlags(c *cmd, cfg *agentConfig) {
 	fs.BoolVar(&cfg.enableDebug, "enable-debug", cfg.enableDebug, "serve Go's profiler under /debug/pprof/ on the HTTP address")
 	fs.Var(sizeValue{&cfg.maxPayload}, "max-payload", "largest task payload, `SIZE`; larger submits are refused")
 	fs.Var(sizeValue{&cfg.maxOutput}, "max-output", "largest task output, `SIZE`; a larger output fails the attempt permanently")
+	fs.Var(sizeValue{&cfg.writeQueueLimit}, "write-queue-limit", "write path threshold, `SIZE` of changes waiting for the log past which submits are refused as overloaded (with a retry-after hint) and health says the write path is saturated, until half of it drains")
 	fs.Var(&fileList{list: &cfg.pools}, "pools", "fixed list of pool `NAMES` (comma-separated); tasks of other pools are refused (default: any pool)")
 	fs.Var(durationValue{&cfg.heartbeatWindow, true}, "heartbeat-window", "a lease is lost after `DUR` without a heartbeat")
 	fs.Var(durationValue{&cfg.retention, true}, "retention", "keep ended tasks and their outputs for `DUR`")
@@ -310,6 +314,7 @@ type fileConfig struct {
 	EnableDebug      *bool    `hcl:"enable_debug,optional"`
 	MaxPayload       *string  `hcl:"max_payload,optional"`
 	MaxOutput        *string  `hcl:"max_output,optional"`
+	WriteQueueLimit  *string  `hcl:"write_queue_limit,optional"`
 	Pools            []string `hcl:"pools,optional"`
 	HeartbeatWindow  *string  `hcl:"heartbeat_window,optional"`
 	Retention        *string  `hcl:"retention,optional"`
@@ -629,6 +634,7 @@ func (cfg *agentConfig) clusterConfig(advertise string, root hclog.Logger) clust
 		Logger:           root,
 	}
 	c.Engine.Core = cfg.engineConfig()
+	c.Engine.MaxQueuedBytes = cfg.writeQueueLimit
 	if cfg.dev {
 		c.HeartbeatTimeout = devHeartbeatTimeout
 		c.ElectionTimeout = devElectionTimeout
