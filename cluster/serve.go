@@ -64,16 +64,16 @@ const (
 // Errors of the leader's operations, besides *NotLeaderError,
 // *InvalidError and *VersionError.
 var (
-	ErrOverloaded     = core.ErrOverloaded
+	ErrOverloaded = core.ErrOverloaded
 	// ErrWritePathSaturated is an ErrOverloaded refusing a submit while the
 	// log does not keep up; retry after a short while.
 	ErrWritePathSaturated = engine.ErrWritePathSaturated
-	ErrNotFound       = core.ErrNotFound
-	ErrStaleLease     = core.ErrStaleLease
-	ErrShuttingDown   = core.ErrShuttingDown
-	ErrNotWaiting     = core.ErrNotWaiting
-	ErrStopped        = engine.ErrStopped
-	ErrOutcomeUnknown = engine.ErrOutcomeUnknown
+	ErrNotFound           = core.ErrNotFound
+	ErrStaleLease         = core.ErrStaleLease
+	ErrShuttingDown       = core.ErrShuttingDown
+	ErrNotWaiting         = core.ErrNotWaiting
+	ErrStopped            = engine.ErrStopped
+	ErrOutcomeUnknown     = engine.ErrOutcomeUnknown
 )
 
 // Invalid returns an *InvalidError naming field.
