@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -27,6 +28,33 @@ func (s metricsSource) TaskCounts(fn func(pool, status string, n int64)) {
 			fn(pc.Pool, st.String(), pc.ByStatus[st])
 		}
 	}
+}
+
+func (s metricsSource) Pools(fn func(pool string, oldestQueuedAge time.Duration)) {
+	now := s.n.now()
+	for _, pc := range s.n.state.Counts() {
+		if pc.ByStatus[fsm.StatusQueued] == 0 {
+			continue
+		}
+		if t, ok := s.n.state.OldestQueued(pc.Pool); ok {
+			fn(pc.Pool, max(now.Sub(max(t.SubmittedAt, t.RunAt).Time()), 0))
+		}
+	}
+}
+
+func (s metricsSource) Engine() (metrics.EngineGauges, bool) {
+	if !s.n.IsLeader() {
+		return metrics.EngineGauges{}, false
+	}
+	eng, err := s.n.engine()
+	if err != nil {
+		return metrics.EngineGauges{}, false
+	}
+	st := eng.Stats()
+	return metrics.EngineGauges{
+		Inbox: st.Inbox, Requests: st.Requests, Queued: st.Queued, QueuedBytes: st.QueuedBytes,
+		InFlight: st.InFlight, Saturated: st.Saturated,
+	}, true
 }
 
 func (s metricsSource) Epoch() uint64        { return s.n.state.Epoch() }
@@ -103,6 +131,7 @@ func feedTerm(eng *engine.Engine, m *metrics.Metrics) *termFeed {
 			m.ObserveEvent(metrics.TaskEvent{
 				TaskID:   ev.TaskID,
 				Pool:     ev.Pool,
+				Kind:     ev.Kind,
 				Status:   ev.Status.String(),
 				Terminal: ev.Status.Terminal(),
 				Attempt:  ev.Attempt,

@@ -40,13 +40,33 @@ type Source interface {
 	IsLeader() bool
 	// AppliedIndex returns the raft index last applied on this node.
 	AppliedIndex() uint64
+	// Pools calls fn with the age of the oldest queued task of every
+	// pool that has one (in this node's replica).
+	Pools(fn func(pool string, oldestQueuedAge time.Duration))
+	// Engine returns the gauges of this node's engine while it leads.
+	Engine() (EngineGauges, bool)
+}
+
+// WorkerSource calls fn with the worker streams connected to this node and
+// the free slots they offer, for every pool that has any.
+type WorkerSource func(fn func(pool string, streams, freeSlots int64))
+
+// EngineGauges are the depths of the leader's engine and write path.
+type EngineGauges struct {
+	Inbox       int  // calls waiting for the engine's goroutine
+	Requests    int  // calls the core holds (long polls, waiting submitters, held answers)
+	Queued      int  // steps waiting for a log entry
+	QueuedBytes int  // and the size of their changes
+	InFlight    int  // entries appended and not applied yet
+	Saturated   bool // submits are refused until the write path drains
 }
 
 // Metrics is the metrics of one node. Its methods are safe for concurrent
 // use; the observers never block.
 type Metrics struct {
-	reg *prometheus.Registry
-	src atomic.Pointer[sourceBox]
+	reg     *prometheus.Registry
+	src     atomic.Pointer[sourceBox]
+	workerS atomic.Pointer[WorkerSource]
 
 	submitted  *prometheus.CounterVec
 	dispatched *prometheus.CounterVec
@@ -91,7 +111,7 @@ func New() *Metrics {
 		Namespace: Namespace, Name: "attempt_duration_seconds",
 		Help:    "Duration of attempts from their grant to their end (completion, failure, expiry or revocation), as seen by the leader.",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
-	}, []string{"pool"})
+	}, []string{"pool", "kind", "outcome"})
 	m.commitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: Namespace, Name: "raft_commit_seconds",
 		Help:    "Time from appending a commit batch to the raft log to its application on the leader.",
@@ -163,6 +183,16 @@ func (m *Metrics) SetSource(s Source) {
 	m.src.Store(&sourceBox{s: s})
 }
 
+// SetWorkerSource sets what the worker gauges read at scrape time (the
+// API server's worker streams).
+func (m *Metrics) SetWorkerSource(w WorkerSource) {
+	if w == nil {
+		m.workerS.Store(nil)
+		return
+	}
+	m.workerS.Store(&w)
+}
+
 // Commit is one resolved commit batch (one raft log entry).
 type Commit struct {
 	Mutations int
@@ -195,6 +225,7 @@ const (
 type TaskEvent struct {
 	TaskID   string
 	Pool     string
+	Kind     string
 	Status   string // its name: queued, running, succeeded, ...
 	Terminal bool   // the status is final
 	Attempt  uint32
@@ -218,7 +249,14 @@ func (m *Metrics) ObserveEvent(ev TaskEvent) {
 	m.mu.Unlock()
 
 	if wasRunning && !running && !ev.At.Before(start) {
-		m.attempts.WithLabelValues(ev.Pool).Observe(ev.At.Sub(start).Seconds())
+		// The attempt's outcome is the status it ended in: succeeded,
+		// failed, cancelled, expired, or retrying (a failure retried,
+		// queued at once or after a backoff).
+		outcome := ev.Status
+		if outcome == StatusQueued {
+			outcome = StatusRetrying
+		}
+		m.attempts.WithLabelValues(ev.Pool, ev.Kind, outcome).Observe(ev.At.Sub(start).Seconds())
 	}
 	switch {
 	case running:
@@ -276,6 +314,24 @@ var (
 		"1 when this node is the raft leader, else 0.", nil, nil)
 	descApplied = prometheus.NewDesc(Namespace+"_raft_applied_index",
 		"Raft log index last applied on this node.", nil, nil)
+	descQueueAge = prometheus.NewDesc(Namespace+"_pool_oldest_queued_age_seconds",
+		"Age of the oldest queued task of each pool (since it became ready), in this node's replica.", []string{"pool"}, nil)
+	descWorkers = prometheus.NewDesc(Namespace+"_pool_worker_streams",
+		"Worker streams connected to this node, by pool.", []string{"pool"}, nil)
+	descOffered = prometheus.NewDesc(Namespace+"_pool_offered_slots",
+		"Free slots the worker streams connected to this node offer, by pool.", []string{"pool"}, nil)
+	descInbox = prometheus.NewDesc(Namespace+"_engine_inbox",
+		"Calls waiting for the leader's engine goroutine.", nil, nil)
+	descRequests = prometheus.NewDesc(Namespace+"_engine_requests",
+		"Calls the leader's engine holds: long polls, waiting submitters, answers held for their entry.", nil, nil)
+	descWriteSteps = prometheus.NewDesc(Namespace+"_engine_write_queue_steps",
+		"Engine steps whose changes wait for a log entry.", nil, nil)
+	descWriteBytes = prometheus.NewDesc(Namespace+"_engine_write_queue_bytes",
+		"Size of the changes waiting for a log entry.", nil, nil)
+	descInFlight = prometheus.NewDesc(Namespace+"_engine_entries_in_flight",
+		"Log entries appended by the leader's engine and not applied yet.", nil, nil)
+	descSaturated = prometheus.NewDesc(Namespace+"_engine_write_path_saturated",
+		"1 while the write path is past its threshold and submits are refused, else 0.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -284,6 +340,15 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descEpoch
 	ch <- descIsLeader
 	ch <- descApplied
+	ch <- descQueueAge
+	ch <- descWorkers
+	ch <- descOffered
+	ch <- descInbox
+	ch <- descRequests
+	ch <- descWriteSteps
+	ch <- descWriteBytes
+	ch <- descInFlight
+	ch <- descSaturated
 }
 
 // Collect implements prometheus.Collector.
@@ -303,4 +368,29 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descEpoch, prometheus.GaugeValue, float64(s.Epoch()))
 	ch <- prometheus.MustNewConstMetric(descIsLeader, prometheus.GaugeValue, leader)
 	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(s.AppliedIndex()))
+	s.Pools(func(pool string, age time.Duration) {
+		ch <- prometheus.MustNewConstMetric(descQueueAge, prometheus.GaugeValue, age.Seconds(), pool)
+	})
+	if w := c.m.workerS.Load(); w != nil {
+		(*w)(func(pool string, streams, free int64) {
+			ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(streams), pool)
+			ch <- prometheus.MustNewConstMetric(descOffered, prometheus.GaugeValue, float64(free), pool)
+		})
+	}
+	if g, ok := s.Engine(); ok {
+		saturated := 0.0
+		if g.Saturated {
+			saturated = 1
+		}
+		for _, v := range []struct {
+			d *prometheus.Desc
+			n float64
+		}{
+			{descInbox, float64(g.Inbox)}, {descRequests, float64(g.Requests)},
+			{descWriteSteps, float64(g.Queued)}, {descWriteBytes, float64(g.QueuedBytes)},
+			{descInFlight, float64(g.InFlight)}, {descSaturated, saturated},
+		} {
+			ch <- prometheus.MustNewConstMetric(v.d, prometheus.GaugeValue, v.n)
+		}
+	}
 }

@@ -23,6 +23,8 @@ type fakeSource struct {
 	epoch   uint64
 	leader  bool
 	applied uint64
+	ages    map[string]time.Duration
+	engine  EngineGauges
 }
 
 func (f fakeSource) TaskCounts(fn func(pool, status string, n int64)) {
@@ -33,13 +35,19 @@ func (f fakeSource) TaskCounts(fn func(pool, status string, n int64)) {
 func (f fakeSource) Epoch() uint64        { return f.epoch }
 func (f fakeSource) IsLeader() bool       { return f.leader }
 func (f fakeSource) AppliedIndex() uint64 { return f.applied }
+func (f fakeSource) Pools(fn func(pool string, age time.Duration)) {
+	for pool, age := range f.ages {
+		fn(pool, age)
+	}
+}
+func (f fakeSource) Engine() (EngineGauges, bool) { return f.engine, f.leader }
 
 func TestTaskEvents(t *testing.T) {
 	m := New()
 	t0 := time.Unix(1000, 0)
 	terminal := map[string]bool{"succeeded": true, "failed": true, "cancelled": true, "expired": true}
 	ev := func(id, pool, st string, attempt uint32, at time.Duration) {
-		m.ObserveEvent(TaskEvent{TaskID: id, Pool: pool, Status: st, Terminal: terminal[st], Attempt: attempt, At: t0.Add(at)})
+		m.ObserveEvent(TaskEvent{TaskID: id, Pool: pool, Kind: "k-" + pool, Status: st, Terminal: terminal[st], Attempt: attempt, At: t0.Add(at)})
 	}
 	// a: submitted, runs 2s, fails retryably, runs 3s, succeeds.
 	ev("a", "p", "queued", 0, 0)
@@ -67,15 +75,19 @@ func TestTaskEvents(t *testing.T) {
 		require.Contains(t, out, want+"\n")
 	}
 	require.NotContains(t, out, `cronoq_tasks_dispatched_total{pool="q"}`)
-	require.Contains(t, out, `cronoq_attempt_duration_seconds_count{pool="p"} 2`)
-	require.Contains(t, out, `cronoq_attempt_duration_seconds_sum{pool="p"} 5`)
-	require.NotContains(t, out, `cronoq_attempt_duration_seconds_count{pool="q"}`)
+	// Attempts by kind and outcome: a retried one of 2s, a succeeded one
+	// of 3s.
+	require.Contains(t, out, `cronoq_attempt_duration_seconds_count{kind="k-p",outcome="retrying",pool="p"} 1`)
+	require.Contains(t, out, `cronoq_attempt_duration_seconds_sum{kind="k-p",outcome="retrying",pool="p"} 2`)
+	require.Contains(t, out, `cronoq_attempt_duration_seconds_count{kind="k-p",outcome="succeeded",pool="p"} 1`)
+	require.Contains(t, out, `cronoq_attempt_duration_seconds_sum{kind="k-p",outcome="succeeded",pool="p"} 3`)
+	require.NotContains(t, out, `cronoq_attempt_duration_seconds_count{kind="k-q"`)
 	require.Empty(t, m.starts)
 
 	ev("d", "p", "running", 1, 0)
 	m.ResetAttempts()
 	ev("d", "p", "succeeded", 1, time.Second)
-	require.Contains(t, scrape(t, m), `cronoq_attempt_duration_seconds_count{pool="p"} 2`)
+	require.Contains(t, scrape(t, m), `cronoq_attempt_duration_seconds_count{kind="k-p",outcome="succeeded",pool="p"} 1`)
 }
 
 func TestCommitsAndState(t *testing.T) {
@@ -112,7 +124,10 @@ func TestCommitsAndState(t *testing.T) {
 		require.Contains(t, out, want)
 	}
 
-	m.SetSource(fakeSource{counts: []count{{"p", "queued", 4}, {"p", "succeeded", 2}, {"p", "failed", 0}}, epoch: 7, leader: true, applied: 42})
+	m.SetSource(fakeSource{counts: []count{{"p", "queued", 4}, {"p", "succeeded", 2}, {"p", "failed", 0}}, epoch: 7, leader: true, applied: 42,
+		ages:   map[string]time.Duration{"p": 90 * time.Second},
+		engine: EngineGauges{Inbox: 3, Requests: 5, Queued: 7, QueuedBytes: 4096, InFlight: 2, Saturated: true}})
+	m.SetWorkerSource(func(fn func(pool string, streams, free int64)) { fn("p", 2, 12) })
 	out = scrape(t, m)
 	for _, want := range []string{
 		`cronoq_tasks{pool="p",status="queued"} 4`,
@@ -121,6 +136,15 @@ func TestCommitsAndState(t *testing.T) {
 		"cronoq_epoch 7",
 		"cronoq_is_leader 1",
 		"cronoq_raft_applied_index 42",
+		`cronoq_pool_oldest_queued_age_seconds{pool="p"} 90`,
+		`cronoq_pool_worker_streams{pool="p"} 2`,
+		`cronoq_pool_offered_slots{pool="p"} 12`,
+		"cronoq_engine_inbox 3",
+		"cronoq_engine_requests 5",
+		"cronoq_engine_write_queue_steps 7",
+		"cronoq_engine_write_queue_bytes 4096",
+		"cronoq_engine_entries_in_flight 2",
+		"cronoq_engine_write_path_saturated 1",
 	} {
 		require.Contains(t, out, want)
 	}

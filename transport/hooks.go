@@ -86,6 +86,30 @@ func (r *registry) list(pool string) []*workerStream {
 	return out
 }
 
+// gauges calls fn with the streams and free slots of every pool that has
+// streams (the metrics' worker source).
+func (r *registry) gauges(fn func(pool string, streams, free int64)) {
+	type agg struct{ streams, free int64 }
+	by := make(map[string]*agg)
+	for _, ws := range r.list("") {
+		a := by[ws.pool]
+		if a == nil {
+			a = &agg{}
+			by[ws.pool] = a
+		}
+		a.streams++
+		a.free += max(ws.free.Load(), 0)
+	}
+	pools := make([]string, 0, len(by))
+	for p := range by {
+		pools = append(pools, p)
+	}
+	slices.Sort(pools)
+	for _, p := range pools {
+		fn(p, by[p].streams, by[p].free)
+	}
+}
+
 // abort tells every stream of worker to stop the attempt under lease. It
 // never blocks (it runs on the engine's goroutine). A worker that is not
 // connected learns it when its next heartbeat for the lease is refused.

@@ -187,6 +187,9 @@ func New(cfg Config) (*Server, error) {
 		grantDepOutputs: grantDependencyOutputs,
 	}
 	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
+	if s.m != nil {
+		s.m.SetWorkerSource(s.workers.gauges)
+	}
 	fwd, err := newForwarder(cfg.Addr, cfg.MaxRequestBytes)
 	if err != nil {
 		return nil, fmt.Errorf("creating API server: %w", err)
