@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -190,19 +191,25 @@ func (s *cronoqSys) pick() *client.Client {
 	return s.submit[s.next%uint64(len(s.submit))]
 }
 
-func spec(seq int) client.TaskSpec {
-	return client.TaskSpec{Template: client.Template{Pool: cronoqPool, Kind: cronoqKind, Payload: payload(seq)}}
+// spec is the no-op task seq; with -w1-ordering-keys, it gets the ordering
+// key seq mod that many.
+func (s *cronoqSys) spec(seq int) client.TaskSpec {
+	sp := client.TaskSpec{Template: client.Template{Pool: cronoqPool, Kind: cronoqKind, Payload: payload(seq)}}
+	if n := s.env.opts.w1OrderingKeys; n > 0 {
+		sp.OrderingKey = "lane-" + strconv.Itoa(seq%n)
+	}
+	return sp
 }
 
 func (s *cronoqSys) Enqueue(ctx context.Context, seq int) error {
-	_, err := s.pick().Submit(ctx, spec(seq))
+	_, err := s.pick().Submit(ctx, s.spec(seq))
 	return err
 }
 
 func (s *cronoqSys) EnqueueBatch(ctx context.Context, seqs []int) error {
 	specs := make([]client.TaskSpec, len(seqs))
 	for i, q := range seqs {
-		specs[i] = spec(q)
+		specs[i] = s.spec(q)
 	}
 	_, err := s.pick().SubmitBatch(ctx, specs)
 	return err

@@ -33,6 +33,9 @@ type options struct {
 	batch       int
 
 	w1Tasks int
+	// w1OrderingKeys, when positive, gives W1's tasks ordering keys
+	// (cronoq only): task seq gets key seq mod w1OrderingKeys.
+	w1OrderingKeys int
 
 	w2Single      int
 	w2Batched     int
@@ -96,6 +99,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.concurrency, "concurrency", 1024, "worker slots per system (cronoq: split over 4 SDK workers)")
 	fs.IntVar(&o.batch, "batch", 1000, "tasks per batched enqueue call (pre-insert and W2)")
 	fs.IntVar(&o.w1Tasks, "w1-tasks", 100000, "W1: tasks pre-inserted and burned down")
+	fs.IntVar(&o.w1OrderingKeys, "w1-ordering-keys", 0, "W1 (cronoq only): give the tasks `N` distinct ordering keys, round robin (1: a single lane, one task at a time; 0: none)")
 	fs.IntVar(&o.w2Single, "w2-single", 20000, "W2: tasks enqueued one per call")
 	fs.IntVar(&o.w2Batched, "w2-batched", 100000, "W2: tasks enqueued in batches")
 	fs.IntVar(&o.w2Concurrency, "w2-concurrency", 64, "W2: concurrent callers for one-per-call enqueues")
@@ -159,6 +163,10 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-batch and -w1-tasks must be positive")
 	case o.w4Children < 1:
 		return o, errors.New("-w4-children must be positive")
+	case o.w1OrderingKeys < 0:
+		return o, errors.New("-w1-ordering-keys must not be negative")
+	case o.w1OrderingKeys > 0 && (len(o.systems) != 1 || o.systems[0] != "cronoq"):
+		return o, errors.New("-w1-ordering-keys needs -systems cronoq: the other systems have no ordering keys")
 	case o.profile < 0:
 		return o, errors.New("-profile must not be negative")
 	}

@@ -82,7 +82,7 @@ func reportOptions(o options) map[string]any {
 	return map[string]any{
 		"quick": o.quick, "runs": o.runs, "systems": o.systems, "workloads": o.workloads,
 		"worker_concurrency": o.concurrency, "batch": o.batch, "payload_bytes": PayloadSize,
-		"w1_tasks": o.w1Tasks, "w2_single": o.w2Single, "w2_batched": o.w2Batched,
+		"w1_tasks": o.w1Tasks, "w1_ordering_keys": o.w1OrderingKeys, "w2_single": o.w2Single, "w2_batched": o.w2Batched,
 		"w2_concurrency": o.w2Concurrency, "w2_batch_callers": o.w2Callers,
 		"w3_rates": o.w3Rates, "w3_duration": o.w3Duration.String(), "w3_drain": o.w3Drain.String(),
 		"w3_submitters": o.w3Submitters, "w4_children": o.w4Children,

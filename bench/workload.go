@@ -115,6 +115,7 @@ type W1Result struct {
 	PreInsertBatch bool    `json:"pre_insert_batched"`
 	StoreCompleted int64   `json:"store_completed"`
 	Duplicates     int64   `json:"duplicate_completions"`
+	OrderingKeys   int     `json:"ordering_keys,omitempty"`
 }
 
 // W2Result is the enqueue rates.
@@ -328,7 +329,7 @@ func preInsert(ctx context.Context, env *Env, sys System, from, to int, cur *ato
 
 func runW1(ctx context.Context, env *Env, sys System, res *CellResult) error {
 	n := env.opts.w1Tasks
-	w := &W1Result{Tasks: n}
+	w := &W1Result{Tasks: n, OrderingKeys: env.opts.w1OrderingKeys}
 	res.W1 = w
 	var ins atomic.Int64
 	env.prog.track("pre-inserting", &ins, int64(n))
@@ -744,6 +745,9 @@ func (r CellResult) summary() string {
 	switch {
 	case r.W1 != nil && r.W1.Rate > 0:
 		s = fmt.Sprintf("%s tasks/s (%d tasks in %.1fs; pre-insert %s tasks/s); server CPU %.1fs", fmtNum(jf(r.W1.Rate)), r.W1.Tasks, r.W1.Seconds, fmtNum(jf(r.W1.PreInsertRate)), r.ServerCPUs)
+		if r.W1.OrderingKeys > 0 {
+			s += fmt.Sprintf("; %d ordering keys", r.W1.OrderingKeys)
+		}
 	case r.W2 != nil && r.W2.SingleRate > 0:
 		s = fmt.Sprintf("single %s tasks/s (p50 %s ms, p99 %s ms)", fmtNum(jf(r.W2.SingleRate)), fmtMs(jf(r.W2.SingleP50ms)), fmtMs(jf(r.W2.SingleP99ms)))
 		if r.W2.BatchRate > 0 {
