@@ -454,6 +454,11 @@ func goldenPool() *Pool {
 		ConcurrencyLimit: 3, Ordering: OrderingBlock, MaxAttempts: 7,
 		Backoff:    Backoff{Initial: 2 * time.Second, Max: time.Hour, Jitter: 0.1},
 		LeaseGrace: 30 * time.Second, Paused: true, UpdatedAt: baseTime, ModifyIndex: 70_000,
+		Kinds: []KindSettings{
+			{Kind: "load", PayloadSchema: []byte(`{"type":"object"}`), OutputSchema: []byte(`{"type":"string"}`),
+				Timeout: time.Minute, MaxAttempts: 2, Backoff: Backoff{Initial: time.Second, Max: time.Minute, Jitter: 0.5}},
+			{Kind: "send", MaxAttempts: 9},
+		},
 	}
 }
 
@@ -745,6 +750,7 @@ func TestGoldenBatchesCoverEveryKind(t *testing.T) {
 		case m.PutPool != nil:
 			requireFieldsSet(t, m.PutPool)
 			requireFieldsSet(t, &m.PutPool.KindRates[0])
+			requireFieldsSet(t, &m.PutPool.Kinds[0])
 		case m.Admit != nil:
 			requireFieldsSet(t, m.Admit)
 		case m.Finish != nil:
@@ -807,12 +813,12 @@ const (
 		"a2737409a27361d317979cfe362a0000a27561d317979cfe362a0000a2636907a26d6908"
 	goldenV3ScheduleSHA256 = "2febb022b697fad9b8b19bd6a486ca43c4b3d6a425ab4428c6bfca9372e194d3"
 	goldenV3SnapshotLen    = 665
-	goldenV4BatchLen       = 515
-	goldenV4BatchSHA256    = "013e204765c03af16b15c985638d81a63b00edf9bcc40c747f69fabd0941fe6e"
-	goldenPoolSHA256       = "1fa0a98d907dff9b79c055fdc8637a5a849763a3670edbee13ae4ea26884a6e8"
+	goldenV4BatchLen       = 632
+	goldenV4BatchSHA256    = "62147fb147624892867420c8fbfdb91950e20c881cac599d7c6dab29d450e030"
+	goldenPoolSHA256       = "d900c75c6526a99531e4882221f43f692dada428b5e8b30977956c53aca092e1"
 	goldenV4TaskHex        = "8aa26964ba30314a3030303030303030303030303030303030303030303039a170a365746ca16ba46c6f6164a26b7382a16faa637573746f6d65722d37a163a874656e616e742d32a27261d317979cfe362a0000a273740aa27361d317979cfe362a0000a27561d317979cfe362a0000a2636909a26d6909"
-	goldenV4SnapshotLen    = 489
-	goldenV4SnapshotSHA256 = "c3f6f83f07a1cada4aa5f922c0fc7925e4ede67c251da2ec5196ec751e366a56"
+	goldenV4SnapshotLen    = 606
+	goldenV4SnapshotSHA256 = "8395b31963b3c28fa922d05ef1b3fe432adf63c79aee4672e693f5a5005d01e9"
 	goldenV3SnapshotSHA256 = "87321aad7da1feff068bd58913e54281a8c6459a4d3decc85fb0ac78aa685223"
 )
 

@@ -86,6 +86,8 @@ func TestPutPool(t *testing.T) {
 		{"kind rate of zero", func(p *Pool) { p.KindRates = []KindRate{{Kind: "a"}} }, "must be a positive number"},
 		{"unknown ordering", func(p *Pool) { p.Ordering = 2 }, "ordering: unknown policy"},
 		{"negative grace", func(p *Pool) { p.LeaseGrace = -time.Second }, "lease_grace"},
+		{"kinds out of order", func(p *Pool) { p.Kinds = []KindSettings{{Kind: "b"}, {Kind: "a"}} }, "kinds[1].kind"},
+		{"kind without a name", func(p *Pool) { p.Kinds = []KindSettings{{}} }, "kinds[0].kind: must not be empty"},
 	} {
 		bad := goldenPool()
 		tc.change(bad)

@@ -422,6 +422,7 @@ func TestSnapshotEveryFieldSurvives(t *testing.T) {
 		p.Overflow, p.Ordering = Overflow(i%3), OrderingPolicy(i%2)
 		p.Rate, p.LeaseGrace = float64(i)/4, time.Duration(i)*time.Second
 		p.KindRates = []KindRate{{Kind: "a", Rate: 1.5, Burst: int64(i)}, {Kind: "b", Rate: 2}}
+		p.Kinds = []KindSettings{{Kind: "a", PayloadSchema: []byte("{}"), Timeout: time.Duration(i)}, {Kind: "z", MaxAttempts: uint32(i)}}
 		require.NoError(t, p.Check())
 		tbl.putPool(nil, &p)
 	}

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -861,6 +862,7 @@ type Pool struct {
 	Backoff            Backoff        `msgpack:"bo,omitempty"` // default for its tasks
 	LeaseGrace         time.Duration  `msgpack:"lg,omitempty"` // for its running attempts at a leader change
 	Paused             bool           `msgpack:"pa,omitempty"`
+	Kinds              []KindSettings `msgpack:"kd,omitempty"` // by kind
 
 	UpdatedAt   Instant `msgpack:"ua"`
 	ModifyIndex uint64  `msgpack:"mi"`
@@ -873,12 +875,34 @@ type KindRate struct {
 	Burst int64   `msgpack:"b,omitempty"`
 }
 
+// KindSettings are the settings of one kind of a pool: JSON Schemas its
+// payloads and outputs must match (none when empty), and defaults for its
+// tasks, which take precedence over the pool's.
+type KindSettings struct {
+	Kind          string        `msgpack:"k"`
+	PayloadSchema []byte        `msgpack:"ps,omitempty"`
+	OutputSchema  []byte        `msgpack:"os,omitempty"`
+	Timeout       time.Duration `msgpack:"to,omitempty"`
+	MaxAttempts   uint32        `msgpack:"ma,omitempty"`
+	Backoff       Backoff       `msgpack:"bo,omitempty"`
+}
+
 // Clone returns a copy of p that shares nothing with it.
 func (p *Pool) Clone() *Pool {
 	c := *p
 	c.MaxPendingPerClass = slices.Clone(p.MaxPendingPerClass)
 	c.KindRates = slices.Clone(p.KindRates)
+	c.Kinds = slices.Clone(p.Kinds)
 	return &c
+}
+
+// KindSettings returns the settings of kind, if the pool has any.
+func (p *Pool) KindSettings(kind string) (*KindSettings, bool) {
+	i, ok := slices.BinarySearchFunc(p.Kinds, kind, func(k KindSettings, name string) int { return strings.Compare(k.Kind, name) })
+	if !ok {
+		return nil, false
+	}
+	return &p.Kinds[i], true
 }
 
 // Version is the log format a node needs to hold p: 4.
@@ -911,6 +935,16 @@ func (p *Pool) Check() error {
 	for i, n := range p.MaxPendingPerClass {
 		if n < 0 {
 			return fmt.Errorf("max_pending_per_class[%d]: must not be negative", i)
+		}
+	}
+	for i, k := range p.Kinds {
+		switch {
+		case k.Kind == "":
+			return fmt.Errorf("kinds[%d].kind: must not be empty", i)
+		case i > 0 && p.Kinds[i-1].Kind >= k.Kind:
+			return fmt.Errorf("kinds[%d].kind: %q out of order or repeated", i, k.Kind)
+		case k.Timeout < 0:
+			return fmt.Errorf("kinds[%d].timeout: must not be negative", i)
 		}
 	}
 	for i, kr := range p.KindRates {

@@ -1304,6 +1304,213 @@ func (z KindRate) Msgsize() (s int) {
 }
 
 // MarshalMsg implements msgp.Marshaler
+func (z *KindSettings) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// check for omitted fields
+	zb0001Len := uint32(6)
+	var zb0001Mask uint8 /* 6 bits */
+	_ = zb0001Mask
+	if z.PayloadSchema == nil {
+		zb0001Len--
+		zb0001Mask |= 0x2
+	}
+	if z.OutputSchema == nil {
+		zb0001Len--
+		zb0001Mask |= 0x4
+	}
+	if z.Timeout == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x8
+	}
+	if z.MaxAttempts == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x10
+	}
+	if z.Backoff == (Backoff{}) {
+		zb0001Len--
+		zb0001Mask |= 0x20
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "k"
+		o = append(o, 0xa1, 0x6b)
+		o = msgp.AppendString(o, z.Kind)
+		if (zb0001Mask & 0x2) == 0 { // if not omitted
+			// string "ps"
+			o = append(o, 0xa2, 0x70, 0x73)
+			o = msgp.AppendBytes(o, z.PayloadSchema)
+		}
+		if (zb0001Mask & 0x4) == 0 { // if not omitted
+			// string "os"
+			o = append(o, 0xa2, 0x6f, 0x73)
+			o = msgp.AppendBytes(o, z.OutputSchema)
+		}
+		if (zb0001Mask & 0x8) == 0 { // if not omitted
+			// string "to"
+			o = append(o, 0xa2, 0x74, 0x6f)
+			o = msgp.AppendDuration(o, z.Timeout)
+		}
+		if (zb0001Mask & 0x10) == 0 { // if not omitted
+			// string "ma"
+			o = append(o, 0xa2, 0x6d, 0x61)
+			o = msgp.AppendUint32(o, z.MaxAttempts)
+		}
+		if (zb0001Mask & 0x20) == 0 { // if not omitted
+			// string "bo"
+			o = append(o, 0xa2, 0x62, 0x6f)
+			// check for omitted fields
+			zb0002Len := uint32(3)
+			var zb0002Mask uint8 /* 3 bits */
+			_ = zb0002Mask
+			if z.Backoff.Initial == 0 {
+				zb0002Len--
+				zb0002Mask |= 0x1
+			}
+			if z.Backoff.Max == 0 {
+				zb0002Len--
+				zb0002Mask |= 0x2
+			}
+			if z.Backoff.Jitter == 0 {
+				zb0002Len--
+				zb0002Mask |= 0x4
+			}
+			// variable map header, size zb0002Len
+			o = append(o, 0x80|uint8(zb0002Len))
+
+			// skip if no fields are to be emitted
+			if zb0002Len != 0 {
+				if (zb0002Mask & 0x1) == 0 { // if not omitted
+					// string "i"
+					o = append(o, 0xa1, 0x69)
+					o = msgp.AppendDuration(o, z.Backoff.Initial)
+				}
+				if (zb0002Mask & 0x2) == 0 { // if not omitted
+					// string "m"
+					o = append(o, 0xa1, 0x6d)
+					o = msgp.AppendDuration(o, z.Backoff.Max)
+				}
+				if (zb0002Mask & 0x4) == 0 { // if not omitted
+					// string "j"
+					o = append(o, 0xa1, 0x6a)
+					o = msgp.AppendFloat64(o, z.Backoff.Jitter)
+				}
+			}
+		}
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *KindSettings) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "k":
+			z.Kind, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Kind")
+				return
+			}
+		case "ps":
+			z.PayloadSchema, bts, err = msgp.ReadBytesBytes(bts, z.PayloadSchema)
+			if err != nil {
+				err = msgp.WrapError(err, "PayloadSchema")
+				return
+			}
+		case "os":
+			z.OutputSchema, bts, err = msgp.ReadBytesBytes(bts, z.OutputSchema)
+			if err != nil {
+				err = msgp.WrapError(err, "OutputSchema")
+				return
+			}
+		case "to":
+			z.Timeout, bts, err = msgp.ReadDurationBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Timeout")
+				return
+			}
+		case "ma":
+			z.MaxAttempts, bts, err = msgp.ReadUint32Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "MaxAttempts")
+				return
+			}
+		case "bo":
+			var zb0002 uint32
+			zb0002, bts, err = msgp.ReadMapHeaderBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Backoff")
+				return
+			}
+			for zb0002 > 0 {
+				zb0002--
+				field, bts, err = msgp.ReadMapKeyZC(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Backoff")
+					return
+				}
+				switch msgp.UnsafeString(field) {
+				case "i":
+					z.Backoff.Initial, bts, err = msgp.ReadDurationBytes(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Backoff", "Initial")
+						return
+					}
+				case "m":
+					z.Backoff.Max, bts, err = msgp.ReadDurationBytes(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Backoff", "Max")
+						return
+					}
+				case "j":
+					z.Backoff.Jitter, bts, err = msgp.ReadFloat64Bytes(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Backoff", "Jitter")
+						return
+					}
+				default:
+					bts, err = msgp.Skip(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Backoff")
+						return
+					}
+				}
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z *KindSettings) Msgsize() (s int) {
+	s = 1 + 2 + msgp.StringPrefixSize + len(z.Kind) + 3 + msgp.BytesPrefixSize + len(z.PayloadSchema) + 3 + msgp.BytesPrefixSize + len(z.OutputSchema) + 3 + msgp.DurationSize + 3 + msgp.Uint32Size + 3 + 1 + 2 + msgp.DurationSize + 2 + msgp.DurationSize + 2 + msgp.Float64Size
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
 func (z *Mutation) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
@@ -2332,8 +2539,8 @@ func (z PauseSchedule) Msgsize() (s int) {
 func (z *Pool) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(16)
-	var zb0001Mask uint16 /* 16 bits */
+	zb0001Len := uint32(17)
+	var zb0001Mask uint32 /* 17 bits */
 	_ = zb0001Mask
 	if z.MaxRunning == 0 {
 		zb0001Len--
@@ -2386,6 +2593,10 @@ func (z *Pool) MarshalMsg(b []byte) (o []byte, err error) {
 	if z.Paused == false {
 		zb0001Len--
 		zb0001Mask |= 0x2000
+	}
+	if z.Kinds == nil {
+		zb0001Len--
+		zb0001Mask |= 0x4000
 	}
 	// variable map header, size zb0001Len
 	o = msgp.AppendMapHeader(o, zb0001Len)
@@ -2525,6 +2736,18 @@ func (z *Pool) MarshalMsg(b []byte) (o []byte, err error) {
 			// string "pa"
 			o = append(o, 0xa2, 0x70, 0x61)
 			o = msgp.AppendBool(o, z.Paused)
+		}
+		if (zb0001Mask & 0x4000) == 0 { // if not omitted
+			// string "kd"
+			o = append(o, 0xa2, 0x6b, 0x64)
+			o = msgp.AppendArrayHeader(o, uint32(len(z.Kinds)))
+			for za0003 := range z.Kinds {
+				o, err = z.Kinds[za0003].MarshalMsg(o)
+				if err != nil {
+					err = msgp.WrapError(err, "Kinds", za0003)
+					return
+				}
+			}
 		}
 		// string "ua"
 		o = append(o, 0xa2, 0x75, 0x61)
@@ -2742,15 +2965,34 @@ func (z *Pool) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				err = msgp.WrapError(err, "Paused")
 				return
 			}
+		case "kd":
+			var zb0008 uint32
+			zb0008, bts, err = msgp.ReadArrayHeaderBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Kinds")
+				return
+			}
+			if cap(z.Kinds) >= int(zb0008) {
+				z.Kinds = (z.Kinds)[:zb0008]
+			} else {
+				z.Kinds = make([]KindSettings, zb0008)
+			}
+			for za0003 := range z.Kinds {
+				bts, err = z.Kinds[za0003].UnmarshalMsg(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Kinds", za0003)
+					return
+				}
+			}
 		case "ua":
 			{
-				var zb0008 int64
-				zb0008, bts, err = msgp.ReadInt64Bytes(bts)
+				var zb0009 int64
+				zb0009, bts, err = msgp.ReadInt64Bytes(bts)
 				if err != nil {
 					err = msgp.WrapError(err, "UpdatedAt")
 					return
 				}
-				z.UpdatedAt = Instant(zb0008)
+				z.UpdatedAt = Instant(zb0009)
 			}
 		case "mi":
 			z.ModifyIndex, bts, err = msgp.ReadUint64Bytes(bts)
@@ -2776,7 +3018,11 @@ func (z *Pool) Msgsize() (s int) {
 	for za0002 := range z.KindRates {
 		s += 1 + 2 + msgp.StringPrefixSize + len(z.KindRates[za0002].Kind) + 2 + msgp.Float64Size + 2 + msgp.Int64Size
 	}
-	s += 3 + msgp.Int64Size + 3 + msgp.Uint8Size + 3 + msgp.Uint32Size + 3 + 1 + 2 + msgp.DurationSize + 2 + msgp.DurationSize + 2 + msgp.Float64Size + 3 + msgp.DurationSize + 3 + msgp.BoolSize + 3 + msgp.Int64Size + 3 + msgp.Uint64Size
+	s += 3 + msgp.Int64Size + 3 + msgp.Uint8Size + 3 + msgp.Uint32Size + 3 + 1 + 2 + msgp.DurationSize + 2 + msgp.DurationSize + 2 + msgp.Float64Size + 3 + msgp.DurationSize + 3 + msgp.BoolSize + 3 + msgp.ArrayHeaderSize
+	for za0003 := range z.Kinds {
+		s += z.Kinds[za0003].Msgsize()
+	}
+	s += 3 + msgp.Int64Size + 3 + msgp.Uint64Size
 	return
 }
 

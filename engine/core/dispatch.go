@@ -36,6 +36,8 @@ type pool struct {
 
 	parked  [fsm.NumPriorities]*btree.BTreeG[*task] // parked tasks by class, oldest first
 	nParked int
+
+	compiled map[string]*kindSchemas // the kinds' compiled schemas, by kind
 }
 
 // group holds the ready tasks of one pool that share a label set (a

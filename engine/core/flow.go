@@ -164,6 +164,12 @@ func poolConfigOf(rec *fsm.Pool) PoolConfig {
 			cfg.KindRates[kr.Kind] = Rate{Per: kr.Rate, Burst: int(kr.Burst)}
 		}
 	}
+	if len(rec.Kinds) > 0 {
+		cfg.Kinds = make(map[string]fsm.KindSettings, len(rec.Kinds))
+		for _, k := range rec.Kinds {
+			cfg.Kinds[k.Kind] = k
+		}
+	}
 	return cfg
 }
 
@@ -198,6 +204,9 @@ func poolRecord(name string, cfg PoolConfig) *fsm.Pool {
 		r := cfg.KindRates[k]
 		rec.KindRates = append(rec.KindRates, fsm.KindRate{Kind: k, Rate: r.Per, Burst: int64(r.Burst)})
 	}
+	for _, k := range sortedKeys(cfg.Kinds) {
+		rec.Kinds = append(rec.Kinds, cfg.Kinds[k])
+	}
 	return rec
 }
 
@@ -210,6 +219,7 @@ func (p *pool) concLimit() int { return max(p.cfg.ConcurrencyLimit, 1) }
 func (c *Core) configure(p *pool, cfg PoolConfig) {
 	old := p.cfg
 	p.cfg = cfg
+	p.compiled = nil // schemas are compiled again when first needed
 	if cfg.Rate != old.Rate || cfg.Burst != old.Burst {
 		p.rate = newBucket(Rate{Per: cfg.Rate, Burst: cfg.Burst})
 	}

@@ -221,10 +221,14 @@ func (c *Core) Complete(now time.Time, req ReqID, lease uint64, out Outcome) {
 	}
 	switch out.Kind {
 	case OutcomeSuccess:
+		schemaErr := c.checkOutput(t, out.Output)
 		switch {
 		case len(out.Output) > c.cfg.MaxOutput:
 			c.finish(t, fsm.StatusFailed, nil,
 				fmt.Sprintf("output of %d bytes exceeds the limit of %d", len(out.Output), c.cfg.MaxOutput))
+		case schemaErr != "":
+			// Like an oversized output: the attempt fails for good.
+			c.finish(t, fsm.StatusFailed, nil, schemaErr)
 		case len(out.Children) > 0 || out.Then != nil:
 			if err := c.spawn(t, out); err != nil {
 				c.fail(req, err)

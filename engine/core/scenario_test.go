@@ -542,6 +542,8 @@ func (h *harness) fmtReply(r Reply) string {
 		return s + " " + fmtPoolInfo(v)
 	case Deleted:
 		return fmt.Sprintf("%s task=%s deleted=%t", s, h.name(v.ID), v.Deleted)
+	case fsm.KindSettings:
+		return s + " " + fmtKind(v)
 	case fsm.Instant:
 		if v != 0 {
 			return s + " next-fire=" + fmtAt(v)
@@ -904,6 +906,48 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return strings.Join(lines, "\n")
 	case "delete":
 		h.core.Delete(h.now, h.req(d), h.ref(d))
+	case "set-kind":
+		ch := KindChange{Pool: "p"}
+		d.MaybeScanArgs(t, "pool", &ch.Pool)
+		d.ScanArgs(t, "kind", &ch.Kind)
+		for _, a := range d.CmdArgs {
+			switch a.Key {
+			case "timeout":
+				v, err := time.ParseDuration(a.Vals[0])
+				require.NoError(t, err)
+				ch.Timeout = &v
+			case "max-attempts":
+				n, err := strconv.Atoi(a.Vals[0])
+				require.NoError(t, err)
+				v := uint32(n)
+				ch.MaxAttempts = &v
+			}
+		}
+		// Schemas, one per line of the input: "payload DOC", "output DOC";
+		// an empty DOC removes the schema.
+		for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
+			which, doc, _ := strings.Cut(strings.TrimSpace(line), " ")
+			b := []byte(strings.TrimSpace(doc))
+			switch which {
+			case "payload":
+				ch.PayloadSchema = &b
+			case "output":
+				ch.OutputSchema = &b
+			case "":
+			default:
+				t.Fatalf("unknown schema line %q", line)
+			}
+		}
+		h.core.SetKind(h.now, h.req(d), ch)
+	case "kind":
+		var pool, kind string
+		d.ScanArgs(t, "pool", &pool)
+		d.ScanArgs(t, "kind", &kind)
+		ks, err := h.core.Kind(pool, kind)
+		if err != nil {
+			return fmtErr(err)
+		}
+		return fmtKind(ks)
 	default:
 		t.Fatalf("unknown command %q", d.Cmd)
 	}
@@ -1164,6 +1208,9 @@ func fmtPoolRecord(p *fsm.Pool) string {
 		fmt.Fprintf(&b, " conc=%d", p.ConcurrencyLimit)
 	}
 	fmt.Fprintf(&b, " ordering=%s", p.Ordering)
+	for _, k := range p.Kinds {
+		fmt.Fprintf(&b, " [%s]", fmtKind(k))
+	}
 	if p.MaxAttempts != 0 {
 		fmt.Fprintf(&b, " max-attempts=%d", p.MaxAttempts)
 	}
@@ -1177,6 +1224,24 @@ func fmtPoolRecord(p *fsm.Pool) string {
 		b.WriteString(" paused")
 	}
 	return b.String()
+}
+
+// fmtKind prints the settings of a kind.
+func fmtKind(k fsm.KindSettings) string {
+	s := "kind " + k.Kind
+	if len(k.PayloadSchema) > 0 {
+		s += " payload-schema=" + string(k.PayloadSchema)
+	}
+	if len(k.OutputSchema) > 0 {
+		s += " output-schema=" + string(k.OutputSchema)
+	}
+	if k.Timeout != 0 {
+		s += " timeout=" + k.Timeout.String()
+	}
+	if k.MaxAttempts != 0 {
+		s += fmt.Sprintf(" max-attempts=%d", k.MaxAttempts)
+	}
+	return s
 }
 
 // fmtPoolInfo prints what the core says of a pool.

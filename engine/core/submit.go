@@ -120,23 +120,41 @@ func (c *Core) checkTemplate(tpl *fsm.Template) (fsm.Template, error) {
 	} else {
 		out.Payload = slices.Clone(tpl.Payload)
 	}
+	if !out.Keys.IsZero() {
+		k := *out.Keys
+		out.Keys = &k
+	} else {
+		out.Keys = nil
+	}
+	if err := c.checkPayload(&out); err != nil {
+		return out, err
+	}
 	return out, nil
 }
 
 // resolve fills the zero fields of a checked template that have a default
 // (max attempts, backoff), as a task record holds them.
 func (c *Core) resolve(tpl fsm.Template) fsm.Template {
+	// Defaults: the kind's, else the pool's, else the engine's.
 	maxAttempts, backoff := c.cfg.MaxAttempts, c.cfg.Backoff
-	if pc := c.poolConfig(tpl.Pool); pc.MaxAttempts > 0 || pc.Backoff != (fsm.Backoff{}) {
-		if pc.MaxAttempts > 0 {
-			maxAttempts = pc.MaxAttempts
+	pc := c.poolConfig(tpl.Pool)
+	ks := pc.Kinds[tpl.Kind]
+	for _, d := range []struct {
+		attempts uint32
+		bo       fsm.Backoff
+	}{{pc.MaxAttempts, pc.Backoff}, {ks.MaxAttempts, ks.Backoff}} {
+		if d.attempts > 0 {
+			maxAttempts = d.attempts
 		}
-		if pc.Backoff != (fsm.Backoff{}) {
-			backoff = pc.Backoff
+		if d.bo != (fsm.Backoff{}) {
+			backoff = d.bo
 			if backoff.Max == 0 {
 				backoff.Max = max(c.cfg.Backoff.Max, backoff.Initial)
 			}
 		}
+	}
+	if tpl.Timeout == 0 {
+		tpl.Timeout = ks.Timeout
 	}
 	if tpl.MaxAttempts == 0 {
 		tpl.MaxAttempts = maxAttempts

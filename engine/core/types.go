@@ -371,6 +371,10 @@ type PoolConfig struct {
 	Backoff     fsm.Backoff   // default for its tasks (zero = Config.Backoff)
 	LeaseGrace  time.Duration // for its running attempts at recovery (0 = Config.LeaseGrace)
 	Paused      bool          // accepts tasks, dispatches none
+
+	// Kinds holds the settings of its kinds that have any: schemas and
+	// defaults that take precedence over the pool's.
+	Kinds map[string]fsm.KindSettings
 }
 
 // Rate is a dispatch rate limit: Per second, in bursts of up to Burst.
