@@ -1,8 +1,9 @@
-// Package client is the Go SDK of cronoq: submit, inspect, wait for and
-// cancel tasks and workflows (tasks that depend on one another), complete
-// external tasks, manage recurring schedules, follow status events, operate
-// the cluster, and run workers, whose handlers see their dependencies'
-// results and may spawn more tasks.
+// Package client is the Go SDK of cronoq: submit, inspect, wait for,
+// cancel and delete tasks and workflows (tasks that depend on one another),
+// complete external tasks, manage recurring schedules, inspect and tune
+// pools and their workers, follow status events, operate the cluster, and
+// run workers, whose handlers see their dependencies' results and may spawn
+// more tasks.
 //
 // A Client talks ConnectRPC over unencrypted HTTP/2 (h2c) to any node of the
 // cluster. It keeps the list of addresses it was given and the leader hint
@@ -10,8 +11,9 @@
 // forwarded from it): a call that needs the leader goes there, a node that
 // does not answer is skipped for the next one, with jittered backoff between
 // rounds. Calls that are safe to repeat (reads, submits, which always carry an
-// idempotency key, cancels and schedule changes) are retried until their ctx
-// ends; others only when the node refused them before doing anything.
+// idempotency key, cancels, deletes, schedule and pool changes) are retried
+// until their ctx ends; others only when the node refused them before doing
+// anything.
 package client
 
 import (
@@ -80,6 +82,7 @@ type endpoint struct {
 	workflows cronoqv1connect.WorkflowServiceClient
 	workers   cronoqv1connect.WorkerServiceClient
 	operator  cronoqv1connect.OperatorServiceClient
+	pools     cronoqv1connect.PoolServiceClient
 }
 
 type options struct {
@@ -262,6 +265,7 @@ func (c *Client) endpointFor(addr string) *endpoint {
 		workflows: cronoqv1connect.NewWorkflowServiceClient(c.httpc, base),
 		workers:   cronoqv1connect.NewWorkerServiceClient(c.httpc, base),
 		operator:  cronoqv1connect.NewOperatorServiceClient(c.httpc, base),
+		pools:     cronoqv1connect.NewPoolServiceClient(c.httpc, base),
 	}
 	c.endpoints[addr] = ep
 	return ep

@@ -412,7 +412,7 @@ func TestListPagination(t *testing.T) {
 func allStatuses(counts map[string]int64) map[string]int64 {
 	out := map[string]int64{}
 	for _, s := range []string{StatusScheduled, StatusQueued, StatusRunning, StatusRetrying,
-		StatusSucceeded, StatusFailed, StatusCancelled, StatusExpired, StatusBlocked} {
+		StatusSucceeded, StatusFailed, StatusCancelled, StatusExpired, StatusBlocked, StatusParked} {
 		out[s] = counts[s]
 	}
 	return out

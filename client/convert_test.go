@@ -134,7 +134,7 @@ func TestTaskFromProto(t *testing.T) {
 func TestStatusesRoundTrip(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{StatusScheduled, StatusQueued, StatusRunning, StatusRetrying,
-		StatusSucceeded, StatusFailed, StatusCancelled, StatusExpired, StatusBlocked} {
+		StatusSucceeded, StatusFailed, StatusCancelled, StatusExpired, StatusBlocked, StatusParked} {
 		p, err := statusToProto(s)
 		require.NoError(t, err)
 		require.Equal(t, s, statusFromProto(p))

@@ -237,6 +237,46 @@ func (c *Client) CancelKey(ctx context.Context, key string) (cancelled bool, err
 	return c.cancel(ctx, "cancelling task by key "+key, &cronoqv1.TaskRef{Key: key})
 }
 
+// Delete removes an ended task now, rather than at the end of its
+// retention: its record, its output and its key go, and an ordering lane it
+// blocked (see Task.BlocksLane) runs on. It returns the task's id and
+// whether this call deleted it. A live task is refused with an
+// *InvalidError naming it (cancel it first), as are a member of a workflow
+// (it goes with its workflow) and a task a live task depends on; an
+// unknown task is ErrNotFound.
+//
+// Delete is idempotent and retried like a cancel: when an earlier attempt
+// of this same call may have deleted the task and a later one finds it
+// gone, deleted is false and there is no error (id is then ref.ID, "" for
+// a ref by key).
+func (c *Client) Delete(ctx context.Context, ref TaskRef) (id string, deleted bool, err error) {
+	what := "deleting task " + ref.ID
+	if ref.ID == "" {
+		what = "deleting task by key " + ref.Key
+	}
+	req := &cronoqv1.DeleteRequest{Ref: &cronoqv1.TaskRef{Id: ref.ID, Key: ref.Key}}
+	var resp *cronoqv1.DeleteResponse
+	unsure := false // an attempt may have deleted it
+	err = c.do(ctx, what, idempotent, false, c.opts.timeout, func(actx context.Context, ep *endpoint) (string, error) {
+		r, err := ep.tasks.Delete(actx, connect.NewRequest(req))
+		if err != nil {
+			if classifyErr(decodeError(err)) == uncertain {
+				unsure = true
+			}
+			return "", err
+		}
+		resp = r.Msg
+		return r.Header().Get(apierr.HeaderLeaderAddr), nil
+	})
+	if err != nil {
+		if unsure && errors.Is(err, ErrNotFound) {
+			return ref.ID, false, nil
+		}
+		return "", false, err
+	}
+	return resp.GetId(), resp.GetDeleted(), nil
+}
+
 // List lists tasks filtered by opt, ordered by id. next is the cursor of the
 // following page (pass it as ListOptions.After), "" after the last page.
 func (c *Client) List(ctx context.Context, opt ListOptions) ([]*Task, string, error) {

@@ -157,5 +157,5 @@ func durationToProto(d time.Duration) *durationpb.Duration {
 func isZeroTemplate(t *Template) bool {
 	return t.Pool == "" && t.Kind == "" && t.Priority == "" && len(t.Payload) == 0 &&
 		len(t.Labels) == 0 && len(t.Tags) == 0 && t.Timeout == 0 && t.MaxAttempts == 0 &&
-		t.Backoff == nil
+		t.Backoff == nil && t.OrderingKey == "" && t.ConcurrencyKey == ""
 }

@@ -194,6 +194,7 @@ type Cluster struct {
 	leaseCtr uint64
 	timed    map[*task]struct{} // tasks the clock may change
 	limits   map[string]int
+	pools    map[string]*poolState // settings set through PoolService.Set
 
 	schedules map[string]*schedule
 
@@ -335,6 +336,7 @@ func New(opts ...Option) (*Cluster, error) {
 		leases:           make(map[uint64]*task),
 		timed:            make(map[*task]struct{}),
 		limits:           make(map[string]int),
+		pools:            make(map[string]*poolState),
 		schedules:        make(map[string]*schedule),
 		workflows:        make(map[string]*workflow),
 		wfByKey:          make(map[string]*workflow),
@@ -386,6 +388,7 @@ func (c *Cluster) startNode(id string) (*Node, error) {
 	mux.Handle(cronoqv1connect.NewWorkflowServiceHandler(&workflowService{n}, opts...))
 	mux.Handle(cronoqv1connect.NewWorkerServiceHandler(&workerService{n}, opts...))
 	mux.Handle(cronoqv1connect.NewOperatorServiceHandler(&operatorService{n}, opts...))
+	mux.Handle(cronoqv1connect.NewPoolServiceHandler(&poolService{n}, opts...))
 	var p http.Protocols
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)

@@ -27,6 +27,7 @@ type api struct {
 	schedules cronoqv1connect.ScheduleServiceClient
 	workers   cronoqv1connect.WorkerServiceClient
 	operator  cronoqv1connect.OperatorServiceClient
+	pools     cronoqv1connect.PoolServiceClient
 }
 
 func dialNode(t *testing.T, addr string) api {
@@ -42,6 +43,7 @@ func dialNode(t *testing.T, addr string) api {
 		schedules: cronoqv1connect.NewScheduleServiceClient(httpc, base),
 		workers:   cronoqv1connect.NewWorkerServiceClient(httpc, base),
 		operator:  cronoqv1connect.NewOperatorServiceClient(httpc, base),
+		pools:     cronoqv1connect.NewPoolServiceClient(httpc, base),
 	}
 }
 
@@ -136,6 +138,14 @@ func TestRouting(t *testing.T) {
 		}, false},
 		{"schedules", func(a api) (http.Header, error) {
 			r, err := a.schedules.List(ctx, connect.NewRequest(&cronoqv1.ListSchedulesRequest{}))
+			return header(r, err)
+		}, false},
+		{"pools", func(a api) (http.Header, error) {
+			r, err := a.pools.List(ctx, connect.NewRequest(&cronoqv1.ListPoolsRequest{}))
+			return header(r, err)
+		}, false},
+		{"workers", func(a api) (http.Header, error) {
+			r, err := a.pools.Workers(ctx, connect.NewRequest(&cronoqv1.ListWorkersRequest{}))
 			return header(r, err)
 		}, false},
 		{"peers", func(a api) (http.Header, error) {

@@ -28,10 +28,18 @@
 //     every pool). A successful completion may spawn children and a
 //     continuation, inserted with it in the task's workflow (created when
 //     it has none); a completion refused as stale inserts nothing.
-//   - Get, Wait, Cancel, List, Counts and Events work as on a node,
-//     schedules fire at the times of their cron expression (a task, or a
-//     whole workflow), and the operator calls see the fake nodes as the
-//     Raft configuration.
+//   - Get, Wait, Cancel, Delete (ended tasks only), List, Counts and
+//     Events work as on a node, schedules fire at the times of their cron
+//     expression (a task, or a whole workflow), and the operator calls see
+//     the fake nodes as the Raft configuration.
+//   - PoolService describes pools (counts by status, the age of the oldest
+//     queued task, connected workers and their slots, settings) and lists
+//     the connected workers. Settings changed with Set are checked as a
+//     node checks them (invalid answers name the field) and kept; of them
+//     only paused is applied: a paused pool's tasks are not granted to its
+//     workers. The fake has no ordering lanes, concurrency keys, rate
+//     limits or parking of its own: the limits are reported, not enforced
+//     (SetPendingLimit bounds a pool's pending tasks).
 //
 // Followers answer the calls that need the leader with not_leader naming
 // the leader's address, or serve them as forwarded (WithForwarding).

@@ -96,6 +96,7 @@ var statusNames = []struct {
 	{cronoqv1.Status_STATUS_CANCELLED, "cancelled"},
 	{cronoqv1.Status_STATUS_EXPIRED, "expired"},
 	{cronoqv1.Status_STATUS_BLOCKED, "blocked"},
+	{cronoqv1.Status_STATUS_PARKED, "parked"},
 }
 
 func cloneTask(p *cronoqv1.Task) *cronoqv1.Task { return proto.Clone(p).(*cronoqv1.Task) }

@@ -145,6 +145,49 @@ func (s *taskService) Cancel(ctx context.Context, req *connect.Request[cronoqv1.
 	})
 }
 
+// Delete removes an ended task now, as a real node does before the end of
+// its retention: its record and its key go. A live task (cancel it
+// first), a member of a workflow (it goes with its workflow) and a task a
+// live task depends on are refused as invalid, naming the id.
+func (s *taskService) Delete(ctx context.Context, req *connect.Request[cronoqv1.DeleteRequest]) (*connect.Response[cronoqv1.DeleteResponse], error) {
+	return unary(ctx, s.n, req, leaderCall, func(*served) (*cronoqv1.DeleteResponse, error) {
+		c := s.n.c
+		t, err := c.lookupLocked(req.Msg.GetRef())
+		if err != nil {
+			return nil, err
+		}
+		if err := c.deleteLocked(t); err != nil {
+			return nil, err
+		}
+		return &cronoqv1.DeleteResponse{Id: t.p.GetId(), Deleted: true}, nil
+	})
+}
+
+// deleteLocked removes an ended task that is no member of a workflow and
+// that no live task waits for.
+func (c *Cluster) deleteLocked(t *task) error {
+	id := t.p.GetId()
+	switch {
+	case !terminal(t.p.GetStatus()):
+		return invalid("id", "task %s is %s: only an ended task can be deleted (cancel it first)", id, statusName(t.p.GetStatus()))
+	case t.wf != nil:
+		return invalid("id", "task %s is a member of workflow %s, and is deleted with it", id, t.wf.p.GetId())
+	}
+	for _, o := range c.tasks {
+		if !terminal(o.p.GetStatus()) && slices.Contains(o.p.GetDependsOn(), id) {
+			return invalid("id", "task %s has live dependents", id)
+		}
+	}
+	delete(c.tasks, id)
+	if k := t.p.GetKey(); k != "" && c.byKey[k] == t {
+		delete(c.byKey, k)
+	}
+	c.dequeueLocked(t)
+	delete(c.timed, t)
+	c.applied++
+	return nil
+}
+
 // Complete ends an external task that waits for its completion, and
 // answers with the task as it then is.
 func (s *taskService) Complete(ctx context.Context, req *connect.Request[cronoqv1.CompleteRequest]) (*connect.Response[cronoqv1.CompleteResponse], error) {
@@ -178,7 +221,7 @@ func (s *taskService) List(ctx context.Context, req *connect.Request[cronoqv1.Li
 		}
 		limit = min(limit, c.cfg.maxListLimit)
 		for _, st := range m.GetStatuses() {
-			if st <= cronoqv1.Status_STATUS_UNSPECIFIED || st > cronoqv1.Status_STATUS_BLOCKED {
+			if st <= cronoqv1.Status_STATUS_UNSPECIFIED || st > cronoqv1.Status_STATUS_PARKED {
 				return nil, invalid("statuses", "unknown status %d", int32(st))
 			}
 		}

@@ -60,8 +60,11 @@ type Completion struct {
 type workerStream struct {
 	id       int
 	c        *Cluster
+	worker   string // the id its Hello gave
+	node     string // the node it is connected to
 	pool     string
 	labels   map[string]string
+	lastSeen time.Time       // when its last message arrived (the cluster's clock)
 	credit   int             // slots offered and not granted yet
 	inflight map[uint64]bool // heartbeats not acknowledged yet
 	out      []outMsg
@@ -151,7 +154,8 @@ func (w *workerService) Connect(ctx context.Context, stream *connect.BidiStream[
 	}
 	c.wlog.Streams++
 	s := &workerStream{
-		id: c.wlog.Streams, c: c, pool: hello.GetPool(), labels: map[string]string{},
+		id: c.wlog.Streams, c: c, worker: hello.GetWorker(), node: w.n.id, pool: hello.GetPool(),
+		labels: map[string]string{}, lastSeen: c.now(),
 		inflight: map[uint64]bool{}, wake: make(chan struct{}, 1), ctx: ctx,
 	}
 	for _, kv := range labels {
@@ -203,6 +207,7 @@ func (w *workerService) Connect(ctx context.Context, stream *connect.BidiStream[
 			}
 			return err
 		}
+		s.lastSeen = c.now()
 		err = c.handleLocked(s, msg)
 		if err != nil {
 			s.ended, s.cause = true, err
@@ -360,7 +365,7 @@ func (c *Cluster) heartbeatLocked(s *workerStream, leases []uint64) {
 
 // dispatchLocked grants queued tasks to the streams with free slots, oldest
 // stream first, in priority then ready order, to workers offering the
-// tasks' labels.
+// tasks' labels. A paused pool's tasks are not granted.
 func (c *Cluster) dispatchLocked() {
 	if c.leader < 0 || len(c.streams) == 0 {
 		return
@@ -369,7 +374,7 @@ func (c *Cluster) dispatchLocked() {
 	slices.SortFunc(streams, func(a, b *workerStream) int { return a.id - b.id })
 	for _, s := range streams {
 		rq := c.ready[s.pool]
-		if s.ended || s.credit == 0 || rq == nil {
+		if s.ended || s.credit == 0 || rq == nil || c.pausedLocked(s.pool) {
 			continue
 		}
 		var grants []*cronoqv1.Grant
