@@ -66,7 +66,7 @@ func TestAgentFlags(t *testing.T) {
 		nodeID: "n1", dataDir: "/d", httpAddr: "10.0.0.1:1", httpAdvertise: "10.0.0.1:1",
 		raftAddr: "10.0.0.1:2", gossipAddr: "10.0.0.1:3", bootstrapExpect: 3,
 		join: []string{"10.0.0.1:3", "10.0.0.2:3", "10.0.0.3:3"}, logJSON: true, logLevel: "debug",
-		leaveOnTerminate: true, maxPayload: 2 << 20, maxOutput: 512 << 10, pools: []string{"a", "b"},
+		leaveOnTerminate: true, maxPayload: 2 << 20, maxOutput: 512 << 10, writeQueueLimit: def.writeQueueLimit, pools: []string{"a", "b"},
 		heartbeatWindow: 15 * time.Second, retention: time.Hour, maxAttempts: 3, maxPending: 10,
 		overflow: "wait", holdTimeout: 2 * time.Second, shutdownTimeout: 9 * time.Second,
 		gcPercent: 150, memoryLimit: 2 << 30,
@@ -75,8 +75,11 @@ func TestAgentFlags(t *testing.T) {
 
 	ec := cfg.engineConfig()
 	require.True(t, ec.FixedPools)
-	require.Equal(t, map[string]core.PoolConfig{"a": {Bounds: core.Bounds{MaxPending: 10}}, "b": {Bounds: core.Bounds{MaxPending: 10}}}, ec.Pools)
-	require.Equal(t, core.OverflowWait, ec.Overflow)
+	require.Equal(t, map[string]core.PoolConfig{
+		"a": {Bounds: core.Bounds{MaxPending: 10}, Overflow: core.OverflowWait},
+		"b": {Bounds: core.Bounds{MaxPending: 10}, Overflow: core.OverflowWait},
+	}, ec.Pools)
+	require.Equal(t, core.OverflowWait, ec.DefaultPool.Overflow)
 	require.Equal(t, uint32(3), ec.MaxAttempts)
 	require.Equal(t, 15*time.Second, ec.HeartbeatWindow)
 	require.NoError(t, ec.WithDefaults().Validate())
@@ -178,13 +181,17 @@ memory_limit     = "512MiB"
 	_, err = parseAgent(t, "-config", filepath.Join(t.TempDir(), "missing.hcl"))
 	require.ErrorContains(t, err, "missing.hcl")
 
-	// Every key of the file is a flag of the same name.
+	// Every key of the file is a flag of the same name, but the pool
+	// blocks.
 	c := newCmd("agent", "", "")
 	scratch := defaultAgentConfig()
 	agentFlags(c, &scratch)
 	ft := reflect.TypeOf(fileConfig{})
 	for i := range ft.NumField() {
-		key, _, _ := strings.Cut(ft.Field(i).Tag.Get("hcl"), ",")
+		key, kind, _ := strings.Cut(ft.Field(i).Tag.Get("hcl"), ",")
+		if kind == "block" {
+			continue
+		}
 		require.NotNil(t, c.fs.Lookup(strings.ReplaceAll(key, "_", "-")), "key %s", key)
 	}
 }
