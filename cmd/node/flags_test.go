@@ -111,7 +111,7 @@ func TestFlagValues(t *testing.T) {
 		{name: "handler no equals", v: handlerValue{handlers}, in: "cat", wantErr: "want KIND=COMMAND"},
 		{name: "status", v: statusList{list: &st}, in: "queued,failed"},
 		{name: "status blocked", v: statusList{list: &st}, in: "blocked"},
-		{name: "status unknown", v: statusList{list: &st}, in: "queued,done", wantErr: `unknown status "done": must be one of blocked, scheduled, queued, running, retrying, succeeded, failed, cancelled, expired`},
+		{name: "status unknown", v: statusList{list: &st}, in: "queued,done", wantErr: `unknown status "done": must be one of blocked, scheduled, queued, parked, running, retrying, succeeded, failed, cancelled, expired`},
 		{name: "workflow status", v: statusList{list: &wst, allowed: workflowStatuses}, in: "running,failed"},
 		{name: "workflow status unknown", v: statusList{list: &wst, allowed: workflowStatuses}, in: "queued", wantErr: `unknown status "queued": must be one of running, succeeded, failed, cancelled`},
 		{name: "depends-on id", v: taskRefList{&refs}, in: "01JD3ZQ8Y6A5B4C3D2E1F0G9H8"},

@@ -36,8 +36,9 @@ func jsonTime(t time.Time) *string {
 
 // taskJSON is the task object of the CLI's JSON output. Every field is
 // always present except that bytes which are not valid UTF-8 appear as
-// payload_base64 / output_base64 instead of payload / output. Unset instants
-// are null.
+// payload_base64 / output_base64 instead of payload / output, and that
+// ordering_key, concurrency_key and blocks_lane appear only when set (true).
+// Unset instants are null.
 type taskJSON struct {
 	ID      string `json:"id"`
 	Key     string `json:"key"`
@@ -63,6 +64,9 @@ type taskJSON struct {
 	Workflow         string   `json:"workflow"`
 	Step             string   `json:"step"`
 	Parent           string   `json:"parent"`
+	// BlocksLane: it ended without succeeding under its pool's ordering
+	// policy block, and its lane waits until it is deleted.
+	BlocksLane bool `json:"blocks_lane,omitempty"`
 }
 
 func newTaskJSON(t *client.Task) taskJSON {
@@ -89,6 +93,7 @@ func newTaskJSON(t *client.Task) taskJSON {
 		Workflow:         t.Workflow,
 		Step:             t.Step,
 		Parent:           t.Parent,
+		BlocksLane:       t.BlocksLane,
 	}
 	j.Output, j.OutputBase64 = textOrBase64(t.Output)
 	return j
@@ -328,6 +333,9 @@ func writeTaskText(w io.Writer, t *client.Task) error {
 		{"parent", t.Parent},
 		{"depends on", dependsOnText(t)},
 		{"external", yesOrEmpty(t.External)},
+		{"ordering key", t.OrderingKey},
+		{"concurrency key", t.ConcurrencyKey},
+		{"blocks lane", blocksLaneText(t.BlocksLane)},
 	}
 	var blocks []field
 	for _, b := range []struct {
@@ -369,6 +377,15 @@ func dependsOnText(t *client.Task) string {
 		return ""
 	}
 	return strings.Join(t.DependsOn, ", ") + " (policy " + orDefault(t.DependencyPolicy, client.DependencyPolicySucceeded) + ")"
+}
+
+// blocksLaneText says, for a task that blocks its ordering lane, how to
+// unblock it.
+func blocksLaneText(b bool) string {
+	if b {
+		return "yes (its lane waits until it is deleted: cronoq delete)"
+	}
+	return ""
 }
 
 func yesOrEmpty(b bool) string {

@@ -44,6 +44,9 @@ func fullTask() *client.Task {
 			Tags:        map[string]string{"traceparent": "00-abc-def-01"},
 			Payload:     []byte(`{"customer":42,"note":"<b>&</b>"}`),
 			Timeout:     90 * time.Second,
+
+			OrderingKey:    "customer-42",
+			ConcurrencyKey: "tenant-7",
 		},
 		Key:         "invoice-2030-01",
 		Status:      client.StatusSucceeded,
@@ -90,6 +93,7 @@ func binaryTask() *client.Task {
 			Priority:    client.PriorityLow,
 			MaxAttempts: 5,
 			Payload:     []byte{0x89, 'P', 'N', 'G', 0, 0xff},
+			OrderingKey: "album-9",
 		},
 		Key:         "k",
 		Status:      client.StatusFailed,
@@ -101,6 +105,7 @@ func binaryTask() *client.Task {
 		StartedAt:   t0.Add(time.Second),
 		FinishedAt:  t0.Add(2 * time.Second),
 		UpdatedAt:   t0.Add(2 * time.Second),
+		BlocksLane:  true,
 	}
 }
 
@@ -160,6 +165,17 @@ func TestTaskJSONShape(t *testing.T) {
 	require.NotContains(t, bin, "output")
 	require.Equal(t, "iVBORwD/", bin["payload_base64"])
 	require.Equal(t, "/v0=", bin["output_base64"])
+
+	// The keys and blocks_lane appear when set.
+	require.Equal(t, "customer-42", full["ordering_key"])
+	require.Equal(t, "tenant-7", full["concurrency_key"])
+	require.NotContains(t, full, "blocks_lane")
+	require.Equal(t, "album-9", bin["ordering_key"])
+	require.NotContains(t, bin, "concurrency_key")
+	require.Equal(t, true, bin["blocks_lane"])
+	for _, f := range []string{"ordering_key", "concurrency_key", "blocks_lane"} {
+		require.NotContains(t, queued, f)
+	}
 }
 
 func TestScheduleJSONGolden(t *testing.T) {
@@ -167,7 +183,7 @@ func TestScheduleJSONGolden(t *testing.T) {
 	scheds := []scheduleJSON{
 		newScheduleJSON(client.Schedule{
 			Name: "nightly", Cron: "0 3 * * *", TZ: "Europe/Paris",
-			Task:    client.Template{Pool: "ops", Kind: "backup"},
+			Task:    client.Template{Pool: "ops", Kind: "backup", ConcurrencyKey: "db-1"},
 			Overlap: client.OverlapAllow, CatchUp: client.CatchUpAll, CatchUpLimit: 3,
 			NextFire: time.Date(2030, 1, 3, 2, 0, 0, 0, time.UTC), LastFire: time.Date(2030, 1, 2, 2, 0, 0, 0, time.UTC),
 			Fires: 12, Skipped: 1, LastTask: "01JD3ZQ8Y6A5B4C3D2E1F0G9H8",

@@ -98,7 +98,8 @@ JSON output: {"name": "...", "next_fire": RFC3339}`)
 
 // templateFlagNames are the flags of templateFlags, which -workflow
 // excludes.
-var templateFlagNames = []string{"pool", "kind", "priority", "payload", "timeout", "max-attempts", "label", "tag"}
+var templateFlagNames = []string{"pool", "kind", "priority", "payload", "timeout", "max-attempts", "label", "tag",
+	"ordering-key", "concurrency-key"}
 
 // recurringWorkflow sets the workflow of sched from the file of -workflow.
 func recurringWorkflow(c *cmd, s stdio, path string, sched *client.Schedule) error {

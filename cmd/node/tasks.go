@@ -24,6 +24,13 @@ With -dependency-policy succeeded (the default) it then runs if they all
 succeeded, and ends cancelled without running otherwise; with done, it runs
 once they ended, whatever their status.
 
+-ordering-key puts the task in a lane of its pool: the tasks with the same
+ordering key run one at a time, in submit order. When one ends without
+succeeding, the lane runs on, or, under the pool's ordering policy block,
+waits until that task is deleted ('cronoq delete'). -concurrency-key groups
+tasks whose running ones the pool's concurrency key limit caps (see 'cronoq
+pool set -h').
+
 -external submits a task no worker runs: once ready (its dependencies ended
 and its run time reached) it waits until 'cronoq complete' ends it, or its
 deadline passes.
@@ -251,8 +258,8 @@ JSON output: {"id": "...", "cancelled": true|false}`)
 
 // statuses are the task statuses -status accepts.
 var statuses = []string{
-	client.StatusBlocked, client.StatusScheduled, client.StatusQueued, client.StatusRunning, client.StatusRetrying,
-	client.StatusSucceeded, client.StatusFailed, client.StatusCancelled, client.StatusExpired,
+	client.StatusBlocked, client.StatusScheduled, client.StatusQueued, client.StatusParked, client.StatusRunning,
+	client.StatusRetrying, client.StatusSucceeded, client.StatusFailed, client.StatusCancelled, client.StatusExpired,
 }
 
 const defaultListLimit = 100
@@ -263,7 +270,8 @@ List tasks in id (submission) order, filtered by pools and statuses, one page
 at a time: when more tasks match, the next page starts after the id given as
 "next" (pass it to -after).
 
-Statuses: blocked (waiting for its dependencies), scheduled, queued, running,
+Statuses: blocked (waiting for its dependencies), scheduled, queued, parked
+(accepted beyond its pool's pending bound, waiting for room), running,
 retrying, succeeded, failed, cancelled, expired.
 
 JSON output: {"tasks": [task...], "next": "ID or empty"}`)
@@ -402,6 +410,73 @@ JSON output: the task object.`)
 		_, err = fmt.Fprintf(s.Stdout, "task %s failed: %s\n", t.ID, oneLine(t.Error))
 	} else {
 		_, err = fmt.Fprintf(s.Stdout, "task %s %s\n", t.ID, t.Status)
+	}
+	return err
+}
+
+func init() {
+	register("delete", command{Summary: "Delete an ended task now", Run: runDelete})
+}
+
+func runDelete(ctx context.Context, s stdio, args []string) error {
+	c := newCmd("delete", "cronoq delete ID | cronoq delete -key KEY", `
+Delete an ended task (succeeded, failed, cancelled or expired) now, rather
+than at the end of its retention: its record, its output and its key go, and
+the ordering lane it blocked ("blocks_lane": true) runs on. A live task is
+refused (cancel it first), as are a member of a workflow (it goes with its
+workflow) and a task a live task depends on. "deleted" is false when an
+earlier attempt of this same call had deleted it (its answer was lost).
+
+JSON output: {"id": "...", "deleted": true|false}`)
+	cf := c.clientFlags()
+	var key string
+	c.fs.StringVar(&key, "key", "", "find the task by its idempotency `key`")
+	if err := c.parse(s, args, -1); err != nil {
+		return err
+	}
+	id, err := taskRef(c, key)
+	if err != nil {
+		return err
+	}
+	ref := client.ByID(id)
+	if id == "" {
+		ref = client.ByKey(key)
+	}
+	// The refusal of a live task names it: say just that.
+	c.explain = func(field, reason string) string {
+		if field == "id" || field == "key" {
+			return reason
+		}
+		return ""
+	}
+	type result struct {
+		id      string
+		deleted bool
+	}
+	r, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (result, error) {
+		id, deleted, err := cl.Delete(ctx, ref)
+		return result{id, deleted}, err
+	})
+	if err != nil {
+		return notFound(err, "task", id, key)
+	}
+	if r.id == "" {
+		r.id = id
+	}
+	if cf.out.json() {
+		return writeJSON(s.Stdout, struct {
+			ID      string `json:"id"`
+			Deleted bool   `json:"deleted"`
+		}{r.id, r.deleted})
+	}
+	name := "task " + r.id
+	if r.id == "" {
+		name = fmt.Sprintf("task with key %q", key)
+	}
+	if r.deleted {
+		_, err = fmt.Fprintf(s.Stdout, "%s deleted\n", name)
+	} else {
+		_, err = fmt.Fprintf(s.Stdout, "%s was already deleted\n", name)
 	}
 	return err
 }

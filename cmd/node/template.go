@@ -29,6 +29,10 @@ func (c *cmd) templateFlags() *templateFlags {
 	c.fs.Var(intValue{&t.MaxAttempts, 1}, "max-attempts", "most attempts before the task fails (`N`, default: the cluster's)")
 	c.fs.Var(kvValue{t.Labels}, "label", "capacity label `k=v` the worker must offer (repeatable)")
 	c.fs.Var(kvValue{t.Tags}, "tag", "tag `k=v` carried to the worker (repeatable)")
+	c.fs.StringVar(&t.OrderingKey, "ordering-key", "",
+		"ordering `key`: the tasks of the pool with this key run one at a time, in submit order")
+	c.fs.StringVar(&t.ConcurrencyKey, "concurrency-key", "",
+		"concurrency `key`: the pool's concurrency key limit caps the running tasks with this key")
 	return tf
 }
 
@@ -59,17 +63,20 @@ func (tf *templateFlags) template(c *cmd, s stdio) (client.Template, error) {
 }
 
 // templateJSON is a task template in the JSON output. Bytes that are not
-// valid UTF-8 appear as payload_base64 instead of payload.
+// valid UTF-8 appear as payload_base64 instead of payload; ordering_key and
+// concurrency_key appear only when set.
 type templateJSON struct {
-	Pool          string            `json:"pool"`
-	Kind          string            `json:"kind"`
-	Priority      string            `json:"priority"`
-	Labels        map[string]string `json:"labels"`
-	Tags          map[string]string `json:"tags"`
-	Payload       *string           `json:"payload,omitempty"`
-	PayloadBase64 *string           `json:"payload_base64,omitempty"`
-	TimeoutMs     int64             `json:"timeout_ms"`
-	MaxAttempts   int               `json:"max_attempts"`
+	Pool           string            `json:"pool"`
+	Kind           string            `json:"kind"`
+	Priority       string            `json:"priority"`
+	Labels         map[string]string `json:"labels"`
+	Tags           map[string]string `json:"tags"`
+	Payload        *string           `json:"payload,omitempty"`
+	PayloadBase64  *string           `json:"payload_base64,omitempty"`
+	TimeoutMs      int64             `json:"timeout_ms"`
+	MaxAttempts    int               `json:"max_attempts"`
+	OrderingKey    string            `json:"ordering_key,omitempty"`
+	ConcurrencyKey string            `json:"concurrency_key,omitempty"`
 }
 
 func newTemplateJSON(t *client.Template) templateJSON {
@@ -81,6 +88,9 @@ func newTemplateJSON(t *client.Template) templateJSON {
 		Tags:        nonNil(t.Tags),
 		TimeoutMs:   t.Timeout.Milliseconds(),
 		MaxAttempts: t.MaxAttempts,
+
+		OrderingKey:    t.OrderingKey,
+		ConcurrencyKey: t.ConcurrencyKey,
 	}
 	j.Payload, j.PayloadBase64 = textOrBase64(t.Payload)
 	return j
