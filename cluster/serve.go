@@ -47,6 +47,7 @@ type (
 	PoolConfig = core.PoolConfig
 	Rate       = core.Rate
 	Deleted    = core.Deleted
+	KindChange = core.KindChange
 )
 
 // Submit modes and outcome kinds (see the engine core).
@@ -209,6 +210,16 @@ func (n *Node) Pools(ctx context.Context) ([]PoolInfo, error) {
 // Pool describes one pool, as the leader runs it.
 func (n *Node) Pool(ctx context.Context, name string) (PoolInfo, error) {
 	return lead(n, func(e *engine.Engine) (PoolInfo, error) { return e.Pool(ctx, name) })
+}
+
+// SetKind changes a kind's settings through the log.
+func (n *Node) SetKind(ctx context.Context, ch KindChange) (fsm.KindSettings, error) {
+	return lead(n, func(e *engine.Engine) (fsm.KindSettings, error) { return e.SetKind(ctx, ch) })
+}
+
+// Kind returns a kind's settings, as the leader has them.
+func (n *Node) Kind(ctx context.Context, pool, kind string) (fsm.KindSettings, error) {
+	return lead(n, func(e *engine.Engine) (fsm.KindSettings, error) { return e.Kind(ctx, pool, kind) })
 }
 
 // Delete removes an ended task now.

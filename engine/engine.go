@@ -651,6 +651,26 @@ func (e *Engine) Pool(ctx context.Context, name string) (core.PoolInfo, error) {
 	return out, perr
 }
 
+// SetKind changes a kind's settings through the log (see
+// core.Core.SetKind).
+func (e *Engine) SetKind(ctx context.Context, ch core.KindChange) (fsm.KindSettings, error) {
+	return send[fsm.KindSettings](ctx, e, true, func(c *core.Core, now time.Time, req core.ReqID) {
+		c.SetKind(now, req, ch)
+	})
+}
+
+// Kind returns a kind's settings.
+func (e *Engine) Kind(ctx context.Context, pool, kind string) (fsm.KindSettings, error) {
+	var (
+		out  fsm.KindSettings
+		kerr error
+	)
+	if err := e.ask(ctx, func(c *core.Core, _ time.Time) { out, kerr = c.Kind(pool, kind) }); err != nil {
+		return out, err
+	}
+	return out, kerr
+}
+
 // Delete removes an ended task now (see core.Core.Delete).
 func (e *Engine) Delete(ctx context.Context, ref core.TaskRef) (core.Deleted, error) {
 	return send[core.Deleted](ctx, e, true, func(c *core.Core, now time.Time, req core.ReqID) {

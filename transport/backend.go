@@ -43,6 +43,8 @@ type Backend interface {
 	Pools(ctx context.Context) ([]cluster.PoolInfo, error)
 	Pool(ctx context.Context, name string) (cluster.PoolInfo, error)
 	Delete(ctx context.Context, ref cluster.TaskRef) (cluster.Deleted, error)
+	SetKind(ctx context.Context, ch cluster.KindChange) (fsm.KindSettings, error)
+	Kind(ctx context.Context, pool, kind string) (fsm.KindSettings, error)
 
 	// ConsistentRead is the replica for a linearizable read (leader only).
 	ConsistentRead(ctx context.Context) (fsm.Reader, error)

@@ -189,6 +189,12 @@ func (f *fakeBackend) Pool(context.Context, string) (cluster.PoolInfo, error) {
 func (f *fakeBackend) Delete(context.Context, cluster.TaskRef) (cluster.Deleted, error) {
 	return cluster.Deleted{}, errors.New("not used")
 }
+func (f *fakeBackend) SetKind(context.Context, cluster.KindChange) (fsm.KindSettings, error) {
+	return fsm.KindSettings{}, errors.New("not used")
+}
+func (f *fakeBackend) Kind(context.Context, string, string) (fsm.KindSettings, error) {
+	return fsm.KindSettings{}, errors.New("not used")
+}
 func (f *fakeBackend) Subscribe(buffer int) (cluster.EventStream, error) {
 	if f.subscribed == nil {
 		return nil, errors.New("not used")

@@ -322,3 +322,79 @@ func poolChangeFromProto(p *cronoqv1.SetPoolRequest) (cluster.PoolChange, error)
 	}
 	return ch, nil
 }
+
+// SetKind changes the settings of a kind of a pool.
+func (h *poolService) SetKind(ctx context.Context, req *connect.Request[cronoqv1.SetKindRequest]) (*connect.Response[cronoqv1.SetKindResponse], error) {
+	m := req.Msg
+	ch := cluster.KindChange{Pool: m.GetPool(), Kind: m.GetKind()}
+	if m.PayloadSchema != nil {
+		doc := m.GetPayloadSchema()
+		ch.PayloadSchema = &doc
+	}
+	if m.OutputSchema != nil {
+		doc := m.GetOutputSchema()
+		ch.OutputSchema = &doc
+	}
+	if m.GetTimeout() != nil {
+		d, err := durationFromProto("timeout", m.GetTimeout())
+		if err != nil {
+			return nil, h.s.apiError(err)
+		}
+		ch.Timeout = &d
+	}
+	if m.MaxAttempts != nil {
+		n := m.GetMaxAttempts()
+		ch.MaxAttempts = &n
+	}
+	if b := m.GetBackoff(); b != nil {
+		var bo fsm.Backoff
+		var err error
+		if bo.Initial, err = durationFromProto("backoff.initial", b.GetInitial()); err != nil {
+			return nil, h.s.apiError(err)
+		}
+		if bo.Max, err = durationFromProto("backoff.max", b.GetMax()); err != nil {
+			return nil, h.s.apiError(err)
+		}
+		bo.Jitter = b.GetJitter()
+		ch.Backoff = &bo
+	}
+	return route(ctx, h.s, writeCall, req, func(ctx context.Context) (*cronoqv1.SetKindResponse, error) {
+		ks, err := h.s.node.SetKind(ctx, ch)
+		if err != nil {
+			return nil, err
+		}
+		return &cronoqv1.SetKindResponse{Kind: kindToProto(ch.Pool, ks)}, nil
+	}, func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.SetKindRequest]) (*connect.Response[cronoqv1.SetKindResponse], error) {
+		return ep.pools.SetKind
+	})
+}
+
+// GetKind returns the settings of a kind of a pool.
+func (h *poolService) GetKind(ctx context.Context, req *connect.Request[cronoqv1.GetKindRequest]) (*connect.Response[cronoqv1.GetKindResponse], error) {
+	pool, kind := req.Msg.GetPool(), req.Msg.GetKind()
+	return route(ctx, h.s, writeCall, req, func(ctx context.Context) (*cronoqv1.GetKindResponse, error) {
+		ks, err := h.s.node.Kind(ctx, pool, kind)
+		if err != nil {
+			return nil, err
+		}
+		return &cronoqv1.GetKindResponse{Kind: kindToProto(pool, ks)}, nil
+	}, func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.GetKindRequest]) (*connect.Response[cronoqv1.GetKindResponse], error) {
+		return ep.pools.GetKind
+	})
+}
+
+func kindToProto(pool string, ks fsm.KindSettings) *cronoqv1.KindSettings {
+	out := &cronoqv1.KindSettings{
+		Pool: pool, Kind: ks.Kind,
+		PayloadSchema: ks.PayloadSchema, OutputSchema: ks.OutputSchema,
+		Timeout: durationToProto(ks.Timeout), MaxAttempts: ks.MaxAttempts,
+	}
+	if ks.Backoff != (fsm.Backoff{}) {
+		out.Backoff = &cronoqv1.Backoff{
+			Initial: durationToProto(ks.Backoff.Initial),
+			Max:     durationToProto(ks.Backoff.Max),
+			Jitter:  ks.Backoff.Jitter,
+		}
+	}
+	return out
+}

@@ -178,6 +178,28 @@ func TestPools(t *testing.T) {
 	_, err = tc.Delete(ctxT(t, 10*time.Second), connect.NewRequest(&cronoqv1.DeleteRequest{Ref: &cronoqv1.TaskRef{Id: res[0].ID}}))
 	require.Equal(t, connect.CodeNotFound, connect.CodeOf(err))
 
+	// A kind's schema: a payload that fails it is refused, naming the
+	// failing JSON path, and the settings read back from another node.
+	schema := []byte(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`)
+	sk, err := pc.SetKind(ctxT(t, 10*time.Second), connect.NewRequest(&cronoqv1.SetKindRequest{
+		Pool: "typed", Kind: "calc", PayloadSchema: schema, MaxAttempts: proto.Uint32(2),
+	}))
+	require.NoError(t, err)
+	require.Equal(t, schema, sk.Msg.GetKind().GetPayloadSchema())
+	_, err = cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Template: client.Template{Pool: "typed", Kind: "calc", Payload: []byte(`{"n":"seven"}`)}})
+	require.ErrorIs(t, err, client.ErrInvalid)
+	require.Contains(t, err.Error(), "/n")
+	ok, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Template: client.Template{Pool: "typed", Kind: "calc", Payload: []byte(`{"n":7}`)}})
+	require.NoError(t, err)
+	okTask, err := cl.Get(ctxT(t, 10*time.Second), ok.ID)
+	require.NoError(t, err)
+	require.Equal(t, 2, okTask.MaxAttempts, "the kind's default")
+	gk, err := poolClient(t, followers[1]).GetKind(ctxT(t, 10*time.Second), connect.NewRequest(&cronoqv1.GetKindRequest{Pool: "typed", Kind: "calc"}))
+	require.NoError(t, err)
+	require.Equal(t, uint32(2), gk.Msg.GetKind().GetMaxAttempts())
+	_, err = pc.SetKind(ctxT(t, 10*time.Second), connect.NewRequest(&cronoqv1.SetKindRequest{Pool: "typed", Kind: "calc", OutputSchema: []byte(`{"type":7}`)}))
+	require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
+
 	// The list holds every pool the leader knows, with its counts.
 	list, err := pc.List(ctxT(t, 10*time.Second), connect.NewRequest(&cronoqv1.ListPoolsRequest{}))
 	require.NoError(t, err)

@@ -3360,6 +3360,336 @@ func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
 	return nil
 }
 
+// The settings of one kind of a pool.
+type KindSettings struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pool  string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Kind  string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// JSON Schema documents its payloads and outputs must match; empty:
+	// none.
+	PayloadSchema []byte `protobuf:"bytes,3,opt,name=payload_schema,json=payloadSchema,proto3" json:"payload_schema,omitempty"`
+	OutputSchema  []byte `protobuf:"bytes,4,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
+	// Defaults for its tasks, ahead of the pool's; unset or 0: none.
+	Timeout       *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	MaxAttempts   uint32               `protobuf:"varint,6,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	Backoff       *Backoff             `protobuf:"bytes,7,opt,name=backoff,proto3" json:"backoff,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KindSettings) Reset() {
+	*x = KindSettings{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KindSettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KindSettings) ProtoMessage() {}
+
+func (x *KindSettings) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KindSettings.ProtoReflect.Descriptor instead.
+func (*KindSettings) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *KindSettings) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *KindSettings) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *KindSettings) GetPayloadSchema() []byte {
+	if x != nil {
+		return x.PayloadSchema
+	}
+	return nil
+}
+
+func (x *KindSettings) GetOutputSchema() []byte {
+	if x != nil {
+		return x.OutputSchema
+	}
+	return nil
+}
+
+func (x *KindSettings) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *KindSettings) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *KindSettings) GetBackoff() *Backoff {
+	if x != nil {
+		return x.Backoff
+	}
+	return nil
+}
+
+// A change of a kind's settings: the fields present replace the current
+// ones; an empty schema removes it.
+type SetKindRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	PayloadSchema []byte                 `protobuf:"bytes,3,opt,name=payload_schema,json=payloadSchema,proto3,oneof" json:"payload_schema,omitempty"`
+	OutputSchema  []byte                 `protobuf:"bytes,4,opt,name=output_schema,json=outputSchema,proto3,oneof" json:"output_schema,omitempty"`
+	Timeout       *durationpb.Duration   `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	MaxAttempts   *uint32                `protobuf:"varint,6,opt,name=max_attempts,json=maxAttempts,proto3,oneof" json:"max_attempts,omitempty"`
+	Backoff       *Backoff               `protobuf:"bytes,7,opt,name=backoff,proto3" json:"backoff,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetKindRequest) Reset() {
+	*x = SetKindRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetKindRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetKindRequest) ProtoMessage() {}
+
+func (x *SetKindRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetKindRequest.ProtoReflect.Descriptor instead.
+func (*SetKindRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *SetKindRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *SetKindRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *SetKindRequest) GetPayloadSchema() []byte {
+	if x != nil {
+		return x.PayloadSchema
+	}
+	return nil
+}
+
+func (x *SetKindRequest) GetOutputSchema() []byte {
+	if x != nil {
+		return x.OutputSchema
+	}
+	return nil
+}
+
+func (x *SetKindRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *SetKindRequest) GetMaxAttempts() uint32 {
+	if x != nil && x.MaxAttempts != nil {
+		return *x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *SetKindRequest) GetBackoff() *Backoff {
+	if x != nil {
+		return x.Backoff
+	}
+	return nil
+}
+
+type SetKindResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          *KindSettings          `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetKindResponse) Reset() {
+	*x = SetKindResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetKindResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetKindResponse) ProtoMessage() {}
+
+func (x *SetKindResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetKindResponse.ProtoReflect.Descriptor instead.
+func (*SetKindResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *SetKindResponse) GetKind() *KindSettings {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+type GetKindRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetKindRequest) Reset() {
+	*x = GetKindRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetKindRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetKindRequest) ProtoMessage() {}
+
+func (x *GetKindRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetKindRequest.ProtoReflect.Descriptor instead.
+func (*GetKindRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *GetKindRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *GetKindRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+type GetKindResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          *KindSettings          `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetKindResponse) Reset() {
+	*x = GetKindResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetKindResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetKindResponse) ProtoMessage() {}
+
+func (x *GetKindResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetKindResponse.ProtoReflect.Descriptor instead.
+func (*GetKindResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *GetKindResponse) GetKind() *KindSettings {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
 // One step of a workflow: a task under a name.
 type WorkflowStep struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3378,7 +3708,7 @@ type WorkflowStep struct {
 
 func (x *WorkflowStep) Reset() {
 	*x = WorkflowStep{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3390,7 +3720,7 @@ func (x *WorkflowStep) String() string {
 func (*WorkflowStep) ProtoMessage() {}
 
 func (x *WorkflowStep) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3403,7 +3733,7 @@ func (x *WorkflowStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowStep.ProtoReflect.Descriptor instead.
 func (*WorkflowStep) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{44}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WorkflowStep) GetName() string {
@@ -3439,7 +3769,7 @@ type WorkflowSpec struct {
 
 func (x *WorkflowSpec) Reset() {
 	*x = WorkflowSpec{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3451,7 +3781,7 @@ func (x *WorkflowSpec) String() string {
 func (*WorkflowSpec) ProtoMessage() {}
 
 func (x *WorkflowSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3464,7 +3794,7 @@ func (x *WorkflowSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowSpec.ProtoReflect.Descriptor instead.
 func (*WorkflowSpec) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{45}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WorkflowSpec) GetName() string {
@@ -3510,7 +3840,7 @@ type Workflow struct {
 
 func (x *Workflow) Reset() {
 	*x = Workflow{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3522,7 +3852,7 @@ func (x *Workflow) String() string {
 func (*Workflow) ProtoMessage() {}
 
 func (x *Workflow) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3535,7 +3865,7 @@ func (x *Workflow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workflow.ProtoReflect.Descriptor instead.
 func (*Workflow) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{46}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Workflow) GetId() string {
@@ -3625,7 +3955,7 @@ type WorkflowRef struct {
 
 func (x *WorkflowRef) Reset() {
 	*x = WorkflowRef{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3637,7 +3967,7 @@ func (x *WorkflowRef) String() string {
 func (*WorkflowRef) ProtoMessage() {}
 
 func (x *WorkflowRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3650,7 +3980,7 @@ func (x *WorkflowRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowRef.ProtoReflect.Descriptor instead.
 func (*WorkflowRef) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{47}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WorkflowRef) GetId() string {
@@ -3677,7 +4007,7 @@ type StepTask struct {
 
 func (x *StepTask) Reset() {
 	*x = StepTask{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3689,7 +4019,7 @@ func (x *StepTask) String() string {
 func (*StepTask) ProtoMessage() {}
 
 func (x *StepTask) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3702,7 +4032,7 @@ func (x *StepTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepTask.ProtoReflect.Descriptor instead.
 func (*StepTask) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{48}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *StepTask) GetStep() string {
@@ -3728,7 +4058,7 @@ type SubmitWorkflowRequest struct {
 
 func (x *SubmitWorkflowRequest) Reset() {
 	*x = SubmitWorkflowRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3740,7 +4070,7 @@ func (x *SubmitWorkflowRequest) String() string {
 func (*SubmitWorkflowRequest) ProtoMessage() {}
 
 func (x *SubmitWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3753,7 +4083,7 @@ func (x *SubmitWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*SubmitWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{49}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SubmitWorkflowRequest) GetSpec() *WorkflowSpec {
@@ -3775,7 +4105,7 @@ type SubmitWorkflowResponse struct {
 
 func (x *SubmitWorkflowResponse) Reset() {
 	*x = SubmitWorkflowResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3787,7 +4117,7 @@ func (x *SubmitWorkflowResponse) String() string {
 func (*SubmitWorkflowResponse) ProtoMessage() {}
 
 func (x *SubmitWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3800,7 +4130,7 @@ func (x *SubmitWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*SubmitWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{50}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SubmitWorkflowResponse) GetId() string {
@@ -3840,7 +4170,7 @@ type GetWorkflowRequest struct {
 
 func (x *GetWorkflowRequest) Reset() {
 	*x = GetWorkflowRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3852,7 +4182,7 @@ func (x *GetWorkflowRequest) String() string {
 func (*GetWorkflowRequest) ProtoMessage() {}
 
 func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3865,7 +4195,7 @@ func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{51}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetWorkflowRequest) GetRef() *WorkflowRef {
@@ -3908,7 +4238,7 @@ type GetWorkflowResponse struct {
 
 func (x *GetWorkflowResponse) Reset() {
 	*x = GetWorkflowResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3920,7 +4250,7 @@ func (x *GetWorkflowResponse) String() string {
 func (*GetWorkflowResponse) ProtoMessage() {}
 
 func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3933,7 +4263,7 @@ func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*GetWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{52}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetWorkflowResponse) GetWorkflow() *Workflow {
@@ -3969,7 +4299,7 @@ type WaitWorkflowRequest struct {
 
 func (x *WaitWorkflowRequest) Reset() {
 	*x = WaitWorkflowRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3981,7 +4311,7 @@ func (x *WaitWorkflowRequest) String() string {
 func (*WaitWorkflowRequest) ProtoMessage() {}
 
 func (x *WaitWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3994,7 +4324,7 @@ func (x *WaitWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*WaitWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{53}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *WaitWorkflowRequest) GetRef() *WorkflowRef {
@@ -4022,7 +4352,7 @@ type WaitWorkflowResponse struct {
 
 func (x *WaitWorkflowResponse) Reset() {
 	*x = WaitWorkflowResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4034,7 +4364,7 @@ func (x *WaitWorkflowResponse) String() string {
 func (*WaitWorkflowResponse) ProtoMessage() {}
 
 func (x *WaitWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4047,7 +4377,7 @@ func (x *WaitWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*WaitWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{54}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WaitWorkflowResponse) GetWorkflow() *Workflow {
@@ -4073,7 +4403,7 @@ type CancelWorkflowRequest struct {
 
 func (x *CancelWorkflowRequest) Reset() {
 	*x = CancelWorkflowRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4085,7 +4415,7 @@ func (x *CancelWorkflowRequest) String() string {
 func (*CancelWorkflowRequest) ProtoMessage() {}
 
 func (x *CancelWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4098,7 +4428,7 @@ func (x *CancelWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*CancelWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{55}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CancelWorkflowRequest) GetRef() *WorkflowRef {
@@ -4119,7 +4449,7 @@ type CancelWorkflowResponse struct {
 
 func (x *CancelWorkflowResponse) Reset() {
 	*x = CancelWorkflowResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4131,7 +4461,7 @@ func (x *CancelWorkflowResponse) String() string {
 func (*CancelWorkflowResponse) ProtoMessage() {}
 
 func (x *CancelWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4144,7 +4474,7 @@ func (x *CancelWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*CancelWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{56}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CancelWorkflowResponse) GetId() string {
@@ -4173,7 +4503,7 @@ type ListWorkflowsRequest struct {
 
 func (x *ListWorkflowsRequest) Reset() {
 	*x = ListWorkflowsRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4185,7 +4515,7 @@ func (x *ListWorkflowsRequest) String() string {
 func (*ListWorkflowsRequest) ProtoMessage() {}
 
 func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4198,7 +4528,7 @@ func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{57}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListWorkflowsRequest) GetStatuses() []WorkflowStatus {
@@ -4241,7 +4571,7 @@ type ListWorkflowsResponse struct {
 
 func (x *ListWorkflowsResponse) Reset() {
 	*x = ListWorkflowsResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4253,7 +4583,7 @@ func (x *ListWorkflowsResponse) String() string {
 func (*ListWorkflowsResponse) ProtoMessage() {}
 
 func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4266,7 +4596,7 @@ func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{58}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListWorkflowsResponse) GetWorkflows() []*Workflow {
@@ -4319,7 +4649,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4331,7 +4661,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4344,7 +4674,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{59}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *Schedule) GetName() string {
@@ -4461,7 +4791,7 @@ type AddScheduleRequest struct {
 
 func (x *AddScheduleRequest) Reset() {
 	*x = AddScheduleRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4473,7 +4803,7 @@ func (x *AddScheduleRequest) String() string {
 func (*AddScheduleRequest) ProtoMessage() {}
 
 func (x *AddScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4486,7 +4816,7 @@ func (x *AddScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddScheduleRequest.ProtoReflect.Descriptor instead.
 func (*AddScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{60}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *AddScheduleRequest) GetSchedule() *Schedule {
@@ -4507,7 +4837,7 @@ type AddScheduleResponse struct {
 
 func (x *AddScheduleResponse) Reset() {
 	*x = AddScheduleResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4519,7 +4849,7 @@ func (x *AddScheduleResponse) String() string {
 func (*AddScheduleResponse) ProtoMessage() {}
 
 func (x *AddScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4532,7 +4862,7 @@ func (x *AddScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddScheduleResponse.ProtoReflect.Descriptor instead.
 func (*AddScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{61}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *AddScheduleResponse) GetName() string {
@@ -4558,7 +4888,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4570,7 +4900,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4583,7 +4913,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{62}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListSchedulesRequest) GetStale() bool {
@@ -4602,7 +4932,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[63]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4614,7 +4944,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[63]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4627,7 +4957,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{63}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -4646,7 +4976,7 @@ type RemoveScheduleRequest struct {
 
 func (x *RemoveScheduleRequest) Reset() {
 	*x = RemoveScheduleRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[64]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4658,7 +4988,7 @@ func (x *RemoveScheduleRequest) String() string {
 func (*RemoveScheduleRequest) ProtoMessage() {}
 
 func (x *RemoveScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[64]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4671,7 +5001,7 @@ func (x *RemoveScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveScheduleRequest.ProtoReflect.Descriptor instead.
 func (*RemoveScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{64}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RemoveScheduleRequest) GetName() string {
@@ -4691,7 +5021,7 @@ type RemoveScheduleResponse struct {
 
 func (x *RemoveScheduleResponse) Reset() {
 	*x = RemoveScheduleResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[65]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4703,7 +5033,7 @@ func (x *RemoveScheduleResponse) String() string {
 func (*RemoveScheduleResponse) ProtoMessage() {}
 
 func (x *RemoveScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[65]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4716,7 +5046,7 @@ func (x *RemoveScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveScheduleResponse.ProtoReflect.Descriptor instead.
 func (*RemoveScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{65}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RemoveScheduleResponse) GetName() string {
@@ -4743,7 +5073,7 @@ type PauseScheduleRequest struct {
 
 func (x *PauseScheduleRequest) Reset() {
 	*x = PauseScheduleRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[66]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4755,7 +5085,7 @@ func (x *PauseScheduleRequest) String() string {
 func (*PauseScheduleRequest) ProtoMessage() {}
 
 func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[66]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4768,7 +5098,7 @@ func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PauseScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{66}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *PauseScheduleRequest) GetName() string {
@@ -4795,7 +5125,7 @@ type PauseScheduleResponse struct {
 
 func (x *PauseScheduleResponse) Reset() {
 	*x = PauseScheduleResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[67]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4807,7 +5137,7 @@ func (x *PauseScheduleResponse) String() string {
 func (*PauseScheduleResponse) ProtoMessage() {}
 
 func (x *PauseScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[67]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4820,7 +5150,7 @@ func (x *PauseScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PauseScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{67}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *PauseScheduleResponse) GetName() string {
@@ -4848,7 +5178,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[68]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4860,7 +5190,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[68]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4873,7 +5203,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{68}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *Hello) GetWorker() string {
@@ -4907,7 +5237,7 @@ type Poll struct {
 
 func (x *Poll) Reset() {
 	*x = Poll{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[69]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4919,7 +5249,7 @@ func (x *Poll) String() string {
 func (*Poll) ProtoMessage() {}
 
 func (x *Poll) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[69]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4932,7 +5262,7 @@ func (x *Poll) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Poll.ProtoReflect.Descriptor instead.
 func (*Poll) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{69}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *Poll) GetSlots() int32 {
@@ -4951,7 +5281,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[70]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4963,7 +5293,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[70]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4976,7 +5306,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{70}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *Heartbeat) GetLeases() []uint64 {
@@ -5005,7 +5335,7 @@ type Completion struct {
 
 func (x *Completion) Reset() {
 	*x = Completion{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[71]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5017,7 +5347,7 @@ func (x *Completion) String() string {
 func (*Completion) ProtoMessage() {}
 
 func (x *Completion) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[71]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5030,7 +5360,7 @@ func (x *Completion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Completion.ProtoReflect.Descriptor instead.
 func (*Completion) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{71}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *Completion) GetLease() uint64 {
@@ -5091,7 +5421,7 @@ type Complete struct {
 
 func (x *Complete) Reset() {
 	*x = Complete{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[72]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5103,7 +5433,7 @@ func (x *Complete) String() string {
 func (*Complete) ProtoMessage() {}
 
 func (x *Complete) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[72]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5116,7 +5446,7 @@ func (x *Complete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Complete.ProtoReflect.Descriptor instead.
 func (*Complete) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{72}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *Complete) GetCompletions() []*Completion {
@@ -5141,7 +5471,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[73]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5153,7 +5483,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[73]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5166,7 +5496,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{73}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *WorkerMessage) GetMsg() isWorkerMessage_Msg {
@@ -5251,7 +5581,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[74]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5263,7 +5593,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[74]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5276,7 +5606,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{74}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *Welcome) GetNode() string {
@@ -5317,7 +5647,7 @@ type DependencyResult struct {
 
 func (x *DependencyResult) Reset() {
 	*x = DependencyResult{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[75]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5329,7 +5659,7 @@ func (x *DependencyResult) String() string {
 func (*DependencyResult) ProtoMessage() {}
 
 func (x *DependencyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[75]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5342,7 +5672,7 @@ func (x *DependencyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DependencyResult.ProtoReflect.Descriptor instead.
 func (*DependencyResult) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{75}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *DependencyResult) GetId() string {
@@ -5400,7 +5730,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[76]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5412,7 +5742,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[76]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5425,7 +5755,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{76}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *Grant) GetTask() *Task {
@@ -5465,7 +5795,7 @@ type Grants struct {
 
 func (x *Grants) Reset() {
 	*x = Grants{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[77]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5477,7 +5807,7 @@ func (x *Grants) String() string {
 func (*Grants) ProtoMessage() {}
 
 func (x *Grants) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[77]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5490,7 +5820,7 @@ func (x *Grants) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grants.ProtoReflect.Descriptor instead.
 func (*Grants) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{77}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *Grants) GetGrants() []*Grant {
@@ -5512,7 +5842,7 @@ type LeaseResult struct {
 
 func (x *LeaseResult) Reset() {
 	*x = LeaseResult{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[78]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5524,7 +5854,7 @@ func (x *LeaseResult) String() string {
 func (*LeaseResult) ProtoMessage() {}
 
 func (x *LeaseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[78]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5537,7 +5867,7 @@ func (x *LeaseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResult.ProtoReflect.Descriptor instead.
 func (*LeaseResult) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{78}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *LeaseResult) GetLease() uint64 {
@@ -5570,7 +5900,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[79]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5582,7 +5912,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[79]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5595,7 +5925,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{79}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *HeartbeatAck) GetResults() []*LeaseResult {
@@ -5614,7 +5944,7 @@ type CompleteAck struct {
 
 func (x *CompleteAck) Reset() {
 	*x = CompleteAck{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[80]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5626,7 +5956,7 @@ func (x *CompleteAck) String() string {
 func (*CompleteAck) ProtoMessage() {}
 
 func (x *CompleteAck) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[80]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5639,7 +5969,7 @@ func (x *CompleteAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteAck.ProtoReflect.Descriptor instead.
 func (*CompleteAck) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{80}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *CompleteAck) GetResults() []*LeaseResult {
@@ -5659,7 +5989,7 @@ type Abort struct {
 
 func (x *Abort) Reset() {
 	*x = Abort{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[81]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5671,7 +6001,7 @@ func (x *Abort) String() string {
 func (*Abort) ProtoMessage() {}
 
 func (x *Abort) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[81]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5684,7 +6014,7 @@ func (x *Abort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Abort.ProtoReflect.Descriptor instead.
 func (*Abort) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{81}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *Abort) GetLease() uint64 {
@@ -5717,7 +6047,7 @@ type ServerMessage struct {
 
 func (x *ServerMessage) Reset() {
 	*x = ServerMessage{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[82]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5729,7 +6059,7 @@ func (x *ServerMessage) String() string {
 func (*ServerMessage) ProtoMessage() {}
 
 func (x *ServerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[82]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5742,7 +6072,7 @@ func (x *ServerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerMessage.ProtoReflect.Descriptor instead.
 func (*ServerMessage) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{82}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ServerMessage) GetMsg() isServerMessage_Msg {
@@ -5845,7 +6175,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[83]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5857,7 +6187,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[83]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5870,7 +6200,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{83}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *Member) GetName() string {
@@ -5923,7 +6253,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[84]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5935,7 +6265,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[84]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5948,7 +6278,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{84}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{89}
 }
 
 type MembersResponse struct {
@@ -5960,7 +6290,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[85]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5972,7 +6302,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[85]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5985,7 +6315,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{85}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -6007,7 +6337,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[86]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6019,7 +6349,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[86]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6032,7 +6362,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{86}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *Peer) GetId() string {
@@ -6071,7 +6401,7 @@ type PeersRequest struct {
 
 func (x *PeersRequest) Reset() {
 	*x = PeersRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[87]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6083,7 +6413,7 @@ func (x *PeersRequest) String() string {
 func (*PeersRequest) ProtoMessage() {}
 
 func (x *PeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[87]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6096,7 +6426,7 @@ func (x *PeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeersRequest.ProtoReflect.Descriptor instead.
 func (*PeersRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{87}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{92}
 }
 
 type PeersResponse struct {
@@ -6108,7 +6438,7 @@ type PeersResponse struct {
 
 func (x *PeersResponse) Reset() {
 	*x = PeersResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[88]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6120,7 +6450,7 @@ func (x *PeersResponse) String() string {
 func (*PeersResponse) ProtoMessage() {}
 
 func (x *PeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[88]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6133,7 +6463,7 @@ func (x *PeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeersResponse.ProtoReflect.Descriptor instead.
 func (*PeersResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{88}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *PeersResponse) GetPeers() []*Peer {
@@ -6152,7 +6482,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[89]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6164,7 +6494,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[89]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6177,7 +6507,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{89}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *RemovePeerRequest) GetId() string {
@@ -6196,7 +6526,7 @@ type RemovePeerResponse struct {
 
 func (x *RemovePeerResponse) Reset() {
 	*x = RemovePeerResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[90]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6208,7 +6538,7 @@ func (x *RemovePeerResponse) String() string {
 func (*RemovePeerResponse) ProtoMessage() {}
 
 func (x *RemovePeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[90]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6221,7 +6551,7 @@ func (x *RemovePeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerResponse.ProtoReflect.Descriptor instead.
 func (*RemovePeerResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{90}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *RemovePeerResponse) GetRemoved() string {
@@ -6240,7 +6570,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[91]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6252,7 +6582,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[91]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6265,7 +6595,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{91}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -6284,7 +6614,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[92]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6296,7 +6626,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[92]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6309,7 +6639,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{92}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *TransferLeadershipResponse) GetLeader() string {
@@ -6327,7 +6657,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[93]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6339,7 +6669,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[93]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6352,7 +6682,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{93}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{98}
 }
 
 type HealthResponse struct {
@@ -6368,7 +6698,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[94]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6380,7 +6710,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[94]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6393,7 +6723,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{94}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *HealthResponse) GetNode() string {
@@ -6690,7 +7020,33 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x12ListWorkersRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\"F\n" +
 	"\x13ListWorkersResponse\x12/\n" +
-	"\aworkers\x18\x01 \x03(\v2\x15.cronoq.v1.WorkerInfoR\aworkers\"j\n" +
+	"\aworkers\x18\x01 \x03(\v2\x15.cronoq.v1.WorkerInfoR\aworkers\"\x88\x02\n" +
+	"\fKindSettings\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12%\n" +
+	"\x0epayload_schema\x18\x03 \x01(\fR\rpayloadSchema\x12#\n" +
+	"\routput_schema\x18\x04 \x01(\fR\foutputSchema\x123\n" +
+	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12!\n" +
+	"\fmax_attempts\x18\x06 \x01(\rR\vmaxAttempts\x12,\n" +
+	"\abackoff\x18\a \x01(\v2\x12.cronoq.v1.BackoffR\abackoff\"\xcf\x02\n" +
+	"\x0eSetKindRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12*\n" +
+	"\x0epayload_schema\x18\x03 \x01(\fH\x00R\rpayloadSchema\x88\x01\x01\x12(\n" +
+	"\routput_schema\x18\x04 \x01(\fH\x01R\foutputSchema\x88\x01\x01\x123\n" +
+	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12&\n" +
+	"\fmax_attempts\x18\x06 \x01(\rH\x02R\vmaxAttempts\x88\x01\x01\x12,\n" +
+	"\abackoff\x18\a \x01(\v2\x12.cronoq.v1.BackoffR\abackoffB\x11\n" +
+	"\x0f_payload_schemaB\x10\n" +
+	"\x0e_output_schemaB\x0f\n" +
+	"\r_max_attempts\">\n" +
+	"\x0fSetKindResponse\x12+\n" +
+	"\x04kind\x18\x01 \x01(\v2\x17.cronoq.v1.KindSettingsR\x04kind\"8\n" +
+	"\x0eGetKindRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\">\n" +
+	"\x0fGetKindResponse\x12+\n" +
+	"\x04kind\x18\x01 \x01(\v2\x17.cronoq.v1.KindSettingsR\x04kind\"j\n" +
 	"\fWorkflowStep\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
 	"\x04spec\x18\x02 \x01(\v2\x13.cronoq.v1.TaskSpecR\x04spec\x12\x1d\n" +
@@ -6941,12 +7297,14 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x04List\x12\x16.cronoq.v1.ListRequest\x1a\x17.cronoq.v1.ListResponse\x12=\n" +
 	"\x06Counts\x12\x18.cronoq.v1.CountsRequest\x1a\x19.cronoq.v1.CountsResponse\x126\n" +
 	"\x06Events\x12\x18.cronoq.v1.EventsRequest\x1a\x10.cronoq.v1.Event0\x01\x12=\n" +
-	"\x06Delete\x12\x18.cronoq.v1.DeleteRequest\x1a\x19.cronoq.v1.DeleteResponse2\x96\x02\n" +
+	"\x06Delete\x12\x18.cronoq.v1.DeleteRequest\x1a\x19.cronoq.v1.DeleteResponse2\x9a\x03\n" +
 	"\vPoolService\x12A\n" +
 	"\x04List\x12\x1b.cronoq.v1.ListPoolsRequest\x1a\x1c.cronoq.v1.ListPoolsResponse\x12<\n" +
 	"\x03Get\x12\x19.cronoq.v1.GetPoolRequest\x1a\x1a.cronoq.v1.GetPoolResponse\x12<\n" +
 	"\x03Set\x12\x19.cronoq.v1.SetPoolRequest\x1a\x1a.cronoq.v1.SetPoolResponse\x12H\n" +
-	"\aWorkers\x12\x1d.cronoq.v1.ListWorkersRequest\x1a\x1e.cronoq.v1.ListWorkersResponse2\x89\x03\n" +
+	"\aWorkers\x12\x1d.cronoq.v1.ListWorkersRequest\x1a\x1e.cronoq.v1.ListWorkersResponse\x12@\n" +
+	"\aSetKind\x12\x19.cronoq.v1.SetKindRequest\x1a\x1a.cronoq.v1.SetKindResponse\x12@\n" +
+	"\aGetKind\x12\x19.cronoq.v1.GetKindRequest\x1a\x1a.cronoq.v1.GetKindResponse2\x89\x03\n" +
 	"\x0fWorkflowService\x12M\n" +
 	"\x06Submit\x12 .cronoq.v1.SubmitWorkflowRequest\x1a!.cronoq.v1.SubmitWorkflowResponse\x12D\n" +
 	"\x03Get\x12\x1d.cronoq.v1.GetWorkflowRequest\x1a\x1e.cronoq.v1.GetWorkflowResponse\x12G\n" +
@@ -6981,7 +7339,7 @@ func file_cronoq_v1_cronoq_proto_rawDescGZIP() []byte {
 }
 
 var file_cronoq_v1_cronoq_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 99)
+var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 104)
 var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(Priority)(0),                      // 0: cronoq.v1.Priority
 	(Status)(0),                        // 1: cronoq.v1.Status
@@ -7034,89 +7392,94 @@ var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(*WorkerInfo)(nil),                 // 48: cronoq.v1.WorkerInfo
 	(*ListWorkersRequest)(nil),         // 49: cronoq.v1.ListWorkersRequest
 	(*ListWorkersResponse)(nil),        // 50: cronoq.v1.ListWorkersResponse
-	(*WorkflowStep)(nil),               // 51: cronoq.v1.WorkflowStep
-	(*WorkflowSpec)(nil),               // 52: cronoq.v1.WorkflowSpec
-	(*Workflow)(nil),                   // 53: cronoq.v1.Workflow
-	(*WorkflowRef)(nil),                // 54: cronoq.v1.WorkflowRef
-	(*StepTask)(nil),                   // 55: cronoq.v1.StepTask
-	(*SubmitWorkflowRequest)(nil),      // 56: cronoq.v1.SubmitWorkflowRequest
-	(*SubmitWorkflowResponse)(nil),     // 57: cronoq.v1.SubmitWorkflowResponse
-	(*GetWorkflowRequest)(nil),         // 58: cronoq.v1.GetWorkflowRequest
-	(*GetWorkflowResponse)(nil),        // 59: cronoq.v1.GetWorkflowResponse
-	(*WaitWorkflowRequest)(nil),        // 60: cronoq.v1.WaitWorkflowRequest
-	(*WaitWorkflowResponse)(nil),       // 61: cronoq.v1.WaitWorkflowResponse
-	(*CancelWorkflowRequest)(nil),      // 62: cronoq.v1.CancelWorkflowRequest
-	(*CancelWorkflowResponse)(nil),     // 63: cronoq.v1.CancelWorkflowResponse
-	(*ListWorkflowsRequest)(nil),       // 64: cronoq.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),      // 65: cronoq.v1.ListWorkflowsResponse
-	(*Schedule)(nil),                   // 66: cronoq.v1.Schedule
-	(*AddScheduleRequest)(nil),         // 67: cronoq.v1.AddScheduleRequest
-	(*AddScheduleResponse)(nil),        // 68: cronoq.v1.AddScheduleResponse
-	(*ListSchedulesRequest)(nil),       // 69: cronoq.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),      // 70: cronoq.v1.ListSchedulesResponse
-	(*RemoveScheduleRequest)(nil),      // 71: cronoq.v1.RemoveScheduleRequest
-	(*RemoveScheduleResponse)(nil),     // 72: cronoq.v1.RemoveScheduleResponse
-	(*PauseScheduleRequest)(nil),       // 73: cronoq.v1.PauseScheduleRequest
-	(*PauseScheduleResponse)(nil),      // 74: cronoq.v1.PauseScheduleResponse
-	(*Hello)(nil),                      // 75: cronoq.v1.Hello
-	(*Poll)(nil),                       // 76: cronoq.v1.Poll
-	(*Heartbeat)(nil),                  // 77: cronoq.v1.Heartbeat
-	(*Completion)(nil),                 // 78: cronoq.v1.Completion
-	(*Complete)(nil),                   // 79: cronoq.v1.Complete
-	(*WorkerMessage)(nil),              // 80: cronoq.v1.WorkerMessage
-	(*Welcome)(nil),                    // 81: cronoq.v1.Welcome
-	(*DependencyResult)(nil),           // 82: cronoq.v1.DependencyResult
-	(*Grant)(nil),                      // 83: cronoq.v1.Grant
-	(*Grants)(nil),                     // 84: cronoq.v1.Grants
-	(*LeaseResult)(nil),                // 85: cronoq.v1.LeaseResult
-	(*HeartbeatAck)(nil),               // 86: cronoq.v1.HeartbeatAck
-	(*CompleteAck)(nil),                // 87: cronoq.v1.CompleteAck
-	(*Abort)(nil),                      // 88: cronoq.v1.Abort
-	(*ServerMessage)(nil),              // 89: cronoq.v1.ServerMessage
-	(*Member)(nil),                     // 90: cronoq.v1.Member
-	(*MembersRequest)(nil),             // 91: cronoq.v1.MembersRequest
-	(*MembersResponse)(nil),            // 92: cronoq.v1.MembersResponse
-	(*Peer)(nil),                       // 93: cronoq.v1.Peer
-	(*PeersRequest)(nil),               // 94: cronoq.v1.PeersRequest
-	(*PeersResponse)(nil),              // 95: cronoq.v1.PeersResponse
-	(*RemovePeerRequest)(nil),          // 96: cronoq.v1.RemovePeerRequest
-	(*RemovePeerResponse)(nil),         // 97: cronoq.v1.RemovePeerResponse
-	(*TransferLeadershipRequest)(nil),  // 98: cronoq.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 99: cronoq.v1.TransferLeadershipResponse
-	(*HealthRequest)(nil),              // 100: cronoq.v1.HealthRequest
-	(*HealthResponse)(nil),             // 101: cronoq.v1.HealthResponse
-	nil,                                // 102: cronoq.v1.PoolCounts.ByStatusEntry
-	nil,                                // 103: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
-	nil,                                // 104: cronoq.v1.PoolInfo.CountsEntry
-	nil,                                // 105: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
-	(*durationpb.Duration)(nil),        // 106: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 107: google.protobuf.Timestamp
+	(*KindSettings)(nil),               // 51: cronoq.v1.KindSettings
+	(*SetKindRequest)(nil),             // 52: cronoq.v1.SetKindRequest
+	(*SetKindResponse)(nil),            // 53: cronoq.v1.SetKindResponse
+	(*GetKindRequest)(nil),             // 54: cronoq.v1.GetKindRequest
+	(*GetKindResponse)(nil),            // 55: cronoq.v1.GetKindResponse
+	(*WorkflowStep)(nil),               // 56: cronoq.v1.WorkflowStep
+	(*WorkflowSpec)(nil),               // 57: cronoq.v1.WorkflowSpec
+	(*Workflow)(nil),                   // 58: cronoq.v1.Workflow
+	(*WorkflowRef)(nil),                // 59: cronoq.v1.WorkflowRef
+	(*StepTask)(nil),                   // 60: cronoq.v1.StepTask
+	(*SubmitWorkflowRequest)(nil),      // 61: cronoq.v1.SubmitWorkflowRequest
+	(*SubmitWorkflowResponse)(nil),     // 62: cronoq.v1.SubmitWorkflowResponse
+	(*GetWorkflowRequest)(nil),         // 63: cronoq.v1.GetWorkflowRequest
+	(*GetWorkflowResponse)(nil),        // 64: cronoq.v1.GetWorkflowResponse
+	(*WaitWorkflowRequest)(nil),        // 65: cronoq.v1.WaitWorkflowRequest
+	(*WaitWorkflowResponse)(nil),       // 66: cronoq.v1.WaitWorkflowResponse
+	(*CancelWorkflowRequest)(nil),      // 67: cronoq.v1.CancelWorkflowRequest
+	(*CancelWorkflowResponse)(nil),     // 68: cronoq.v1.CancelWorkflowResponse
+	(*ListWorkflowsRequest)(nil),       // 69: cronoq.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),      // 70: cronoq.v1.ListWorkflowsResponse
+	(*Schedule)(nil),                   // 71: cronoq.v1.Schedule
+	(*AddScheduleRequest)(nil),         // 72: cronoq.v1.AddScheduleRequest
+	(*AddScheduleResponse)(nil),        // 73: cronoq.v1.AddScheduleResponse
+	(*ListSchedulesRequest)(nil),       // 74: cronoq.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),      // 75: cronoq.v1.ListSchedulesResponse
+	(*RemoveScheduleRequest)(nil),      // 76: cronoq.v1.RemoveScheduleRequest
+	(*RemoveScheduleResponse)(nil),     // 77: cronoq.v1.RemoveScheduleResponse
+	(*PauseScheduleRequest)(nil),       // 78: cronoq.v1.PauseScheduleRequest
+	(*PauseScheduleResponse)(nil),      // 79: cronoq.v1.PauseScheduleResponse
+	(*Hello)(nil),                      // 80: cronoq.v1.Hello
+	(*Poll)(nil),                       // 81: cronoq.v1.Poll
+	(*Heartbeat)(nil),                  // 82: cronoq.v1.Heartbeat
+	(*Completion)(nil),                 // 83: cronoq.v1.Completion
+	(*Complete)(nil),                   // 84: cronoq.v1.Complete
+	(*WorkerMessage)(nil),              // 85: cronoq.v1.WorkerMessage
+	(*Welcome)(nil),                    // 86: cronoq.v1.Welcome
+	(*DependencyResult)(nil),           // 87: cronoq.v1.DependencyResult
+	(*Grant)(nil),                      // 88: cronoq.v1.Grant
+	(*Grants)(nil),                     // 89: cronoq.v1.Grants
+	(*LeaseResult)(nil),                // 90: cronoq.v1.LeaseResult
+	(*HeartbeatAck)(nil),               // 91: cronoq.v1.HeartbeatAck
+	(*CompleteAck)(nil),                // 92: cronoq.v1.CompleteAck
+	(*Abort)(nil),                      // 93: cronoq.v1.Abort
+	(*ServerMessage)(nil),              // 94: cronoq.v1.ServerMessage
+	(*Member)(nil),                     // 95: cronoq.v1.Member
+	(*MembersRequest)(nil),             // 96: cronoq.v1.MembersRequest
+	(*MembersResponse)(nil),            // 97: cronoq.v1.MembersResponse
+	(*Peer)(nil),                       // 98: cronoq.v1.Peer
+	(*PeersRequest)(nil),               // 99: cronoq.v1.PeersRequest
+	(*PeersResponse)(nil),              // 100: cronoq.v1.PeersResponse
+	(*RemovePeerRequest)(nil),          // 101: cronoq.v1.RemovePeerRequest
+	(*RemovePeerResponse)(nil),         // 102: cronoq.v1.RemovePeerResponse
+	(*TransferLeadershipRequest)(nil),  // 103: cronoq.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 104: cronoq.v1.TransferLeadershipResponse
+	(*HealthRequest)(nil),              // 105: cronoq.v1.HealthRequest
+	(*HealthResponse)(nil),             // 106: cronoq.v1.HealthResponse
+	nil,                                // 107: cronoq.v1.PoolCounts.ByStatusEntry
+	nil,                                // 108: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	nil,                                // 109: cronoq.v1.PoolInfo.CountsEntry
+	nil,                                // 110: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	(*durationpb.Duration)(nil),        // 111: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 112: google.protobuf.Timestamp
 }
 var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
-	106, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
-	106, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
+	111, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
+	111, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
 	0,   // 2: cronoq.v1.TaskTemplate.priority:type_name -> cronoq.v1.Priority
 	7,   // 3: cronoq.v1.TaskTemplate.labels:type_name -> cronoq.v1.KV
 	7,   // 4: cronoq.v1.TaskTemplate.tags:type_name -> cronoq.v1.KV
-	106, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
+	111, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
 	8,   // 6: cronoq.v1.TaskTemplate.backoff:type_name -> cronoq.v1.Backoff
 	9,   // 7: cronoq.v1.TaskSpec.template:type_name -> cronoq.v1.TaskTemplate
-	107, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
-	106, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
-	107, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
+	112, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
+	111, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
+	112, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
 	21,  // 11: cronoq.v1.TaskSpec.depends_on:type_name -> cronoq.v1.TaskRef
 	2,   // 12: cronoq.v1.TaskSpec.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
 	9,   // 13: cronoq.v1.Task.template:type_name -> cronoq.v1.TaskTemplate
 	1,   // 14: cronoq.v1.Task.status:type_name -> cronoq.v1.Status
-	107, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
-	107, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	107, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	107, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	107, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	107, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
-	107, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
+	112, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
+	112, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	112, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	112, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	112, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	112, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
+	112, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
 	2,   // 22: cronoq.v1.Task.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
-	106, // 23: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
+	111, // 23: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
 	10,  // 24: cronoq.v1.SubmitRequest.spec:type_name -> cronoq.v1.TaskSpec
 	12,  // 25: cronoq.v1.SubmitResponse.result:type_name -> cronoq.v1.Submitted
 	10,  // 26: cronoq.v1.SubmitBatchRequest.specs:type_name -> cronoq.v1.TaskSpec
@@ -7128,7 +7491,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	11,  // 32: cronoq.v1.GetResponse.task:type_name -> cronoq.v1.Task
 	13,  // 33: cronoq.v1.GetResponse.meta:type_name -> cronoq.v1.ReadMeta
 	21,  // 34: cronoq.v1.WaitRequest.ref:type_name -> cronoq.v1.TaskRef
-	106, // 35: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
+	111, // 35: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
 	11,  // 36: cronoq.v1.WaitResponse.task:type_name -> cronoq.v1.Task
 	21,  // 37: cronoq.v1.CancelRequest.ref:type_name -> cronoq.v1.TaskRef
 	21,  // 38: cronoq.v1.CompleteRequest.ref:type_name -> cronoq.v1.TaskRef
@@ -7137,148 +7500,158 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	1,   // 41: cronoq.v1.ListRequest.statuses:type_name -> cronoq.v1.Status
 	11,  // 42: cronoq.v1.ListResponse.tasks:type_name -> cronoq.v1.Task
 	13,  // 43: cronoq.v1.ListResponse.meta:type_name -> cronoq.v1.ReadMeta
-	102, // 44: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
+	107, // 44: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
 	33,  // 45: cronoq.v1.CountsResponse.pools:type_name -> cronoq.v1.PoolCounts
 	13,  // 46: cronoq.v1.CountsResponse.meta:type_name -> cronoq.v1.ReadMeta
 	1,   // 47: cronoq.v1.Event.status:type_name -> cronoq.v1.Status
-	107, // 48: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
+	112, // 48: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
 	3,   // 49: cronoq.v1.Event.workflow_status:type_name -> cronoq.v1.WorkflowStatus
 	21,  // 50: cronoq.v1.DeleteRequest.ref:type_name -> cronoq.v1.TaskRef
-	103, // 51: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	108, // 51: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
 	39,  // 52: cronoq.v1.PoolLimits.kind_rates:type_name -> cronoq.v1.KindRate
 	8,   // 53: cronoq.v1.PoolLimits.backoff:type_name -> cronoq.v1.Backoff
-	106, // 54: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
-	104, // 55: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
-	106, // 56: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
+	111, // 54: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
+	109, // 55: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
+	111, // 56: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
 	40,  // 57: cronoq.v1.PoolInfo.limits:type_name -> cronoq.v1.PoolLimits
 	41,  // 58: cronoq.v1.ListPoolsResponse.pools:type_name -> cronoq.v1.PoolInfo
 	41,  // 59: cronoq.v1.GetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
-	105, // 60: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	110, // 60: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
 	39,  // 61: cronoq.v1.SetPoolRequest.kind_rates:type_name -> cronoq.v1.KindRate
 	8,   // 62: cronoq.v1.SetPoolRequest.backoff:type_name -> cronoq.v1.Backoff
-	106, // 63: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
+	111, // 63: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
 	41,  // 64: cronoq.v1.SetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
 	7,   // 65: cronoq.v1.WorkerInfo.labels:type_name -> cronoq.v1.KV
-	107, // 66: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
+	112, // 66: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
 	48,  // 67: cronoq.v1.ListWorkersResponse.workers:type_name -> cronoq.v1.WorkerInfo
-	10,  // 68: cronoq.v1.WorkflowStep.spec:type_name -> cronoq.v1.TaskSpec
-	51,  // 69: cronoq.v1.WorkflowSpec.steps:type_name -> cronoq.v1.WorkflowStep
-	3,   // 70: cronoq.v1.Workflow.status:type_name -> cronoq.v1.WorkflowStatus
-	107, // 71: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
-	107, // 72: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
-	107, // 73: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
-	107, // 74: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
-	11,  // 75: cronoq.v1.Workflow.tasks:type_name -> cronoq.v1.Task
-	52,  // 76: cronoq.v1.SubmitWorkflowRequest.spec:type_name -> cronoq.v1.WorkflowSpec
-	55,  // 77: cronoq.v1.SubmitWorkflowResponse.tasks:type_name -> cronoq.v1.StepTask
-	54,  // 78: cronoq.v1.GetWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
-	53,  // 79: cronoq.v1.GetWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
-	13,  // 80: cronoq.v1.GetWorkflowResponse.meta:type_name -> cronoq.v1.ReadMeta
-	54,  // 81: cronoq.v1.WaitWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
-	106, // 82: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
-	53,  // 83: cronoq.v1.WaitWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
-	54,  // 84: cronoq.v1.CancelWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
-	3,   // 85: cronoq.v1.ListWorkflowsRequest.statuses:type_name -> cronoq.v1.WorkflowStatus
-	53,  // 86: cronoq.v1.ListWorkflowsResponse.workflows:type_name -> cronoq.v1.Workflow
-	13,  // 87: cronoq.v1.ListWorkflowsResponse.meta:type_name -> cronoq.v1.ReadMeta
-	9,   // 88: cronoq.v1.Schedule.task:type_name -> cronoq.v1.TaskTemplate
-	4,   // 89: cronoq.v1.Schedule.overlap:type_name -> cronoq.v1.Overlap
-	5,   // 90: cronoq.v1.Schedule.catch_up:type_name -> cronoq.v1.CatchUp
-	107, // 91: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	107, // 92: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
-	51,  // 93: cronoq.v1.Schedule.steps:type_name -> cronoq.v1.WorkflowStep
-	66,  // 94: cronoq.v1.AddScheduleRequest.schedule:type_name -> cronoq.v1.Schedule
-	107, // 95: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
-	66,  // 96: cronoq.v1.ListSchedulesResponse.schedules:type_name -> cronoq.v1.Schedule
-	7,   // 97: cronoq.v1.Hello.labels:type_name -> cronoq.v1.KV
-	6,   // 98: cronoq.v1.Completion.outcome:type_name -> cronoq.v1.OutcomeKind
-	106, // 99: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
-	51,  // 100: cronoq.v1.Completion.children:type_name -> cronoq.v1.WorkflowStep
-	51,  // 101: cronoq.v1.Completion.then:type_name -> cronoq.v1.WorkflowStep
-	78,  // 102: cronoq.v1.Complete.completions:type_name -> cronoq.v1.Completion
-	75,  // 103: cronoq.v1.WorkerMessage.hello:type_name -> cronoq.v1.Hello
-	76,  // 104: cronoq.v1.WorkerMessage.poll:type_name -> cronoq.v1.Poll
-	77,  // 105: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
-	79,  // 106: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
-	106, // 107: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
-	1,   // 108: cronoq.v1.DependencyResult.status:type_name -> cronoq.v1.Status
-	11,  // 109: cronoq.v1.Grant.task:type_name -> cronoq.v1.Task
-	82,  // 110: cronoq.v1.Grant.dependencies:type_name -> cronoq.v1.DependencyResult
-	83,  // 111: cronoq.v1.Grants.grants:type_name -> cronoq.v1.Grant
-	85,  // 112: cronoq.v1.HeartbeatAck.results:type_name -> cronoq.v1.LeaseResult
-	85,  // 113: cronoq.v1.CompleteAck.results:type_name -> cronoq.v1.LeaseResult
-	81,  // 114: cronoq.v1.ServerMessage.welcome:type_name -> cronoq.v1.Welcome
-	84,  // 115: cronoq.v1.ServerMessage.grants:type_name -> cronoq.v1.Grants
-	86,  // 116: cronoq.v1.ServerMessage.heartbeat_ack:type_name -> cronoq.v1.HeartbeatAck
-	87,  // 117: cronoq.v1.ServerMessage.complete_ack:type_name -> cronoq.v1.CompleteAck
-	88,  // 118: cronoq.v1.ServerMessage.abort:type_name -> cronoq.v1.Abort
-	90,  // 119: cronoq.v1.MembersResponse.members:type_name -> cronoq.v1.Member
-	93,  // 120: cronoq.v1.PeersResponse.peers:type_name -> cronoq.v1.Peer
-	14,  // 121: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
-	16,  // 122: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
-	18,  // 123: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
-	22,  // 124: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
-	24,  // 125: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
-	26,  // 126: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
-	28,  // 127: cronoq.v1.TaskService.Complete:input_type -> cronoq.v1.CompleteRequest
-	30,  // 128: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
-	32,  // 129: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
-	35,  // 130: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
-	37,  // 131: cronoq.v1.TaskService.Delete:input_type -> cronoq.v1.DeleteRequest
-	42,  // 132: cronoq.v1.PoolService.List:input_type -> cronoq.v1.ListPoolsRequest
-	44,  // 133: cronoq.v1.PoolService.Get:input_type -> cronoq.v1.GetPoolRequest
-	46,  // 134: cronoq.v1.PoolService.Set:input_type -> cronoq.v1.SetPoolRequest
-	49,  // 135: cronoq.v1.PoolService.Workers:input_type -> cronoq.v1.ListWorkersRequest
-	56,  // 136: cronoq.v1.WorkflowService.Submit:input_type -> cronoq.v1.SubmitWorkflowRequest
-	58,  // 137: cronoq.v1.WorkflowService.Get:input_type -> cronoq.v1.GetWorkflowRequest
-	60,  // 138: cronoq.v1.WorkflowService.Wait:input_type -> cronoq.v1.WaitWorkflowRequest
-	62,  // 139: cronoq.v1.WorkflowService.Cancel:input_type -> cronoq.v1.CancelWorkflowRequest
-	64,  // 140: cronoq.v1.WorkflowService.List:input_type -> cronoq.v1.ListWorkflowsRequest
-	67,  // 141: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
-	69,  // 142: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
-	71,  // 143: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
-	73,  // 144: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
-	80,  // 145: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
-	91,  // 146: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
-	94,  // 147: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
-	96,  // 148: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
-	98,  // 149: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
-	100, // 150: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
-	15,  // 151: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
-	17,  // 152: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
-	20,  // 153: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
-	23,  // 154: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
-	25,  // 155: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
-	27,  // 156: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
-	29,  // 157: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
-	31,  // 158: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
-	34,  // 159: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
-	36,  // 160: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
-	38,  // 161: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
-	43,  // 162: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
-	45,  // 163: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
-	47,  // 164: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
-	50,  // 165: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
-	57,  // 166: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
-	59,  // 167: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
-	61,  // 168: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
-	63,  // 169: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
-	65,  // 170: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
-	68,  // 171: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
-	70,  // 172: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
-	72,  // 173: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
-	74,  // 174: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
-	89,  // 175: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
-	92,  // 176: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
-	95,  // 177: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
-	97,  // 178: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
-	99,  // 179: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
-	101, // 180: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
-	151, // [151:181] is the sub-list for method output_type
-	121, // [121:151] is the sub-list for method input_type
-	121, // [121:121] is the sub-list for extension type_name
-	121, // [121:121] is the sub-list for extension extendee
-	0,   // [0:121] is the sub-list for field type_name
+	111, // 68: cronoq.v1.KindSettings.timeout:type_name -> google.protobuf.Duration
+	8,   // 69: cronoq.v1.KindSettings.backoff:type_name -> cronoq.v1.Backoff
+	111, // 70: cronoq.v1.SetKindRequest.timeout:type_name -> google.protobuf.Duration
+	8,   // 71: cronoq.v1.SetKindRequest.backoff:type_name -> cronoq.v1.Backoff
+	51,  // 72: cronoq.v1.SetKindResponse.kind:type_name -> cronoq.v1.KindSettings
+	51,  // 73: cronoq.v1.GetKindResponse.kind:type_name -> cronoq.v1.KindSettings
+	10,  // 74: cronoq.v1.WorkflowStep.spec:type_name -> cronoq.v1.TaskSpec
+	56,  // 75: cronoq.v1.WorkflowSpec.steps:type_name -> cronoq.v1.WorkflowStep
+	3,   // 76: cronoq.v1.Workflow.status:type_name -> cronoq.v1.WorkflowStatus
+	112, // 77: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
+	112, // 78: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
+	112, // 79: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
+	112, // 80: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
+	11,  // 81: cronoq.v1.Workflow.tasks:type_name -> cronoq.v1.Task
+	57,  // 82: cronoq.v1.SubmitWorkflowRequest.spec:type_name -> cronoq.v1.WorkflowSpec
+	60,  // 83: cronoq.v1.SubmitWorkflowResponse.tasks:type_name -> cronoq.v1.StepTask
+	59,  // 84: cronoq.v1.GetWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
+	58,  // 85: cronoq.v1.GetWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
+	13,  // 86: cronoq.v1.GetWorkflowResponse.meta:type_name -> cronoq.v1.ReadMeta
+	59,  // 87: cronoq.v1.WaitWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
+	111, // 88: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
+	58,  // 89: cronoq.v1.WaitWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
+	59,  // 90: cronoq.v1.CancelWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
+	3,   // 91: cronoq.v1.ListWorkflowsRequest.statuses:type_name -> cronoq.v1.WorkflowStatus
+	58,  // 92: cronoq.v1.ListWorkflowsResponse.workflows:type_name -> cronoq.v1.Workflow
+	13,  // 93: cronoq.v1.ListWorkflowsResponse.meta:type_name -> cronoq.v1.ReadMeta
+	9,   // 94: cronoq.v1.Schedule.task:type_name -> cronoq.v1.TaskTemplate
+	4,   // 95: cronoq.v1.Schedule.overlap:type_name -> cronoq.v1.Overlap
+	5,   // 96: cronoq.v1.Schedule.catch_up:type_name -> cronoq.v1.CatchUp
+	112, // 97: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	112, // 98: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
+	56,  // 99: cronoq.v1.Schedule.steps:type_name -> cronoq.v1.WorkflowStep
+	71,  // 100: cronoq.v1.AddScheduleRequest.schedule:type_name -> cronoq.v1.Schedule
+	112, // 101: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
+	71,  // 102: cronoq.v1.ListSchedulesResponse.schedules:type_name -> cronoq.v1.Schedule
+	7,   // 103: cronoq.v1.Hello.labels:type_name -> cronoq.v1.KV
+	6,   // 104: cronoq.v1.Completion.outcome:type_name -> cronoq.v1.OutcomeKind
+	111, // 105: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
+	56,  // 106: cronoq.v1.Completion.children:type_name -> cronoq.v1.WorkflowStep
+	56,  // 107: cronoq.v1.Completion.then:type_name -> cronoq.v1.WorkflowStep
+	83,  // 108: cronoq.v1.Complete.completions:type_name -> cronoq.v1.Completion
+	80,  // 109: cronoq.v1.WorkerMessage.hello:type_name -> cronoq.v1.Hello
+	81,  // 110: cronoq.v1.WorkerMessage.poll:type_name -> cronoq.v1.Poll
+	82,  // 111: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
+	84,  // 112: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
+	111, // 113: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
+	1,   // 114: cronoq.v1.DependencyResult.status:type_name -> cronoq.v1.Status
+	11,  // 115: cronoq.v1.Grant.task:type_name -> cronoq.v1.Task
+	87,  // 116: cronoq.v1.Grant.dependencies:type_name -> cronoq.v1.DependencyResult
+	88,  // 117: cronoq.v1.Grants.grants:type_name -> cronoq.v1.Grant
+	90,  // 118: cronoq.v1.HeartbeatAck.results:type_name -> cronoq.v1.LeaseResult
+	90,  // 119: cronoq.v1.CompleteAck.results:type_name -> cronoq.v1.LeaseResult
+	86,  // 120: cronoq.v1.ServerMessage.welcome:type_name -> cronoq.v1.Welcome
+	89,  // 121: cronoq.v1.ServerMessage.grants:type_name -> cronoq.v1.Grants
+	91,  // 122: cronoq.v1.ServerMessage.heartbeat_ack:type_name -> cronoq.v1.HeartbeatAck
+	92,  // 123: cronoq.v1.ServerMessage.complete_ack:type_name -> cronoq.v1.CompleteAck
+	93,  // 124: cronoq.v1.ServerMessage.abort:type_name -> cronoq.v1.Abort
+	95,  // 125: cronoq.v1.MembersResponse.members:type_name -> cronoq.v1.Member
+	98,  // 126: cronoq.v1.PeersResponse.peers:type_name -> cronoq.v1.Peer
+	14,  // 127: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
+	16,  // 128: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
+	18,  // 129: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
+	22,  // 130: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
+	24,  // 131: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
+	26,  // 132: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
+	28,  // 133: cronoq.v1.TaskService.Complete:input_type -> cronoq.v1.CompleteRequest
+	30,  // 134: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
+	32,  // 135: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
+	35,  // 136: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
+	37,  // 137: cronoq.v1.TaskService.Delete:input_type -> cronoq.v1.DeleteRequest
+	42,  // 138: cronoq.v1.PoolService.List:input_type -> cronoq.v1.ListPoolsRequest
+	44,  // 139: cronoq.v1.PoolService.Get:input_type -> cronoq.v1.GetPoolRequest
+	46,  // 140: cronoq.v1.PoolService.Set:input_type -> cronoq.v1.SetPoolRequest
+	49,  // 141: cronoq.v1.PoolService.Workers:input_type -> cronoq.v1.ListWorkersRequest
+	52,  // 142: cronoq.v1.PoolService.SetKind:input_type -> cronoq.v1.SetKindRequest
+	54,  // 143: cronoq.v1.PoolService.GetKind:input_type -> cronoq.v1.GetKindRequest
+	61,  // 144: cronoq.v1.WorkflowService.Submit:input_type -> cronoq.v1.SubmitWorkflowRequest
+	63,  // 145: cronoq.v1.WorkflowService.Get:input_type -> cronoq.v1.GetWorkflowRequest
+	65,  // 146: cronoq.v1.WorkflowService.Wait:input_type -> cronoq.v1.WaitWorkflowRequest
+	67,  // 147: cronoq.v1.WorkflowService.Cancel:input_type -> cronoq.v1.CancelWorkflowRequest
+	69,  // 148: cronoq.v1.WorkflowService.List:input_type -> cronoq.v1.ListWorkflowsRequest
+	72,  // 149: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
+	74,  // 150: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
+	76,  // 151: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
+	78,  // 152: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
+	85,  // 153: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
+	96,  // 154: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
+	99,  // 155: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
+	101, // 156: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
+	103, // 157: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
+	105, // 158: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
+	15,  // 159: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
+	17,  // 160: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
+	20,  // 161: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
+	23,  // 162: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
+	25,  // 163: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
+	27,  // 164: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
+	29,  // 165: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
+	31,  // 166: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
+	34,  // 167: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
+	36,  // 168: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
+	38,  // 169: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
+	43,  // 170: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
+	45,  // 171: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
+	47,  // 172: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
+	50,  // 173: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
+	53,  // 174: cronoq.v1.PoolService.SetKind:output_type -> cronoq.v1.SetKindResponse
+	55,  // 175: cronoq.v1.PoolService.GetKind:output_type -> cronoq.v1.GetKindResponse
+	62,  // 176: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
+	64,  // 177: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
+	66,  // 178: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
+	68,  // 179: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
+	70,  // 180: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
+	73,  // 181: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
+	75,  // 182: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
+	77,  // 183: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
+	79,  // 184: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
+	94,  // 185: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
+	97,  // 186: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
+	100, // 187: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
+	102, // 188: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
+	104, // 189: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
+	106, // 190: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
+	159, // [159:191] is the sub-list for method output_type
+	127, // [127:159] is the sub-list for method input_type
+	127, // [127:127] is the sub-list for extension type_name
+	127, // [127:127] is the sub-list for extension extendee
+	0,   // [0:127] is the sub-list for field type_name
 }
 
 func init() { file_cronoq_v1_cronoq_proto_init() }
@@ -7287,13 +7660,14 @@ func file_cronoq_v1_cronoq_proto_init() {
 		return
 	}
 	file_cronoq_v1_cronoq_proto_msgTypes[39].OneofWrappers = []any{}
-	file_cronoq_v1_cronoq_proto_msgTypes[73].OneofWrappers = []any{
+	file_cronoq_v1_cronoq_proto_msgTypes[45].OneofWrappers = []any{}
+	file_cronoq_v1_cronoq_proto_msgTypes[78].OneofWrappers = []any{
 		(*WorkerMessage_Hello)(nil),
 		(*WorkerMessage_Poll)(nil),
 		(*WorkerMessage_Heartbeat)(nil),
 		(*WorkerMessage_Complete)(nil),
 	}
-	file_cronoq_v1_cronoq_proto_msgTypes[82].OneofWrappers = []any{
+	file_cronoq_v1_cronoq_proto_msgTypes[87].OneofWrappers = []any{
 		(*ServerMessage_Welcome)(nil),
 		(*ServerMessage_Grants)(nil),
 		(*ServerMessage_HeartbeatAck)(nil),
@@ -7306,7 +7680,7 @@ func file_cronoq_v1_cronoq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronoq_v1_cronoq_proto_rawDesc), len(file_cronoq_v1_cronoq_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   99,
+			NumMessages:   104,
 			NumExtensions: 0,
 			NumServices:   6,
 		},

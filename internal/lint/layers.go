@@ -24,7 +24,7 @@ var Layers = []Layer{
 			"Status", "Status*", "AllStatuses", "Priority", "Priority*", "Overlap*", "CatchUp*",
 			"ListQuery", "PoolCounts",
 			"Workflow", "WorkflowStatus", "WorkflowQuery", "StepTemplate", "DepPolicy", "DepSucceeded", "DepDone",
-			"Keys", "Overflow*", "Ordering*", "Parse*",
+			"Keys", "KindSettings", "Overflow*", "Ordering*", "Parse*",
 		},
 	}},
 	// The wire contract stands alone.

@@ -77,6 +77,10 @@ const (
 	PoolServiceSetProcedure = "/cronoq.v1.PoolService/Set"
 	// PoolServiceWorkersProcedure is the fully-qualified name of the PoolService's Workers RPC.
 	PoolServiceWorkersProcedure = "/cronoq.v1.PoolService/Workers"
+	// PoolServiceSetKindProcedure is the fully-qualified name of the PoolService's SetKind RPC.
+	PoolServiceSetKindProcedure = "/cronoq.v1.PoolService/SetKind"
+	// PoolServiceGetKindProcedure is the fully-qualified name of the PoolService's GetKind RPC.
+	PoolServiceGetKindProcedure = "/cronoq.v1.PoolService/GetKind"
 	// WorkflowServiceSubmitProcedure is the fully-qualified name of the WorkflowService's Submit RPC.
 	WorkflowServiceSubmitProcedure = "/cronoq.v1.WorkflowService/Submit"
 	// WorkflowServiceGetProcedure is the fully-qualified name of the WorkflowService's Get RPC.
@@ -449,6 +453,8 @@ type PoolServiceClient interface {
 	Get(context.Context, *connect.Request[cronoqv1.GetPoolRequest]) (*connect.Response[cronoqv1.GetPoolResponse], error)
 	Set(context.Context, *connect.Request[cronoqv1.SetPoolRequest]) (*connect.Response[cronoqv1.SetPoolResponse], error)
 	Workers(context.Context, *connect.Request[cronoqv1.ListWorkersRequest]) (*connect.Response[cronoqv1.ListWorkersResponse], error)
+	SetKind(context.Context, *connect.Request[cronoqv1.SetKindRequest]) (*connect.Response[cronoqv1.SetKindResponse], error)
+	GetKind(context.Context, *connect.Request[cronoqv1.GetKindRequest]) (*connect.Response[cronoqv1.GetKindResponse], error)
 }
 
 // NewPoolServiceClient constructs a client for the cronoq.v1.PoolService service. By default, it
@@ -486,6 +492,18 @@ func NewPoolServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(poolServiceMethods.ByName("Workers")),
 			connect.WithClientOptions(opts...),
 		),
+		setKind: connect.NewClient[cronoqv1.SetKindRequest, cronoqv1.SetKindResponse](
+			httpClient,
+			baseURL+PoolServiceSetKindProcedure,
+			connect.WithSchema(poolServiceMethods.ByName("SetKind")),
+			connect.WithClientOptions(opts...),
+		),
+		getKind: connect.NewClient[cronoqv1.GetKindRequest, cronoqv1.GetKindResponse](
+			httpClient,
+			baseURL+PoolServiceGetKindProcedure,
+			connect.WithSchema(poolServiceMethods.ByName("GetKind")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -495,6 +513,8 @@ type poolServiceClient struct {
 	get     *connect.Client[cronoqv1.GetPoolRequest, cronoqv1.GetPoolResponse]
 	set     *connect.Client[cronoqv1.SetPoolRequest, cronoqv1.SetPoolResponse]
 	workers *connect.Client[cronoqv1.ListWorkersRequest, cronoqv1.ListWorkersResponse]
+	setKind *connect.Client[cronoqv1.SetKindRequest, cronoqv1.SetKindResponse]
+	getKind *connect.Client[cronoqv1.GetKindRequest, cronoqv1.GetKindResponse]
 }
 
 // List calls cronoq.v1.PoolService.List.
@@ -517,12 +537,24 @@ func (c *poolServiceClient) Workers(ctx context.Context, req *connect.Request[cr
 	return c.workers.CallUnary(ctx, req)
 }
 
+// SetKind calls cronoq.v1.PoolService.SetKind.
+func (c *poolServiceClient) SetKind(ctx context.Context, req *connect.Request[cronoqv1.SetKindRequest]) (*connect.Response[cronoqv1.SetKindResponse], error) {
+	return c.setKind.CallUnary(ctx, req)
+}
+
+// GetKind calls cronoq.v1.PoolService.GetKind.
+func (c *poolServiceClient) GetKind(ctx context.Context, req *connect.Request[cronoqv1.GetKindRequest]) (*connect.Response[cronoqv1.GetKindResponse], error) {
+	return c.getKind.CallUnary(ctx, req)
+}
+
 // PoolServiceHandler is an implementation of the cronoq.v1.PoolService service.
 type PoolServiceHandler interface {
 	List(context.Context, *connect.Request[cronoqv1.ListPoolsRequest]) (*connect.Response[cronoqv1.ListPoolsResponse], error)
 	Get(context.Context, *connect.Request[cronoqv1.GetPoolRequest]) (*connect.Response[cronoqv1.GetPoolResponse], error)
 	Set(context.Context, *connect.Request[cronoqv1.SetPoolRequest]) (*connect.Response[cronoqv1.SetPoolResponse], error)
 	Workers(context.Context, *connect.Request[cronoqv1.ListWorkersRequest]) (*connect.Response[cronoqv1.ListWorkersResponse], error)
+	SetKind(context.Context, *connect.Request[cronoqv1.SetKindRequest]) (*connect.Response[cronoqv1.SetKindResponse], error)
+	GetKind(context.Context, *connect.Request[cronoqv1.GetKindRequest]) (*connect.Response[cronoqv1.GetKindResponse], error)
 }
 
 // NewPoolServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -556,6 +588,18 @@ func NewPoolServiceHandler(svc PoolServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(poolServiceMethods.ByName("Workers")),
 		connect.WithHandlerOptions(opts...),
 	)
+	poolServiceSetKindHandler := connect.NewUnaryHandler(
+		PoolServiceSetKindProcedure,
+		svc.SetKind,
+		connect.WithSchema(poolServiceMethods.ByName("SetKind")),
+		connect.WithHandlerOptions(opts...),
+	)
+	poolServiceGetKindHandler := connect.NewUnaryHandler(
+		PoolServiceGetKindProcedure,
+		svc.GetKind,
+		connect.WithSchema(poolServiceMethods.ByName("GetKind")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/cronoq.v1.PoolService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case PoolServiceListProcedure:
@@ -566,6 +610,10 @@ func NewPoolServiceHandler(svc PoolServiceHandler, opts ...connect.HandlerOption
 			poolServiceSetHandler.ServeHTTP(w, r)
 		case PoolServiceWorkersProcedure:
 			poolServiceWorkersHandler.ServeHTTP(w, r)
+		case PoolServiceSetKindProcedure:
+			poolServiceSetKindHandler.ServeHTTP(w, r)
+		case PoolServiceGetKindProcedure:
+			poolServiceGetKindHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -589,6 +637,14 @@ func (UnimplementedPoolServiceHandler) Set(context.Context, *connect.Request[cro
 
 func (UnimplementedPoolServiceHandler) Workers(context.Context, *connect.Request[cronoqv1.ListWorkersRequest]) (*connect.Response[cronoqv1.ListWorkersResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.PoolService.Workers is not implemented"))
+}
+
+func (UnimplementedPoolServiceHandler) SetKind(context.Context, *connect.Request[cronoqv1.SetKindRequest]) (*connect.Response[cronoqv1.SetKindResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.PoolService.SetKind is not implemented"))
+}
+
+func (UnimplementedPoolServiceHandler) GetKind(context.Context, *connect.Request[cronoqv1.GetKindRequest]) (*connect.Response[cronoqv1.GetKindResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.PoolService.GetKind is not implemented"))
 }
 
 // WorkflowServiceClient is a client for the cronoq.v1.WorkflowService service.
