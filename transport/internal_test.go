@@ -28,13 +28,14 @@ func TestStatusNumbersMatch(t *testing.T) {
 			fsm.StatusScheduled: "SCHEDULED", fsm.StatusQueued: "QUEUED", fsm.StatusRunning: "RUNNING",
 			fsm.StatusRetrying: "RETRYING", fsm.StatusSucceeded: "SUCCEEDED", fsm.StatusFailed: "FAILED",
 			fsm.StatusCancelled: "CANCELLED", fsm.StatusExpired: "EXPIRED", fsm.StatusBlocked: "BLOCKED",
+			fsm.StatusParked: "PARKED",
 		}[st], p.String())
 		back, err := statusFromProto(p)
 		require.NoError(t, err)
 		require.Equal(t, st, back)
 	}
-	// 265 would wrap into a valid status of a byte.
-	for _, bad := range []cronoqv1.Status{cronoqv1.Status_STATUS_UNSPECIFIED, 10, -1, 265} {
+	// 267 would wrap into a valid status of a byte.
+	for _, bad := range []cronoqv1.Status{cronoqv1.Status_STATUS_UNSPECIFIED, 11, -1, 267} {
 		_, err := statusFromProto(bad)
 		var ie *cluster.InvalidError
 		require.ErrorAs(t, err, &ie)

@@ -755,7 +755,7 @@ func TestCluster(t *testing.T) {
 			`cronoq_tasks_dispatched_total{pool="p"}`,
 			`cronoq_tasks_completed_total{outcome="succeeded",pool="p"}`,
 			`cronoq_tasks_completed_total{outcome="failed",pool="p"}`,
-			`cronoq_attempt_duration_seconds_bucket{pool="p"`,
+			`cronoq_attempt_duration_seconds_bucket{kind="echo",outcome="succeeded",pool="p"`,
 			`cronoq_raft_commit_seconds_bucket`,
 			`cronoq_raft_batch_mutations_bucket`,
 			`cronoq_raft_batch_bytes_bucket`,

@@ -600,7 +600,7 @@ func TestWorkflowService(t *testing.T) {
 		require.Len(t, counts.Msg.GetPools(), 1)
 		require.Equal(t, map[string]int64{
 			"scheduled": 0, "queued": 1, "running": 0, "retrying": 0, "succeeded": 0,
-			"failed": 0, "cancelled": 1, "expired": 0, "blocked": 1,
+			"failed": 0, "cancelled": 1, "expired": 0, "blocked": 1, "parked": 0,
 		}, counts.Msg.GetPools()[0].GetByStatus())
 	})
 
