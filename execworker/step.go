@@ -46,6 +46,10 @@ type StepSpec struct {
 	Delay            string            `json:"delay" hcl:"delay,optional"`
 	RunAt            string            `json:"run_at" hcl:"run_at,optional"`
 	Deadline         string            `json:"deadline" hcl:"deadline,optional"`
+	// OrderingKey and ConcurrencyKey are the task's flow-control keys (see
+	// docs/flow-control.md).
+	OrderingKey    string `json:"ordering_key" hcl:"ordering_key,optional"`
+	ConcurrencyKey string `json:"concurrency_key" hcl:"concurrency_key,optional"`
 }
 
 // Text is a payload written in a JSON file: a JSON string stands for its
@@ -108,6 +112,9 @@ func (s *StepSpec) Step() (client.Step, error) {
 		Labels:      nilIfEmpty(s.Labels),
 		Tags:        nilIfEmpty(s.Tags),
 		MaxAttempts: s.MaxAttempts,
+
+		OrderingKey:    s.OrderingKey,
+		ConcurrencyKey: s.ConcurrencyKey,
 	}
 	switch s.Priority {
 	case "", client.PriorityHigh, client.PriorityNormal, client.PriorityLow:

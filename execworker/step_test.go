@@ -16,7 +16,8 @@ func TestStepSpecStep(t *testing.T) {
 		"name": "load", "pool": "etl", "kind": "load", "payload": {"table": "t", "n": [1, 2]},
 		"priority": "high", "labels": {"zone": "eu"}, "tags": {"trace": "1"}, "timeout": "1m30s",
 		"max_attempts": 3, "depends_on": ["clean", "extract"], "dependency_policy": "done",
-		"external": true, "run_at": "2030-01-02T15:04:05+01:00", "deadline": "2030-01-03T00:00:00Z"
+		"external": true, "run_at": "2030-01-02T15:04:05+01:00", "deadline": "2030-01-03T00:00:00Z",
+		"ordering_key": "acct-7", "concurrency_key": "tenant-1"
 	}`), &sp))
 	st, err := sp.Step()
 	require.NoError(t, err)
@@ -27,6 +28,7 @@ func TestStepSpecStep(t *testing.T) {
 				Pool: "etl", Kind: "load", Priority: client.PriorityHigh, Payload: []byte(`{"table":"t","n":[1,2]}`),
 				Labels: map[string]string{"zone": "eu"}, Tags: map[string]string{"trace": "1"},
 				Timeout: 90 * time.Second, MaxAttempts: 3,
+				OrderingKey: "acct-7", ConcurrencyKey: "tenant-1",
 			},
 			RunAt:            time.Date(2030, 1, 2, 14, 4, 5, 0, time.UTC),
 			Deadline:         time.Date(2030, 1, 3, 0, 0, 0, 0, time.UTC),

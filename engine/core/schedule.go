@@ -278,5 +278,5 @@ func (c *Core) PauseSchedule(now time.Time, req ReqID, name string, paused bool)
 func isZeroTemplate(t *fsm.Template) bool {
 	return t.Pool == "" && t.Kind == "" && t.Priority == 0 && len(t.Payload) == 0 &&
 		len(t.Labels) == 0 && len(t.Tags) == 0 && t.Timeout == 0 && t.MaxAttempts == 0 &&
-		t.Backoff == (fsm.Backoff{})
+		t.Backoff == (fsm.Backoff{}) && t.Keys.IsZero()
 }
