@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -110,4 +112,60 @@ func TestOldestQueued(t *testing.T) {
 	h.ok(start("b", 1, l1))
 	task, _ = h.s.View().OldestQueued("p")
 	require.Equal(t, "c", task.ID)
+}
+
+// TestListNewestFirstAndKinds pages through every combination of filters
+// in both orders and compares with the tasks filtered and sorted by hand.
+func TestListNewestFirstAndKinds(t *testing.T) {
+	h := newHarness(t)
+	var all []*Task
+	pools, kinds := []string{"a", "b", "c"}, []string{"k1", "k2"}
+	for i := 0; i < 60; i++ {
+		m := insert(fmt.Sprintf("t%03d", i), pools[i%3], "")
+		m.Insert.Kind = kinds[(i/3)%2]
+		if i%4 == 0 {
+			m.Insert.Status = StatusScheduled
+			m.Insert.RunAt = baseTime + 1
+		}
+		h.ok(m)
+		all = append(all, h.task(m.Insert.ID))
+	}
+	for _, q := range []ListQuery{
+		{}, {Pools: []string{"a"}}, {Statuses: []Status{StatusQueued}}, {Kinds: []string{"k2"}},
+		{Pools: []string{"b", "c"}, Kinds: []string{"k1"}}, {Statuses: []Status{StatusScheduled}, Kinds: []string{"k1", "k2"}},
+	} {
+		for _, desc := range []bool{false, true} {
+			for _, limit := range []int{0, 1, 7, 100} {
+				q := q
+				q.Desc, q.Limit = desc, limit
+				var want []string
+				for _, task := range all {
+					if (len(q.Pools) == 0 || slices.Contains(q.Pools, task.Pool)) &&
+						(len(q.Statuses) == 0 || slices.Contains(q.Statuses, task.Status)) &&
+						(len(q.Kinds) == 0 || slices.Contains(q.Kinds, task.Kind)) {
+						want = append(want, task.ID)
+					}
+				}
+				if desc {
+					slices.Reverse(want)
+				}
+				var got []string
+				for pages := 0; ; pages++ {
+					require.Less(t, pages, 100)
+					tasks, next := h.s.List(q)
+					for _, task := range tasks {
+						got = append(got, task.ID)
+					}
+					if limit > 0 {
+						require.LessOrEqual(t, len(tasks), limit)
+					}
+					if next == "" {
+						break
+					}
+					q.After = next
+				}
+				require.Equal(t, want, got, "%+v", q)
+			}
+		}
+	}
 }

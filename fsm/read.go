@@ -41,8 +41,26 @@ var (
 type ListQuery struct {
 	Pools    []string // empty = every pool
 	Statuses []Status // empty = every status
-	After    string   // return only ids after this one (exclusive cursor)
+	Kinds    []string // empty = every kind
+	After    string   // return only ids after this one (exclusive cursor; before it with Desc)
 	Limit    int      // at most this many tasks; <= 0 = no limit
+	Desc     bool     // newest first: in decreasing id order
+}
+
+// match reports whether t passes the filters the indexes do not apply.
+func (q *ListQuery) match(t *Task) bool {
+	return len(q.Kinds) == 0 || slices.Contains(q.Kinds, t.Kind)
+}
+
+// past reports whether id comes after the cursor in the query's order.
+func (q *ListQuery) past(id string) bool {
+	if q.After == "" {
+		return true
+	}
+	if q.Desc {
+		return id < q.After
+	}
+	return id > q.After
 }
 
 // WorkflowQuery selects workflows for ListWorkflows.
@@ -192,13 +210,21 @@ func (t *tables) list(q ListQuery) ([]*Task, string) {
 	}
 	var out []*Task
 	if len(q.Pools) == 0 && len(q.Statuses) == 0 {
-		t.tasks.AscendGreaterOrEqual(taskItem{id: q.After}, func(it taskItem) bool {
-			if it.id == q.After {
+		visit := func(it taskItem) bool {
+			if !q.past(it.id) || !q.match(it.t) {
 				return true
 			}
 			out = append(out, it.t)
 			return len(out) != want
-		})
+		}
+		switch {
+		case !q.Desc:
+			t.tasks.AscendGreaterOrEqual(taskItem{id: q.After}, visit)
+		case q.After == "":
+			t.tasks.Descend(visit)
+		default:
+			t.tasks.DescendLessOrEqual(taskItem{id: q.After}, visit)
+		}
 	} else {
 		out = t.listMerge(q, want)
 	}
@@ -241,17 +267,20 @@ func (t *tables) listMerge(q ListQuery, want int) []*Task {
 			if pc.ByStatus[st] == 0 {
 				continue
 			}
-			c := &cursor{idx: t.pools[pc.Pool].byStatus[st], after: q.After}
+			c := &cursor{idx: t.pools[pc.Pool].byStatus[st], after: q.After, desc: q.Desc}
 			if c.fill(chunk) {
-				h = append(h, c)
+				h.cs = append(h.cs, c)
 			}
 		}
 	}
+	h.desc = q.Desc
 	heap.Init(&h)
 	var out []*Task
-	for len(h) > 0 && len(out) != want {
-		c := h[0]
-		out = append(out, c.buf[c.pos])
+	for len(h.cs) > 0 && len(out) != want {
+		c := h.cs[0]
+		if task := c.buf[c.pos]; q.match(task) {
+			out = append(out, task)
+		}
 		if c.next(chunk) {
 			heap.Fix(&h, 0)
 		} else {
@@ -261,11 +290,12 @@ func (t *tables) listMerge(q ListQuery, want int) []*Task {
 	return out
 }
 
-// cursor walks the tasks of one (pool, status) in id order, reading them a
-// chunk at a time.
+// cursor walks the tasks of one (pool, status) in id order (decreasing
+// with desc), reading them a chunk at a time.
 type cursor struct {
 	idx   *btree.BTreeG[taskItem]
 	after string  // last id read from the index (exclusive bound of the next fill)
+	desc  bool    // newest first
 	buf   []*Task // tasks read and not yet consumed start at buf[pos]
 	pos   int
 	ended bool // the range has no entries after buf
@@ -278,13 +308,21 @@ func (c *cursor) fill(n int) bool {
 	if c.ended {
 		return false
 	}
-	c.idx.AscendGreaterOrEqual(taskItem{id: c.after}, func(it taskItem) bool {
-		if it.id == c.after {
+	visit := func(it taskItem) bool {
+		if c.after != "" && it.id == c.after {
 			return true
 		}
 		c.buf = append(c.buf, it.t)
 		return len(c.buf) < n
-	})
+	}
+	switch {
+	case !c.desc:
+		c.idx.AscendGreaterOrEqual(taskItem{id: c.after}, visit)
+	case c.after == "":
+		c.idx.Descend(visit)
+	default:
+		c.idx.DescendLessOrEqual(taskItem{id: c.after}, visit)
+	}
 	if len(c.buf) < n {
 		c.ended = true
 	}
@@ -303,19 +341,27 @@ func (c *cursor) next(n int) bool {
 	return c.fill(n)
 }
 
-// cursorHeap orders cursors by the id of their head.
-type cursorHeap []*cursor
-
-func (h cursorHeap) Len() int { return len(h) }
-func (h cursorHeap) Less(i, j int) bool {
-	return h[i].buf[h[i].pos].ID < h[j].buf[h[j].pos].ID
+// cursorHeap orders cursors by the id of their head (the largest first
+// with desc).
+type cursorHeap struct {
+	cs   []*cursor
+	desc bool
 }
-func (h cursorHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(*cursor)) }
+
+func (h cursorHeap) Len() int { return len(h.cs) }
+func (h cursorHeap) Less(i, j int) bool {
+	a, b := h.cs[i].buf[h.cs[i].pos].ID, h.cs[j].buf[h.cs[j].pos].ID
+	if h.desc {
+		return a > b
+	}
+	return a < b
+}
+func (h cursorHeap) Swap(i, j int) { h.cs[i], h.cs[j] = h.cs[j], h.cs[i] }
+func (h *cursorHeap) Push(x any)   { h.cs = append(h.cs, x.(*cursor)) }
 func (h *cursorHeap) Pop() any {
-	old := *h
+	old := h.cs
 	c := old[len(old)-1]
-	*h = old[:len(old)-1]
+	h.cs = old[:len(old)-1]
 	return c
 }
 

@@ -200,6 +200,16 @@ func TestPools(t *testing.T) {
 	_, err = pc.SetKind(ctxT(t, 10*time.Second), connect.NewRequest(&cronoqv1.SetKindRequest{Pool: "typed", Kind: "calc", OutputSchema: []byte(`{"type":7}`)}))
 	require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
 
+	// Tasks list newest first, of one kind.
+	lst, err := tc.List(ctxT(t, 10*time.Second), connect.NewRequest(&cronoqv1.ListRequest{Pools: []string{"lonely"}, NewestFirst: true, Limit: 2}))
+	require.NoError(t, err)
+	require.Len(t, lst.Msg.GetTasks(), 2)
+	require.Greater(t, lst.Msg.GetTasks()[0].GetId(), lst.Msg.GetTasks()[1].GetId())
+	byKind, err := tc.List(ctxT(t, 10*time.Second), connect.NewRequest(&cronoqv1.ListRequest{Kinds: []string{"calc"}}))
+	require.NoError(t, err)
+	require.Len(t, byKind.Msg.GetTasks(), 1)
+	require.Equal(t, ok.ID, byKind.Msg.GetTasks()[0].GetId())
+
 	// The list holds every pool the leader knows, with its counts.
 	list, err := pc.List(ctxT(t, 10*time.Second), connect.NewRequest(&cronoqv1.ListPoolsRequest{}))
 	require.NoError(t, err)

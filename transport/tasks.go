@@ -267,7 +267,7 @@ func (t *taskService) Complete(ctx context.Context, req *connect.Request[cronoqv
 
 // listQuery reads a list request.
 func listQuery(m *cronoqv1.ListRequest) (fsm.ListQuery, error) {
-	q := fsm.ListQuery{Pools: m.GetPools(), After: m.GetAfter(), Limit: int(m.GetLimit())}
+	q := fsm.ListQuery{Pools: m.GetPools(), Kinds: m.GetKinds(), After: m.GetAfter(), Limit: int(m.GetLimit()), Desc: m.GetNewestFirst()}
 	switch {
 	case q.Limit < 0:
 		return q, invalidf("limit", "must not be negative")

@@ -1915,12 +1915,17 @@ func (x *CompleteResponse) GetTask() *Task {
 }
 
 type ListRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pools         []string               `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
-	Statuses      []Status               `protobuf:"varint,2,rep,packed,name=statuses,proto3,enum=cronoq.v1.Status" json:"statuses,omitempty"`
-	After         string                 `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
-	Limit         int32                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
-	Stale         bool                   `protobuf:"varint,5,opt,name=stale,proto3" json:"stale,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Pools    []string               `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	Statuses []Status               `protobuf:"varint,2,rep,packed,name=statuses,proto3,enum=cronoq.v1.Status" json:"statuses,omitempty"`
+	// The cursor of the previous page (its next).
+	After string `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
+	Limit int32  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Stale bool   `protobuf:"varint,5,opt,name=stale,proto3" json:"stale,omitempty"`
+	// Tasks of these kinds only; empty: every kind.
+	Kinds []string `protobuf:"bytes,6,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// Newest first (decreasing id); else oldest first.
+	NewestFirst   bool `protobuf:"varint,7,opt,name=newest_first,json=newestFirst,proto3" json:"newest_first,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1986,6 +1991,20 @@ func (x *ListRequest) GetLimit() int32 {
 func (x *ListRequest) GetStale() bool {
 	if x != nil {
 		return x.Stale
+	}
+	return false
+}
+
+func (x *ListRequest) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+func (x *ListRequest) GetNewestFirst() bool {
+	if x != nil {
+		return x.NewestFirst
 	}
 	return false
 }
@@ -6878,13 +6897,15 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x06output\x18\x03 \x01(\fR\x06output\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\"7\n" +
 	"\x10CompleteResponse\x12#\n" +
-	"\x04task\x18\x01 \x01(\v2\x0f.cronoq.v1.TaskR\x04task\"\x94\x01\n" +
+	"\x04task\x18\x01 \x01(\v2\x0f.cronoq.v1.TaskR\x04task\"\xcd\x01\n" +
 	"\vListRequest\x12\x14\n" +
 	"\x05pools\x18\x01 \x03(\tR\x05pools\x12-\n" +
 	"\bstatuses\x18\x02 \x03(\x0e2\x11.cronoq.v1.StatusR\bstatuses\x12\x14\n" +
 	"\x05after\x18\x03 \x01(\tR\x05after\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12\x14\n" +
-	"\x05stale\x18\x05 \x01(\bR\x05stale\"r\n" +
+	"\x05stale\x18\x05 \x01(\bR\x05stale\x12\x14\n" +
+	"\x05kinds\x18\x06 \x03(\tR\x05kinds\x12!\n" +
+	"\fnewest_first\x18\a \x01(\bR\vnewestFirst\"r\n" +
 	"\fListResponse\x12%\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x0f.cronoq.v1.TaskR\x05tasks\x12\x12\n" +
 	"\x04next\x18\x02 \x01(\tR\x04next\x12'\n" +
