@@ -36,10 +36,19 @@
 //     queued task, connected workers and their slots, settings) and lists
 //     the connected workers. Settings changed with Set are checked as a
 //     node checks them (invalid answers name the field) and kept; of them
-//     only paused is applied: a paused pool's tasks are not granted to its
-//     workers. The fake has no ordering lanes, concurrency keys, rate
+//     paused is applied (a paused pool's tasks are not granted to its
+//     workers), and so are the default max attempts and backoff of the
+//     pool's tasks. The fake has no ordering lanes, concurrency keys, rate
 //     limits or parking of its own: the limits are reported, not enforced
 //     (SetPendingLimit bounds a pool's pending tasks).
+//   - SetKind and GetKind keep the settings of a kind of a pool, checked
+//     as a node checks them (a schema is compiled as a node compiles it,
+//     refusing references to other documents). They apply as on a node: a
+//     payload that fails the kind's payload schema is refused on field
+//     payload, naming the failing JSON path; a successful attempt whose
+//     output fails the output schema fails the task for good; the kind's
+//     timeout, max attempts and backoff are the defaults of its tasks,
+//     ahead of the pool's.
 //
 // Followers answer the calls that need the leader with not_leader naming
 // the leader's address, or serve them as forwarded (WithForwarding).

@@ -34,12 +34,15 @@ const (
 	maxBurst = 1 << 20
 )
 
-// poolState is what PoolService.Set made of a pool: the settings in force.
-// Of them the fake applies paused (a paused pool's tasks are not granted);
-// the limits are kept and reported, not enforced.
+// poolState is what PoolService.Set and SetKind made of a pool: the
+// settings in force. Of them the fake applies paused (a paused pool's tasks
+// are not granted), the defaults of max attempts and backoff (after the
+// kind's) and the kinds' settings; the limits are kept and reported, not
+// enforced.
 type poolState struct {
 	limits *cronoqv1.PoolLimits
 	paused bool
+	kinds  map[string]*kindState // set through PoolService.SetKind
 }
 
 // defaultLimits are the settings of a pool nobody set: no limits, overflow
@@ -236,7 +239,7 @@ func (c *Cluster) poolChangeLocked(req *cronoqv1.SetPoolRequest) (*poolState, er
 	}
 	st := &poolState{limits: defaultLimits()}
 	if cur := c.pools[name]; cur != nil {
-		st = &poolState{limits: proto.Clone(cur.limits).(*cronoqv1.PoolLimits), paused: cur.paused}
+		st = &poolState{limits: proto.Clone(cur.limits).(*cronoqv1.PoolLimits), paused: cur.paused, kinds: cur.kinds}
 	}
 	l := st.limits
 	count := func(field string, v int64) error {
@@ -336,26 +339,11 @@ func (c *Cluster) poolChangeLocked(req *cronoqv1.SetPoolRequest) (*poolState, er
 		l.MaxAttempts = req.GetMaxAttempts()
 	}
 	if b := req.GetBackoff(); b != nil {
-		initial, err := durationOf("backoff.initial", b.GetInitial())
+		bo, err := checkBackoff(b)
 		if err != nil {
 			return nil, err
 		}
-		maxDelay, err := durationOf("backoff.max", b.GetMax())
-		if err != nil {
-			return nil, err
-		}
-		l.Backoff = nil
-		if initial != 0 || maxDelay != 0 || b.GetJitter() != 0 {
-			switch {
-			case initial <= 0:
-				return nil, invalid("backoff", "initial delay must be positive")
-			case maxDelay != 0 && maxDelay < initial:
-				return nil, invalid("backoff", "max delay must be at least the initial delay")
-			case b.GetJitter() < 0 || b.GetJitter() >= 1:
-				return nil, invalid("backoff", "jitter must be in [0, 1)")
-			}
-			l.Backoff = &cronoqv1.Backoff{Initial: dur(initial), Max: dur(maxDelay), Jitter: b.GetJitter()}
-		}
+		l.Backoff = bo
 	}
 	if g := req.GetLeaseGrace(); g != nil {
 		d, err := durationOf("lease_grace", g)
@@ -371,6 +359,32 @@ func (c *Cluster) poolChangeLocked(req *cronoqv1.SetPoolRequest) (*poolState, er
 		st.paused = req.GetPaused()
 	}
 	return st, nil
+}
+
+// checkBackoff checks the default backoff of a change of settings as a
+// real node does and returns it normalised: nil for the empty backoff,
+// which restores the defaults.
+func checkBackoff(b *cronoqv1.Backoff) (*cronoqv1.Backoff, error) {
+	initial, err := durationOf("backoff.initial", b.GetInitial())
+	if err != nil {
+		return nil, err
+	}
+	maxDelay, err := durationOf("backoff.max", b.GetMax())
+	if err != nil {
+		return nil, err
+	}
+	if initial == 0 && maxDelay == 0 && b.GetJitter() == 0 {
+		return nil, nil
+	}
+	switch {
+	case initial <= 0:
+		return nil, invalid("backoff", "initial delay must be positive")
+	case maxDelay != 0 && maxDelay < initial:
+		return nil, invalid("backoff", "max delay must be at least the initial delay")
+	case b.GetJitter() < 0 || b.GetJitter() >= 1:
+		return nil, invalid("backoff", "jitter must be in [0, 1)")
+	}
+	return &cronoqv1.Backoff{Initial: dur(initial), Max: dur(maxDelay), Jitter: b.GetJitter()}, nil
 }
 
 // checkRate refuses a rate limit a real node refuses.

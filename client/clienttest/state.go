@@ -276,23 +276,51 @@ func (c *Cluster) checkTemplate(tpl *cronoqv1.TaskTemplate) (*cronoqv1.TaskTempl
 	if len(out.Payload) == 0 {
 		out.Payload = nil
 	}
+	if err := c.checkPayloadLocked(out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
 // resolve fills the zero fields of a checked template that have a default
-// (max attempts, backoff), as a stored task holds them.
+// (timeout, max attempts, backoff), as a stored task holds them: the
+// kind's default, else the pool's, else the cluster's.
 func (c *Cluster) resolve(tpl *cronoqv1.TaskTemplate) *cronoqv1.TaskTemplate {
 	out := proto.Clone(tpl).(*cronoqv1.TaskTemplate)
+	d := c.cfg.backoff
+	maxAttempts, backoff := uint32(c.cfg.maxAttempts), &cronoqv1.Backoff{Initial: dur(d.initial), Max: dur(d.max), Jitter: d.jitter}
+	ks := &cronoqv1.KindSettings{}
+	if st := c.pools[out.GetPool()]; st != nil {
+		if k := st.kinds[out.GetKind()]; k != nil {
+			ks = k.settings
+		}
+		for _, def := range []struct {
+			attempts uint32
+			bo       *cronoqv1.Backoff
+		}{{st.limits.GetMaxAttempts(), st.limits.GetBackoff()}, {ks.GetMaxAttempts(), ks.GetBackoff()}} {
+			if def.attempts > 0 {
+				maxAttempts = def.attempts
+			}
+			if def.bo != nil {
+				backoff = proto.Clone(def.bo).(*cronoqv1.Backoff)
+				if backoff.GetMax().AsDuration() == 0 {
+					backoff.Max = dur(max(d.max, backoff.GetInitial().AsDuration()))
+				}
+			}
+		}
+	}
+	if out.GetTimeout().AsDuration() == 0 {
+		out.Timeout = ks.GetTimeout()
+	}
 	if out.MaxAttempts == 0 {
-		out.MaxAttempts = uint32(c.cfg.maxAttempts)
+		out.MaxAttempts = maxAttempts
 	}
 	b := out.GetBackoff()
 	switch {
 	case b.GetInitial().AsDuration() == 0:
-		d := c.cfg.backoff
-		out.Backoff = &cronoqv1.Backoff{Initial: dur(d.initial), Max: dur(d.max), Jitter: d.jitter}
+		out.Backoff = backoff
 	case b.GetMax().AsDuration() == 0:
-		out.Backoff.Max = dur(max(c.cfg.backoff.max, b.GetInitial().AsDuration()))
+		out.Backoff.Max = dur(max(backoff.GetMax().AsDuration(), b.GetInitial().AsDuration()))
 	}
 	return out
 }
@@ -909,10 +937,15 @@ func (c *Cluster) completeLocked(comp *cronoqv1.Completion) error {
 	}
 	switch comp.GetOutcome() {
 	case cronoqv1.OutcomeKind_OUTCOME_SUCCESS:
-		switch out := comp.GetOutput(); {
+		out := comp.GetOutput()
+		schemaErr := c.outputErrorLocked(t, out)
+		switch {
 		case len(out) > c.cfg.maxOutput:
 			c.finishLocked(t, cronoqv1.Status_STATUS_FAILED, nil,
 				fmt.Sprintf("output of %d bytes exceeds the limit of %d", len(out), c.cfg.maxOutput), "")
+		case schemaErr != "":
+			// Like an oversized output: the attempt fails for good.
+			c.finishLocked(t, cronoqv1.Status_STATUS_FAILED, nil, schemaErr, "")
 		case spawns:
 			return c.spawnLocked(t, comp)
 		default:
