@@ -35,6 +35,9 @@ pool set -h').
 and its run time reached) it waits until 'cronoq complete' ends it, or its
 deadline passes.
 
+A payload refused by the schema of its kind ('cronoq kind set -h') exits 2,
+naming the failing JSON path.
+
 JSON output: {"id": "...", "duplicate": false}, or the task object with -wait.`)
 	cf := c.clientFlags()
 	tf := c.templateFlags()

@@ -25,8 +25,8 @@ func (c *cmd) templateFlags() *templateFlags {
 	c.fs.Var(enumValue{&t.Priority, []string{client.PriorityHigh, client.PriorityNormal, client.PriorityLow}},
 		"priority", "priority `class`: high, normal or low")
 	c.fs.StringVar(&tf.payload, "payload", "", "payload: `TEXT` as is, @FILE the file's bytes, @- the standard input")
-	c.fs.Var(durationValue{&t.Timeout, false}, "timeout", "per-attempt timeout (`DUR`, 0 = none)")
-	c.fs.Var(intValue{&t.MaxAttempts, 1}, "max-attempts", "most attempts before the task fails (`N`, default: the cluster's)")
+	c.fs.Var(durationValue{&t.Timeout, false}, "timeout", "per-attempt timeout (`DUR`, default: the kind's, else none)")
+	c.fs.Var(intValue{&t.MaxAttempts, 1}, "max-attempts", "most attempts before the task fails (`N`, default: the kind's, else the pool's, else the cluster's)")
 	c.fs.Var(kvValue{t.Labels}, "label", "capacity label `k=v` the worker must offer (repeatable)")
 	c.fs.Var(kvValue{t.Tags}, "tag", "tag `k=v` carried to the worker (repeatable)")
 	c.fs.StringVar(&t.OrderingKey, "ordering-key", "",
