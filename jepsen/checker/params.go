@@ -21,7 +21,11 @@ type Params struct {
 	MinLeaderChanges    int64 `json:"min_leader_changes"`
 	// MinFaultWorkflows is how many workflows must end during the faults
 	// (0: none required, as in runs without the workflow workload).
-	MinFaultWorkflows    int64         `json:"min_fault_workflows,omitempty"`
+	MinFaultWorkflows int64 `json:"min_fault_workflows,omitempty"`
+	// MinFaultLaneWaits is how many ordering tasks first granted during
+	// the faults must have waited behind an earlier task of their lane (0:
+	// none required, as in runs without the ordering workload).
+	MinFaultLaneWaits    int64         `json:"min_fault_lane_waits,omitempty"`
 	RegisterCheckTimeout time.Duration `json:"register_check_timeout"`
 	// Nodes lists the node ids (FSM hashes are expected from each).
 	Nodes []string `json:"nodes"`
@@ -29,12 +33,14 @@ type Params struct {
 
 // DefaultThresholds scales the vacuity thresholds to the length of the
 // fault phase: about 3 acked submits per second of run, 0.5 completions
-// per second of faults, a leader change per 30 s of faults, and a
-// workflow ended per 10 s of faults.
+// per second of faults, a leader change per 30 s of faults, a workflow
+// ended per 10 s of faults, and an ordering task that waited for its turn
+// per 2 s of faults.
 func (p *Params) DefaultThresholds(traffic time.Duration) {
 	faults := time.Duration(p.FaultEnd - p.FaultStart)
 	p.MinAckedSubmits = int64(traffic.Seconds() * 3)
 	p.MinFaultCompletions = int64(faults.Seconds() * 0.5)
 	p.MinLeaderChanges = max(1, int64(faults/(30*time.Second)))
 	p.MinFaultWorkflows = max(1, int64(faults/(10*time.Second)))
+	p.MinFaultLaneWaits = max(1, int64(faults/(2*time.Second)))
 }

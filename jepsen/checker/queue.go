@@ -277,6 +277,8 @@ func Queue(ops []history.Op, _ Params) *Result {
 		case t.Pool == pool:
 		case t.Pool == workload.WorkflowPool:
 			// The workflow checker accounts for these (W6).
+		case t.Pool == workload.LanesPool:
+			// The ordering checker accounts for these (O3).
 		case t.Pool == workload.CronPool:
 			if t.Schedule == "" {
 				r.fail("Q2", fi, "unexpected task %s in pool %s without a schedule", t.ID, t.Pool)

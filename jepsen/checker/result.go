@@ -1,9 +1,9 @@
 // Package checker decides whether a run's history is valid: queue safety
 // (no loss, no phantom, one task per key, one recorded completion, fencing),
 // per-task linearizability (porcupine), recurring schedule safety, workflow
-// safety (dependencies, cancels, spawns, statuses), equal replicated state
-// on every node, and whether the run did enough to mean anything
-// (vacuity).
+// safety (dependencies, cancels, spawns, statuses), ordering lanes (one
+// task of a key at a time, in submit order), equal replicated state on
+// every node, and whether the run did enough to mean anything (vacuity).
 package checker
 
 import (

@@ -8,9 +8,10 @@ import (
 )
 
 // Vacuity decides whether the run exercised the system enough for the other
-// verdicts to mean anything: enough acked submits, enough completions and
-// ended workflows during the faults, enough leader changes, and every
-// partition probe passed. It is never invalid: a vacuous run is inconclusive.
+// verdicts to mean anything: enough acked submits, enough completions,
+// ended workflows and ordering tasks that waited for their turn during the
+// faults, enough leader changes, and every partition probe passed. It is
+// never invalid: a vacuous run is inconclusive.
 func Vacuity(ops []history.Op, leaders []nodes.LeaderSample, p Params) *Result {
 	r := newResult("vacuity")
 	var acked, faultCompletions, probes, probeFails int64
@@ -36,6 +37,8 @@ func Vacuity(ops []history.Op, leaders []nodes.LeaderSample, p Params) *Result {
 	changes := LeaderChanges(leaders, p.FaultStart, p.FaultEnd)
 	workflows := WorkflowsEndedDuring(ops, p.FaultStart, p.FaultEnd)
 	r.Counts["fault_workflows"] = workflows
+	laneWaits := LaneWaitsDuring(ops, p.FaultStart, p.FaultEnd)
+	r.Counts["fault_lane_waits"] = laneWaits
 	r.Counts["acked_submits"] = acked
 	r.Counts["fault_completions"] = faultCompletions
 	r.Counts["leader_changes"] = changes
@@ -50,6 +53,9 @@ func Vacuity(ops []history.Op, leaders []nodes.LeaderSample, p Params) *Result {
 	}
 	if workflows < p.MinFaultWorkflows {
 		r.unknown("only %d workflows ended during %s of faults (need %d)", workflows, faults.Round(time.Second), p.MinFaultWorkflows)
+	}
+	if laneWaits < p.MinFaultLaneWaits {
+		r.unknown("only %d ordering tasks first granted during %s of faults had waited behind an earlier task of their lane (need %d)", laneWaits, faults.Round(time.Second), p.MinFaultLaneWaits)
 	}
 	if changes < p.MinLeaderChanges {
 		r.unknown("only %d leader changes during the faults (need %d)", changes, p.MinLeaderChanges)

@@ -68,6 +68,13 @@ type Value struct {
 	// Code is the error kind a node answered with (stale_lease, ...).
 	Code string `json:"code,omitempty"`
 
+	// Ordering lanes. OrderingKey is a task's ordering key; Keys and IDs
+	// are the idempotency keys of a submitted batch (in spec order) and
+	// the task ids it was answered with.
+	OrderingKey string   `json:"okey,omitempty"`
+	Keys        []string `json:"keys,omitempty"`
+	IDs         []string `json:"ids,omitempty"`
+
 	// Workflows. Workflow is a workflow id, Step a step name; Policy the
 	// dependency policy of a granted task; Deps the dependencies as a grant
 	// reported them; Steps the step -> task id answer of a workflow
@@ -126,6 +133,7 @@ type TaskState struct {
 	Error       string `json:"error,omitempty"`
 	Schedule    string `json:"schedule,omitempty"`
 	Slot        int64  `json:"slot,omitempty"`
+	OrderingKey string `json:"okey,omitempty"`
 	// Workflows: its workflow and step, the task whose spawn created it,
 	// its dependencies (ids) and their policy.
 	Workflow  string   `json:"workflow,omitempty"`

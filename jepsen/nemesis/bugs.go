@@ -140,6 +140,9 @@ func bugSchedules(workers []string) map[string]Schedule {
 		"bug-depdone": {Name: "bug-depdone", Steps: []Step{
 			doomedWorkflows(4), killNode("kill-leader", pickLeader, 2*time.Second, 2, 3, 8), doomedWorkflows(4),
 		}},
+		"bug-laneoverlap": {Name: "bug-laneoverlap", Steps: []Step{
+			laneBursts(4), killNode("kill-leader", pickLeader, 2*time.Second, 2, 3, 8), laneBursts(4),
+		}},
 	}
 }
 
@@ -238,6 +241,34 @@ func doomedWorkflows(n int) Step {
 			}
 			e.Workflows.Doom(n)
 			hold(ctx, 8*time.Second)
+			return nil
+		}}
+}
+
+// laneBursts has the ordering workload submit, rounds times, one atomic
+// batch of five tasks on each of two ordering keys, so that those lanes
+// hold tasks waiting behind a running head while the lane workers have
+// free slots: a build that lets a lane's next task through while its head
+// runs is caught by O1 (and O2 when the head is retried).
+func laneBursts(rounds int) Step {
+	return Step{Name: "lane-bursts", Gap: 2 * time.Second,
+		Run: func(ctx context.Context, e *Env) error {
+			if e.Lanes == nil {
+				return errors.New("no ordering workload")
+			}
+			acked := 0
+			for range rounds {
+				i := e.Rand.IntN(workload.NumLaneKeys)
+				keys := []string{workload.LaneKey(i), workload.LaneKey((i + 1 + e.Rand.IntN(workload.NumLaneKeys-1)) % workload.NumLaneKeys)}
+				acked += e.Lanes.Burst(ctx, keys, 5)
+				if !hold(ctx, 1500*time.Millisecond) {
+					break
+				}
+			}
+			hold(ctx, 3*time.Second)
+			if acked == 0 {
+				return errors.New("no burst of the ordering workload was acknowledged")
+			}
 			return nil
 		}}
 }

@@ -32,7 +32,11 @@ type Env struct {
 	// (also in Workers).
 	Workflows       *workload.Workflows
 	WorkflowWorkers []string
-	Rand            *rand.Rand
+	// Lanes is the ordering workload, LaneWorkers its workers (also in
+	// Workers).
+	Lanes       *workload.Lanes
+	LaneWorkers []string
+	Rand        *rand.Rand
 	// SnapshotFlags reports whether the nodes run with a small snapshot
 	// threshold (so an isolated follower is caught up by a snapshot).
 	SnapshotFlags bool

@@ -281,12 +281,36 @@ func pauseNode(name string, pick func(ctx context.Context, e *Env) (string, erro
 					return err
 				}
 			}
+			// And an ordering worker: its leases expire while it sleeps,
+			// their tasks are granted again (or, out of attempts, the
+			// next tasks of their lanes run) and its attempts complete
+			// stale.
+			if len(e.LaneWorkers) > 0 {
+				if err := e.Zombie(ctx, e.LaneWorkers[0], d+2*time.Second, 6); err != nil {
+					return err
+				}
+			}
 		}
 		if err := e.Pause(ctx, n, scenarios...); err != nil {
 			return err
 		}
 		hold(ctx, d)
 		return e.Resume(context.WithoutCancel(ctx), n)
+	}}
+}
+
+// zombieLaneWorker makes an ordering worker, picked when the step runs,
+// a zombie.
+func zombieLaneWorker(d time.Duration) Step {
+	return Step{Name: "zombie-lane-worker", Scenarios: []int{6}, Gap: 2 * time.Second, Run: func(ctx context.Context, e *Env) error {
+		if len(e.LaneWorkers) == 0 {
+			return nil
+		}
+		if err := e.Zombie(ctx, e.LaneWorkers[e.Rand.IntN(len(e.LaneWorkers))], d, 6); err != nil {
+			return err
+		}
+		hold(ctx, d+time.Second)
+		return nil
 	}}
 }
 
@@ -492,6 +516,7 @@ func Soak(workers []string, d time.Duration, r *rand.Rand) Schedule {
 		pauseNode("pause-follower", pickFollower, time.Duration(3+r.IntN(15))*time.Second, ""),
 		zombieWorker(workers[r.IntN(len(workers))], time.Duration(4+r.IntN(10))*time.Second),
 		zombieWorkflowWorker(time.Duration(4+r.IntN(10)) * time.Second),
+		zombieLaneWorker(time.Duration(4+r.IntN(10)) * time.Second),
 		cronSlotKill(time.Duration(5+r.IntN(25)) * time.Second),
 		clockJump(time.Duration(5+r.IntN(55))*time.Second, hold()),
 		slowDisk(time.Duration(50+r.IntN(250))*time.Millisecond, time.Duration(r.IntN(4))*time.Second, hold()),
@@ -515,7 +540,7 @@ func Soak(workers []string, d time.Duration, r *rand.Rand) Schedule {
 
 // Named returns a schedule by name: smoke, soak, or one of the targeted
 // self-test schedules (bug-ackearly, bug-noepoch, bug-stalelease,
-// bug-cronrefire, bug-followerread, bug-depdone).
+// bug-cronrefire, bug-followerread, bug-depdone, bug-laneoverlap).
 func Named(name string, workers []string, d time.Duration, r *rand.Rand) (Schedule, error) {
 	switch name {
 	case "smoke":

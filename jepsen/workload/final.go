@@ -25,7 +25,7 @@ func TaskState(t *client.Task) history.TaskState {
 	ts := history.TaskState{
 		ID: t.ID, Pool: t.Pool, Key: t.Key, Status: t.Status, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts,
 		Lease: t.Lease, Payload: string(t.Payload), Output: string(t.Output), Error: t.Error, Schedule: t.Schedule,
-		Workflow: t.Workflow, Step: t.Step, Parent: t.Parent, DependsOn: t.DependsOn,
+		Workflow: t.Workflow, Step: t.Step, Parent: t.Parent, DependsOn: t.DependsOn, OrderingKey: t.OrderingKey,
 	}
 	if len(t.DependsOn) > 0 {
 		ts.Policy = client.DependencyPolicySucceeded

@@ -36,7 +36,9 @@ type Grant struct {
 	Step     string
 	Policy   string
 	Deps     []history.DepState
-	Received time.Time
+	// OrderingKey is the task's ordering key (its lane).
+	OrderingKey string
+	Received    time.Time
 }
 
 // ChildStep is a task a successful completion spawns.
@@ -496,7 +498,7 @@ func (w *Worker) grant(ctx context.Context, s *session, pg *cronoqv1.Grant) {
 	g := Grant{
 		TaskID: t.GetId(), Key: t.GetKey(), Pool: t.GetTemplate().GetPool(), Payload: string(t.GetTemplate().GetPayload()),
 		Token: pg.GetLease(), Attempt: int(pg.GetAttempt()), Schedule: t.GetSchedule(),
-		Workflow: t.GetWorkflow(), Step: t.GetStep(),
+		Workflow: t.GetWorkflow(), Step: t.GetStep(), OrderingKey: t.GetTemplate().GetOrderingKey(),
 		Received: time.Now(),
 	}
 	if g.Pool == "" {
@@ -515,7 +517,7 @@ func (w *Worker) grant(ctx context.Context, s *session, pg *cronoqv1.Grant) {
 	w.env.Rec.Add(history.Op{Process: w.cfg.Name, Type: history.OK, F: "grant", Node: s.node, Value: &history.Value{
 		Pool: g.Pool, ID: g.TaskID, Key: g.Key, Payload: g.Payload, Token: g.Token, Attempt: g.Attempt,
 		Schedule: g.Schedule, Slot: g.Slot, Worker: w.cfg.Name,
-		Workflow: g.Workflow, Step: g.Step, Policy: g.Policy, Deps: g.Deps,
+		Workflow: g.Workflow, Step: g.Step, Policy: g.Policy, Deps: g.Deps, OrderingKey: g.OrderingKey,
 	}})
 	w.mu.Lock()
 	if _, dup := w.leases[g.Token]; dup || g.Token == 0 {
@@ -562,7 +564,7 @@ func (w *Worker) attempt(sessCtx context.Context, g Grant, b Behavior) {
 	}
 	comp := &cronoqv1.Completion{Lease: g.Token}
 	v := &history.Value{Pool: g.Pool, ID: g.TaskID, Key: g.Key, Token: g.Token, Attempt: g.Attempt, Outcome: b.Outcome, Worker: w.cfg.Name,
-		Workflow: g.Workflow, Step: g.Step}
+		Workflow: g.Workflow, Step: g.Step, OrderingKey: g.OrderingKey}
 	switch b.Outcome {
 	case "retryable":
 		comp.Outcome = cronoqv1.OutcomeKind_OUTCOME_RETRYABLE

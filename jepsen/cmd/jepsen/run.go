@@ -58,12 +58,12 @@ type runConfig struct {
 	StartedAt  string         `json:"started_at"`
 }
 
-// Addresses (JEPSEN.md B1): nodes .11-.13, workers .21-.26, clients .31-.40.
+// Addresses (JEPSEN.md B1): nodes .11-.13, workers .21-.28, clients .31-.42.
 var (
 	nodeIPs   = []string{"127.0.0.11", "127.0.0.12", "127.0.0.13"}
-	workerIPs = []string{"127.0.0.21", "127.0.0.22", "127.0.0.23", "127.0.0.24", "127.0.0.25", "127.0.0.26"}
+	workerIPs = []string{"127.0.0.21", "127.0.0.22", "127.0.0.23", "127.0.0.24", "127.0.0.25", "127.0.0.26", "127.0.0.27", "127.0.0.28"}
 	clientIPs = []string{"127.0.0.31", "127.0.0.32", "127.0.0.33", "127.0.0.34", "127.0.0.35", "127.0.0.36", "127.0.0.37", "127.0.0.38",
-		"127.0.0.39", "127.0.0.40"}
+		"127.0.0.39", "127.0.0.40", "127.0.0.41", "127.0.0.42"}
 )
 
 // optionalFlags are passed to the agent when its -h lists them: the raft
@@ -89,7 +89,7 @@ func cmdRun(args []string) int {
 	var o runOptions
 	var seed int64
 	fs.StringVar(&o.Bin, "bin", "bin/cronoq-jepsen", "the cronoq binary (built with -tags jepsenfaults)")
-	fs.StringVar(&o.Schedule, "schedule", "smoke", "fault schedule: smoke, soak, or bug-ackearly|bug-noepoch|bug-stalelease|bug-cronrefire|bug-followerread|bug-depdone")
+	fs.StringVar(&o.Schedule, "schedule", "smoke", "fault schedule: smoke, soak, or bug-ackearly|bug-noepoch|bug-stalelease|bug-cronrefire|bug-followerread|bug-depdone|bug-laneoverlap")
 	fs.DurationVar(&o.Duration, "duration", 30*time.Minute, "length of the fault phase of a soak")
 	fs.Int64Var(&seed, "seed", 0, "random seed (0: from the clock)")
 	fs.StringVar(&o.Results, "results", "jepsen/results", "folder that receives <UTC-time>-<seed>/")
@@ -304,6 +304,7 @@ func run(o runOptions) (int, error) {
 	reg := workload.NewRegister(env, []workload.Process{proc(4), proc(5), proc(6)}, 20)
 	cron := workload.NewCron(env, proc(7), 10)
 	flows := workload.NewWorkflows(env, proc(8), proc(9))
+	lanes := workload.NewLanes(env, []workload.Process{proc(10), proc(11)})
 	raceRand := env.Rand()
 	var raceMu sync.Mutex
 	workers := map[string]*workload.Worker{}
@@ -329,6 +330,13 @@ func run(o runOptions) (int, error) {
 		workers[name] = workload.NewWorker(env, workload.WorkerConfig{Name: name, IP: workerIPs[i], Pool: workload.WorkflowPool, Slots: 4,
 			Choose: workload.WorkflowBehavior(o.TTL)})
 		flowWorkers = append(flowWorkers, name)
+	}
+	var laneWorkers []string
+	for i := 6; i < 8; i++ {
+		name := fmt.Sprintf("w%d", i+1)
+		workers[name] = workload.NewWorker(env, workload.WorkerConfig{Name: name, IP: workerIPs[i], Pool: workload.LanesPool, Slots: 4,
+			Choose: workload.LaneBehavior(o.TTL)})
+		laneWorkers = append(laneWorkers, name)
 	}
 
 	sched, err := nemesis.Named(o.Schedule, workerNames, o.Duration, rand.New(rand.NewPCG(o.Seed, 7)))
@@ -357,10 +365,14 @@ func run(o runOptions) (int, error) {
 			w.Run(workCtx)
 		}()
 	}
-	loadWG.Add(3)
+	loadWG.Add(4)
 	go func() {
 		defer loadWG.Done()
 		queue.Run(loadCtx)
+	}()
+	go func() {
+		defer loadWG.Done()
+		lanes.Run(loadCtx)
 	}()
 	go func() {
 		defer loadWG.Done()
@@ -380,7 +392,7 @@ func run(o runOptions) (int, error) {
 
 	// Faults.
 	nem := &nemesis.Env{Rec: rec, Cluster: cl, Monitor: mon, Net: netw, Workers: workers, Queue: queue, Cron: cron,
-		Workflows: flows, WorkflowWorkers: flowWorkers,
+		Workflows: flows, WorkflowWorkers: flowWorkers, Lanes: lanes, LaneWorkers: laneWorkers,
 		Rand: rand.New(rand.NewPCG(o.Seed, 11)), SnapshotFlags: len(missingSnapshot) == 0}
 	tFaults := time.Now()
 	params.FaultStart = rec.Now()
@@ -425,6 +437,7 @@ func run(o runOptions) (int, error) {
 	mark("recovery", tRec)
 	queue.StopSubmitting()
 	flows.StopSubmitting()
+	lanes.StopSubmitting()
 	stopLoad()
 	loadWG.Wait()
 
@@ -432,7 +445,7 @@ func run(o runOptions) (int, error) {
 	tDrain := time.Now()
 	phase(start, "draining (at most %s)", o.Drain)
 	dctx, dcancel := context.WithTimeout(bg, min(o.Drain, max(5*time.Second, left()-40*time.Second)))
-	drained := workload.Drain(dctx, env, "127.0.0.1", workload.QueuePool, workload.CronPool, workload.WorkflowPool)
+	drained := workload.Drain(dctx, env, "127.0.0.1", workload.QueuePool, workload.CronPool, workload.WorkflowPool, workload.LanesPool)
 	dcancel()
 	pctx, pcancel := context.WithTimeout(bg, 20*time.Second)
 	cron.PauseAll(pctx)

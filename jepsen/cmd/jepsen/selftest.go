@@ -32,6 +32,7 @@ func selfCases(binDir string) []selfCase {
 		{"cronrefire", b("cronoq-jepsen-cronrefire"), "bug-cronrefire", []string{"cron"}},
 		{"followerread", b("cronoq-jepsen-followerread"), "bug-followerread", []string{"register"}},
 		{"depdone", b("cronoq-jepsen-depdone"), "bug-depdone", []string{"workflow"}},
+		{"laneoverlap", b("cronoq-jepsen-laneoverlap"), "bug-laneoverlap", []string{"ordering"}},
 		{"none", b("cronoq-jepsen"), "smoke", nil},
 	}
 }
