@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -406,6 +407,104 @@ func TestListPagination(t *testing.T) {
 		"p": allStatuses(map[string]int64{StatusQueued: 4, StatusSucceeded: 1}),
 		"q": allStatuses(map[string]int64{StatusQueued: 1}),
 	}, counts)
+}
+
+// listAll pages through List with opt and returns the ids in the order
+// listed, checking that each next is the last id of its page.
+func listAll(t *testing.T, c *Client, opt ListOptions) (ids []string, pages int) {
+	t.Helper()
+	for {
+		tasks, next, err := c.List(testCtx(t), opt)
+		require.NoError(t, err)
+		pages++
+		for _, task := range tasks {
+			ids = append(ids, task.ID)
+		}
+		if next == "" {
+			return ids, pages
+		}
+		require.Equal(t, ids[len(ids)-1], next)
+		opt.After = next
+	}
+}
+
+func TestListKindsNewestFirst(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 2, 0)
+	c := newTestClient(t, addrs(fc, 1, 0))
+	var all, ofA, ofAB []string
+	for i := range 7 {
+		kind := []string{"a", "b", "c"}[i%3]
+		id := addTask(fc, "p", kind, "", nil)
+		all = append(all, id)
+		if kind != "c" {
+			ofAB = append(ofAB, id)
+		}
+		if kind == "a" {
+			ofA = append(ofA, id)
+		}
+	}
+	reversed := func(ids []string) []string {
+		out := slices.Clone(ids)
+		slices.Reverse(out)
+		return out
+	}
+
+	// Both orders, with and without a kind filter, page by page.
+	for _, tc := range []struct {
+		name  string
+		opt   ListOptions
+		want  []string
+		pages int
+	}{
+		{"oldest first", ListOptions{Limit: 3}, all, 3},
+		{"newest first", ListOptions{Limit: 3, NewestFirst: true}, reversed(all), 3},
+		{"kinds oldest first", ListOptions{Kinds: []string{"a", "b"}, Limit: 2}, ofAB, 3},
+		{"kinds newest first", ListOptions{Kinds: []string{"b", "a"}, Limit: 2, NewestFirst: true}, reversed(ofAB), 3},
+		// Exactly one page of matches: no next page.
+		{"one full page", ListOptions{Kinds: []string{"a"}, Limit: 3, NewestFirst: true}, reversed(ofA), 1},
+		{"no limit", ListOptions{Pools: []string{"p"}, NewestFirst: true, Stale: true}, reversed(all), 1},
+		{"unknown kind", ListOptions{Kinds: []string{"nope"}, NewestFirst: true}, nil, 1},
+	} {
+		got, pages := listAll(t, c, tc.opt)
+		require.Equal(t, tc.want, got, tc.name)
+		require.Equal(t, tc.pages, pages, tc.name)
+	}
+
+	// A cursor from the middle: ids before it when newest first, after it
+	// otherwise.
+	tasks, next, err := c.List(testCtx(t), ListOptions{After: all[3], NewestFirst: true, Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, []string{all[2], all[1]}, []string{tasks[0].ID, tasks[1].ID})
+	require.Equal(t, all[1], next)
+	tasks, next, err = c.List(testCtx(t), ListOptions{After: all[3], Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, []string{all[4], all[5]}, []string{tasks[0].ID, tasks[1].ID})
+	require.Equal(t, all[5], next)
+
+	// The filters and the order go on the wire.
+	_, _, err = c.List(testCtx(t), ListOptions{Pools: []string{"p"}, Kinds: []string{"a", "b"}, NewestFirst: true, After: all[6], Limit: 4})
+	require.NoError(t, err)
+	reqs := fc.Requests(cronoqv1connect.TaskServiceListProcedure)
+	req := reqs[len(reqs)-1].(*cronoqv1.ListRequest)
+	require.Equal(t, []string{"a", "b"}, req.GetKinds())
+	require.True(t, req.GetNewestFirst())
+	require.Equal(t, all[6], req.GetAfter())
+	require.Equal(t, int32(4), req.GetLimit())
+}
+
+func TestListNewestFirstPageBytes(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0, clienttest.WithMaxPageBytes(1)) // one task a page
+	c := newTestClient(t, addrs(fc, 0))
+	var want []string
+	for range 3 {
+		want = append(want, addTask(fc, "p", "k", "", nil))
+	}
+	slices.Reverse(want)
+	got, pages := listAll(t, c, ListOptions{Kinds: []string{"k"}, NewestFirst: true})
+	require.Equal(t, want, got)
+	require.Equal(t, 3, pages)
 }
 
 // allStatuses is counts with every other status at 0, as nodes count them.

@@ -211,7 +211,8 @@ func listToProto(o ListOptions) (*cronoqv1.ListRequest, error) {
 	if o.Limit < 0 || o.Limit > 1<<31-1 {
 		return nil, &InvalidError{Field: "limit", Reason: "out of range"}
 	}
-	req := &cronoqv1.ListRequest{Pools: o.Pools, After: o.After, Limit: int32(o.Limit), Stale: o.Stale}
+	req := &cronoqv1.ListRequest{Pools: o.Pools, Kinds: o.Kinds, NewestFirst: o.NewestFirst,
+		After: o.After, Limit: int32(o.Limit), Stale: o.Stale}
 	for _, s := range o.Statuses {
 		st, err := statusToProto(s)
 		if err != nil {

@@ -277,8 +277,10 @@ func (c *Client) Delete(ctx context.Context, ref TaskRef) (id string, deleted bo
 	return resp.GetId(), resp.GetDeleted(), nil
 }
 
-// List lists tasks filtered by opt, ordered by id. next is the cursor of the
-// following page (pass it as ListOptions.After), "" after the last page.
+// List lists tasks filtered by opt, ordered by id (decreasing with
+// ListOptions.NewestFirst). next is the cursor of the following page (pass
+// it as ListOptions.After, with the same filters and order), "" after the
+// last page.
 func (c *Client) List(ctx context.Context, opt ListOptions) ([]*Task, string, error) {
 	const what = "listing tasks"
 	req, err := listToProto(opt)

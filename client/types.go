@@ -175,7 +175,13 @@ type ReadMeta struct {
 type ListOptions struct {
 	Pools    []string
 	Statuses []string
-	// After is the cursor: list tasks whose id is greater.
+	// Kinds, when set, lists the tasks of these kinds only.
+	Kinds []string
+	// NewestFirst lists in decreasing id (submission) order; else oldest
+	// first.
+	NewestFirst bool
+	// After is the cursor: list tasks whose id is greater, or smaller with
+	// NewestFirst (the next page in either order).
 	After string
 	Limit int
 	// Stale serves the list from the answering node's replica.

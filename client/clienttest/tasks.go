@@ -225,9 +225,12 @@ func (s *taskService) List(ctx context.Context, req *connect.Request[cronoqv1.Li
 				return nil, invalid("statuses", "unknown status %d", int32(st))
 			}
 		}
+		// The cursor is exclusive: with newest_first it means "ids before
+		// it", else "ids after it".
+		after, desc := m.GetAfter(), m.GetNewestFirst()
 		var ids []string
 		for id, t := range c.tasks {
-			if id <= m.GetAfter() {
+			if after != "" && (desc && id >= after || !desc && id <= after) {
 				continue
 			}
 			if len(m.GetPools()) > 0 && !slices.Contains(m.GetPools(), t.pool()) {
@@ -236,9 +239,15 @@ func (s *taskService) List(ctx context.Context, req *connect.Request[cronoqv1.Li
 			if len(m.GetStatuses()) > 0 && !slices.Contains(m.GetStatuses(), t.p.GetStatus()) {
 				continue
 			}
+			if len(m.GetKinds()) > 0 && !slices.Contains(m.GetKinds(), t.p.GetTemplate().GetKind()) {
+				continue
+			}
 			ids = append(ids, id)
 		}
 		slices.Sort(ids)
+		if desc {
+			slices.Reverse(ids)
+		}
 		out := &cronoqv1.ListResponse{Meta: c.readMetaLocked(sv, m.GetStale())}
 		if len(ids) > limit {
 			ids = ids[:limit]
