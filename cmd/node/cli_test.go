@@ -151,6 +151,8 @@ func TestLocalValidation(t *testing.T) {
 		{"list bad status", []string{"list"}, []string{"-status", "done"}, []string{`flag -status: unknown status "done"`}},
 		{"list empty pool", []string{"list"}, []string{"-pool", ","}, []string{"flag -pool: empty value"}},
 		{"list positional", []string{"list"}, []string{"queued"}, []string{`unexpected argument "queued"`}},
+		{"list bad order", []string{"list"}, []string{"-order", "newest"}, []string{"flag -order: must be one of desc, asc"}},
+		{"list empty kind", []string{"list"}, []string{"-kind", ","}, []string{"flag -kind: empty value"}},
 
 		{"recurring add without name", []string{"recurring", "add"}, []string{"-cron", "@hourly", "-pool", "p", "-kind", "k"}, []string{"missing argument"}},
 		{"recurring add without cron", []string{"recurring", "add"}, []string{"n", "-pool", "p", "-kind", "k"}, []string{"-cron is required"}},
@@ -246,7 +248,7 @@ func TestCommandHelp(t *testing.T) {
 		{[]string{"status", "ID", "-h"}, "cronoq status ID", []string{"-key", "-addr", "-o"}},
 		{[]string{"wait", "--help"}, "cronoq wait ID", []string{"-timeout", "-key"}},
 		{[]string{"cancel", "-help"}, "cronoq cancel ID", []string{"-addr"}},
-		{[]string{"list", "-h"}, "cronoq list", []string{"-pool", "-status", "-limit", "-after", "-stale"}},
+		{[]string{"list", "-h"}, "cronoq list", []string{"-pool", "-status", "-kind", "-order", "-limit", "-after", "-stale"}},
 		{[]string{"recurring", "add", "-h"}, "cronoq recurring add NAME -cron EXPR", []string{"-cron", "-tz", "-pool", "-kind", "-payload", "-overlap", "-catch-up", "-catch-up-limit", "-paused", "-workflow"}},
 		{[]string{"complete", "-h"}, "cronoq complete ID", []string{"-key", "-output", "-fail", "-addr", "-o"}},
 		{[]string{"workflow", "submit", "-h"}, "cronoq workflow submit -f FILE", []string{"-f", "-key", "-wait", "-wait-timeout", "-addr", "-o"}},
@@ -281,6 +283,14 @@ func TestCommandHelp(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestListHelpOrder(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t, "", "list", "-h")
+	require.Equal(t, exitOK, r.code)
+	require.Contains(t, r.stdout, "List tasks newest first")
+	require.Contains(t, r.stdout, "desc (newest first) or asc (oldest first) (default desc)")
 }
 
 func TestVersion(t *testing.T) {

@@ -108,6 +108,37 @@ func (c *cmd) set(name string) bool {
 	return found
 }
 
+// nextPage is the command line that lists the page after cursor next: the
+// command with those of the flags names that were given, in that order,
+// then -after next. Values are quoted for a POSIX shell where needed.
+func (c *cmd) nextPage(next string, names ...string) string {
+	parts := append([]string{"cronoq"}, strings.Fields(c.name)...)
+	for _, name := range names {
+		f := c.fs.Lookup(name)
+		if f == nil || !c.set(name) {
+			continue
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			if f.Value.String() == "true" {
+				parts = append(parts, "-"+name)
+			}
+			continue
+		}
+		parts = append(parts, "-"+name, shellQuote(f.Value.String()))
+	}
+	return strings.Join(append(parts, "-after", shellQuote(next)), " ")
+}
+
+// shellQuote quotes s for a POSIX shell, unless it needs no quoting.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-.,:/@%+=", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 func (c *cmd) printHelp(w io.Writer) {
 	fmt.Fprintf(w, "Usage: %s\n\n%s\n", c.usage, strings.TrimSpace(c.about))
 	n := 0

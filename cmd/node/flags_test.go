@@ -215,3 +215,20 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		require.Contains(t, out.String(), "\n  "+f+" ")
 	}
 }
+
+func TestShellQuote(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"T1":                         "T1",
+		"01JD3ZQ8Y6A5B4C3D2E1F0G9HA": "01JD3ZQ8Y6A5B4C3D2E1F0G9HA",
+		"a,b-c_d.e:f/g@h%i+j=k":      "a,b-c_d.e:f/g@h%i+j=k",
+		"":                           "''",
+		"a b":                        "'a b'",
+		"it's":                       `'it'\''s'`,
+		"$HOME":                      "'$HOME'",
+		"x;y":                        "'x;y'",
+		"été":                        "'été'",
+	} {
+		require.Equal(t, want, shellQuote(in), "shellQuote(%q)", in)
+	}
+}

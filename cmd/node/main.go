@@ -73,7 +73,7 @@ var commands = map[string]command{
 	"cancel":    {Summary: "Cancel a task", Run: runCancel},
 	"complete":  {Summary: "Complete (or fail) an external task waiting for it", Run: runComplete},
 	"workflow":  {Summary: "Manage workflows (steps depending on each other): submit, status, wait, cancel, list", Run: runWorkflow},
-	"list":      {Summary: "List tasks, filtered by pool and status, page by page", Run: runList},
+	"list":      {Summary: "List tasks newest first, filtered by pool, status and kind, page by page", Run: runList},
 	"recurring": {Summary: "Manage recurring (cron) schedules: add, list, rm, pause, resume", Run: runRecurring},
 	"worker":    {Summary: "Run tasks of a pool with shell commands", Run: runWorker},
 	"members":   {Summary: "List the nodes of the cluster as gossip sees them", Run: runMembers},

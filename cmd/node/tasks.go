@@ -267,11 +267,19 @@ var statuses = []string{
 
 const defaultListLimit = 100
 
+// List orders of -order.
+const (
+	orderDesc = "desc"
+	orderAsc  = "asc"
+)
+
 func runList(ctx context.Context, s stdio, args []string) error {
-	c := newCmd("list", "cronoq list [-pool P]... [-status S]... [-limit N] [-after ID]", `
-List tasks in id (submission) order, filtered by pools and statuses, one page
-at a time: when more tasks match, the next page starts after the id given as
-"next" (pass it to -after).
+	c := newCmd("list", "cronoq list [-pool P]... [-status S]... [-kind K]... [-order desc|asc] [-limit N] [-after ID]", `
+List tasks newest first (in decreasing id, that is submission, order; -order
+asc lists them oldest first), filtered by pools, statuses and kinds, one page
+at a time: when more tasks match, "next" is the id the page ended with. Pass
+it to -after, with the same filters and order, for the following page; the
+text output ends with that command line.
 
 Statuses: blocked (waiting for its dependencies), scheduled, queued, parked
 (accepted beyond its pool's pending bound, waiting for room), running,
@@ -281,14 +289,20 @@ JSON output: {"tasks": [task...], "next": "ID or empty"}`)
 	cf := c.clientFlags()
 	var opt client.ListOptions
 	opt.Limit = defaultListLimit
+	order := orderDesc
 	c.fs.Var(listValue{&opt.Pools}, "pool", "only tasks of this `pool` (repeatable, or comma-separated)")
 	c.fs.Var(statusList{list: &opt.Statuses}, "status", "only tasks with this `status` (repeatable, or comma-separated)")
+	c.fs.Var(listValue{&opt.Kinds}, "kind", "only tasks of this `kind` (repeatable, or comma-separated)")
+	c.fs.Var(enumValue{&order, []string{orderDesc, orderAsc}}, "order",
+		"`order` of the list: desc (newest first) or asc (oldest first)")
 	c.fs.Var(intValue{&opt.Limit, 1}, "limit", "at most `N` tasks")
-	c.fs.StringVar(&opt.After, "after", "", "start after this task `ID` (the \"next\" of the previous page)")
+	c.fs.StringVar(&opt.After, "after", "",
+		"start after this task `ID` in the list's order (the \"next\" of the previous page)")
 	c.fs.BoolVar(&opt.Stale, "stale", false, "read from the answering node's replica, which may lag behind the leader")
 	if err := c.parse(s, args, 0); err != nil {
 		return err
 	}
+	opt.NewestFirst = order == orderDesc
 	type page struct {
 		tasks []*client.Task
 		next  string
@@ -320,7 +334,7 @@ JSON output: {"tasks": [task...], "next": "ID or empty"}`)
 		return err
 	}
 	if next != "" {
-		_, err = fmt.Fprintf(s.Stdout, "more: cronoq list -after %s\n", next)
+		_, err = fmt.Fprintf(s.Stdout, "more: %s\n", c.nextPage(next, "pool", "status", "kind", "order", "limit", "stale"))
 	}
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -186,17 +187,13 @@ func TestList(t *testing.T) {
 	t.Parallel()
 	// Pages of at most two tasks, whatever the limit asked for.
 	f, addr := startFake(t, clienttest.WithMaxListLimit(2))
-	inPool := func(task *cronoqv1.Task, pool string) *cronoqv1.Task {
-		task.Template.Pool = pool
-		return task
-	}
-	f.PutTask(inPool(doneTask("T1", cronoqv1.Status_STATUS_QUEUED, "", ""), "a"))
-	f.PutTask(inPool(doneTask("T2", cronoqv1.Status_STATUS_FAILED, "", "exit status 2: it broke"), "b"))
-	f.PutTask(inPool(doneTask("T3", cronoqv1.Status_STATUS_RUNNING, "", ""), "c"))
-	f.PutTask(inPool(doneTask("T4", cronoqv1.Status_STATUS_SUCCEEDED, "", ""), "a"))
+	f.PutTask(inPool(doneTask("T1", cronoqv1.Status_STATUS_QUEUED, "", ""), "a", ""))
+	f.PutTask(inPool(doneTask("T2", cronoqv1.Status_STATUS_FAILED, "", "exit status 2: it broke"), "b", ""))
+	f.PutTask(inPool(doneTask("T3", cronoqv1.Status_STATUS_RUNNING, "", ""), "c", ""))
+	f.PutTask(inPool(doneTask("T4", cronoqv1.Status_STATUS_SUCCEEDED, "", ""), "a", ""))
 
 	r := runCLI(t, "", "list", "-pool", "a", "-pool", "b,c", "-status", "queued,failed", "-status", "running",
-		"-limit", "2", "-after", "T0", "-o", "json", "-addr", addr)
+		"-limit", "2", "-after", "T0", "-order", "asc", "-o", "json", "-addr", addr)
 	requireOK(t, r)
 	var out struct {
 		Tasks []map[string]any `json:"tasks"`
@@ -211,19 +208,163 @@ func TestList(t *testing.T) {
 	req := reqs[0].(*cronoqv1.ListRequest)
 	require.Equal(t, []string{"a", "b", "c"}, req.GetPools())
 	require.Equal(t, []cronoqv1.Status{cronoqv1.Status_STATUS_QUEUED, cronoqv1.Status_STATUS_FAILED, cronoqv1.Status_STATUS_RUNNING}, req.GetStatuses())
+	require.Empty(t, req.GetKinds())
 	require.Equal(t, int32(2), req.GetLimit())
 	require.Equal(t, "T0", req.GetAfter())
 	require.False(t, req.GetStale())
+	require.False(t, req.GetNewestFirst())
 
+	// Newest first by default.
 	r = runCLI(t, "", "list", "-addr", addr, "-stale")
 	requireOK(t, r)
 	require.Equal(t, ""+
-		"ID  POOL  KIND  STATUS  ATTEMPT  PRIORITY  SUBMITTED             ERROR\n"+
-		"T1  a     echo  queued  1        normal    2030-01-02T14:04:05Z  -\n"+
-		"T2  b     echo  failed  1        normal    2030-01-02T14:04:05Z  exit status 2: it broke\n"+
-		"more: cronoq list -after T2\n", r.stdout)
+		"ID  POOL  KIND  STATUS     ATTEMPT  PRIORITY  SUBMITTED             ERROR\n"+
+		"T4  a     echo  succeeded  1        normal    2030-01-02T14:04:05Z  -\n"+
+		"T3  c     echo  running    1        normal    2030-01-02T14:04:05Z  -\n"+
+		"more: cronoq list -stale -after T3\n", r.stdout)
 	reqs = f.Requests(cronoqv1connect.TaskServiceListProcedure)
 	req = reqs[1].(*cronoqv1.ListRequest)
 	require.Equal(t, int32(defaultListLimit), req.GetLimit())
 	require.True(t, req.GetStale())
+	require.True(t, req.GetNewestFirst())
+	require.Empty(t, req.GetAfter())
+
+	// The hint's command line lists the next page.
+	r = runCLI(t, "", hintArgs(t, r.stdout, addr)...)
+	requireOK(t, r)
+	require.Equal(t, ""+
+		"ID  POOL  KIND  STATUS  ATTEMPT  PRIORITY  SUBMITTED             ERROR\n"+
+		"T2  b     echo  failed  1        normal    2030-01-02T14:04:05Z  exit status 2: it broke\n"+
+		"T1  a     echo  queued  1        normal    2030-01-02T14:04:05Z  -\n", r.stdout)
+	req = f.Requests(cronoqv1connect.TaskServiceListProcedure)[2].(*cronoqv1.ListRequest)
+	require.Equal(t, "T3", req.GetAfter())
+	require.True(t, req.GetNewestFirst())
+	require.True(t, req.GetStale())
+}
+
+// inPool sets the pool of task, and its kind unless kind is "".
+func inPool(task *cronoqv1.Task, pool, kind string) *cronoqv1.Task {
+	task.Template.Pool = pool
+	if kind != "" {
+		task.Template.Kind = kind
+	}
+	return task
+}
+
+// hintArgs returns the arguments of the command line that the last line of
+// stdout ("more: cronoq ...") gives for the next page, with -addr addr.
+func hintArgs(t *testing.T, stdout, addr string) []string {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	hint, ok := strings.CutPrefix(lines[len(lines)-1], "more: ")
+	require.True(t, ok, "no hint in %q", stdout)
+	words := shellWords(t, hint)
+	require.Equal(t, "cronoq", words[0])
+	return append(words[1:], "-addr", addr)
+}
+
+// shellWords splits a command line as a POSIX shell does, for the quoting
+// shellQuote does.
+func shellWords(t *testing.T, line string) []string {
+	t.Helper()
+	var words []string
+	var word strings.Builder
+	inWord, quoted, escaped := false, false, false
+	for _, r := range line {
+		switch {
+		case escaped:
+			word.WriteRune(r)
+			escaped = false
+		case quoted && r == '\'':
+			quoted = false
+		case quoted:
+			word.WriteRune(r)
+		case r == '\'':
+			quoted, inWord = true, true
+		case r == ' ':
+			if inWord {
+				words = append(words, word.String())
+				word.Reset()
+				inWord = false
+			}
+		case r == '\\':
+			escaped, inWord = true, true
+		case r == '"' || r == '$' || r == '`':
+			t.Fatalf("unexpected %q outside quotes in %q", r, line)
+		default:
+			word.WriteRune(r)
+			inWord = true
+		}
+	}
+	require.False(t, quoted || escaped, "unterminated quote in %q", line)
+	if inWord {
+		words = append(words, word.String())
+	}
+	return words
+}
+
+func TestListKindsAndHint(t *testing.T) {
+	t.Parallel()
+	f, addr := startFake(t)
+	queued := cronoqv1.Status_STATUS_QUEUED
+	f.PutTask(inPool(doneTask("T1", queued, "", ""), "a b", "x y"))
+	f.PutTask(inPool(doneTask("T2", queued, "", ""), "a b", "k"))
+	f.PutTask(inPool(doneTask("T3", queued, "", ""), "a b", "other"))
+	f.PutTask(inPool(doneTask("T4", cronoqv1.Status_STATUS_FAILED, "", ""), "a b", "k"))
+	f.PutTask(inPool(doneTask("T5", queued, "", ""), "c", "k"))
+	f.PutTask(inPool(doneTask("T6", queued, "", ""), "a b", "it's"))
+	f.PutTask(inPool(doneTask("T7", queued, "", ""), "a b", "x y"))
+
+	ids := func(stdout string) []string {
+		var out []string
+		for _, line := range strings.Split(stdout, "\n")[1:] {
+			if strings.HasPrefix(line, "T") {
+				out = append(out, strings.Fields(line)[0])
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		order      []string // the -order flag, if any
+		first, end []string // the ids of the two pages
+		hint       string
+	}{
+		{nil, []string{"T7", "T6"}, []string{"T2", "T1"},
+			"more: cronoq list -pool 'a b' -status queued -kind 'x y,k,it'\\''s' -limit 2 -after T6\n"},
+		{[]string{"-order", "desc"}, []string{"T7", "T6"}, []string{"T2", "T1"},
+			"more: cronoq list -pool 'a b' -status queued -kind 'x y,k,it'\\''s' -order desc -limit 2 -after T6\n"},
+		{[]string{"-order", "asc"}, []string{"T1", "T2"}, []string{"T6", "T7"},
+			"more: cronoq list -pool 'a b' -status queued -kind 'x y,k,it'\\''s' -order asc -limit 2 -after T2\n"},
+	} {
+		args := append([]string{"list", "-addr", addr, "-limit", "2", "-kind", "x y", "-pool", "a b", "-status", "queued", "-kind", "k,it's"}, tc.order...)
+		r := runCLI(t, "", args...)
+		requireOK(t, r)
+		require.Equal(t, tc.first, ids(r.stdout), "order %v", tc.order)
+		require.True(t, strings.HasSuffix(r.stdout, tc.hint), "order %v: %q", tc.order, r.stdout)
+		reqs := f.Requests(cronoqv1connect.TaskServiceListProcedure)
+		req := reqs[len(reqs)-1].(*cronoqv1.ListRequest)
+		require.Equal(t, []string{"x y", "k", "it's"}, req.GetKinds())
+		require.Equal(t, len(tc.order) == 0 || tc.order[1] == "desc", req.GetNewestFirst())
+
+		// The hint's command line lists the rest, with the same filters.
+		next := runCLI(t, "", hintArgs(t, r.stdout, addr)...)
+		requireOK(t, next)
+		require.Equal(t, tc.end, ids(next.stdout), "order %v", tc.order)
+		require.NotContains(t, next.stdout, "more:")
+		reqs = f.Requests(cronoqv1connect.TaskServiceListProcedure)
+		require.Equal(t, req.GetKinds(), reqs[len(reqs)-1].(*cronoqv1.ListRequest).GetKinds())
+	}
+
+	r := runCLI(t, "", "list", "-addr", addr, "-kind", "k", "-o", "json")
+	requireOK(t, r)
+	var out struct {
+		Tasks []struct {
+			ID string `json:"id"`
+		} `json:"tasks"`
+		Next string `json:"next"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &out))
+	require.Len(t, out.Tasks, 3)
+	require.Equal(t, []string{"T5", "T4", "T2"}, []string{out.Tasks[0].ID, out.Tasks[1].ID, out.Tasks[2].ID})
+	require.Empty(t, out.Next)
 }

@@ -319,7 +319,7 @@ empty"}`)
 		return err
 	}
 	if p.next != "" {
-		_, err = fmt.Fprintf(s.Stdout, "more: cronoq workflow list -after %s\n", p.next)
+		_, err = fmt.Fprintf(s.Stdout, "more: %s\n", c.nextPage(p.next, "status", "limit", "stale"))
 	}
 	return err
 }
