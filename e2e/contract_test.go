@@ -178,20 +178,26 @@ func TestContract(t *testing.T) {
 			}
 			return out
 		}
-		p1 := page("-pool", "pages", "-limit", "2")
+		// Oldest first with -order asc, pages following the cursor.
+		p1 := page("-pool", "pages", "-limit", "2", "-order", "asc")
 		require.Equal(t, ids[0:2], idsOf(p1))
 		require.Equal(t, ids[1], p1.Next)
-		p2 := page("-pool", "pages", "-limit", "2", "-after", p1.Next)
+		p2 := page("-pool", "pages", "-limit", "2", "-order", "asc", "-after", p1.Next)
 		require.Equal(t, ids[2:4], idsOf(p2))
 		require.Equal(t, ids[3], p2.Next)
-		p3 := page("-pool", "pages", "-limit", "2", "-after", p2.Next)
+		p3 := page("-pool", "pages", "-limit", "2", "-order", "asc", "-after", p2.Next)
 		require.Equal(t, ids[4:5], idsOf(p3))
 		require.Empty(t, p3.Next)
+		// Newest first by default.
+		n1 := page("-pool", "pages", "-limit", "2")
+		require.Equal(t, []string{ids[4], ids[3]}, idsOf(n1))
+		n2 := page("-pool", "pages", "-limit", "2", "-after", n1.Next)
+		require.Equal(t, []string{ids[2], ids[1]}, idsOf(n2))
 
 		c.cli(t, "cancel", ids[0]).ok(t)
 		require.Equal(t, ids[:1], idsOf(page("-pool", "pages", "-status", "cancelled")))
-		require.Equal(t, ids[1:], idsOf(page("-pool", "pages", "-status", "scheduled")))
-		require.Equal(t, ids, idsOf(page("-pool", "pages", "-status", "scheduled,cancelled")))
+		require.Equal(t, ids[1:], idsOf(page("-pool", "pages", "-status", "scheduled", "-order", "asc")))
+		require.Equal(t, ids, idsOf(page("-pool", "pages", "-status", "scheduled,cancelled", "-order", "asc")))
 		require.Empty(t, page("-pool", "pages", "-status", "running").Tasks)
 		both := page("-pool", "pages", "-pool", "pages-other")
 		require.Len(t, both.Tasks, 6)
