@@ -180,7 +180,7 @@ func TestAgentSigtermAndRestart(t *testing.T) {
 	c.restart(leader)
 	c.waitStable(30 * time.Second)
 	eventually(t, 20*time.Second, func() (bool, string) {
-		r := cliAt(t, leader.httpAddr, "list", "-pool", "p", "-stale", "-o", "json")
+		r := cliAt(t, leader.httpAddr, "list", "-pool", "p", "-order", "asc", "-stale", "-o", "json")
 		if r.code != 0 {
 			return false, r.String()
 		}
