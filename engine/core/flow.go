@@ -210,6 +210,57 @@ func poolRecord(name string, cfg PoolConfig) *fsm.Pool {
 	return rec
 }
 
+// GlobalPool names the cluster-wide settings in SetPool and Pool: its
+// pending bounds are the global ones (Config.Global until an operator sets
+// them); no task may use it as its pool.
+const GlobalPool = "*"
+
+// globalBounds are the bounds on pending tasks across all pools in force:
+// the replicated ones if an operator set them, else the agent's.
+func (c *Core) globalBounds() Bounds {
+	if rec := c.poolRecs[GlobalPool]; rec != nil {
+		return poolConfigOf(rec).Bounds
+	}
+	return c.cfg.Global
+}
+
+// setGlobal applies a change of the cluster-wide settings: the global
+// pending bounds, and nothing else.
+func (c *Core) setGlobal(req ReqID, ch PoolChange) {
+	if ch.MaxRunning != nil || ch.Overflow != nil || ch.Rate != nil || ch.Burst != nil || len(ch.KindRates) > 0 ||
+		ch.ConcurrencyLimit != nil || ch.Ordering != nil || ch.MaxAttempts != nil || ch.Backoff != nil ||
+		ch.LeaseGrace != nil || ch.Paused != nil {
+		c.fail(req, Invalid("pool", "%q holds the global pending bounds only (max_pending, max_pending_per_class)", GlobalPool))
+		return
+	}
+	cfg, err := applyChange(PoolConfig{Bounds: c.globalBounds()}, ch)
+	if err != nil {
+		c.fail(req, err)
+		return
+	}
+	rec := poolRecord(GlobalPool, PoolConfig{Bounds: cfg.Bounds})
+	rec.UpdatedAt = c.now
+	c.mutate(fsm.Mutation{PutPool: rec})
+	c.poolRecs[GlobalPool] = rec
+	if c.parked.Len() > 0 || c.nParked > 0 {
+		c.spaceFreed = true
+	}
+	c.reply(req, c.globalInfo())
+}
+
+// globalInfo describes the cluster-wide settings as a PoolInfo: the
+// global bounds, and the pending tasks they count.
+func (c *Core) globalInfo() PoolInfo {
+	info := PoolInfo{Pool: GlobalPool, Config: PoolConfig{Bounds: c.globalBounds()}, Replicated: c.poolRecs[GlobalPool] != nil,
+		Pending: c.global.total, Parked: c.nParked}
+	for _, p := range c.pools {
+		info.Queued += p.queued
+		info.Running += p.running
+		info.Waiting += p.held
+	}
+	return info
+}
+
 // concLimit is how many tasks of one concurrency key may run at once.
 func (p *pool) concLimit() int { return max(p.cfg.ConcurrencyLimit, 1) }
 
@@ -449,11 +500,15 @@ func sortedClasses(m map[fsm.Priority]int) []fsm.Priority {
 func (c *Core) SetPool(now time.Time, req ReqID, ch PoolChange) {
 	c.begin(now)
 	defer c.serve()
-	if err := c.checkPool(ch.Pool); err != nil {
+	if err := c.requireVersion("pool settings", 4); err != nil {
 		c.fail(req, err)
 		return
 	}
-	if err := c.requireVersion("pool settings", 4); err != nil {
+	if ch.Pool == GlobalPool {
+		c.setGlobal(req, ch)
+		return
+	}
+	if err := c.checkPool(ch.Pool); err != nil {
 		c.fail(req, err)
 		return
 	}
@@ -952,6 +1007,9 @@ func (c *Core) Pools() []PoolInfo {
 // Pool describes one pool; a pool the core has not seen is described with
 // the settings it would get.
 func (c *Core) Pool(name string) (PoolInfo, error) {
+	if name == GlobalPool {
+		return c.globalInfo(), nil
+	}
 	if err := c.checkPool(name); err != nil {
 		return PoolInfo{}, err
 	}

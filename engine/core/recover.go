@@ -38,7 +38,7 @@ func Recover(cfg Config, src Source, epoch uint64, now time.Time) (*Core, error)
 	c.now = fsm.InstantOf(now)
 	// Pool settings first: a pool's tasks are filed under its settings.
 	src.EachPool(func(rec *fsm.Pool) bool {
-		c.poolRecs[rec.Name] = rec.Clone()
+		c.poolRecs[rec.Name] = rec.Clone() // GlobalPool's too: the global bounds
 		return true
 	})
 	var wfs []*workflow

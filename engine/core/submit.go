@@ -67,8 +67,11 @@ type manyReply struct {
 }
 
 func (c *Core) checkPool(name string) error {
-	if name == "" {
+	switch name {
+	case "":
 		return Invalid("pool", "must not be empty")
+	case GlobalPool:
+		return Invalid("pool", "%q names the cluster-wide settings, not a pool", GlobalPool)
 	}
 	if c.cfg.FixedPools {
 		if _, ok := c.cfg.Pools[name]; !ok {
@@ -430,11 +433,12 @@ func (c *Core) fits(d delta, empty bool) bool {
 	if empty {
 		cur = counts{}
 	}
-	if !within(cur.total, global.total, c.cfg.Global.MaxPending) {
+	gb := c.globalBounds()
+	if !within(cur.total, global.total, gb.MaxPending) {
 		return false
 	}
 	for cl := range global.byClass {
-		if !within(cur.byClass[cl], global.byClass[cl], c.cfg.Global.MaxPendingPerClass[cl]) {
+		if !within(cur.byClass[cl], global.byClass[cl], gb.MaxPendingPerClass[cl]) {
 			return false
 		}
 	}
