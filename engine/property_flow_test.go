@@ -29,7 +29,11 @@ func (s *sim) randomKeys(sp *core.Spec) {
 // setPool changes a pool's settings at random.
 func (s *sim) setPool() {
 	ch := core.PoolChange{Pool: fmt.Sprintf("p%d", s.pick(3))}
-	switch s.pick(8) {
+	switch s.pick(9) {
+	case 8:
+		// The global bounds.
+		n := 6 + s.pick(30)
+		ch.Pool, ch.MaxPending = core.GlobalPool, &n
 	case 0:
 		n := 1 + s.pick(3)
 		ch.ConcurrencyLimit = &n
@@ -70,6 +74,10 @@ func (s *sim) setPool() {
 		}
 		info, ok := r.Value.(core.PoolInfo)
 		s.check(r.Err == nil && ok && info.Replicated, "set-pool %s: %+v %v", ch.Pool, r.Value, r.Err)
+		if ch.Pool == core.GlobalPool {
+			s.check(info.Config.Bounds.MaxPending == *ch.MaxPending, "global bound %d, set %d", info.Config.Bounds.MaxPending, *ch.MaxPending)
+			s.covered(covGlobalSet)
+		}
 		rec, found := s.a.PoolSettings(ch.Pool)
 		s.check(found, "settings of pool %s are not durable with the reply", ch.Pool)
 		if ch.ConcurrencyLimit != nil {
@@ -88,6 +96,15 @@ func (s *sim) deleteTask() {
 		return
 	}
 	id := s.recent(s.ids, 30)
+	if s.pick(2) == 0 {
+		// Half the time, a task that blocks its lane, if a recent one does.
+		for i := len(s.ids) - 1; i >= 0 && i >= len(s.ids)-200; i-- {
+			if t, ok := s.a.Get(s.ids[i]); ok && t.BlocksLane {
+				id = t.ID
+				break
+			}
+		}
+	}
 	before, existed := s.a.Get(id)
 	req := s.nextReq(reqOther, func(r core.Reply, _ bool) {
 		if !existed {

@@ -129,6 +129,7 @@ const (
 	covConcShared
 	covParked
 	covAdmitted
+	covGlobalSet
 	numCovEvents
 )
 
@@ -144,7 +145,7 @@ var covNames = [numCovEvents]string{
 	"workflow refused by the log version",
 	"pool settings changed", "task deleted", "lane blocked", "blocked lane released by a delete",
 	"lane member waited for its head", "concurrency key ran two at once", "task parked",
-	"parked task admitted",
+	"parked task admitted", "global bounds changed",
 }
 
 // simCoverage counts, over all seeds, how often each event happened.
