@@ -298,15 +298,28 @@ func templateFromProto(p *cronoqv1.TaskTemplate) (fsm.Template, error) {
 		return t, err
 	}
 	if b := p.GetBackoff(); b != nil {
-		if t.Backoff.Initial, err = durationFromProto("backoff.initial", b.GetInitial()); err != nil {
+		if t.Backoff, err = backoffFromProto(b); err != nil {
 			return t, err
 		}
-		if t.Backoff.Max, err = durationFromProto("backoff.max", b.GetMax()); err != nil {
-			return t, err
-		}
-		t.Backoff.Jitter = b.GetJitter()
 	}
 	return t, nil
+}
+
+// backoffFromProto converts a retry backoff (of a template, a pool or a
+// kind); the engine checks its values.
+func backoffFromProto(b *cronoqv1.Backoff) (fsm.Backoff, error) {
+	var (
+		bo  fsm.Backoff
+		err error
+	)
+	if bo.Initial, err = durationFromProto("backoff.initial", b.GetInitial()); err != nil {
+		return bo, err
+	}
+	if bo.Max, err = durationFromProto("backoff.max", b.GetMax()); err != nil {
+		return bo, err
+	}
+	bo.Jitter = b.GetJitter()
+	return bo, nil
 }
 
 func templateToProto(t *fsm.Template) *cronoqv1.TaskTemplate {

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -200,7 +201,7 @@ func poolLimitsToProto(cfg cluster.PoolConfig) *cronoqv1.PoolLimits {
 			l.MaxPendingPerClass[fsm.Priority(cl).String()] = int64(n)
 		}
 	}
-	for _, k := range sortedRateKinds(cfg.KindRates) {
+	for _, k := range slices.Sorted(maps.Keys(cfg.KindRates)) {
 		r := cfg.KindRates[k]
 		l.KindRates = append(l.KindRates, &cronoqv1.KindRate{Kind: k, Rate: r.Per, Burst: int64(r.Burst)})
 	}
@@ -212,15 +213,6 @@ func poolLimitsToProto(cfg cluster.PoolConfig) *cronoqv1.PoolLimits {
 		}
 	}
 	return l
-}
-
-func sortedRateKinds(m map[string]cluster.Rate) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }
 
 // poolChangeFromProto converts a change of pool settings; the engine
@@ -299,14 +291,10 @@ func poolChangeFromProto(p *cronoqv1.SetPoolRequest) (cluster.PoolChange, error)
 		ch.MaxAttempts = &n
 	}
 	if b := p.GetBackoff(); b != nil {
-		var bo fsm.Backoff
-		if bo.Initial, err = durationFromProto("backoff.initial", b.GetInitial()); err != nil {
+		bo, err := backoffFromProto(b)
+		if err != nil {
 			return ch, err
 		}
-		if bo.Max, err = durationFromProto("backoff.max", b.GetMax()); err != nil {
-			return ch, err
-		}
-		bo.Jitter = b.GetJitter()
 		ch.Backoff = &bo
 	}
 	if g := p.GetLeaseGrace(); g != nil {
@@ -347,15 +335,10 @@ func (h *poolService) SetKind(ctx context.Context, req *connect.Request[cronoqv1
 		ch.MaxAttempts = &n
 	}
 	if b := m.GetBackoff(); b != nil {
-		var bo fsm.Backoff
-		var err error
-		if bo.Initial, err = durationFromProto("backoff.initial", b.GetInitial()); err != nil {
+		bo, err := backoffFromProto(b)
+		if err != nil {
 			return nil, h.s.apiError(err)
 		}
-		if bo.Max, err = durationFromProto("backoff.max", b.GetMax()); err != nil {
-			return nil, h.s.apiError(err)
-		}
-		bo.Jitter = b.GetJitter()
 		ch.Backoff = &bo
 	}
 	return route(ctx, h.s, writeCall, req, func(ctx context.Context) (*cronoqv1.SetKindResponse, error) {

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -195,12 +196,7 @@ func poolRecord(name string, cfg PoolConfig) *fsm.Pool {
 			rec.MaxPendingPerClass[i] = int64(n)
 		}
 	}
-	kinds := make([]string, 0, len(cfg.KindRates))
-	for k := range cfg.KindRates {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	for _, k := range kinds {
+	for _, k := range sortedKeys(cfg.KindRates) {
 		r := cfg.KindRates[k]
 		rec.KindRates = append(rec.KindRates, fsm.KindRate{Kind: k, Rate: r.Per, Burst: int64(r.Burst)})
 	}
@@ -274,7 +270,7 @@ func (c *Core) configure(p *pool, cfg PoolConfig) {
 	if cfg.Rate != old.Rate || cfg.Burst != old.Burst {
 		p.rate = newBucket(Rate{Per: cfg.Rate, Burst: cfg.Burst})
 	}
-	if !maps_equal(cfg.KindRates, old.KindRates) {
+	if !maps.Equal(cfg.KindRates, old.KindRates) {
 		p.kindRates = make(map[string]*bucket, len(cfg.KindRates))
 		for k, r := range cfg.KindRates {
 			p.kindRates[k] = newBucket(r)
@@ -290,26 +286,7 @@ func (c *Core) configure(p *pool, cfg PoolConfig) {
 	}
 }
 
-func maps_equal(a, b map[string]Rate) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // regroup files the ready tasks of p again, after the kinds with a rate
 // limit changed (a rate-limited kind has groups of its own).
@@ -402,7 +379,7 @@ func applyChange(cfg PoolConfig, ch PoolChange) (PoolConfig, error) {
 			return cfg, err
 		}
 	}
-	for _, cl := range sortedClasses(ch.MaxPendingPerClass) {
+	for _, cl := range slices.Sorted(maps.Keys(ch.MaxPendingPerClass)) {
 		n := ch.MaxPendingPerClass[cl]
 		if cl >= fsm.NumPriorities {
 			return cfg, Invalid("max_pending_per_class", "unknown class %d", cl)
@@ -458,18 +435,10 @@ func applyChange(cfg PoolConfig, ch PoolChange) (PoolConfig, error) {
 		cfg.MaxAttempts = *ch.MaxAttempts
 	}
 	if ch.Backoff != nil {
-		bo := *ch.Backoff
-		if bo != (fsm.Backoff{}) {
-			switch {
-			case bo.Initial <= 0:
-				return cfg, Invalid("backoff", "initial delay must be positive")
-			case bo.Max != 0 && bo.Max < bo.Initial:
-				return cfg, Invalid("backoff", "max delay must be at least the initial delay")
-			case bo.Jitter < 0 || bo.Jitter >= 1:
-				return cfg, Invalid("backoff", "jitter must be in [0, 1)")
-			}
+		if err := checkBackoff(*ch.Backoff); err != nil {
+			return cfg, err
 		}
-		cfg.Backoff = bo
+		cfg.Backoff = *ch.Backoff
 	}
 	if ch.LeaseGrace != nil {
 		if *ch.LeaseGrace < 0 {
@@ -481,15 +450,6 @@ func applyChange(cfg PoolConfig, ch PoolChange) (PoolConfig, error) {
 		cfg.Paused = *ch.Paused
 	}
 	return cfg, nil
-}
-
-func sortedClasses(m map[fsm.Priority]int) []fsm.Priority {
-	cls := make([]fsm.Priority, 0, len(m))
-	for cl := range m {
-		cls = append(cls, cl)
-	}
-	slices.Sort(cls)
-	return cls
 }
 
 // SetPool changes a pool's settings through the log: every node keeps
@@ -533,9 +493,6 @@ func (c *Core) SetPool(now time.Time, req ReqID, ch PoolChange) {
 // enqueue makes a queued task dispatchable, through its gates (an external
 // task waits for its completion instead).
 func (c *Core) enqueue(t *task) {
-	if t.isExternal() {
-		return
-	}
 	if l := t.lane; l != nil && (l.blockedBy != nil || l.head() != t) && !(bugLaneOverlap && l.active != nil && l.active != t) {
 		setGate(t, gateLane)
 		return

@@ -1046,66 +1046,14 @@ func (h *harness) config(d *datadriven.TestData) {
 	h.reset(cfg, autocommit)
 }
 
-// poolConfig parses the settings of a pool line: pending=N running=N
-// CLASS=N overflow=P rate=R burst=N conc=N ordering=P max-attempts=N
-// grace=DUR paused=true kind-rate=(KIND,R,BURST).
+// poolConfig parses the settings of a pool line, as set-pool writes them
+// (see poolChange), into a pool's configuration; it reports whether the
+// line sets the overflow policy.
 func (h *harness) poolConfig(args []datadriven.CmdArg) (PoolConfig, bool) {
-	var pc PoolConfig
-	hasOverflow := false
-	for _, a := range args {
-		require.NotEmpty(h.t, a.Vals, "pool setting %q without a value", a.Key)
-		v := a.Vals[0]
-		num := func() int {
-			n, err := strconv.Atoi(v)
-			require.NoError(h.t, err)
-			return n
-		}
-		switch a.Key {
-		case "pending":
-			pc.Bounds.MaxPending = num()
-		case "running":
-			pc.MaxRunning = num()
-		case "overflow":
-			o, ok := fsm.ParseOverflow(v)
-			require.True(h.t, ok, "overflow %q", v)
-			pc.Overflow, hasOverflow = o, true
-		case "rate":
-			r, err := strconv.ParseFloat(v, 64)
-			require.NoError(h.t, err)
-			pc.Rate = r
-		case "burst":
-			pc.Burst = num()
-		case "conc":
-			pc.ConcurrencyLimit = num()
-		case "ordering":
-			o, ok := fsm.ParseOrderingPolicy(v)
-			require.True(h.t, ok, "ordering %q", v)
-			pc.Ordering = o
-		case "max-attempts":
-			pc.MaxAttempts = uint32(num())
-		case "grace":
-			d, err := time.ParseDuration(v)
-			require.NoError(h.t, err)
-			pc.LeaseGrace = d
-		case "paused":
-			pc.Paused = v == "true"
-		case "kind-rate":
-			require.Len(h.t, a.Vals, 3, "kind-rate=(kind,rate,burst)")
-			r, err := strconv.ParseFloat(a.Vals[1], 64)
-			require.NoError(h.t, err)
-			b, err := strconv.Atoi(a.Vals[2])
-			require.NoError(h.t, err)
-			if pc.KindRates == nil {
-				pc.KindRates = map[string]Rate{}
-			}
-			pc.KindRates[a.Vals[0]] = Rate{Per: r, Burst: b}
-		default:
-			p, ok := fsm.ParsePriority(a.Key)
-			require.True(h.t, ok, "unknown pool setting %q", a.Key)
-			pc.Bounds.MaxPendingPerClass[p] = num()
-		}
-	}
-	return pc, hasOverflow
+	ch := h.poolChange(args)
+	pc, err := applyChange(PoolConfig{}, ch)
+	require.NoError(h.t, err)
+	return pc, ch.Overflow != nil
 }
 
 // poolChange parses the arguments of set-pool: the pool name, then the

@@ -101,15 +101,8 @@ func (c *Core) checkTemplate(tpl *fsm.Template) (fsm.Template, error) {
 	case tpl.Timeout < 0:
 		return out, Invalid("timeout", "must not be negative")
 	}
-	if bo := tpl.Backoff; bo != (fsm.Backoff{}) {
-		switch {
-		case bo.Initial <= 0:
-			return out, Invalid("backoff", "initial delay must be positive")
-		case bo.Max != 0 && bo.Max < bo.Initial:
-			return out, Invalid("backoff", "max delay must be at least the initial delay")
-		case bo.Jitter < 0 || bo.Jitter >= 1:
-			return out, Invalid("backoff", "jitter must be in [0, 1)")
-		}
+	if err := checkBackoff(tpl.Backoff); err != nil {
+		return out, err
 	}
 	var err error
 	if out.Labels, err = normalizeKVs("labels", tpl.Labels); err != nil {
