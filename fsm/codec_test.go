@@ -157,6 +157,27 @@ var (
 	format4FinishFields   = []string{"BlocksLane"}
 )
 
+// The additions of log format 5: the ACL kinds, and the principal a
+// template carries.
+var (
+	format5Kinds          = []string{"PutACLPolicy", "PutACLToken", "DelACL"}
+	format5TemplateFields = []string{"Principal"}
+)
+
+// format5Schedule reports whether sc carries a principal, in its template
+// or in one of its steps.
+func format5Schedule(sc *Schedule) bool {
+	if sc.Principal != "" {
+		return true
+	}
+	for i := range sc.Steps {
+		if sc.Steps[i].Principal != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // hasKeys reports whether tpl carries a flow-control key (an empty Keys
 // carries nothing, as an empty Flow).
 func hasKeys(tpl *Template) bool {
@@ -219,6 +240,12 @@ func kindName(m *Mutation) string {
 // 1.
 func wantMutationVersion(m *Mutation) uint16 {
 	switch {
+	case contains(format5Kinds, kindName(m)):
+		return 5
+	case m.Insert != nil && m.Insert.Principal != "":
+		return 5
+	case m.PutSchedule != nil && format5Schedule(m.PutSchedule):
+		return 5
 	case contains(format4Kinds, kindName(m)):
 		return 4
 	case m.Insert != nil && (m.Insert.Status == StatusParked || hasKeys(&m.Insert.Template) || anySet(m.Insert, format4TaskFields)):
@@ -255,9 +282,32 @@ func wantVersion(b *CommitBatch) uint16 {
 	return v
 }
 
+// dropFormat5 makes b a batch of format 4 at most: it removes the ACL
+// mutations and clears the principals.
+func dropFormat5(b *CommitBatch) {
+	ms := b.Mutations[:0]
+	for _, m := range b.Mutations {
+		if contains(format5Kinds, kindName(&m)) {
+			continue
+		}
+		switch {
+		case m.Insert != nil:
+			clearFields(&m.Insert.Template, format5TemplateFields)
+		case m.PutSchedule != nil:
+			clearFields(&m.PutSchedule.Template, format5TemplateFields)
+			for i := range m.PutSchedule.Steps {
+				clearFields(&m.PutSchedule.Steps[i].Template, format5TemplateFields)
+			}
+		}
+		ms = append(ms, m)
+	}
+	b.Mutations = ms
+}
+
 // dropFormat4 makes b a batch of format 3 at most: it removes the
 // mutations of the kinds format 4 added and clears the fields it added.
 func dropFormat4(b *CommitBatch) {
+	dropFormat5(b)
 	ms := b.Mutations[:0]
 	for _, m := range b.Mutations {
 		if contains(format4Kinds, kindName(&m)) {
@@ -495,6 +545,47 @@ func goldenV4Batch() *CommitBatch {
 	}}
 }
 
+// goldenACLToken returns a token with every field set.
+func goldenACLToken() *ACLToken {
+	h := sha256.Sum256([]byte("secret"))
+	return &ACLToken{
+		Accessor: "7d3c8c0a-7b40-4a0e-9d1c-5d8f3e0b9a11", SecretHash: h[:], Name: "root",
+		Policies: []string{"etl", "ops"}, Management: true, Bootstrap: true, CreatedAt: baseTime, CreateIndex: 11,
+	}
+}
+
+// goldenV5Batch returns a batch of log format 5: one mutation of every
+// kind format 5 added, and a task and a schedule with a principal.
+func goldenV5Batch() *CommitBatch {
+	task := goldenV4Task()
+	task.Principal = goldenACLToken().Accessor
+	sc := goldenV4Schedule()
+	sc.Principal = goldenACLToken().Accessor
+	return &CommitBatch{Epoch: 4, Time: baseTime, Mutations: []Mutation{
+		{PutACLPolicy: &ACLPolicy{Name: "etl", Description: "the etl team", Rules: `pool "etl" { policy = "submit" }`, CreateIndex: 10, ModifyIndex: 12}},
+		{PutACLToken: goldenACLToken()},
+		{Insert: task},
+		{PutSchedule: sc},
+		{DelACL: &DelACL{Policy: "etl"}},
+		{DelACL: &DelACL{Token: "7d3c8c0a-7b40-4a0e-9d1c-5d8f3e0b9a11"}},
+	}}
+}
+
+// goldenV5State returns a small state with the records of log format 5:
+// two policies, a bootstrap token and another, and a task with a
+// principal.
+func goldenV5State(t testing.TB) *State {
+	h := newHarness(t)
+	tk := goldenACLToken()
+	other := &ACLToken{Accessor: "0a", SecretHash: make([]byte, 32), Policies: []string{"etl"}, CreatedAt: baseTime}
+	task := insert("a", "p", "")
+	task.Insert.Principal = tk.Accessor
+	h.ok(Mutation{PutACLPolicy: &ACLPolicy{Name: "etl", Rules: `pool "etl" { policy = "submit" }`}},
+		Mutation{PutACLPolicy: &ACLPolicy{Name: "anonymous", Rules: `pool "*" { policy = "read" }`}},
+		Mutation{PutACLToken: tk}, Mutation{PutACLToken: other}, task)
+	return h.s
+}
+
 // goldenV4State returns a small state with the records of log format 4: a
 // pool's settings and a parked task with keys.
 func goldenV4State(t testing.TB) *State {
@@ -679,6 +770,40 @@ func TestFormatIsStable(t *testing.T) {
 	restored = New()
 	require.NoError(t, restored.Restore(bytes.NewReader(snap4)))
 	require.Equal(t, snap4, snapshotBytes(t, restored))
+
+	// Log format 5, pinned the same way.
+	v5, err := EncodeCommitBatch(goldenV5Batch())
+	require.NoError(t, err)
+	require.Len(t, v5, goldenV5BatchLen)
+	require.Equal(t, goldenV5BatchSHA256, sha256Hex(v5))
+	require.True(t, bytes.HasSuffix(v5, []byte{0xa1, 'v', 0x05}))
+	require.Equal(t, goldenACLTokenHex, hex.EncodeToString(recordBody(goldenACLToken())))
+
+	// A whole snapshot of format 5: header (version 5), records, and an end
+	// marker of eight counts (1 task, 0 schedules, 0 tombstones, 0
+	// workflows, 0 pools, 2 ACL policies, 2 ACL tokens, bootstrap at index
+	// 1).
+	snap5 := snapshotBytes(t, goldenV5State(t))
+	require.Equal(t, "43525153"+"0005"+"0000000000000001"+"0000000000000001"+"0000000000000002",
+		hex.EncodeToString(snap5[:30]))
+	require.Equal(t, "ff"+"0000000000000001"+"0000000000000000"+"0000000000000000"+"0000000000000000"+"0000000000000000"+
+		"0000000000000002"+"0000000000000002"+"0000000000000002",
+		hex.EncodeToString(snap5[len(snap5)-65:]))
+	require.Len(t, snap5, goldenV5SnapshotLen)
+	require.Equal(t, goldenV5SnapshotSHA256, sha256Hex(snap5))
+
+	_, v, err = DecodeEntry(v5)
+	require.NoError(t, err)
+	want5 := goldenV5Batch()
+	want5.Version = 5
+	require.Equal(t, want5, v)
+	restored = New()
+	require.NoError(t, restored.Restore(bytes.NewReader(snap5)))
+	require.Equal(t, snap5, snapshotBytes(t, restored))
+	require.Equal(t, uint64(2), restored.ACLBootstrapIndex())
+	got, ok := restored.ACLTokenBySecret(sha256.Sum256([]byte("secret")))
+	require.True(t, ok)
+	require.Equal(t, goldenACLToken().Accessor, got.Accessor)
 }
 
 // TestGoldenBatchesCoverEveryKind holds the golden batches of
@@ -693,10 +818,15 @@ func TestGoldenBatchesCoverEveryKind(t *testing.T) {
 		}
 		return out
 	}
-	old, v3, v4 := kinds(goldenBatch()), kinds(goldenV3Batch()), kinds(goldenV4Batch())
+	old, v3, v4, v5 := kinds(goldenBatch()), kinds(goldenV3Batch()), kinds(goldenV4Batch()), kinds(goldenV5Batch())
 	for i := 0; i < numMutationKinds; i++ {
 		name := reflect.TypeOf(Mutation{}).Field(i).Name
 		switch {
+		case contains(format5Kinds, name):
+			require.Contains(t, v5, name)
+			require.NotContains(t, old, name)
+			require.NotContains(t, v3, name)
+			require.NotContains(t, v4, name)
 		case contains(format4Kinds, name):
 			require.Contains(t, v4, name)
 			require.NotContains(t, old, name)
@@ -757,6 +887,25 @@ func TestGoldenBatchesCoverEveryKind(t *testing.T) {
 			requireFieldsSet(t, m.Finish, format4FinishFields...)
 		}
 	}
+	for _, m := range goldenV5Batch().Mutations {
+		switch {
+		case m.Insert != nil:
+			requireFieldsSet(t, &m.Insert.Template, format5TemplateFields...)
+		case m.PutSchedule != nil:
+			requireFieldsSet(t, &m.PutSchedule.Template, format5TemplateFields...)
+		case m.PutACLPolicy != nil:
+			requireFieldsSet(t, m.PutACLPolicy)
+		case m.PutACLToken != nil:
+			requireFieldsSet(t, m.PutACLToken)
+		}
+	}
+	var dels []string
+	for _, m := range goldenV5Batch().Mutations {
+		if m.DelACL != nil {
+			dels = append(dels, m.DelACL.Policy+"|"+m.DelACL.Token)
+		}
+	}
+	require.Len(t, dels, 2, "a policy delete and a token delete")
 }
 
 // requireFieldsSet requires the named fields (every field when none is
@@ -1481,13 +1630,18 @@ func TestVersions(t *testing.T) {
 		name := kindName(&m)
 		var want uint16
 		switch name {
+		case "PutACLPolicy", "PutACLToken", "DelACL":
+			want = 5
 		case "Admit", "PutPool":
 			want = 4
 		case "Unblock", "PutWorkflow", "EndWorkflow", "PurgeWorkflow":
 			want = 3
 		case "Insert":
-			want = 4
+			want = 5
 			task := *m.Insert
+			require.NotEmpty(t, task.Principal)
+			clearFields(&task.Template, format5TemplateFields)
+			require.Equal(t, uint16(4), (&Mutation{Insert: &task}).Version(), "insert without a principal")
 			clearFields(&task, format3TaskFields)
 			clearFields(&task, format4TaskFields)
 			clearFields(&task.Template, format4TemplateFields)
@@ -1523,8 +1677,13 @@ func TestVersions(t *testing.T) {
 				require.Equal(t, uint16(3), one.Version(), "task with %s set", f)
 			}
 		case "PutSchedule":
-			want = 4
+			want = 5
 			sc := *m.PutSchedule
+			clearFields(&sc.Template, format5TemplateFields)
+			for i := range sc.Steps {
+				clearFields(&sc.Steps[i].Template, format5TemplateFields)
+			}
+			require.Equal(t, uint16(4), (&Mutation{PutSchedule: &sc}).Version(), "schedule without a principal")
 			clearFields(&sc, format3ScheduleFields)
 			clearFields(&sc.Template, format4TemplateFields)
 			keyed := sc
@@ -1583,7 +1742,10 @@ func TestVersions(t *testing.T) {
 	require.Equal(t, uint16(4), (&Mutation{PutPool: &Pool{}}).Version())
 	require.Equal(t, uint16(4), (&Task{Status: StatusParked}).Version())
 	require.Equal(t, uint16(4), goldenV4Schedule().Version())
-	require.Equal(t, uint16(4), uint16(LogVersion))
+	require.Equal(t, uint16(5), (&Mutation{DelACL: &DelACL{}}).Version())
+	require.Equal(t, uint16(5), (&Task{Template: Template{Principal: "a"}}).Version())
+	require.Equal(t, uint16(5), (&Schedule{Steps: []StepTemplate{{Name: "a", Template: Template{Principal: "a"}}}}).Version())
+	require.Equal(t, uint16(5), uint16(LogVersion))
 	require.Equal(t, uint16(LogVersion), New().Version())
 	require.Equal(t, uint16(1), NewVersion(1).Version())
 	require.Equal(t, uint16(2), NewVersion(2).Version())
@@ -1731,3 +1893,12 @@ func TestDecodeSharesRepeatedStrings(t *testing.T) {
 	require.Equal(t, "q", ms[2].Insert.Pool)
 	require.True(t, same(ms[3].Start.Worker, ms[4].Start.Worker))
 }
+
+// Pins of log format 5.
+const (
+	goldenV5BatchLen       = 558
+	goldenV5BatchSHA256    = "4a6c2efc2bfdc50f775b066ea29dabf4e33b5405254371bc68a1665018c3eeb3"
+	goldenACLTokenHex      = "88a161d92437643363386330612d376234302d346130652d396431632d356438663365306239613131a168c4202bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25ba16ea4726f6f74a17092a365746ca36f7073a16dc3a162c3a26361d317979cfe362a0000a263690b"
+	goldenV5SnapshotLen    = 496
+	goldenV5SnapshotSHA256 = "1dec8326295e38bd3da22695322ea06268a94bfc3acb0bb92a910ec083fb50c0"
+)

@@ -20,10 +20,12 @@ import (
 //	records    [type byte][uvarint length][msgpack body], in order:
 //	           tasks by id, then schedules by name, then tombstones by node
 //	           id, then (version 3 on) workflows by id, then (version 4
-//	           on) pool settings by name
+//	           on) pool settings by name, then (version 5 on) ACL
+//	           policies by name and ACL tokens by accessor
 //	end        [0xff][uint64 tasks][uint64 schedules][uint64 tombstones],
-//	           from version 3 on [uint64 workflows], and from version 4
-//	           on [uint64 pools]
+//	           from version 3 on [uint64 workflows], from version 4 on
+//	           [uint64 pools], and from version 5 on [uint64 ACL
+//	           policies][uint64 ACL tokens][uint64 ACL bootstrap index]
 //
 // The encoding is a pure function of the state, so every node that applied
 // the same log writes the same bytes.
@@ -36,6 +38,8 @@ const (
 	recTombstone byte = 3
 	recWorkflow  byte = 4 // log format 3
 	recPool      byte = 5 // log format 4
+	recACLPolicy byte = 6 // log format 5
+	recACLToken  byte = 7 // log format 5
 	recEnd       byte = 0xff
 
 	// maxRecordSize bounds one record of a snapshot being restored.
@@ -118,6 +122,22 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 			return err == nil && record(recPool)
 		})
 	}
+	for _, p := range t.aclPolicies() {
+		if err != nil {
+			break
+		}
+		if body, err = p.MarshalMsg(body[:0]); err == nil {
+			record(recACLPolicy)
+		}
+	}
+	for _, tk := range t.aclTokens() {
+		if err != nil {
+			break
+		}
+		if body, err = tk.MarshalMsg(body[:0]); err == nil {
+			record(recACLToken)
+		}
+	}
 	if err != nil {
 		return cw.n, fmt.Errorf("writing snapshot records: %w", err)
 	}
@@ -131,6 +151,11 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 	}
 	if version >= 4 {
 		end = binary.BigEndian.AppendUint64(end, uint64(t.settings.Len()))
+	}
+	if version >= 5 {
+		end = binary.BigEndian.AppendUint64(end, uint64(len(t.acl.policies)))
+		end = binary.BigEndian.AppendUint64(end, uint64(len(t.acl.tokens)))
+		end = binary.BigEndian.AppendUint64(end, t.acl.bootstrapIndex)
 	}
 	if _, err := bw.Write(end); err != nil {
 		return cw.n, fmt.Errorf("writing snapshot end: %w", err)
@@ -151,6 +176,9 @@ func (t *tables) version() uint16 {
 	}
 	if t.settings.Len() > 0 {
 		v = 4
+	}
+	if !t.acl.empty() {
+		v = 5
 	}
 	t.tasks.Ascend(func(it taskItem) bool {
 		v = max(v, it.t.Version())
@@ -258,6 +286,8 @@ func readSnapshot(r io.Reader, version uint16) (*tables, error) {
 		}
 		maxType := recTombstone
 		switch {
+		case hdrVersion >= 5:
+			maxType = recACLToken
 		case hdrVersion >= 4:
 			maxType = recPool
 		case hdrVersion >= 3:
@@ -288,9 +318,11 @@ func readSnapshot(r io.Reader, version uint16) (*tables, error) {
 		}
 	}
 
-	var endBuf [5 * 8]byte
+	var endBuf [8 * 8]byte
 	end := endBuf[:3*8]
 	switch {
+	case hdrVersion >= 5:
+		end = endBuf[:8*8]
 	case hdrVersion >= 4:
 		end = endBuf[:5*8]
 	case hdrVersion >= 3:
@@ -313,6 +345,14 @@ func readSnapshot(r io.Reader, version uint16) (*tables, error) {
 		if np := binary.BigEndian.Uint64(end[32:]); np != uint64(t.settings.Len()) {
 			return nil, badSnapshot("end marker counts %d pools; read %d", np, t.settings.Len())
 		}
+	}
+	if hdrVersion >= 5 {
+		np, nt := binary.BigEndian.Uint64(end[40:]), binary.BigEndian.Uint64(end[48:])
+		if np != uint64(len(t.acl.policies)) || nt != uint64(len(t.acl.tokens)) {
+			return nil, badSnapshot("end marker counts %d ACL policies and %d ACL tokens; read %d and %d",
+				np, nt, len(t.acl.policies), len(t.acl.tokens))
+		}
+		t.acl.bootstrapIndex = binary.BigEndian.Uint64(end[56:])
 	}
 	if err := t.checkReferences(); err != nil {
 		return nil, badSnapshot("%v", err)
@@ -396,6 +436,27 @@ func (t *tables) restoreRecord(typ byte, body []byte, prev string) (string, erro
 			return "", fmt.Errorf("pool %q: %w", p.Name, err)
 		}
 		key, put = p.Name, func() { t.putPool(nil, p) }
+	case recACLPolicy:
+		p := new(ACLPolicy)
+		if err := decodeBody(body, p); err != nil {
+			return "", fmt.Errorf("acl policy: %w", err)
+		}
+		if err := p.Check(); err != nil {
+			return "", fmt.Errorf("acl policy: %w", err)
+		}
+		key, put = p.Name, func() { t.aclWritable().policies[p.Name] = p }
+	case recACLToken:
+		tk := new(ACLToken)
+		if err := decodeBody(body, tk); err != nil {
+			return "", fmt.Errorf("acl token: %w", err)
+		}
+		if err := tk.Check(); err != nil {
+			return "", fmt.Errorf("acl token: %w", err)
+		}
+		if _, dup := t.acl.bySecret[[32]byte(tk.SecretHash)]; dup {
+			return "", fmt.Errorf("acl token %s: duplicate secret", tk.Accessor)
+		}
+		key, put = tk.Accessor, func() { t.aclWritable().putToken(tk) }
 	case recTombstone:
 		tb := new(Tombstone)
 		if err := decodeBody(body, tb); err != nil {

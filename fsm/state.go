@@ -101,6 +101,8 @@ type tables struct {
 	// costs two lookups by id instead of two by the composite key (which
 	// dominated Apply's CPU). Never iterated where order matters unsorted.
 	pools map[string]*poolIndex
+	// acl holds the ACL policies and tokens (log format 5); immutable.
+	acl *aclTables
 }
 
 func newTables() *tables {
@@ -114,6 +116,7 @@ func newTables() *tables {
 		members:  btree.NewG(btreeDegree, lessMember),
 		settings: btree.NewG(btreeDegree, lessPool),
 		pools:    make(map[string]*poolIndex),
+		acl:      emptyACL,
 	}
 }
 
@@ -317,6 +320,7 @@ type undo struct {
 	oldB, newB *Tombstone
 	oldW, newW *Workflow
 	oldP, newP *Pool
+	oldA       *aclTables
 	kind       undoKind
 }
 
@@ -328,6 +332,7 @@ const (
 	undoTombstone
 	undoWorkflow
 	undoPool
+	undoACL
 )
 
 // Apply applies the log entry data committed at index in term. It returns,
@@ -448,6 +453,8 @@ func (s *State) rollback() {
 			s.t.putWorkflow(u.newW, u.oldW)
 		case undoPool:
 			s.t.putPool(u.newP, u.oldP)
+		case undoACL:
+			s.t.acl = u.oldA
 		}
 	}
 }
@@ -526,6 +533,12 @@ func (s *State) mutate(index uint64, batchTime Instant, m *Mutation) error {
 		return s.admit(index, instant(m.Admit.At, batchTime), m.Admit)
 	case m.PutPool != nil:
 		return s.putPool(index, m.PutPool)
+	case m.PutACLPolicy != nil:
+		return s.putACLPolicy(index, m.PutACLPolicy)
+	case m.PutACLToken != nil:
+		return s.putACLToken(index, m.PutACLToken)
+	case m.DelACL != nil:
+		return s.delACL(m.DelACL)
 	}
 	return errors.New("empty mutation") // unreachable: decoding checks this
 }

@@ -37,7 +37,9 @@ import (
 //	   that fire a workflow
 //	4  flow control: ordering and concurrency keys, the parked status and
 //	   its admission, replicated pool settings
-const LogVersion = 4
+//	5  access control: ACL policies and tokens, the principal that
+//	   submitted a task
+const LogVersion = 5
 
 // Status is the lifecycle state of a task. The numeric values are part of the
 // log and snapshot format: append new values only.
@@ -206,6 +208,9 @@ type Template struct {
 	// Keys are its ordering and concurrency keys (log format 4); nil when
 	// it has neither, which keeps a plain task's record small.
 	Keys *Keys `msgpack:"ks,omitempty"`
+	// Principal is the accessor of the ACL token that submitted it (log
+	// format 5); empty without ACLs.
+	Principal string `msgpack:"who,omitempty"`
 }
 
 // Keys are the flow-control keys of a task.
@@ -242,6 +247,9 @@ func (t *Template) ConcurrencyKey() string {
 // introduced it when it is set, and gets its case here, so that tasks and
 // schedules carrying it are refused until every server understands it.
 func (t *Template) Version() uint16 {
+	if t.Principal != "" {
+		return 5
+	}
 	if !t.Keys.IsZero() {
 		return 4
 	}
@@ -586,6 +594,10 @@ type Mutation struct {
 	// Log format 4.
 	Admit   *Admit `msgpack:"adm,omitempty"`
 	PutPool *Pool  `msgpack:"pp,omitempty"`
+	// Log format 5.
+	PutACLPolicy *ACLPolicy `msgpack:"apl,omitempty"`
+	PutACLToken  *ACLToken  `msgpack:"atk,omitempty"`
+	DelACL       *DelACL    `msgpack:"dacl,omitempty"`
 }
 
 // fields reports how many fields of m are set.
@@ -597,7 +609,8 @@ func (m *Mutation) fields() int {
 		m.DelSchedule != nil, m.PauseSchedule != nil, m.Fire != nil,
 		m.Tombstone != nil, m.Unblock != nil, m.PutWorkflow != nil,
 		m.EndWorkflow != nil, m.PurgeWorkflow != nil, m.Admit != nil,
-		m.PutPool != nil,
+		m.PutPool != nil, m.PutACLPolicy != nil, m.PutACLToken != nil,
+		m.DelACL != nil,
 	} {
 		if set {
 			n++
@@ -616,6 +629,8 @@ func (m *Mutation) check() error {
 // Version is the log format a node needs to apply m.
 func (m *Mutation) Version() uint16 {
 	switch {
+	case m.PutACLPolicy != nil, m.PutACLToken != nil, m.DelACL != nil:
+		return 5
 	case m.Insert != nil:
 		return m.Insert.Version()
 	case m.PutSchedule != nil:
@@ -960,4 +975,42 @@ func (p *Pool) Check() error {
 		}
 	}
 	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Access control (log format 5)
+// ---------------------------------------------------------------------------
+
+// ACLPolicy is a named set of rules (HCL source, parsed at the edge by the
+// nodes that check calls).
+type ACLPolicy struct {
+	Name        string `msgpack:"n"`
+	Description string `msgpack:"d,omitempty"`
+	Rules       string `msgpack:"r"`
+
+	CreateIndex uint64 `msgpack:"ci"`
+	ModifyIndex uint64 `msgpack:"mi"`
+}
+
+// ACLToken is a token: its public accessor, the SHA-256 of its secret (the
+// secret itself is never stored), and what it may do. A management token may
+// do everything.
+type ACLToken struct {
+	Accessor   string   `msgpack:"a"`
+	SecretHash []byte   `msgpack:"h"`
+	Name       string   `msgpack:"n,omitempty"`
+	Policies   []string `msgpack:"p,omitempty"`
+	Management bool     `msgpack:"m,omitempty"`
+	// Bootstrap marks the token made by the one bootstrap of the cluster.
+	Bootstrap bool    `msgpack:"b,omitempty"`
+	CreatedAt Instant `msgpack:"ca"`
+
+	CreateIndex uint64 `msgpack:"ci"`
+}
+
+// DelACL deletes one ACL object: the policy named Policy or the token whose
+// accessor is Token (exactly one is set).
+type DelACL struct {
+	Policy string `msgpack:"p,omitempty"`
+	Token  string `msgpack:"t,omitempty"`
 }

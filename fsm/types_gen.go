@@ -7,6 +7,281 @@ import (
 )
 
 // MarshalMsg implements msgp.Marshaler
+func (z *ACLPolicy) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// check for omitted fields
+	zb0001Len := uint32(5)
+	var zb0001Mask uint8 /* 5 bits */
+	_ = zb0001Mask
+	if z.Description == "" {
+		zb0001Len--
+		zb0001Mask |= 0x2
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "n"
+		o = append(o, 0xa1, 0x6e)
+		o = msgp.AppendString(o, z.Name)
+		if (zb0001Mask & 0x2) == 0 { // if not omitted
+			// string "d"
+			o = append(o, 0xa1, 0x64)
+			o = msgp.AppendString(o, z.Description)
+		}
+		// string "r"
+		o = append(o, 0xa1, 0x72)
+		o = msgp.AppendString(o, z.Rules)
+		// string "ci"
+		o = append(o, 0xa2, 0x63, 0x69)
+		o = msgp.AppendUint64(o, z.CreateIndex)
+		// string "mi"
+		o = append(o, 0xa2, 0x6d, 0x69)
+		o = msgp.AppendUint64(o, z.ModifyIndex)
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *ACLPolicy) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "n":
+			z.Name, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Name")
+				return
+			}
+		case "d":
+			z.Description, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Description")
+				return
+			}
+		case "r":
+			z.Rules, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Rules")
+				return
+			}
+		case "ci":
+			z.CreateIndex, bts, err = msgp.ReadUint64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "CreateIndex")
+				return
+			}
+		case "mi":
+			z.ModifyIndex, bts, err = msgp.ReadUint64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "ModifyIndex")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z *ACLPolicy) Msgsize() (s int) {
+	s = 1 + 2 + msgp.StringPrefixSize + len(z.Name) + 2 + msgp.StringPrefixSize + len(z.Description) + 2 + msgp.StringPrefixSize + len(z.Rules) + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z *ACLToken) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// check for omitted fields
+	zb0001Len := uint32(8)
+	var zb0001Mask uint8 /* 8 bits */
+	_ = zb0001Mask
+	if z.Name == "" {
+		zb0001Len--
+		zb0001Mask |= 0x4
+	}
+	if z.Policies == nil {
+		zb0001Len--
+		zb0001Mask |= 0x8
+	}
+	if z.Management == false {
+		zb0001Len--
+		zb0001Mask |= 0x10
+	}
+	if z.Bootstrap == false {
+		zb0001Len--
+		zb0001Mask |= 0x20
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "a"
+		o = append(o, 0xa1, 0x61)
+		o = msgp.AppendString(o, z.Accessor)
+		// string "h"
+		o = append(o, 0xa1, 0x68)
+		o = msgp.AppendBytes(o, z.SecretHash)
+		if (zb0001Mask & 0x4) == 0 { // if not omitted
+			// string "n"
+			o = append(o, 0xa1, 0x6e)
+			o = msgp.AppendString(o, z.Name)
+		}
+		if (zb0001Mask & 0x8) == 0 { // if not omitted
+			// string "p"
+			o = append(o, 0xa1, 0x70)
+			o = msgp.AppendArrayHeader(o, uint32(len(z.Policies)))
+			for za0001 := range z.Policies {
+				o = msgp.AppendString(o, z.Policies[za0001])
+			}
+		}
+		if (zb0001Mask & 0x10) == 0 { // if not omitted
+			// string "m"
+			o = append(o, 0xa1, 0x6d)
+			o = msgp.AppendBool(o, z.Management)
+		}
+		if (zb0001Mask & 0x20) == 0 { // if not omitted
+			// string "b"
+			o = append(o, 0xa1, 0x62)
+			o = msgp.AppendBool(o, z.Bootstrap)
+		}
+		// string "ca"
+		o = append(o, 0xa2, 0x63, 0x61)
+		o = msgp.AppendInt64(o, int64(z.CreatedAt))
+		// string "ci"
+		o = append(o, 0xa2, 0x63, 0x69)
+		o = msgp.AppendUint64(o, z.CreateIndex)
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *ACLToken) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "a":
+			z.Accessor, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Accessor")
+				return
+			}
+		case "h":
+			z.SecretHash, bts, err = msgp.ReadBytesBytes(bts, z.SecretHash)
+			if err != nil {
+				err = msgp.WrapError(err, "SecretHash")
+				return
+			}
+		case "n":
+			z.Name, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Name")
+				return
+			}
+		case "p":
+			var zb0002 uint32
+			zb0002, bts, err = msgp.ReadArrayHeaderBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Policies")
+				return
+			}
+			if cap(z.Policies) >= int(zb0002) {
+				z.Policies = (z.Policies)[:zb0002]
+			} else {
+				z.Policies = make([]string, zb0002)
+			}
+			for za0001 := range z.Policies {
+				z.Policies[za0001], bts, err = msgp.ReadStringBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Policies", za0001)
+					return
+				}
+			}
+		case "m":
+			z.Management, bts, err = msgp.ReadBoolBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Management")
+				return
+			}
+		case "b":
+			z.Bootstrap, bts, err = msgp.ReadBoolBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Bootstrap")
+				return
+			}
+		case "ca":
+			{
+				var zb0003 int64
+				zb0003, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "CreatedAt")
+					return
+				}
+				z.CreatedAt = Instant(zb0003)
+			}
+		case "ci":
+			z.CreateIndex, bts, err = msgp.ReadUint64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "CreateIndex")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z *ACLToken) Msgsize() (s int) {
+	s = 1 + 2 + msgp.StringPrefixSize + len(z.Accessor) + 2 + msgp.BytesPrefixSize + len(z.SecretHash) + 2 + msgp.StringPrefixSize + len(z.Name) + 2 + msgp.ArrayHeaderSize
+	for za0001 := range z.Policies {
+		s += msgp.StringPrefixSize + len(z.Policies[za0001])
+	}
+	s += 2 + msgp.BoolSize + 2 + msgp.BoolSize + 3 + msgp.Int64Size + 3 + msgp.Uint64Size
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
 func (z Admit) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// map header, size 3
@@ -337,6 +612,88 @@ func (z *CommitBatch) Msgsize() (s int) {
 		s += z.Mutations[za0001].Msgsize()
 	}
 	s += 2 + msgp.Uint16Size
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z DelACL) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// check for omitted fields
+	zb0001Len := uint32(2)
+	var zb0001Mask uint8 /* 2 bits */
+	_ = zb0001Mask
+	if z.Policy == "" {
+		zb0001Len--
+		zb0001Mask |= 0x1
+	}
+	if z.Token == "" {
+		zb0001Len--
+		zb0001Mask |= 0x2
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		if (zb0001Mask & 0x1) == 0 { // if not omitted
+			// string "p"
+			o = append(o, 0xa1, 0x70)
+			o = msgp.AppendString(o, z.Policy)
+		}
+		if (zb0001Mask & 0x2) == 0 { // if not omitted
+			// string "t"
+			o = append(o, 0xa1, 0x74)
+			o = msgp.AppendString(o, z.Token)
+		}
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *DelACL) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "p":
+			z.Policy, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Policy")
+				return
+			}
+		case "t":
+			z.Token, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Token")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z DelACL) Msgsize() (s int) {
+	s = 1 + 2 + msgp.StringPrefixSize + len(z.Policy) + 2 + msgp.StringPrefixSize + len(z.Token)
 	return
 }
 
@@ -1514,8 +1871,8 @@ func (z *KindSettings) Msgsize() (s int) {
 func (z *Mutation) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(17)
-	var zb0001Mask uint32 /* 17 bits */
+	zb0001Len := uint32(20)
+	var zb0001Mask uint32 /* 20 bits */
 	_ = zb0001Mask
 	if z.Insert == nil {
 		zb0001Len--
@@ -1584,6 +1941,18 @@ func (z *Mutation) MarshalMsg(b []byte) (o []byte, err error) {
 	if z.PutPool == nil {
 		zb0001Len--
 		zb0001Mask |= 0x10000
+	}
+	if z.PutACLPolicy == nil {
+		zb0001Len--
+		zb0001Mask |= 0x20000
+	}
+	if z.PutACLToken == nil {
+		zb0001Len--
+		zb0001Mask |= 0x40000
+	}
+	if z.DelACL == nil {
+		zb0001Len--
+		zb0001Mask |= 0x80000
 	}
 	// variable map header, size zb0001Len
 	o = msgp.AppendMapHeader(o, zb0001Len)
@@ -1809,6 +2178,68 @@ func (z *Mutation) MarshalMsg(b []byte) (o []byte, err error) {
 				if err != nil {
 					err = msgp.WrapError(err, "PutPool")
 					return
+				}
+			}
+		}
+		if (zb0001Mask & 0x20000) == 0 { // if not omitted
+			// string "apl"
+			o = append(o, 0xa3, 0x61, 0x70, 0x6c)
+			if z.PutACLPolicy == nil {
+				o = msgp.AppendNil(o)
+			} else {
+				o, err = z.PutACLPolicy.MarshalMsg(o)
+				if err != nil {
+					err = msgp.WrapError(err, "PutACLPolicy")
+					return
+				}
+			}
+		}
+		if (zb0001Mask & 0x40000) == 0 { // if not omitted
+			// string "atk"
+			o = append(o, 0xa3, 0x61, 0x74, 0x6b)
+			if z.PutACLToken == nil {
+				o = msgp.AppendNil(o)
+			} else {
+				o, err = z.PutACLToken.MarshalMsg(o)
+				if err != nil {
+					err = msgp.WrapError(err, "PutACLToken")
+					return
+				}
+			}
+		}
+		if (zb0001Mask & 0x80000) == 0 { // if not omitted
+			// string "dacl"
+			o = append(o, 0xa4, 0x64, 0x61, 0x63, 0x6c)
+			if z.DelACL == nil {
+				o = msgp.AppendNil(o)
+			} else {
+				// check for omitted fields
+				zb0007Len := uint32(2)
+				var zb0007Mask uint8 /* 2 bits */
+				_ = zb0007Mask
+				if z.DelACL.Policy == "" {
+					zb0007Len--
+					zb0007Mask |= 0x1
+				}
+				if z.DelACL.Token == "" {
+					zb0007Len--
+					zb0007Mask |= 0x2
+				}
+				// variable map header, size zb0007Len
+				o = append(o, 0x80|uint8(zb0007Len))
+
+				// skip if no fields are to be emitted
+				if zb0007Len != 0 {
+					if (zb0007Mask & 0x1) == 0 { // if not omitted
+						// string "p"
+						o = append(o, 0xa1, 0x70)
+						o = msgp.AppendString(o, z.DelACL.Policy)
+					}
+					if (zb0007Mask & 0x2) == 0 { // if not omitted
+						// string "t"
+						o = append(o, 0xa1, 0x74)
+						o = msgp.AppendString(o, z.DelACL.Token)
+					}
 				}
 			}
 		}
@@ -2258,6 +2689,86 @@ func (z *Mutation) UnmarshalMsg(bts []byte) (o []byte, err error) {
 					return
 				}
 			}
+		case "apl":
+			if msgp.IsNil(bts) {
+				bts, err = msgp.ReadNilBytes(bts)
+				if err != nil {
+					return
+				}
+				z.PutACLPolicy = nil
+			} else {
+				if z.PutACLPolicy == nil {
+					z.PutACLPolicy = new(ACLPolicy)
+				}
+				bts, err = z.PutACLPolicy.UnmarshalMsg(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "PutACLPolicy")
+					return
+				}
+			}
+		case "atk":
+			if msgp.IsNil(bts) {
+				bts, err = msgp.ReadNilBytes(bts)
+				if err != nil {
+					return
+				}
+				z.PutACLToken = nil
+			} else {
+				if z.PutACLToken == nil {
+					z.PutACLToken = new(ACLToken)
+				}
+				bts, err = z.PutACLToken.UnmarshalMsg(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "PutACLToken")
+					return
+				}
+			}
+		case "dacl":
+			if msgp.IsNil(bts) {
+				bts, err = msgp.ReadNilBytes(bts)
+				if err != nil {
+					return
+				}
+				z.DelACL = nil
+			} else {
+				if z.DelACL == nil {
+					z.DelACL = new(DelACL)
+				}
+				var zb0009 uint32
+				zb0009, bts, err = msgp.ReadMapHeaderBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "DelACL")
+					return
+				}
+				for zb0009 > 0 {
+					zb0009--
+					field, bts, err = msgp.ReadMapKeyZC(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "DelACL")
+						return
+					}
+					switch msgp.UnsafeString(field) {
+					case "p":
+						z.DelACL.Policy, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "DelACL", "Policy")
+							return
+						}
+					case "t":
+						z.DelACL.Token, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "DelACL", "Token")
+							return
+						}
+					default:
+						bts, err = msgp.Skip(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "DelACL")
+							return
+						}
+					}
+				}
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -2373,6 +2884,24 @@ func (z *Mutation) Msgsize() (s int) {
 		s += msgp.NilSize
 	} else {
 		s += z.PutPool.Msgsize()
+	}
+	s += 4
+	if z.PutACLPolicy == nil {
+		s += msgp.NilSize
+	} else {
+		s += z.PutACLPolicy.Msgsize()
+	}
+	s += 4
+	if z.PutACLToken == nil {
+		s += msgp.NilSize
+	} else {
+		s += z.PutACLToken.Msgsize()
+	}
+	s += 5
+	if z.DelACL == nil {
+		s += msgp.NilSize
+	} else {
+		s += 1 + 2 + msgp.StringPrefixSize + len(z.DelACL.Policy) + 2 + msgp.StringPrefixSize + len(z.DelACL.Token)
 	}
 	return
 }
@@ -3338,8 +3867,8 @@ func (z *Retry) Msgsize() (s int) {
 func (z *Schedule) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(26)
-	var zb0001Mask uint32 /* 26 bits */
+	zb0001Len := uint32(27)
+	var zb0001Mask uint32 /* 27 bits */
 	_ = zb0001Mask
 	if z.TZ == "" {
 		zb0001Len--
@@ -3377,45 +3906,49 @@ func (z *Schedule) MarshalMsg(b []byte) (o []byte, err error) {
 		zb0001Len--
 		zb0001Mask |= 0x1000
 	}
-	if z.Workflow == "" {
+	if z.Principal == "" {
 		zb0001Len--
 		zb0001Mask |= 0x2000
 	}
-	if z.Steps == nil {
+	if z.Workflow == "" {
 		zb0001Len--
 		zb0001Mask |= 0x4000
 	}
-	if z.Overlap == 0 {
+	if z.Steps == nil {
 		zb0001Len--
 		zb0001Mask |= 0x8000
 	}
-	if z.CatchUp == 0 {
+	if z.Overlap == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x10000
 	}
-	if z.CatchUpLimit == 0 {
+	if z.CatchUp == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x20000
 	}
-	if z.Paused == false {
+	if z.CatchUpLimit == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x40000
 	}
-	if z.LastFire == 0 {
+	if z.Paused == false {
 		zb0001Len--
-		zb0001Mask |= 0x100000
+		zb0001Mask |= 0x80000
 	}
-	if z.LastTask == "" {
+	if z.LastFire == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x200000
 	}
-	if z.Fires == 0 {
+	if z.LastTask == "" {
 		zb0001Len--
 		zb0001Mask |= 0x400000
 	}
-	if z.Skipped == 0 {
+	if z.Fires == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x800000
+	}
+	if z.Skipped == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x1000000
 	}
 	// variable map header, size zb0001Len
 	o = msgp.AppendMapHeader(o, zb0001Len)
@@ -3565,11 +4098,16 @@ func (z *Schedule) MarshalMsg(b []byte) (o []byte, err error) {
 			}
 		}
 		if (zb0001Mask & 0x2000) == 0 { // if not omitted
+			// string "who"
+			o = append(o, 0xa3, 0x77, 0x68, 0x6f)
+			o = msgp.AppendString(o, z.Principal)
+		}
+		if (zb0001Mask & 0x4000) == 0 { // if not omitted
 			// string "wn"
 			o = append(o, 0xa2, 0x77, 0x6e)
 			o = msgp.AppendString(o, z.Workflow)
 		}
-		if (zb0001Mask & 0x4000) == 0 { // if not omitted
+		if (zb0001Mask & 0x8000) == 0 { // if not omitted
 			// string "wst"
 			o = append(o, 0xa3, 0x77, 0x73, 0x74)
 			o = msgp.AppendArrayHeader(o, uint32(len(z.Steps)))
@@ -3581,22 +4119,22 @@ func (z *Schedule) MarshalMsg(b []byte) (o []byte, err error) {
 				}
 			}
 		}
-		if (zb0001Mask & 0x8000) == 0 { // if not omitted
+		if (zb0001Mask & 0x10000) == 0 { // if not omitted
 			// string "ov"
 			o = append(o, 0xa2, 0x6f, 0x76)
 			o = msgp.AppendUint8(o, uint8(z.Overlap))
 		}
-		if (zb0001Mask & 0x10000) == 0 { // if not omitted
+		if (zb0001Mask & 0x20000) == 0 { // if not omitted
 			// string "cu"
 			o = append(o, 0xa2, 0x63, 0x75)
 			o = msgp.AppendUint8(o, uint8(z.CatchUp))
 		}
-		if (zb0001Mask & 0x20000) == 0 { // if not omitted
+		if (zb0001Mask & 0x40000) == 0 { // if not omitted
 			// string "cl"
 			o = append(o, 0xa2, 0x63, 0x6c)
 			o = msgp.AppendUint32(o, z.CatchUpLimit)
 		}
-		if (zb0001Mask & 0x40000) == 0 { // if not omitted
+		if (zb0001Mask & 0x80000) == 0 { // if not omitted
 			// string "pa"
 			o = append(o, 0xa2, 0x70, 0x61)
 			o = msgp.AppendBool(o, z.Paused)
@@ -3604,22 +4142,22 @@ func (z *Schedule) MarshalMsg(b []byte) (o []byte, err error) {
 		// string "ca"
 		o = append(o, 0xa2, 0x63, 0x61)
 		o = msgp.AppendInt64(o, int64(z.CreatedAt))
-		if (zb0001Mask & 0x100000) == 0 { // if not omitted
+		if (zb0001Mask & 0x200000) == 0 { // if not omitted
 			// string "lf"
 			o = append(o, 0xa2, 0x6c, 0x66)
 			o = msgp.AppendInt64(o, int64(z.LastFire))
 		}
-		if (zb0001Mask & 0x200000) == 0 { // if not omitted
+		if (zb0001Mask & 0x400000) == 0 { // if not omitted
 			// string "lt"
 			o = append(o, 0xa2, 0x6c, 0x74)
 			o = msgp.AppendString(o, z.LastTask)
 		}
-		if (zb0001Mask & 0x400000) == 0 { // if not omitted
+		if (zb0001Mask & 0x800000) == 0 { // if not omitted
 			// string "fi"
 			o = append(o, 0xa2, 0x66, 0x69)
 			o = msgp.AppendUint64(o, z.Fires)
 		}
-		if (zb0001Mask & 0x800000) == 0 { // if not omitted
+		if (zb0001Mask & 0x1000000) == 0 { // if not omitted
 			// string "sk"
 			o = append(o, 0xa2, 0x73, 0x6b)
 			o = msgp.AppendUint64(o, z.Skipped)
@@ -3893,6 +4431,12 @@ func (z *Schedule) UnmarshalMsg(bts []byte) (o []byte, err error) {
 					}
 				}
 			}
+		case "who":
+			z.Principal, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Principal")
+				return
+			}
 		case "wn":
 			z.Workflow, bts, err = msgp.ReadStringBytes(bts)
 			if err != nil {
@@ -4028,7 +4572,7 @@ func (z *Schedule) Msgsize() (s int) {
 	} else {
 		s += 1 + 2 + msgp.StringPrefixSize + len(z.Keys.Ordering) + 2 + msgp.StringPrefixSize + len(z.Keys.Concurrency)
 	}
-	s += 3 + msgp.StringPrefixSize + len(z.Workflow) + 4 + msgp.ArrayHeaderSize
+	s += 4 + msgp.StringPrefixSize + len(z.Principal) + 3 + msgp.StringPrefixSize + len(z.Workflow) + 4 + msgp.ArrayHeaderSize
 	for za0003 := range z.Steps {
 		s += z.Steps[za0003].Msgsize()
 	}
@@ -4175,8 +4719,8 @@ func (z Status) Msgsize() (s int) {
 func (z *StepTemplate) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(14)
-	var zb0001Mask uint16 /* 14 bits */
+	zb0001Len := uint32(15)
+	var zb0001Mask uint16 /* 15 bits */
 	_ = zb0001Mask
 	if z.Priority == 0 {
 		zb0001Len--
@@ -4210,17 +4754,21 @@ func (z *StepTemplate) MarshalMsg(b []byte) (o []byte, err error) {
 		zb0001Len--
 		zb0001Mask |= 0x400
 	}
-	if z.DependsOn == nil {
+	if z.Principal == "" {
 		zb0001Len--
 		zb0001Mask |= 0x800
 	}
-	if z.DepPolicy == 0 {
+	if z.DependsOn == nil {
 		zb0001Len--
 		zb0001Mask |= 0x1000
 	}
-	if z.External == false {
+	if z.DepPolicy == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x2000
+	}
+	if z.External == false {
+		zb0001Len--
+		zb0001Mask |= 0x4000
 	}
 	// variable map header, size zb0001Len
 	o = append(o, 0x80|uint8(zb0001Len))
@@ -4362,6 +4910,11 @@ func (z *StepTemplate) MarshalMsg(b []byte) (o []byte, err error) {
 			}
 		}
 		if (zb0001Mask & 0x800) == 0 { // if not omitted
+			// string "who"
+			o = append(o, 0xa3, 0x77, 0x68, 0x6f)
+			o = msgp.AppendString(o, z.Principal)
+		}
+		if (zb0001Mask & 0x1000) == 0 { // if not omitted
 			// string "dp"
 			o = append(o, 0xa2, 0x64, 0x70)
 			o = msgp.AppendArrayHeader(o, uint32(len(z.DependsOn)))
@@ -4369,12 +4922,12 @@ func (z *StepTemplate) MarshalMsg(b []byte) (o []byte, err error) {
 				o = msgp.AppendString(o, z.DependsOn[za0003])
 			}
 		}
-		if (zb0001Mask & 0x1000) == 0 { // if not omitted
+		if (zb0001Mask & 0x2000) == 0 { // if not omitted
 			// string "dpp"
 			o = append(o, 0xa3, 0x64, 0x70, 0x70)
 			o = msgp.AppendUint8(o, uint8(z.DepPolicy))
 		}
-		if (zb0001Mask & 0x2000) == 0 { // if not omitted
+		if (zb0001Mask & 0x4000) == 0 { // if not omitted
 			// string "ext"
 			o = append(o, 0xa3, 0x65, 0x78, 0x74)
 			o = msgp.AppendBool(o, z.External)
@@ -4630,6 +5183,12 @@ func (z *StepTemplate) UnmarshalMsg(bts []byte) (o []byte, err error) {
 					}
 				}
 			}
+		case "who":
+			z.Principal, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Principal")
+				return
+			}
 		case "dp":
 			var zb0009 uint32
 			zb0009, bts, err = msgp.ReadArrayHeaderBytes(bts)
@@ -4693,7 +5252,7 @@ func (z *StepTemplate) Msgsize() (s int) {
 	} else {
 		s += 1 + 2 + msgp.StringPrefixSize + len(z.Keys.Ordering) + 2 + msgp.StringPrefixSize + len(z.Keys.Concurrency)
 	}
-	s += 3 + msgp.ArrayHeaderSize
+	s += 4 + msgp.StringPrefixSize + len(z.Principal) + 3 + msgp.ArrayHeaderSize
 	for za0003 := range z.DependsOn {
 		s += msgp.StringPrefixSize + len(z.DependsOn[za0003])
 	}
@@ -4705,8 +5264,8 @@ func (z *StepTemplate) Msgsize() (s int) {
 func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(31)
-	var zb0001Mask uint32 /* 31 bits */
+	zb0001Len := uint32(32)
+	var zb0001Mask uint32 /* 32 bits */
 	_ = zb0001Mask
 	if z.Priority == 0 {
 		zb0001Len--
@@ -4740,65 +5299,69 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 		zb0001Len--
 		zb0001Mask |= 0x400
 	}
-	if z.Key == "" {
+	if z.Principal == "" {
 		zb0001Len--
 		zb0001Mask |= 0x800
 	}
-	if z.RunAt == 0 {
+	if z.Key == "" {
 		zb0001Len--
 		zb0001Mask |= 0x1000
 	}
-	if z.Deadline == 0 {
+	if z.RunAt == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x2000
 	}
-	if z.Schedule == "" {
+	if z.Deadline == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x4000
 	}
-	if z.Slot == 0 {
+	if z.Schedule == "" {
 		zb0001Len--
 		zb0001Mask |= 0x8000
 	}
-	if z.Flow == nil {
+	if z.Slot == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x10000
 	}
-	if z.BlocksLane == false {
+	if z.Flow == nil {
 		zb0001Len--
-		zb0001Mask |= 0x40000
+		zb0001Mask |= 0x20000
 	}
-	if z.Attempt == 0 {
+	if z.BlocksLane == false {
 		zb0001Len--
 		zb0001Mask |= 0x80000
 	}
-	if z.Lease == 0 {
+	if z.Attempt == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x100000
 	}
-	if z.LastLease == 0 {
+	if z.Lease == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x200000
 	}
-	if z.Worker == "" {
+	if z.LastLease == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x400000
 	}
-	if z.Output == nil {
+	if z.Worker == "" {
 		zb0001Len--
 		zb0001Mask |= 0x800000
 	}
-	if z.Error == "" {
+	if z.Output == nil {
 		zb0001Len--
 		zb0001Mask |= 0x1000000
 	}
+	if z.Error == "" {
+		zb0001Len--
+		zb0001Mask |= 0x2000000
+	}
 	if z.StartedAt == 0 {
 		zb0001Len--
-		zb0001Mask |= 0x4000000
+		zb0001Mask |= 0x8000000
 	}
 	if z.FinishedAt == 0 {
 		zb0001Len--
-		zb0001Mask |= 0x10000000
+		zb0001Mask |= 0x20000000
 	}
 	// variable map header, size zb0001Len
 	o = msgp.AppendMapHeader(o, zb0001Len)
@@ -4940,31 +5503,36 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 			}
 		}
 		if (zb0001Mask & 0x800) == 0 { // if not omitted
+			// string "who"
+			o = append(o, 0xa3, 0x77, 0x68, 0x6f)
+			o = msgp.AppendString(o, z.Principal)
+		}
+		if (zb0001Mask & 0x1000) == 0 { // if not omitted
 			// string "key"
 			o = append(o, 0xa3, 0x6b, 0x65, 0x79)
 			o = msgp.AppendString(o, z.Key)
 		}
-		if (zb0001Mask & 0x1000) == 0 { // if not omitted
+		if (zb0001Mask & 0x2000) == 0 { // if not omitted
 			// string "ra"
 			o = append(o, 0xa2, 0x72, 0x61)
 			o = msgp.AppendInt64(o, int64(z.RunAt))
 		}
-		if (zb0001Mask & 0x2000) == 0 { // if not omitted
+		if (zb0001Mask & 0x4000) == 0 { // if not omitted
 			// string "dl"
 			o = append(o, 0xa2, 0x64, 0x6c)
 			o = msgp.AppendInt64(o, int64(z.Deadline))
 		}
-		if (zb0001Mask & 0x4000) == 0 { // if not omitted
+		if (zb0001Mask & 0x8000) == 0 { // if not omitted
 			// string "sc"
 			o = append(o, 0xa2, 0x73, 0x63)
 			o = msgp.AppendString(o, z.Schedule)
 		}
-		if (zb0001Mask & 0x8000) == 0 { // if not omitted
+		if (zb0001Mask & 0x10000) == 0 { // if not omitted
 			// string "sl"
 			o = append(o, 0xa2, 0x73, 0x6c)
 			o = msgp.AppendInt64(o, int64(z.Slot))
 		}
-		if (zb0001Mask & 0x10000) == 0 { // if not omitted
+		if (zb0001Mask & 0x20000) == 0 { // if not omitted
 			// string "fl"
 			o = append(o, 0xa2, 0x66, 0x6c)
 			if z.Flow == nil {
@@ -4980,37 +5548,37 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 		// string "st"
 		o = append(o, 0xa2, 0x73, 0x74)
 		o = msgp.AppendUint8(o, uint8(z.Status))
-		if (zb0001Mask & 0x40000) == 0 { // if not omitted
+		if (zb0001Mask & 0x80000) == 0 { // if not omitted
 			// string "blk"
 			o = append(o, 0xa3, 0x62, 0x6c, 0x6b)
 			o = msgp.AppendBool(o, z.BlocksLane)
 		}
-		if (zb0001Mask & 0x80000) == 0 { // if not omitted
+		if (zb0001Mask & 0x100000) == 0 { // if not omitted
 			// string "at"
 			o = append(o, 0xa2, 0x61, 0x74)
 			o = msgp.AppendUint32(o, z.Attempt)
 		}
-		if (zb0001Mask & 0x100000) == 0 { // if not omitted
+		if (zb0001Mask & 0x200000) == 0 { // if not omitted
 			// string "ls"
 			o = append(o, 0xa2, 0x6c, 0x73)
 			o = msgp.AppendUint64(o, z.Lease)
 		}
-		if (zb0001Mask & 0x200000) == 0 { // if not omitted
+		if (zb0001Mask & 0x400000) == 0 { // if not omitted
 			// string "ll"
 			o = append(o, 0xa2, 0x6c, 0x6c)
 			o = msgp.AppendUint64(o, z.LastLease)
 		}
-		if (zb0001Mask & 0x400000) == 0 { // if not omitted
+		if (zb0001Mask & 0x800000) == 0 { // if not omitted
 			// string "wk"
 			o = append(o, 0xa2, 0x77, 0x6b)
 			o = msgp.AppendString(o, z.Worker)
 		}
-		if (zb0001Mask & 0x800000) == 0 { // if not omitted
+		if (zb0001Mask & 0x1000000) == 0 { // if not omitted
 			// string "out"
 			o = append(o, 0xa3, 0x6f, 0x75, 0x74)
 			o = msgp.AppendBytes(o, z.Output)
 		}
-		if (zb0001Mask & 0x1000000) == 0 { // if not omitted
+		if (zb0001Mask & 0x2000000) == 0 { // if not omitted
 			// string "err"
 			o = append(o, 0xa3, 0x65, 0x72, 0x72)
 			o = msgp.AppendString(o, z.Error)
@@ -5018,7 +5586,7 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 		// string "sa"
 		o = append(o, 0xa2, 0x73, 0x61)
 		o = msgp.AppendInt64(o, int64(z.SubmittedAt))
-		if (zb0001Mask & 0x4000000) == 0 { // if not omitted
+		if (zb0001Mask & 0x8000000) == 0 { // if not omitted
 			// string "sta"
 			o = append(o, 0xa3, 0x73, 0x74, 0x61)
 			o = msgp.AppendInt64(o, int64(z.StartedAt))
@@ -5026,7 +5594,7 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 		// string "ua"
 		o = append(o, 0xa2, 0x75, 0x61)
 		o = msgp.AppendInt64(o, int64(z.UpdatedAt))
-		if (zb0001Mask & 0x10000000) == 0 { // if not omitted
+		if (zb0001Mask & 0x20000000) == 0 { // if not omitted
 			// string "fa"
 			o = append(o, 0xa2, 0x66, 0x61)
 			o = msgp.AppendInt64(o, int64(z.FinishedAt))
@@ -5288,6 +5856,12 @@ func (z *Task) UnmarshalMsg(bts []byte) (o []byte, err error) {
 					}
 				}
 			}
+		case "who":
+			z.Principal, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Principal")
+				return
+			}
 		case "key":
 			z.Key, bts, err = msgp.ReadStringBytes(bts)
 			if err != nil {
@@ -5479,7 +6053,7 @@ func (z *Task) Msgsize() (s int) {
 	} else {
 		s += 1 + 2 + msgp.StringPrefixSize + len(z.Keys.Ordering) + 2 + msgp.StringPrefixSize + len(z.Keys.Concurrency)
 	}
-	s += 4 + msgp.StringPrefixSize + len(z.Key) + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.StringPrefixSize + len(z.Schedule) + 3 + msgp.Int64Size + 3
+	s += 4 + msgp.StringPrefixSize + len(z.Principal) + 4 + msgp.StringPrefixSize + len(z.Key) + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.StringPrefixSize + len(z.Schedule) + 3 + msgp.Int64Size + 3
 	if z.Flow == nil {
 		s += msgp.NilSize
 	} else {
@@ -5493,8 +6067,8 @@ func (z *Task) Msgsize() (s int) {
 func (z *Template) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(10)
-	var zb0001Mask uint16 /* 10 bits */
+	zb0001Len := uint32(11)
+	var zb0001Mask uint16 /* 11 bits */
 	_ = zb0001Mask
 	if z.Priority == 0 {
 		zb0001Len--
@@ -5527,6 +6101,10 @@ func (z *Template) MarshalMsg(b []byte) (o []byte, err error) {
 	if z.Keys == nil {
 		zb0001Len--
 		zb0001Mask |= 0x200
+	}
+	if z.Principal == "" {
+		zb0001Len--
+		zb0001Mask |= 0x400
 	}
 	// variable map header, size zb0001Len
 	o = append(o, 0x80|uint8(zb0001Len))
@@ -5663,6 +6241,11 @@ func (z *Template) MarshalMsg(b []byte) (o []byte, err error) {
 					}
 				}
 			}
+		}
+		if (zb0001Mask & 0x400) == 0 { // if not omitted
+			// string "who"
+			o = append(o, 0xa3, 0x77, 0x68, 0x6f)
+			o = msgp.AppendString(o, z.Principal)
 		}
 	}
 	return
@@ -5909,6 +6492,12 @@ func (z *Template) UnmarshalMsg(bts []byte) (o []byte, err error) {
 					}
 				}
 			}
+		case "who":
+			z.Principal, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Principal")
+				return
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -5937,6 +6526,7 @@ func (z *Template) Msgsize() (s int) {
 	} else {
 		s += 1 + 2 + msgp.StringPrefixSize + len(z.Keys.Ordering) + 2 + msgp.StringPrefixSize + len(z.Keys.Concurrency)
 	}
+	s += 4 + msgp.StringPrefixSize + len(z.Principal)
 	return
 }
 
