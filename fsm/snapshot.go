@@ -352,7 +352,9 @@ func readSnapshot(r io.Reader, version uint16) (*tables, error) {
 			return nil, badSnapshot("end marker counts %d ACL policies and %d ACL tokens; read %d and %d",
 				np, nt, len(t.acl.policies), len(t.acl.tokens))
 		}
-		t.acl.bootstrapIndex = binary.BigEndian.Uint64(end[56:])
+		if bi := binary.BigEndian.Uint64(end[56:]); bi != 0 {
+			t.aclWritable().bootstrapIndex = bi
+		}
 	}
 	if err := t.checkReferences(); err != nil {
 		return nil, badSnapshot("%v", err)
