@@ -83,6 +83,7 @@ type endpoint struct {
 	workers   cronoqv1connect.WorkerServiceClient
 	operator  cronoqv1connect.OperatorServiceClient
 	pools     cronoqv1connect.PoolServiceClient
+	acl       cronoqv1connect.AclServiceClient
 }
 
 type options struct {
@@ -94,6 +95,7 @@ type options struct {
 	backoffMin time.Duration
 	backoffMax time.Duration
 	submitConc int
+	token      string
 }
 
 // Option configures New.
@@ -258,14 +260,19 @@ func (c *Client) endpointFor(addr string) *endpoint {
 		return ep
 	}
 	base := "http://" + addr
+	var opts []connect.ClientOption
+	if c.opts.token != "" {
+		opts = append(opts, connect.WithInterceptors(tokenInterceptor(c.opts.token)))
+	}
 	ep := &endpoint{
 		addr:      addr,
-		tasks:     cronoqv1connect.NewTaskServiceClient(c.httpc, base),
-		schedules: cronoqv1connect.NewScheduleServiceClient(c.httpc, base),
-		workflows: cronoqv1connect.NewWorkflowServiceClient(c.httpc, base),
-		workers:   cronoqv1connect.NewWorkerServiceClient(c.httpc, base),
-		operator:  cronoqv1connect.NewOperatorServiceClient(c.httpc, base),
-		pools:     cronoqv1connect.NewPoolServiceClient(c.httpc, base),
+		tasks:     cronoqv1connect.NewTaskServiceClient(c.httpc, base, opts...),
+		schedules: cronoqv1connect.NewScheduleServiceClient(c.httpc, base, opts...),
+		workflows: cronoqv1connect.NewWorkflowServiceClient(c.httpc, base, opts...),
+		workers:   cronoqv1connect.NewWorkerServiceClient(c.httpc, base, opts...),
+		operator:  cronoqv1connect.NewOperatorServiceClient(c.httpc, base, opts...),
+		pools:     cronoqv1connect.NewPoolServiceClient(c.httpc, base, opts...),
+		acl:       cronoqv1connect.NewAclServiceClient(c.httpc, base, opts...),
 	}
 	c.endpoints[addr] = ep
 	return ep

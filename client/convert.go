@@ -182,6 +182,7 @@ func taskFromProto(p *cronoqv1.Task) *Task {
 		Step:             p.GetStep(),
 		Parent:           p.GetParent(),
 		BlocksLane:       p.GetBlocksLane(),
+		Principal:        p.GetPrincipal(),
 	}
 }
 

@@ -38,6 +38,11 @@ var (
 	// ErrNotWaiting: Complete or Fail on a task that is not an external
 	// task waiting for its completion.
 	ErrNotWaiting = errors.New("cronoq: task not waiting for an external completion")
+	// ErrPermissionDenied: the call's ACL token (or the anonymous policy,
+	// without one) does not allow it; nothing changed.
+	ErrPermissionDenied = errors.New("cronoq: permission denied")
+	// ErrACLBootstrapped: the ACL bootstrap was done already.
+	ErrACLBootstrapped = errors.New("cronoq: ACL bootstrap already done")
 )
 
 // InvalidError names the field a node (or the SDK, before sending) refused
@@ -107,6 +112,10 @@ func kindError(kind, msg string) error {
 		return ErrNotLeader
 	case apierr.KindNotWaiting:
 		return ErrNotWaiting
+	case apierr.KindPermissionDenied:
+		return ErrPermissionDenied
+	case apierr.KindACLBootstrapped:
+		return ErrACLBootstrapped
 	case apierr.KindInvalid:
 		if f, r, ok := apierr.ParseInvalid(msg); ok {
 			return &InvalidError{Field: f, Reason: r}

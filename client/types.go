@@ -136,6 +136,9 @@ type Task struct {
 	// BlocksLane says it ended without succeeding under its pool's
 	// ordering policy block: its lane waits until it is deleted.
 	BlocksLane bool
+	// Principal is the accessor of the ACL token that submitted it (empty
+	// without ACLs).
+	Principal string
 }
 
 // Terminal reports whether the task has ended (succeeded, failed, cancelled

@@ -52,6 +52,9 @@ type (
 
 // Submit modes and outcome kinds (see the engine core).
 const (
+	// GlobalPool names the cluster-wide settings of SetPool.
+	GlobalPool = core.GlobalPool
+
 	SubmitOne   = core.SubmitOne
 	SubmitBatch = core.SubmitBatch
 	SubmitMany  = core.SubmitMany

@@ -23,6 +23,9 @@ const (
 	EnvLease   = "CRONOQ_LEASE"
 	EnvPool    = "CRONOQ_POOL"
 	EnvKind    = "CRONOQ_KIND"
+	// EnvPrincipal is the accessor of the ACL token that submitted the
+	// task (empty without ACLs).
+	EnvPrincipal = "CRONOQ_PRINCIPAL"
 	// EnvDepsDir names a directory holding one file per dependency of the
 	// task, its output, named by the dependency's step name (else its id).
 	EnvDepsDir = "CRONOQ_DEPS_DIR"
@@ -104,7 +107,8 @@ func New(cfg Config) (*Handler, error) {
 //
 // The command runs in a fresh directory Root/<task id> (mode 0700), removed
 // afterwards, with the payload on stdin and CRONOQ_TASK_ID, CRONOQ_ATTEMPT,
-// CRONOQ_LEASE, CRONOQ_POOL, CRONOQ_KIND, CRONOQ_DEPS_DIR and CRONOQ_SPAWN
+// CRONOQ_LEASE, CRONOQ_POOL, CRONOQ_KIND, CRONOQ_PRINCIPAL, CRONOQ_DEPS_DIR
+// and CRONOQ_SPAWN
 // in its environment (see the package documentation). Its stdout is the
 // output. Exit status 75 is a retryable failure; any other failure (another
 // exit status, a fatal signal, too much output, a task id unfit for a
@@ -170,6 +174,7 @@ func (h *Handler) work(ctx context.Context, job *client.Job) (result, error) {
 		EnvLease+"="+strconv.FormatUint(job.Lease, 10),
 		EnvPool+"="+task.Pool,
 		EnvKind+"="+task.Kind,
+		EnvPrincipal+"="+task.Principal,
 		EnvDepsDir+"="+files.depsDir,
 		EnvSpawn+"="+files.spawn,
 	)

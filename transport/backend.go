@@ -47,6 +47,14 @@ type Backend interface {
 	Kind(ctx context.Context, pool, kind string) (fsm.KindSettings, error)
 
 	// ConsistentRead is the replica for a linearizable read (leader only).
+	// ACLs reads the replicated ACL objects of this node's replica; the
+	// others change them through the leader.
+	ACLs() cluster.ACLReader
+	ACLBootstrap(ctx context.Context, tok fsm.ACLToken) (fsm.ACLToken, error)
+	PutACLPolicy(ctx context.Context, p fsm.ACLPolicy) (fsm.ACLPolicy, error)
+	PutACLToken(ctx context.Context, tok fsm.ACLToken) (fsm.ACLToken, error)
+	DeleteACL(ctx context.Context, d fsm.DelACL) error
+
 	ConsistentRead(ctx context.Context) (fsm.Reader, error)
 	// StaleRead is this node's replica, with how stale it may be.
 	StaleRead() (fsm.Reader, cluster.Staleness)

@@ -364,3 +364,23 @@ func TestBackendErrorsOnTheWire(t *testing.T) {
 	require.Equal(t, "127.0.0.9:8650", addr)
 	require.Equal(t, []string{"add-schedule", "cancel"}, b.calls, "nothing ran on a node that does not lead")
 }
+
+// The fake's ACL operations apply their mutation to its replica, refusing
+// a second bootstrap as the core does.
+func (f *fakeBackend) ACLs() cluster.ACLReader { return f.state }
+func (f *fakeBackend) ACLBootstrap(_ context.Context, tok fsm.ACLToken) (fsm.ACLToken, error) {
+	if f.state.ACLBootstrapIndex() != 0 {
+		return tok, cluster.ErrACLBootstrapped
+	}
+	tok.Management, tok.Bootstrap = true, true
+	return tok, f.applyErr(0, fsm.Mutation{PutACLToken: &tok})
+}
+func (f *fakeBackend) PutACLPolicy(_ context.Context, p fsm.ACLPolicy) (fsm.ACLPolicy, error) {
+	return p, f.applyErr(0, fsm.Mutation{PutACLPolicy: &p})
+}
+func (f *fakeBackend) PutACLToken(_ context.Context, tok fsm.ACLToken) (fsm.ACLToken, error) {
+	return tok, f.applyErr(0, fsm.Mutation{PutACLToken: &tok})
+}
+func (f *fakeBackend) DeleteACL(_ context.Context, d fsm.DelACL) error {
+	return f.applyErr(0, fsm.Mutation{DelACL: &d})
+}

@@ -493,6 +493,7 @@ func taskToProto(t *fsm.Task) *cronoqv1.Task {
 		Step:             t.Step(),
 		Parent:           t.Parent(),
 		BlocksLane:       t.BlocksLane,
+		Principal:        t.Principal,
 	}
 }
 

@@ -48,6 +48,8 @@ func (s *Server) apiError(err error) error {
 		return apierr.NotFound(err.Error())
 	case errors.Is(err, cluster.ErrStaleLease):
 		return apierr.StaleLease(err.Error())
+	case errors.Is(err, cluster.ErrACLBootstrapped):
+		return apierr.New(apierr.KindACLBootstrapped, "ACL bootstrap already done: use the bootstrap token (or another management token)")
 	case errors.Is(err, cluster.ErrNotWaiting):
 		return apierr.NotWaiting(err.Error())
 	case errors.Is(err, cluster.ErrOutcomeUnknown):

@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/cronoq/cronoq/acl"
 	"github.com/cronoq/cronoq/api/apierr"
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 	"github.com/cronoq/cronoq/cluster"
@@ -35,7 +36,11 @@ func (h *poolService) List(ctx context.Context, req *connect.Request[cronoqv1.Li
 			counts[pc.Pool] = &pc
 		}
 		out := &cronoqv1.ListPoolsResponse{}
+		a := authorizer(ctx)
 		for _, info := range infos {
+			if !a.Pool(info.Pool, acl.Read) {
+				continue
+			}
 			out.Pools = append(out.Pools, h.poolToProto(info, state, counts[info.Pool]))
 		}
 		return out, nil
@@ -46,6 +51,9 @@ func (h *poolService) List(ctx context.Context, req *connect.Request[cronoqv1.Li
 
 func (h *poolService) Get(ctx context.Context, req *connect.Request[cronoqv1.GetPoolRequest]) (*connect.Response[cronoqv1.GetPoolResponse], error) {
 	name := req.Msg.GetPool()
+	if err := needPool(ctx, acl.Read, name); err != nil {
+		return nil, err
+	}
 	return route(ctx, h.s, writeCall, req, func(ctx context.Context) (*cronoqv1.GetPoolResponse, error) {
 		info, err := h.s.node.Pool(ctx, name)
 		if err != nil {
@@ -66,6 +74,9 @@ func (h *poolService) Set(ctx context.Context, req *connect.Request[cronoqv1.Set
 	if err != nil {
 		return nil, h.s.apiError(err)
 	}
+	if err := needPoolWrite(ctx, ch.Pool); err != nil {
+		return nil, err
+	}
 	return route(ctx, h.s, writeCall, req, func(ctx context.Context) (*cronoqv1.SetPoolResponse, error) {
 		info, err := h.s.node.SetPool(ctx, ch)
 		if err != nil {
@@ -84,6 +95,12 @@ func (h *poolService) Set(ctx context.Context, req *connect.Request[cronoqv1.Set
 // Workers lists the worker streams connected to the leader.
 func (h *poolService) Workers(ctx context.Context, req *connect.Request[cronoqv1.ListWorkersRequest]) (*connect.Response[cronoqv1.ListWorkersResponse], error) {
 	pool := req.Msg.GetPool()
+	if pool != "" {
+		if err := needPool(ctx, acl.Read, pool); err != nil {
+			return nil, err
+		}
+	}
+	a := authorizer(ctx)
 	return route(ctx, h.s, writeCall, req, func(ctx context.Context) (*cronoqv1.ListWorkersResponse, error) {
 		if _, err := h.s.node.Leading(); err != nil {
 			return nil, err
@@ -92,6 +109,9 @@ func (h *poolService) Workers(ctx context.Context, req *connect.Request[cronoqv1
 		busy := busyByWorker(state, pool)
 		out := &cronoqv1.ListWorkersResponse{}
 		for _, ws := range h.s.workers.list(pool) {
+			if !a.Pool(ws.pool, acl.Read) {
+				continue
+			}
 			b := busy[[2]string{ws.pool, ws.worker}]
 			w := &cronoqv1.WorkerInfo{
 				Id:     ws.worker,
@@ -341,6 +361,9 @@ func (h *poolService) SetKind(ctx context.Context, req *connect.Request[cronoqv1
 		}
 		ch.Backoff = &bo
 	}
+	if err := needPoolWrite(ctx, ch.Pool); err != nil {
+		return nil, err
+	}
 	return route(ctx, h.s, writeCall, req, func(ctx context.Context) (*cronoqv1.SetKindResponse, error) {
 		ks, err := h.s.node.SetKind(ctx, ch)
 		if err != nil {
@@ -355,6 +378,9 @@ func (h *poolService) SetKind(ctx context.Context, req *connect.Request[cronoqv1
 // GetKind returns the settings of a kind of a pool.
 func (h *poolService) GetKind(ctx context.Context, req *connect.Request[cronoqv1.GetKindRequest]) (*connect.Response[cronoqv1.GetKindResponse], error) {
 	pool, kind := req.Msg.GetPool(), req.Msg.GetKind()
+	if err := needPool(ctx, acl.Read, pool); err != nil {
+		return nil, err
+	}
 	return route(ctx, h.s, writeCall, req, func(ctx context.Context) (*cronoqv1.GetKindResponse, error) {
 		ks, err := h.s.node.Kind(ctx, pool, kind)
 		if err != nil {
@@ -380,4 +406,14 @@ func kindToProto(pool string, ks fsm.KindSettings) *cronoqv1.KindSettings {
 		}
 	}
 	return out
+}
+
+// needPoolWrite refuses a change to pool's settings unless the caller may
+// write the pool; the cluster-wide settings (pool "*") need operator
+// write.
+func needPoolWrite(ctx context.Context, pool string) error {
+	if pool == cluster.GlobalPool {
+		return needOperator(ctx, acl.Write)
+	}
+	return needPool(ctx, acl.Write, pool)
 }

@@ -35,6 +35,7 @@ type endpoint struct {
 	schedules cronoqv1connect.ScheduleServiceClient
 	pools     cronoqv1connect.PoolServiceClient
 	operator  cronoqv1connect.OperatorServiceClient
+	acl       cronoqv1connect.AclServiceClient
 }
 
 // newForwarder returns a forwarder dialing from the IP of selfAddr (no
@@ -78,6 +79,7 @@ func (f *forwarder) endpoint(addr string) *endpoint {
 		schedules: cronoqv1connect.NewScheduleServiceClient(f.httpc, base, opts...),
 		pools:     cronoqv1connect.NewPoolServiceClient(f.httpc, base, opts...),
 		operator:  cronoqv1connect.NewOperatorServiceClient(f.httpc, base, opts...),
+		acl:       cronoqv1connect.NewAclServiceClient(f.httpc, base, opts...),
 	}
 	f.endpoints[addr] = ep
 	return ep
@@ -139,6 +141,10 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 			s.m.Forwarded(procedure)
 			fwd := connect.NewRequest(req.Msg)
 			fwd.Header().Set(HeaderForwarded, s.node.ID())
+			if tok := tokenSecret(req.Header()); tok != "" {
+				// The leader checks the call again, against its replica.
+				fwd.Header().Set(HeaderToken, tok)
+			}
 			resp, err := remote(s.fwd.endpoint(addr))(ctx, fwd)
 			if err == nil {
 				// Name the leader so that the client sends its next calls

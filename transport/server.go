@@ -103,6 +103,9 @@ type Config struct {
 	// MaxRequestBytes bounds one API request (default 64 MiB, at least two
 	// maximal payloads).
 	MaxRequestBytes int
+	// ACLs makes every call carry a token whose policies allow it (see
+	// package acl); off, every call is allowed.
+	ACLs bool
 	// EnableDebug serves Go's profiler under /debug/pprof/ (as Consul's and
 	// Nomad's enable_debug do). Off by default.
 	EnableDebug bool
@@ -149,6 +152,7 @@ type Server struct {
 	http    *http.Server
 	ln      net.Listener
 	fwd     *forwarder
+	acl     *aclChecker
 	workers *registry
 	// grantDepOutputs is the budget of inline dependency outputs of one
 	// Grants message (grantDependencyOutputs; tests lower it).
@@ -195,6 +199,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("creating API server: %w", err)
 	}
 	s.fwd = fwd
+	s.acl = &aclChecker{enabled: cfg.ACLs, state: cfg.Backend.ACLs(), stop: s.baseCtx.Done(), cache: make(map[string]cachedAuthz)}
 
 	// Responses are compressed only when large enough to gain from it:
 	// most answers are a few hundred bytes, and resetting a compressor for
@@ -203,7 +208,7 @@ func New(cfg Config) (*Server, error) {
 	common := []connect.HandlerOption{
 		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
 		connect.WithCompressMinBytes(compressMinBytes),
-		connect.WithInterceptors(&rpcMetrics{m: s.m}),
+		connect.WithInterceptors(&rpcMetrics{m: s.m}, &aclInterceptor{s.acl}),
 	}
 	workerOpts := []connect.HandlerOption{
 		// One message carries at most one output above the batching
@@ -216,7 +221,7 @@ func New(cfg Config) (*Server, error) {
 		// message (which cost a tenth of the leader's CPU under load).
 		// Compressed messages from a worker are still read.
 		connect.WithCompressMinBytes(math.MaxInt),
-		connect.WithInterceptors(&rpcMetrics{m: s.m}),
+		connect.WithInterceptors(&rpcMetrics{m: s.m}, &aclInterceptor{s.acl}),
 	}
 	mux := http.NewServeMux()
 	mux.Handle(cronoqv1connect.NewTaskServiceHandler(&taskService{s}, common...))
@@ -225,6 +230,7 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle(cronoqv1connect.NewPoolServiceHandler(&poolService{s}, common...))
 	mux.Handle(cronoqv1connect.NewWorkerServiceHandler(&workerService{s}, workerOpts...))
 	mux.Handle(cronoqv1connect.NewOperatorServiceHandler(&operatorService{s}, common...))
+	mux.Handle(cronoqv1connect.NewAclServiceHandler(&aclService{s}, common...))
 	mux.HandleFunc("GET /v1/health", s.serveHealth)
 	mux.Handle("GET /metrics", s.m.Handler())
 	if cfg.EnableDebug {

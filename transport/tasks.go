@@ -6,6 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/cronoq/cronoq/acl"
 	"github.com/cronoq/cronoq/api/apierr"
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 	"github.com/cronoq/cronoq/cluster"
@@ -22,8 +23,13 @@ func (s *Server) submit(ctx context.Context, mode cluster.SubmitMode, ps []*cron
 	results := make([]*cronoqv1.ItemResult, len(ps))
 	specs := make([]cluster.Spec, 0, len(ps))
 	index := make([]int, 0, len(ps)) // specs[j] is request item index[j]
+	who := principal(ctx)
 	for i, p := range ps {
 		spec, err := specFromProto(p)
+		if err == nil {
+			err = needPool(ctx, acl.Submit, spec.Pool)
+			spec.Principal = who
+		}
 		if err != nil {
 			if mode != cluster.SubmitMany {
 				if mode == cluster.SubmitBatch {
@@ -179,6 +185,9 @@ func (t *taskService) Get(ctx context.Context, req *connect.Request[cronoqv1.Get
 		if err != nil {
 			return nil, err
 		}
+		if err := needPool(ctx, acl.Read, task.Pool); err != nil {
+			return nil, err
+		}
 		return &cronoqv1.GetResponse{Task: taskToProto(task), Meta: meta}, nil
 	}, func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.GetRequest]) (*connect.Response[cronoqv1.GetResponse], error) {
 		return ep.tasks.Get
@@ -198,6 +207,9 @@ func (t *taskService) Wait(ctx context.Context, req *connect.Request[cronoqv1.Wa
 		return nil, s.apiError(err)
 	}
 	return route(ctx, s, readCall, req, func(ctx context.Context) (*cronoqv1.WaitResponse, error) {
+		if err := s.needTaskPool(ctx, acl.Read, ref); err != nil {
+			return nil, err
+		}
 		wctx, cancel := ctx, context.CancelFunc(func() {})
 		if hold > 0 {
 			wctx, cancel = context.WithTimeout(ctx, hold)
@@ -226,6 +238,9 @@ func (t *taskService) Wait(ctx context.Context, req *connect.Request[cronoqv1.Wa
 func (t *taskService) Cancel(ctx context.Context, req *connect.Request[cronoqv1.CancelRequest]) (*connect.Response[cronoqv1.CancelResponse], error) {
 	ref := refFromProto(req.Msg.GetRef())
 	return route(ctx, t.s, writeCall, req, func(ctx context.Context) (*cronoqv1.CancelResponse, error) {
+		if err := t.s.needTaskPool(ctx, acl.Write, ref); err != nil {
+			return nil, err
+		}
 		c, err := t.s.node.Cancel(ctx, ref)
 		if err != nil {
 			return nil, err
@@ -247,6 +262,9 @@ func (t *taskService) Complete(ctx context.Context, req *connect.Request[cronoqv
 		return nil, s.apiError(err)
 	}
 	return route(ctx, s, writeCall, req, func(ctx context.Context) (*cronoqv1.CompleteResponse, error) {
+		if err := s.needTaskPool(ctx, acl.Work, ref); err != nil {
+			return nil, err
+		}
 		id, err := s.node.CompleteExternal(ctx, ref, out)
 		if err != nil {
 			return nil, err
@@ -286,12 +304,17 @@ func listQuery(m *cronoqv1.ListRequest) (fsm.ListQuery, error) {
 	return q, nil
 }
 
-// list runs q on r, cutting the page short when its tasks get large.
-func list(r fsm.Reader, q fsm.ListQuery, meta *cronoqv1.ReadMeta) *cronoqv1.ListResponse {
+// list runs q on r, cutting the page short when its tasks get large. Tasks
+// of pools a cannot read are left out of the page (which may then be
+// short, or empty with a next cursor).
+func list(r fsm.Reader, q fsm.ListQuery, meta *cronoqv1.ReadMeta, a *acl.Authorizer) *cronoqv1.ListResponse {
 	tasks, next := r.List(q)
 	out := &cronoqv1.ListResponse{Next: next, Meta: meta}
 	size := 0
 	for i, task := range tasks {
+		if !a.Pool(task.Pool, acl.Read) {
+			continue
+		}
 		size += taskSize(task)
 		if i > 0 && size > maxListBytes {
 			out.Next = tasks[i-1].ID
@@ -307,16 +330,22 @@ func (t *taskService) List(ctx context.Context, req *connect.Request[cronoqv1.Li
 	if err != nil {
 		return nil, t.s.apiError(err)
 	}
+	if err := needPool(ctx, acl.Read, q.Pools...); err != nil {
+		return nil, err
+	}
 	return read(ctx, t.s, req.Msg.GetStale(), req, func(r fsm.Reader, meta *cronoqv1.ReadMeta) (*cronoqv1.ListResponse, error) {
-		return list(r, q, meta), nil
+		return list(r, q, meta, authorizer(ctx)), nil
 	}, func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.ListRequest]) (*connect.Response[cronoqv1.ListResponse], error) {
 		return ep.tasks.List
 	})
 }
 
-func counts(r fsm.Reader) []*cronoqv1.PoolCounts {
+func counts(r fsm.Reader, a *acl.Authorizer) []*cronoqv1.PoolCounts {
 	var out []*cronoqv1.PoolCounts
 	for _, pc := range r.Counts() {
+		if !a.Pool(pc.Pool, acl.Read) {
+			continue
+		}
 		by := make(map[string]int64, len(fsm.AllStatuses))
 		for _, status := range fsm.AllStatuses {
 			by[status.String()] = pc.ByStatus[status]
@@ -328,7 +357,7 @@ func counts(r fsm.Reader) []*cronoqv1.PoolCounts {
 
 func (t *taskService) Counts(ctx context.Context, req *connect.Request[cronoqv1.CountsRequest]) (*connect.Response[cronoqv1.CountsResponse], error) {
 	return read(ctx, t.s, req.Msg.GetStale(), req, func(r fsm.Reader, meta *cronoqv1.ReadMeta) (*cronoqv1.CountsResponse, error) {
-		return &cronoqv1.CountsResponse{Pools: counts(r), Meta: meta}, nil
+		return &cronoqv1.CountsResponse{Pools: counts(r, authorizer(ctx)), Meta: meta}, nil
 	}, func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.CountsRequest]) (*connect.Response[cronoqv1.CountsResponse], error) {
 		return ep.tasks.Counts
 	})
@@ -344,6 +373,10 @@ const eventsBuffer = 1024
 // workflows (which have no pool) go to the subscribers that name none.
 func (t *taskService) Events(ctx context.Context, req *connect.Request[cronoqv1.EventsRequest], stream *connect.ServerStream[cronoqv1.Event]) error {
 	s := t.s
+	if err := needPool(ctx, acl.Read, req.Msg.GetPools()...); err != nil {
+		return err
+	}
+	a := authorizer(ctx)
 	if err := s.awaitLeader(ctx); err != nil {
 		return err
 	}
@@ -377,7 +410,7 @@ func (t *taskService) Events(ctx context.Context, req *connect.Request[cronoqv1.
 					return nil
 				}
 			}
-			if !wanted(pools, ev) {
+			if !wanted(pools, ev) || !mayRead(a, ev) {
 				continue
 			}
 			if err := stream.Send(eventToProto(ev)); err != nil {
@@ -390,6 +423,31 @@ func (t *taskService) Events(ctx context.Context, req *connect.Request[cronoqv1.
 			return nil
 		}
 	}
+}
+
+// mayRead reports whether a may see ev: a task event of a pool it reads,
+// a workflow event when it reads every pool.
+func mayRead(a *acl.Authorizer, ev cluster.Event) bool {
+	if ev.TaskID == "" {
+		return a.Pool("*", acl.Read)
+	}
+	return a.Pool(ev.Pool, acl.Read)
+}
+
+// needTaskPool refuses the call of ctx unless its caller may act at level
+// on the pool of the task ref names (read from this node's replica). A
+// task it does not find is left to the operation, which answers
+// not_found.
+func (s *Server) needTaskPool(ctx context.Context, level acl.Level, ref cluster.TaskRef) error {
+	if authorizer(ctx).Management() {
+		return nil
+	}
+	r, _ := s.node.StaleRead()
+	task, err := lookup(r, ref)
+	if err != nil {
+		return nil
+	}
+	return needPool(ctx, level, task.Pool)
 }
 
 // wanted reports whether a subscriber to pools (none: every pool) gets ev.
@@ -405,6 +463,9 @@ func wanted(pools map[string]bool, ev cluster.Event) bool {
 func (t *taskService) Delete(ctx context.Context, req *connect.Request[cronoqv1.DeleteRequest]) (*connect.Response[cronoqv1.DeleteResponse], error) {
 	ref := refFromProto(req.Msg.GetRef())
 	return route(ctx, t.s, writeCall, req, func(ctx context.Context) (*cronoqv1.DeleteResponse, error) {
+		if err := t.s.needTaskPool(ctx, acl.Write, ref); err != nil {
+			return nil, err
+		}
 		d, err := t.s.node.Delete(ctx, ref)
 		if err != nil {
 			return nil, err

@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/cronoq/cronoq/acl"
 	"github.com/cronoq/cronoq/api/apierr"
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 	"github.com/cronoq/cronoq/cluster"
@@ -172,6 +173,9 @@ func (ws *workerStream) hello() error {
 		return apierr.Invalid("worker", "must not be empty")
 	case hello.GetPool() == "":
 		return apierr.Invalid("pool", "must not be empty")
+	}
+	if err := needPool(ws.reqCtx, acl.Work, hello.GetPool()); err != nil {
+		return err
 	}
 	labels, err := kvsFromProto("labels", hello.GetLabels())
 	if err != nil {
@@ -381,6 +385,9 @@ func (ws *workerStream) complete(comps []*cronoqv1.Completion) {
 		res := &cronoqv1.LeaseResult{Lease: c.GetLease()}
 		ack.Results[i] = res
 		out, err := outcomeFromProto(c)
+		if err == nil {
+			err = ws.spawnedAs(&out)
+		}
 		if err != nil {
 			res.Code, res.Error = ws.s.itemError(err)
 			continue
@@ -394,6 +401,30 @@ func (ws *workerStream) complete(comps []*cronoqv1.Completion) {
 		}
 	}
 	ws.emit(&cronoqv1.ServerMessage{Msg: &cronoqv1.ServerMessage_CompleteAck{CompleteAck: ack}})
+}
+
+// spawnedAs checks that the worker's token may submit the children and
+// the continuation a completion spawns, and records it as their
+// principal: the worker submits them.
+func (ws *workerStream) spawnedAs(out *cluster.Outcome) error {
+	if len(out.Children) == 0 && out.Then == nil {
+		return nil
+	}
+	who := principal(ws.reqCtx)
+	steps := make([]*cluster.StepSpec, 0, len(out.Children)+1)
+	for i := range out.Children {
+		steps = append(steps, &out.Children[i])
+	}
+	if out.Then != nil {
+		steps = append(steps, out.Then)
+	}
+	for _, st := range steps {
+		if err := needPool(ws.reqCtx, acl.Submit, st.Pool); err != nil {
+			return err
+		}
+		st.Principal = who
+	}
+	return nil
 }
 
 // outbox is the queue of messages for one stream. push never blocks, so

@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/cronoq/cronoq/acl"
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 	"github.com/cronoq/cronoq/cluster"
 	"github.com/cronoq/cronoq/fsm"
@@ -102,6 +103,13 @@ func (h *workflowService) Submit(ctx context.Context, req *connect.Request[crono
 		if err != nil {
 			return nil, err
 		}
+		who := principal(ctx)
+		for i := range spec.Steps {
+			if err := needPool(ctx, acl.Submit, spec.Steps[i].Pool); err != nil {
+				return nil, err
+			}
+			spec.Steps[i].Principal = who
+		}
 		res, err := h.s.node.SubmitWorkflow(ctx, spec)
 		if err != nil {
 			return nil, err
@@ -123,6 +131,9 @@ func (h *workflowService) Get(ctx context.Context, req *connect.Request[cronoqv1
 		return nil, h.s.apiError(err)
 	}
 	return read(ctx, h.s, req.Msg.GetStale(), req, func(r fsm.Reader, meta *cronoqv1.ReadMeta) (*cronoqv1.GetWorkflowResponse, error) {
+		if err := needWorkflowPools(ctx, r, ref, acl.Read); err != nil {
+			return nil, err
+		}
 		w, next, err := workflowWithMembers(r, ref, page)
 		if err != nil {
 			return nil, err
@@ -147,6 +158,11 @@ func (h *workflowService) Wait(ctx context.Context, req *connect.Request[cronoqv
 		return nil, s.apiError(err)
 	}
 	return route(ctx, s, readCall, req, func(ctx context.Context) (*cronoqv1.WaitWorkflowResponse, error) {
+		if r, _ := s.node.StaleRead(); true {
+			if err := needWorkflowPools(ctx, r, ref, acl.Read); err != nil {
+				return nil, err
+			}
+		}
 		wctx, cancel := ctx, context.CancelFunc(func() {})
 		if hold > 0 {
 			wctx, cancel = context.WithTimeout(ctx, hold)
@@ -176,6 +192,10 @@ func (h *workflowService) Wait(ctx context.Context, req *connect.Request[cronoqv
 func (h *workflowService) Cancel(ctx context.Context, req *connect.Request[cronoqv1.CancelWorkflowRequest]) (*connect.Response[cronoqv1.CancelWorkflowResponse], error) {
 	ref := workflowRefFromProto(req.Msg.GetRef())
 	return route(ctx, h.s, writeCall, req, func(ctx context.Context) (*cronoqv1.CancelWorkflowResponse, error) {
+		r, _ := h.s.node.StaleRead()
+		if err := needWorkflowPools(ctx, r, ref, acl.Write); err != nil {
+			return nil, err
+		}
 		c, err := h.s.node.CancelWorkflow(ctx, ref)
 		if err != nil {
 			return nil, err
@@ -216,12 +236,40 @@ func (h *workflowService) List(ctx context.Context, req *connect.Request[cronoqv
 	}
 	return read(ctx, h.s, req.Msg.GetStale(), req, func(r fsm.Reader, meta *cronoqv1.ReadMeta) (*cronoqv1.ListWorkflowsResponse, error) {
 		ws, next := r.ListWorkflows(q)
-		out := &cronoqv1.ListWorkflowsResponse{Next: next, Meta: meta, Workflows: make([]*cronoqv1.Workflow, len(ws))}
-		for i, w := range ws {
-			out.Workflows[i] = workflowToProto(w, nil)
+		out := &cronoqv1.ListWorkflowsResponse{Next: next, Meta: meta, Workflows: make([]*cronoqv1.Workflow, 0, len(ws))}
+		for _, w := range ws {
+			if needWorkflowPools(ctx, r, cluster.WorkflowRef{ID: w.ID}, acl.Read) != nil {
+				continue // left out: the caller may not read one of its pools
+			}
+			out.Workflows = append(out.Workflows, workflowToProto(w, nil))
 		}
 		return out, nil
 	}, func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.ListWorkflowsRequest]) (*connect.Response[cronoqv1.ListWorkflowsResponse], error) {
 		return ep.workflows.List
 	})
+}
+
+// needWorkflowPools refuses the call of ctx unless its caller may act at
+// level on every pool the members of the workflow ref names use. A
+// workflow it does not find is left to the operation (not_found).
+func needWorkflowPools(ctx context.Context, r fsm.Reader, ref cluster.WorkflowRef, level acl.Level) error {
+	a := authorizer(ctx)
+	if a.Management() {
+		return nil
+	}
+	w, err := lookupWorkflow(r, ref)
+	if err != nil {
+		return nil
+	}
+	seen := make(map[string]bool)
+	for _, t := range r.WorkflowTasks(w.ID) {
+		if seen[t.Pool] {
+			continue
+		}
+		seen[t.Pool] = true
+		if !a.Pool(t.Pool, level) {
+			return permissionDenied(a.Denied("%s on pool %q (a pool of workflow %s)", level, t.Pool, w.ID))
+		}
+	}
+	return nil
 }

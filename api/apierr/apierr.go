@@ -58,6 +58,13 @@ const (
 	// KindNotWaiting: the task is not an external task waiting for its
 	// completion (not external, blocked, or ended).
 	KindNotWaiting = "not_waiting"
+	// KindPermissionDenied: the call's ACL token (or the anonymous policy)
+	// does not allow it; nothing changed.
+	KindPermissionDenied = "permission_denied"
+	// KindACLBootstrapped: the ACL bootstrap was done already.
+	KindACLBootstrapped = "acl_bootstrapped"
+	// KindACLDisabled: ACLs are not enabled on the node.
+	KindACLDisabled = "acl_disabled"
 )
 
 // Code is the connect code that goes with a kind. Unknown kinds map to
@@ -72,8 +79,10 @@ func Code(kind string) connect.Code {
 		return connect.CodeInvalidArgument
 	case KindNotFound:
 		return connect.CodeNotFound
-	case KindStaleLease, KindUpgradeRequired, KindNotWaiting:
+	case KindStaleLease, KindUpgradeRequired, KindNotWaiting, KindACLBootstrapped, KindACLDisabled:
 		return connect.CodeFailedPrecondition
+	case KindPermissionDenied:
+		return connect.CodePermissionDenied
 	default:
 		return connect.CodeUnknown
 	}
@@ -89,6 +98,10 @@ func New(kind, msg string) *connect.Error {
 	err.Meta().Set(HeaderError, kind)
 	return err
 }
+
+// PermissionDenied refuses a call its ACL token does not allow; msg
+// starts with "permission denied".
+func PermissionDenied(msg string) *connect.Error { return New(KindPermissionDenied, msg) }
 
 // NotLeader says this node does not lead; leaderID and leaderAddr (the
 // leader's HTTP API address) are the hint, either may be empty when unknown.

@@ -797,7 +797,9 @@ type Task struct {
 	Parent string `protobuf:"bytes,22,opt,name=parent,proto3" json:"parent,omitempty"`
 	// It ended without succeeding under the ordering policy block: its
 	// lane waits until it is deleted.
-	BlocksLane    bool `protobuf:"varint,23,opt,name=blocks_lane,json=blocksLane,proto3" json:"blocks_lane,omitempty"`
+	BlocksLane bool `protobuf:"varint,23,opt,name=blocks_lane,json=blocksLane,proto3" json:"blocks_lane,omitempty"`
+	// The accessor of the ACL token that submitted it (empty without ACLs).
+	Principal     string `protobuf:"bytes,24,opt,name=principal,proto3" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -991,6 +993,13 @@ func (x *Task) GetBlocksLane() bool {
 		return x.BlocksLane
 	}
 	return false
+}
+
+func (x *Task) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
 }
 
 type Submitted struct {
@@ -6780,6 +6789,955 @@ func (x *HealthResponse) GetReasons() []string {
 	return nil
 }
 
+type AclPolicy struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// HCL rules: pool "NAME" { policy = "read|submit|work|write|deny" },
+	// operator = "read|write", acl = "read|write".
+	Rules         string `protobuf:"bytes,3,opt,name=rules,proto3" json:"rules,omitempty"`
+	CreateIndex   uint64 `protobuf:"varint,4,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64 `protobuf:"varint,5,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclPolicy) Reset() {
+	*x = AclPolicy{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[100]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclPolicy) ProtoMessage() {}
+
+func (x *AclPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[100]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclPolicy.ProtoReflect.Descriptor instead.
+func (*AclPolicy) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{100}
+}
+
+func (x *AclPolicy) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AclPolicy) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *AclPolicy) GetRules() string {
+	if x != nil {
+		return x.Rules
+	}
+	return ""
+}
+
+func (x *AclPolicy) GetCreateIndex() uint64 {
+	if x != nil {
+		return x.CreateIndex
+	}
+	return 0
+}
+
+func (x *AclPolicy) GetModifyIndex() uint64 {
+	if x != nil {
+		return x.ModifyIndex
+	}
+	return 0
+}
+
+type AclToken struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Accessor string                 `protobuf:"bytes,1,opt,name=accessor,proto3" json:"accessor,omitempty"`
+	// Only in the answer that creates the token: it is stored hashed.
+	Secret        string                 `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Policies      []string               `protobuf:"bytes,4,rep,name=policies,proto3" json:"policies,omitempty"`
+	Management    bool                   `protobuf:"varint,5,opt,name=management,proto3" json:"management,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreateIndex   uint64                 `protobuf:"varint,7,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclToken) Reset() {
+	*x = AclToken{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[101]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclToken) ProtoMessage() {}
+
+func (x *AclToken) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[101]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclToken.ProtoReflect.Descriptor instead.
+func (*AclToken) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{101}
+}
+
+func (x *AclToken) GetAccessor() string {
+	if x != nil {
+		return x.Accessor
+	}
+	return ""
+}
+
+func (x *AclToken) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *AclToken) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AclToken) GetPolicies() []string {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+func (x *AclToken) GetManagement() bool {
+	if x != nil {
+		return x.Management
+	}
+	return false
+}
+
+func (x *AclToken) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *AclToken) GetCreateIndex() uint64 {
+	if x != nil {
+		return x.CreateIndex
+	}
+	return 0
+}
+
+type AclBootstrapRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclBootstrapRequest) Reset() {
+	*x = AclBootstrapRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[102]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclBootstrapRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclBootstrapRequest) ProtoMessage() {}
+
+func (x *AclBootstrapRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[102]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclBootstrapRequest.ProtoReflect.Descriptor instead.
+func (*AclBootstrapRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{102}
+}
+
+type AclBootstrapResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         *AclToken              `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclBootstrapResponse) Reset() {
+	*x = AclBootstrapResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[103]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclBootstrapResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclBootstrapResponse) ProtoMessage() {}
+
+func (x *AclBootstrapResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[103]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclBootstrapResponse.ProtoReflect.Descriptor instead.
+func (*AclBootstrapResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{103}
+}
+
+func (x *AclBootstrapResponse) GetToken() *AclToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+type AclPolicyApplyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        *AclPolicy             `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclPolicyApplyRequest) Reset() {
+	*x = AclPolicyApplyRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[104]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclPolicyApplyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclPolicyApplyRequest) ProtoMessage() {}
+
+func (x *AclPolicyApplyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[104]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclPolicyApplyRequest.ProtoReflect.Descriptor instead.
+func (*AclPolicyApplyRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{104}
+}
+
+func (x *AclPolicyApplyRequest) GetPolicy() *AclPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+type AclPolicyApplyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        *AclPolicy             `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclPolicyApplyResponse) Reset() {
+	*x = AclPolicyApplyResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[105]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclPolicyApplyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclPolicyApplyResponse) ProtoMessage() {}
+
+func (x *AclPolicyApplyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[105]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclPolicyApplyResponse.ProtoReflect.Descriptor instead.
+func (*AclPolicyApplyResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{105}
+}
+
+func (x *AclPolicyApplyResponse) GetPolicy() *AclPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+type AclPolicyListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclPolicyListRequest) Reset() {
+	*x = AclPolicyListRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[106]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclPolicyListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclPolicyListRequest) ProtoMessage() {}
+
+func (x *AclPolicyListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[106]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclPolicyListRequest.ProtoReflect.Descriptor instead.
+func (*AclPolicyListRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{106}
+}
+
+type AclPolicyListResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policies      []*AclPolicy           `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclPolicyListResponse) Reset() {
+	*x = AclPolicyListResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[107]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclPolicyListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclPolicyListResponse) ProtoMessage() {}
+
+func (x *AclPolicyListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[107]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclPolicyListResponse.ProtoReflect.Descriptor instead.
+func (*AclPolicyListResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{107}
+}
+
+func (x *AclPolicyListResponse) GetPolicies() []*AclPolicy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+type AclPolicyGetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclPolicyGetRequest) Reset() {
+	*x = AclPolicyGetRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[108]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclPolicyGetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclPolicyGetRequest) ProtoMessage() {}
+
+func (x *AclPolicyGetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[108]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclPolicyGetRequest.ProtoReflect.Descriptor instead.
+func (*AclPolicyGetRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{108}
+}
+
+func (x *AclPolicyGetRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type AclPolicyGetResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        *AclPolicy             `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclPolicyGetResponse) Reset() {
+	*x = AclPolicyGetResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[109]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclPolicyGetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclPolicyGetResponse) ProtoMessage() {}
+
+func (x *AclPolicyGetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[109]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclPolicyGetResponse.ProtoReflect.Descriptor instead.
+func (*AclPolicyGetResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{109}
+}
+
+func (x *AclPolicyGetResponse) GetPolicy() *AclPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+type AclPolicyDeleteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclPolicyDeleteRequest) Reset() {
+	*x = AclPolicyDeleteRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[110]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclPolicyDeleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclPolicyDeleteRequest) ProtoMessage() {}
+
+func (x *AclPolicyDeleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[110]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclPolicyDeleteRequest.ProtoReflect.Descriptor instead.
+func (*AclPolicyDeleteRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{110}
+}
+
+func (x *AclPolicyDeleteRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type AclPolicyDeleteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclPolicyDeleteResponse) Reset() {
+	*x = AclPolicyDeleteResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[111]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclPolicyDeleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclPolicyDeleteResponse) ProtoMessage() {}
+
+func (x *AclPolicyDeleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[111]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclPolicyDeleteResponse.ProtoReflect.Descriptor instead.
+func (*AclPolicyDeleteResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{111}
+}
+
+type AclTokenCreateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Policies      []string               `protobuf:"bytes,2,rep,name=policies,proto3" json:"policies,omitempty"`
+	Management    bool                   `protobuf:"varint,3,opt,name=management,proto3" json:"management,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclTokenCreateRequest) Reset() {
+	*x = AclTokenCreateRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[112]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclTokenCreateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclTokenCreateRequest) ProtoMessage() {}
+
+func (x *AclTokenCreateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[112]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclTokenCreateRequest.ProtoReflect.Descriptor instead.
+func (*AclTokenCreateRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{112}
+}
+
+func (x *AclTokenCreateRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AclTokenCreateRequest) GetPolicies() []string {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+func (x *AclTokenCreateRequest) GetManagement() bool {
+	if x != nil {
+		return x.Management
+	}
+	return false
+}
+
+type AclTokenCreateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         *AclToken              `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclTokenCreateResponse) Reset() {
+	*x = AclTokenCreateResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[113]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclTokenCreateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclTokenCreateResponse) ProtoMessage() {}
+
+func (x *AclTokenCreateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[113]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclTokenCreateResponse.ProtoReflect.Descriptor instead.
+func (*AclTokenCreateResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{113}
+}
+
+func (x *AclTokenCreateResponse) GetToken() *AclToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+type AclTokenListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclTokenListRequest) Reset() {
+	*x = AclTokenListRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[114]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclTokenListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclTokenListRequest) ProtoMessage() {}
+
+func (x *AclTokenListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[114]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclTokenListRequest.ProtoReflect.Descriptor instead.
+func (*AclTokenListRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{114}
+}
+
+type AclTokenListResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tokens        []*AclToken            `protobuf:"bytes,1,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclTokenListResponse) Reset() {
+	*x = AclTokenListResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[115]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclTokenListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclTokenListResponse) ProtoMessage() {}
+
+func (x *AclTokenListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[115]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclTokenListResponse.ProtoReflect.Descriptor instead.
+func (*AclTokenListResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{115}
+}
+
+func (x *AclTokenListResponse) GetTokens() []*AclToken {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+type AclTokenRevokeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Accessor      string                 `protobuf:"bytes,1,opt,name=accessor,proto3" json:"accessor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclTokenRevokeRequest) Reset() {
+	*x = AclTokenRevokeRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[116]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclTokenRevokeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclTokenRevokeRequest) ProtoMessage() {}
+
+func (x *AclTokenRevokeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[116]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclTokenRevokeRequest.ProtoReflect.Descriptor instead.
+func (*AclTokenRevokeRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{116}
+}
+
+func (x *AclTokenRevokeRequest) GetAccessor() string {
+	if x != nil {
+		return x.Accessor
+	}
+	return ""
+}
+
+type AclTokenRevokeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclTokenRevokeResponse) Reset() {
+	*x = AclTokenRevokeResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[117]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclTokenRevokeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclTokenRevokeResponse) ProtoMessage() {}
+
+func (x *AclTokenRevokeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[117]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclTokenRevokeResponse.ProtoReflect.Descriptor instead.
+func (*AclTokenRevokeResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{117}
+}
+
+// The token the call is made with (no token: the anonymous caller).
+type AclTokenSelfRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclTokenSelfRequest) Reset() {
+	*x = AclTokenSelfRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[118]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclTokenSelfRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclTokenSelfRequest) ProtoMessage() {}
+
+func (x *AclTokenSelfRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[118]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclTokenSelfRequest.ProtoReflect.Descriptor instead.
+func (*AclTokenSelfRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{118}
+}
+
+type AclTokenSelfResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Token     *AclToken              `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Anonymous bool                   `protobuf:"varint,2,opt,name=anonymous,proto3" json:"anonymous,omitempty"`
+	// Whether this node checks calls at all.
+	Enabled       bool `protobuf:"varint,3,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclTokenSelfResponse) Reset() {
+	*x = AclTokenSelfResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[119]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclTokenSelfResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclTokenSelfResponse) ProtoMessage() {}
+
+func (x *AclTokenSelfResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[119]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclTokenSelfResponse.ProtoReflect.Descriptor instead.
+func (*AclTokenSelfResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{119}
+}
+
+func (x *AclTokenSelfResponse) GetToken() *AclToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *AclTokenSelfResponse) GetAnonymous() bool {
+	if x != nil {
+		return x.Anonymous
+	}
+	return false
+}
+
+func (x *AclTokenSelfResponse) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
 var File_cronoq_v1_cronoq_proto protoreflect.FileDescriptor
 
 const file_cronoq_v1_cronoq_proto_rawDesc = "" +
@@ -6814,7 +7772,7 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\n" +
 	"depends_on\x18\x06 \x03(\v2\x12.cronoq.v1.TaskRefR\tdependsOn\x12H\n" +
 	"\x11dependency_policy\x18\a \x01(\x0e2\x1b.cronoq.v1.DependencyPolicyR\x10dependencyPolicy\x12\x1a\n" +
-	"\bexternal\x18\b \x01(\bR\bexternal\"\xfd\x06\n" +
+	"\bexternal\x18\b \x01(\bR\bexternal\"\x9b\a\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x123\n" +
 	"\btemplate\x18\x02 \x01(\v2\x17.cronoq.v1.TaskTemplateR\btemplate\x12\x10\n" +
@@ -6844,7 +7802,8 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x04step\x18\x15 \x01(\tR\x04step\x12\x16\n" +
 	"\x06parent\x18\x16 \x01(\tR\x06parent\x12\x1f\n" +
 	"\vblocks_lane\x18\x17 \x01(\bR\n" +
-	"blocksLane\"9\n" +
+	"blocksLane\x12\x1c\n" +
+	"\tprincipal\x18\x18 \x01(\tR\tprincipal\"9\n" +
 	"\tSubmitted\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\xba\x01\n" +
@@ -7268,7 +8227,60 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x16\n" +
 	"\x06status\x18\x04 \x01(\tR\x06status\x12\x18\n" +
-	"\areasons\x18\x05 \x03(\tR\areasons*D\n" +
+	"\areasons\x18\x05 \x03(\tR\areasons\"\x9d\x01\n" +
+	"\tAclPolicy\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x14\n" +
+	"\x05rules\x18\x03 \x01(\tR\x05rules\x12!\n" +
+	"\fcreate_index\x18\x04 \x01(\x04R\vcreateIndex\x12!\n" +
+	"\fmodify_index\x18\x05 \x01(\x04R\vmodifyIndex\"\xec\x01\n" +
+	"\bAclToken\x12\x1a\n" +
+	"\baccessor\x18\x01 \x01(\tR\baccessor\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1a\n" +
+	"\bpolicies\x18\x04 \x03(\tR\bpolicies\x12\x1e\n" +
+	"\n" +
+	"management\x18\x05 \x01(\bR\n" +
+	"management\x129\n" +
+	"\n" +
+	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
+	"\fcreate_index\x18\a \x01(\x04R\vcreateIndex\"\x15\n" +
+	"\x13AclBootstrapRequest\"A\n" +
+	"\x14AclBootstrapResponse\x12)\n" +
+	"\x05token\x18\x01 \x01(\v2\x13.cronoq.v1.AclTokenR\x05token\"E\n" +
+	"\x15AclPolicyApplyRequest\x12,\n" +
+	"\x06policy\x18\x01 \x01(\v2\x14.cronoq.v1.AclPolicyR\x06policy\"F\n" +
+	"\x16AclPolicyApplyResponse\x12,\n" +
+	"\x06policy\x18\x01 \x01(\v2\x14.cronoq.v1.AclPolicyR\x06policy\"\x16\n" +
+	"\x14AclPolicyListRequest\"I\n" +
+	"\x15AclPolicyListResponse\x120\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x14.cronoq.v1.AclPolicyR\bpolicies\")\n" +
+	"\x13AclPolicyGetRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"D\n" +
+	"\x14AclPolicyGetResponse\x12,\n" +
+	"\x06policy\x18\x01 \x01(\v2\x14.cronoq.v1.AclPolicyR\x06policy\",\n" +
+	"\x16AclPolicyDeleteRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x19\n" +
+	"\x17AclPolicyDeleteResponse\"g\n" +
+	"\x15AclTokenCreateRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bpolicies\x18\x02 \x03(\tR\bpolicies\x12\x1e\n" +
+	"\n" +
+	"management\x18\x03 \x01(\bR\n" +
+	"management\"C\n" +
+	"\x16AclTokenCreateResponse\x12)\n" +
+	"\x05token\x18\x01 \x01(\v2\x13.cronoq.v1.AclTokenR\x05token\"\x15\n" +
+	"\x13AclTokenListRequest\"C\n" +
+	"\x14AclTokenListResponse\x12+\n" +
+	"\x06tokens\x18\x01 \x03(\v2\x13.cronoq.v1.AclTokenR\x06tokens\"3\n" +
+	"\x15AclTokenRevokeRequest\x12\x1a\n" +
+	"\baccessor\x18\x01 \x01(\tR\baccessor\"\x18\n" +
+	"\x16AclTokenRevokeResponse\"\x15\n" +
+	"\x13AclTokenSelfRequest\"y\n" +
+	"\x14AclTokenSelfResponse\x12)\n" +
+	"\x05token\x18\x01 \x01(\v2\x13.cronoq.v1.AclTokenR\x05token\x12\x1c\n" +
+	"\tanonymous\x18\x02 \x01(\bR\tanonymous\x12\x18\n" +
+	"\aenabled\x18\x03 \x01(\bR\aenabled*D\n" +
 	"\bPriority\x12\x13\n" +
 	"\x0fPRIORITY_NORMAL\x10\x00\x12\x11\n" +
 	"\rPRIORITY_HIGH\x10\x01\x12\x10\n" +
@@ -7345,7 +8357,19 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\n" +
 	"RemovePeer\x12\x1c.cronoq.v1.RemovePeerRequest\x1a\x1d.cronoq.v1.RemovePeerResponse\x12a\n" +
 	"\x12TransferLeadership\x12$.cronoq.v1.TransferLeadershipRequest\x1a%.cronoq.v1.TransferLeadershipResponse\x12=\n" +
-	"\x06Health\x12\x18.cronoq.v1.HealthRequest\x1a\x19.cronoq.v1.HealthResponseB0Z.github.com/cronoq/cronoq/api/cronoqv1;cronoqv1b\x06proto3"
+	"\x06Health\x12\x18.cronoq.v1.HealthRequest\x1a\x19.cronoq.v1.HealthResponse2\xe8\x05\n" +
+	"\n" +
+	"AclService\x12L\n" +
+	"\tBootstrap\x12\x1e.cronoq.v1.AclBootstrapRequest\x1a\x1f.cronoq.v1.AclBootstrapResponse\x12R\n" +
+	"\vPolicyApply\x12 .cronoq.v1.AclPolicyApplyRequest\x1a!.cronoq.v1.AclPolicyApplyResponse\x12O\n" +
+	"\n" +
+	"PolicyList\x12\x1f.cronoq.v1.AclPolicyListRequest\x1a .cronoq.v1.AclPolicyListResponse\x12L\n" +
+	"\tPolicyGet\x12\x1e.cronoq.v1.AclPolicyGetRequest\x1a\x1f.cronoq.v1.AclPolicyGetResponse\x12U\n" +
+	"\fPolicyDelete\x12!.cronoq.v1.AclPolicyDeleteRequest\x1a\".cronoq.v1.AclPolicyDeleteResponse\x12R\n" +
+	"\vTokenCreate\x12 .cronoq.v1.AclTokenCreateRequest\x1a!.cronoq.v1.AclTokenCreateResponse\x12L\n" +
+	"\tTokenList\x12\x1e.cronoq.v1.AclTokenListRequest\x1a\x1f.cronoq.v1.AclTokenListResponse\x12R\n" +
+	"\vTokenRevoke\x12 .cronoq.v1.AclTokenRevokeRequest\x1a!.cronoq.v1.AclTokenRevokeResponse\x12L\n" +
+	"\tTokenSelf\x12\x1e.cronoq.v1.AclTokenSelfRequest\x1a\x1f.cronoq.v1.AclTokenSelfResponseB0Z.github.com/cronoq/cronoq/api/cronoqv1;cronoqv1b\x06proto3"
 
 var (
 	file_cronoq_v1_cronoq_proto_rawDescOnce sync.Once
@@ -7360,7 +8384,7 @@ func file_cronoq_v1_cronoq_proto_rawDescGZIP() []byte {
 }
 
 var file_cronoq_v1_cronoq_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 104)
+var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 124)
 var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(Priority)(0),                      // 0: cronoq.v1.Priority
 	(Status)(0),                        // 1: cronoq.v1.Status
@@ -7469,38 +8493,58 @@ var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(*TransferLeadershipResponse)(nil), // 104: cronoq.v1.TransferLeadershipResponse
 	(*HealthRequest)(nil),              // 105: cronoq.v1.HealthRequest
 	(*HealthResponse)(nil),             // 106: cronoq.v1.HealthResponse
-	nil,                                // 107: cronoq.v1.PoolCounts.ByStatusEntry
-	nil,                                // 108: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
-	nil,                                // 109: cronoq.v1.PoolInfo.CountsEntry
-	nil,                                // 110: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
-	(*durationpb.Duration)(nil),        // 111: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 112: google.protobuf.Timestamp
+	(*AclPolicy)(nil),                  // 107: cronoq.v1.AclPolicy
+	(*AclToken)(nil),                   // 108: cronoq.v1.AclToken
+	(*AclBootstrapRequest)(nil),        // 109: cronoq.v1.AclBootstrapRequest
+	(*AclBootstrapResponse)(nil),       // 110: cronoq.v1.AclBootstrapResponse
+	(*AclPolicyApplyRequest)(nil),      // 111: cronoq.v1.AclPolicyApplyRequest
+	(*AclPolicyApplyResponse)(nil),     // 112: cronoq.v1.AclPolicyApplyResponse
+	(*AclPolicyListRequest)(nil),       // 113: cronoq.v1.AclPolicyListRequest
+	(*AclPolicyListResponse)(nil),      // 114: cronoq.v1.AclPolicyListResponse
+	(*AclPolicyGetRequest)(nil),        // 115: cronoq.v1.AclPolicyGetRequest
+	(*AclPolicyGetResponse)(nil),       // 116: cronoq.v1.AclPolicyGetResponse
+	(*AclPolicyDeleteRequest)(nil),     // 117: cronoq.v1.AclPolicyDeleteRequest
+	(*AclPolicyDeleteResponse)(nil),    // 118: cronoq.v1.AclPolicyDeleteResponse
+	(*AclTokenCreateRequest)(nil),      // 119: cronoq.v1.AclTokenCreateRequest
+	(*AclTokenCreateResponse)(nil),     // 120: cronoq.v1.AclTokenCreateResponse
+	(*AclTokenListRequest)(nil),        // 121: cronoq.v1.AclTokenListRequest
+	(*AclTokenListResponse)(nil),       // 122: cronoq.v1.AclTokenListResponse
+	(*AclTokenRevokeRequest)(nil),      // 123: cronoq.v1.AclTokenRevokeRequest
+	(*AclTokenRevokeResponse)(nil),     // 124: cronoq.v1.AclTokenRevokeResponse
+	(*AclTokenSelfRequest)(nil),        // 125: cronoq.v1.AclTokenSelfRequest
+	(*AclTokenSelfResponse)(nil),       // 126: cronoq.v1.AclTokenSelfResponse
+	nil,                                // 127: cronoq.v1.PoolCounts.ByStatusEntry
+	nil,                                // 128: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	nil,                                // 129: cronoq.v1.PoolInfo.CountsEntry
+	nil,                                // 130: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	(*durationpb.Duration)(nil),        // 131: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 132: google.protobuf.Timestamp
 }
 var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
-	111, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
-	111, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
+	131, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
+	131, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
 	0,   // 2: cronoq.v1.TaskTemplate.priority:type_name -> cronoq.v1.Priority
 	7,   // 3: cronoq.v1.TaskTemplate.labels:type_name -> cronoq.v1.KV
 	7,   // 4: cronoq.v1.TaskTemplate.tags:type_name -> cronoq.v1.KV
-	111, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
+	131, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
 	8,   // 6: cronoq.v1.TaskTemplate.backoff:type_name -> cronoq.v1.Backoff
 	9,   // 7: cronoq.v1.TaskSpec.template:type_name -> cronoq.v1.TaskTemplate
-	112, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
-	111, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
-	112, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
+	132, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
+	131, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
+	132, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
 	21,  // 11: cronoq.v1.TaskSpec.depends_on:type_name -> cronoq.v1.TaskRef
 	2,   // 12: cronoq.v1.TaskSpec.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
 	9,   // 13: cronoq.v1.Task.template:type_name -> cronoq.v1.TaskTemplate
 	1,   // 14: cronoq.v1.Task.status:type_name -> cronoq.v1.Status
-	112, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
-	112, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	112, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	112, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	112, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	112, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
-	112, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
+	132, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
+	132, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	132, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	132, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	132, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	132, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
+	132, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
 	2,   // 22: cronoq.v1.Task.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
-	111, // 23: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
+	131, // 23: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
 	10,  // 24: cronoq.v1.SubmitRequest.spec:type_name -> cronoq.v1.TaskSpec
 	12,  // 25: cronoq.v1.SubmitResponse.result:type_name -> cronoq.v1.Submitted
 	10,  // 26: cronoq.v1.SubmitBatchRequest.specs:type_name -> cronoq.v1.TaskSpec
@@ -7512,7 +8556,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	11,  // 32: cronoq.v1.GetResponse.task:type_name -> cronoq.v1.Task
 	13,  // 33: cronoq.v1.GetResponse.meta:type_name -> cronoq.v1.ReadMeta
 	21,  // 34: cronoq.v1.WaitRequest.ref:type_name -> cronoq.v1.TaskRef
-	111, // 35: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
+	131, // 35: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
 	11,  // 36: cronoq.v1.WaitResponse.task:type_name -> cronoq.v1.Task
 	21,  // 37: cronoq.v1.CancelRequest.ref:type_name -> cronoq.v1.TaskRef
 	21,  // 38: cronoq.v1.CompleteRequest.ref:type_name -> cronoq.v1.TaskRef
@@ -7521,43 +8565,43 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	1,   // 41: cronoq.v1.ListRequest.statuses:type_name -> cronoq.v1.Status
 	11,  // 42: cronoq.v1.ListResponse.tasks:type_name -> cronoq.v1.Task
 	13,  // 43: cronoq.v1.ListResponse.meta:type_name -> cronoq.v1.ReadMeta
-	107, // 44: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
+	127, // 44: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
 	33,  // 45: cronoq.v1.CountsResponse.pools:type_name -> cronoq.v1.PoolCounts
 	13,  // 46: cronoq.v1.CountsResponse.meta:type_name -> cronoq.v1.ReadMeta
 	1,   // 47: cronoq.v1.Event.status:type_name -> cronoq.v1.Status
-	112, // 48: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
+	132, // 48: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
 	3,   // 49: cronoq.v1.Event.workflow_status:type_name -> cronoq.v1.WorkflowStatus
 	21,  // 50: cronoq.v1.DeleteRequest.ref:type_name -> cronoq.v1.TaskRef
-	108, // 51: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	128, // 51: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
 	39,  // 52: cronoq.v1.PoolLimits.kind_rates:type_name -> cronoq.v1.KindRate
 	8,   // 53: cronoq.v1.PoolLimits.backoff:type_name -> cronoq.v1.Backoff
-	111, // 54: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
-	109, // 55: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
-	111, // 56: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
+	131, // 54: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
+	129, // 55: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
+	131, // 56: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
 	40,  // 57: cronoq.v1.PoolInfo.limits:type_name -> cronoq.v1.PoolLimits
 	41,  // 58: cronoq.v1.ListPoolsResponse.pools:type_name -> cronoq.v1.PoolInfo
 	41,  // 59: cronoq.v1.GetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
-	110, // 60: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	130, // 60: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
 	39,  // 61: cronoq.v1.SetPoolRequest.kind_rates:type_name -> cronoq.v1.KindRate
 	8,   // 62: cronoq.v1.SetPoolRequest.backoff:type_name -> cronoq.v1.Backoff
-	111, // 63: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
+	131, // 63: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
 	41,  // 64: cronoq.v1.SetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
 	7,   // 65: cronoq.v1.WorkerInfo.labels:type_name -> cronoq.v1.KV
-	112, // 66: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
+	132, // 66: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
 	48,  // 67: cronoq.v1.ListWorkersResponse.workers:type_name -> cronoq.v1.WorkerInfo
-	111, // 68: cronoq.v1.KindSettings.timeout:type_name -> google.protobuf.Duration
+	131, // 68: cronoq.v1.KindSettings.timeout:type_name -> google.protobuf.Duration
 	8,   // 69: cronoq.v1.KindSettings.backoff:type_name -> cronoq.v1.Backoff
-	111, // 70: cronoq.v1.SetKindRequest.timeout:type_name -> google.protobuf.Duration
+	131, // 70: cronoq.v1.SetKindRequest.timeout:type_name -> google.protobuf.Duration
 	8,   // 71: cronoq.v1.SetKindRequest.backoff:type_name -> cronoq.v1.Backoff
 	51,  // 72: cronoq.v1.SetKindResponse.kind:type_name -> cronoq.v1.KindSettings
 	51,  // 73: cronoq.v1.GetKindResponse.kind:type_name -> cronoq.v1.KindSettings
 	10,  // 74: cronoq.v1.WorkflowStep.spec:type_name -> cronoq.v1.TaskSpec
 	56,  // 75: cronoq.v1.WorkflowSpec.steps:type_name -> cronoq.v1.WorkflowStep
 	3,   // 76: cronoq.v1.Workflow.status:type_name -> cronoq.v1.WorkflowStatus
-	112, // 77: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
-	112, // 78: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
-	112, // 79: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
-	112, // 80: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
+	132, // 77: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
+	132, // 78: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
+	132, // 79: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
+	132, // 80: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
 	11,  // 81: cronoq.v1.Workflow.tasks:type_name -> cronoq.v1.Task
 	57,  // 82: cronoq.v1.SubmitWorkflowRequest.spec:type_name -> cronoq.v1.WorkflowSpec
 	60,  // 83: cronoq.v1.SubmitWorkflowResponse.tasks:type_name -> cronoq.v1.StepTask
@@ -7565,7 +8609,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	58,  // 85: cronoq.v1.GetWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
 	13,  // 86: cronoq.v1.GetWorkflowResponse.meta:type_name -> cronoq.v1.ReadMeta
 	59,  // 87: cronoq.v1.WaitWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
-	111, // 88: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
+	131, // 88: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
 	58,  // 89: cronoq.v1.WaitWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
 	59,  // 90: cronoq.v1.CancelWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
 	3,   // 91: cronoq.v1.ListWorkflowsRequest.statuses:type_name -> cronoq.v1.WorkflowStatus
@@ -7574,15 +8618,15 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	9,   // 94: cronoq.v1.Schedule.task:type_name -> cronoq.v1.TaskTemplate
 	4,   // 95: cronoq.v1.Schedule.overlap:type_name -> cronoq.v1.Overlap
 	5,   // 96: cronoq.v1.Schedule.catch_up:type_name -> cronoq.v1.CatchUp
-	112, // 97: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	112, // 98: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
+	132, // 97: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	132, // 98: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
 	56,  // 99: cronoq.v1.Schedule.steps:type_name -> cronoq.v1.WorkflowStep
 	71,  // 100: cronoq.v1.AddScheduleRequest.schedule:type_name -> cronoq.v1.Schedule
-	112, // 101: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
+	132, // 101: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
 	71,  // 102: cronoq.v1.ListSchedulesResponse.schedules:type_name -> cronoq.v1.Schedule
 	7,   // 103: cronoq.v1.Hello.labels:type_name -> cronoq.v1.KV
 	6,   // 104: cronoq.v1.Completion.outcome:type_name -> cronoq.v1.OutcomeKind
-	111, // 105: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
+	131, // 105: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
 	56,  // 106: cronoq.v1.Completion.children:type_name -> cronoq.v1.WorkflowStep
 	56,  // 107: cronoq.v1.Completion.then:type_name -> cronoq.v1.WorkflowStep
 	83,  // 108: cronoq.v1.Complete.completions:type_name -> cronoq.v1.Completion
@@ -7590,7 +8634,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	81,  // 110: cronoq.v1.WorkerMessage.poll:type_name -> cronoq.v1.Poll
 	82,  // 111: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
 	84,  // 112: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
-	111, // 113: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
+	131, // 113: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
 	1,   // 114: cronoq.v1.DependencyResult.status:type_name -> cronoq.v1.Status
 	11,  // 115: cronoq.v1.Grant.task:type_name -> cronoq.v1.Task
 	87,  // 116: cronoq.v1.Grant.dependencies:type_name -> cronoq.v1.DependencyResult
@@ -7604,75 +8648,102 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	93,  // 124: cronoq.v1.ServerMessage.abort:type_name -> cronoq.v1.Abort
 	95,  // 125: cronoq.v1.MembersResponse.members:type_name -> cronoq.v1.Member
 	98,  // 126: cronoq.v1.PeersResponse.peers:type_name -> cronoq.v1.Peer
-	14,  // 127: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
-	16,  // 128: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
-	18,  // 129: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
-	22,  // 130: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
-	24,  // 131: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
-	26,  // 132: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
-	28,  // 133: cronoq.v1.TaskService.Complete:input_type -> cronoq.v1.CompleteRequest
-	30,  // 134: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
-	32,  // 135: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
-	35,  // 136: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
-	37,  // 137: cronoq.v1.TaskService.Delete:input_type -> cronoq.v1.DeleteRequest
-	42,  // 138: cronoq.v1.PoolService.List:input_type -> cronoq.v1.ListPoolsRequest
-	44,  // 139: cronoq.v1.PoolService.Get:input_type -> cronoq.v1.GetPoolRequest
-	46,  // 140: cronoq.v1.PoolService.Set:input_type -> cronoq.v1.SetPoolRequest
-	49,  // 141: cronoq.v1.PoolService.Workers:input_type -> cronoq.v1.ListWorkersRequest
-	52,  // 142: cronoq.v1.PoolService.SetKind:input_type -> cronoq.v1.SetKindRequest
-	54,  // 143: cronoq.v1.PoolService.GetKind:input_type -> cronoq.v1.GetKindRequest
-	61,  // 144: cronoq.v1.WorkflowService.Submit:input_type -> cronoq.v1.SubmitWorkflowRequest
-	63,  // 145: cronoq.v1.WorkflowService.Get:input_type -> cronoq.v1.GetWorkflowRequest
-	65,  // 146: cronoq.v1.WorkflowService.Wait:input_type -> cronoq.v1.WaitWorkflowRequest
-	67,  // 147: cronoq.v1.WorkflowService.Cancel:input_type -> cronoq.v1.CancelWorkflowRequest
-	69,  // 148: cronoq.v1.WorkflowService.List:input_type -> cronoq.v1.ListWorkflowsRequest
-	72,  // 149: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
-	74,  // 150: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
-	76,  // 151: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
-	78,  // 152: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
-	85,  // 153: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
-	96,  // 154: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
-	99,  // 155: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
-	101, // 156: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
-	103, // 157: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
-	105, // 158: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
-	15,  // 159: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
-	17,  // 160: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
-	20,  // 161: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
-	23,  // 162: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
-	25,  // 163: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
-	27,  // 164: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
-	29,  // 165: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
-	31,  // 166: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
-	34,  // 167: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
-	36,  // 168: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
-	38,  // 169: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
-	43,  // 170: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
-	45,  // 171: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
-	47,  // 172: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
-	50,  // 173: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
-	53,  // 174: cronoq.v1.PoolService.SetKind:output_type -> cronoq.v1.SetKindResponse
-	55,  // 175: cronoq.v1.PoolService.GetKind:output_type -> cronoq.v1.GetKindResponse
-	62,  // 176: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
-	64,  // 177: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
-	66,  // 178: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
-	68,  // 179: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
-	70,  // 180: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
-	73,  // 181: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
-	75,  // 182: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
-	77,  // 183: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
-	79,  // 184: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
-	94,  // 185: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
-	97,  // 186: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
-	100, // 187: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
-	102, // 188: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
-	104, // 189: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
-	106, // 190: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
-	159, // [159:191] is the sub-list for method output_type
-	127, // [127:159] is the sub-list for method input_type
-	127, // [127:127] is the sub-list for extension type_name
-	127, // [127:127] is the sub-list for extension extendee
-	0,   // [0:127] is the sub-list for field type_name
+	132, // 127: cronoq.v1.AclToken.created_at:type_name -> google.protobuf.Timestamp
+	108, // 128: cronoq.v1.AclBootstrapResponse.token:type_name -> cronoq.v1.AclToken
+	107, // 129: cronoq.v1.AclPolicyApplyRequest.policy:type_name -> cronoq.v1.AclPolicy
+	107, // 130: cronoq.v1.AclPolicyApplyResponse.policy:type_name -> cronoq.v1.AclPolicy
+	107, // 131: cronoq.v1.AclPolicyListResponse.policies:type_name -> cronoq.v1.AclPolicy
+	107, // 132: cronoq.v1.AclPolicyGetResponse.policy:type_name -> cronoq.v1.AclPolicy
+	108, // 133: cronoq.v1.AclTokenCreateResponse.token:type_name -> cronoq.v1.AclToken
+	108, // 134: cronoq.v1.AclTokenListResponse.tokens:type_name -> cronoq.v1.AclToken
+	108, // 135: cronoq.v1.AclTokenSelfResponse.token:type_name -> cronoq.v1.AclToken
+	14,  // 136: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
+	16,  // 137: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
+	18,  // 138: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
+	22,  // 139: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
+	24,  // 140: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
+	26,  // 141: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
+	28,  // 142: cronoq.v1.TaskService.Complete:input_type -> cronoq.v1.CompleteRequest
+	30,  // 143: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
+	32,  // 144: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
+	35,  // 145: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
+	37,  // 146: cronoq.v1.TaskService.Delete:input_type -> cronoq.v1.DeleteRequest
+	42,  // 147: cronoq.v1.PoolService.List:input_type -> cronoq.v1.ListPoolsRequest
+	44,  // 148: cronoq.v1.PoolService.Get:input_type -> cronoq.v1.GetPoolRequest
+	46,  // 149: cronoq.v1.PoolService.Set:input_type -> cronoq.v1.SetPoolRequest
+	49,  // 150: cronoq.v1.PoolService.Workers:input_type -> cronoq.v1.ListWorkersRequest
+	52,  // 151: cronoq.v1.PoolService.SetKind:input_type -> cronoq.v1.SetKindRequest
+	54,  // 152: cronoq.v1.PoolService.GetKind:input_type -> cronoq.v1.GetKindRequest
+	61,  // 153: cronoq.v1.WorkflowService.Submit:input_type -> cronoq.v1.SubmitWorkflowRequest
+	63,  // 154: cronoq.v1.WorkflowService.Get:input_type -> cronoq.v1.GetWorkflowRequest
+	65,  // 155: cronoq.v1.WorkflowService.Wait:input_type -> cronoq.v1.WaitWorkflowRequest
+	67,  // 156: cronoq.v1.WorkflowService.Cancel:input_type -> cronoq.v1.CancelWorkflowRequest
+	69,  // 157: cronoq.v1.WorkflowService.List:input_type -> cronoq.v1.ListWorkflowsRequest
+	72,  // 158: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
+	74,  // 159: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
+	76,  // 160: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
+	78,  // 161: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
+	85,  // 162: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
+	96,  // 163: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
+	99,  // 164: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
+	101, // 165: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
+	103, // 166: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
+	105, // 167: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
+	109, // 168: cronoq.v1.AclService.Bootstrap:input_type -> cronoq.v1.AclBootstrapRequest
+	111, // 169: cronoq.v1.AclService.PolicyApply:input_type -> cronoq.v1.AclPolicyApplyRequest
+	113, // 170: cronoq.v1.AclService.PolicyList:input_type -> cronoq.v1.AclPolicyListRequest
+	115, // 171: cronoq.v1.AclService.PolicyGet:input_type -> cronoq.v1.AclPolicyGetRequest
+	117, // 172: cronoq.v1.AclService.PolicyDelete:input_type -> cronoq.v1.AclPolicyDeleteRequest
+	119, // 173: cronoq.v1.AclService.TokenCreate:input_type -> cronoq.v1.AclTokenCreateRequest
+	121, // 174: cronoq.v1.AclService.TokenList:input_type -> cronoq.v1.AclTokenListRequest
+	123, // 175: cronoq.v1.AclService.TokenRevoke:input_type -> cronoq.v1.AclTokenRevokeRequest
+	125, // 176: cronoq.v1.AclService.TokenSelf:input_type -> cronoq.v1.AclTokenSelfRequest
+	15,  // 177: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
+	17,  // 178: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
+	20,  // 179: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
+	23,  // 180: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
+	25,  // 181: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
+	27,  // 182: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
+	29,  // 183: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
+	31,  // 184: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
+	34,  // 185: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
+	36,  // 186: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
+	38,  // 187: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
+	43,  // 188: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
+	45,  // 189: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
+	47,  // 190: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
+	50,  // 191: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
+	53,  // 192: cronoq.v1.PoolService.SetKind:output_type -> cronoq.v1.SetKindResponse
+	55,  // 193: cronoq.v1.PoolService.GetKind:output_type -> cronoq.v1.GetKindResponse
+	62,  // 194: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
+	64,  // 195: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
+	66,  // 196: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
+	68,  // 197: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
+	70,  // 198: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
+	73,  // 199: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
+	75,  // 200: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
+	77,  // 201: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
+	79,  // 202: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
+	94,  // 203: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
+	97,  // 204: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
+	100, // 205: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
+	102, // 206: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
+	104, // 207: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
+	106, // 208: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
+	110, // 209: cronoq.v1.AclService.Bootstrap:output_type -> cronoq.v1.AclBootstrapResponse
+	112, // 210: cronoq.v1.AclService.PolicyApply:output_type -> cronoq.v1.AclPolicyApplyResponse
+	114, // 211: cronoq.v1.AclService.PolicyList:output_type -> cronoq.v1.AclPolicyListResponse
+	116, // 212: cronoq.v1.AclService.PolicyGet:output_type -> cronoq.v1.AclPolicyGetResponse
+	118, // 213: cronoq.v1.AclService.PolicyDelete:output_type -> cronoq.v1.AclPolicyDeleteResponse
+	120, // 214: cronoq.v1.AclService.TokenCreate:output_type -> cronoq.v1.AclTokenCreateResponse
+	122, // 215: cronoq.v1.AclService.TokenList:output_type -> cronoq.v1.AclTokenListResponse
+	124, // 216: cronoq.v1.AclService.TokenRevoke:output_type -> cronoq.v1.AclTokenRevokeResponse
+	126, // 217: cronoq.v1.AclService.TokenSelf:output_type -> cronoq.v1.AclTokenSelfResponse
+	177, // [177:218] is the sub-list for method output_type
+	136, // [136:177] is the sub-list for method input_type
+	136, // [136:136] is the sub-list for extension type_name
+	136, // [136:136] is the sub-list for extension extendee
+	0,   // [0:136] is the sub-list for field type_name
 }
 
 func init() { file_cronoq_v1_cronoq_proto_init() }
@@ -7701,9 +8772,9 @@ func file_cronoq_v1_cronoq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronoq_v1_cronoq_proto_rawDesc), len(file_cronoq_v1_cronoq_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   104,
+			NumMessages:   124,
 			NumExtensions: 0,
-			NumServices:   6,
+			NumServices:   7,
 		},
 		GoTypes:           file_cronoq_v1_cronoq_proto_goTypes,
 		DependencyIndexes: file_cronoq_v1_cronoq_proto_depIdxs,

@@ -66,6 +66,7 @@ type agentConfig struct {
 	logLevel         string
 	leaveOnTerminate bool
 	enableDebug      bool
+	acl              bool
 
 	maxPayload      int
 	maxOutput       int
@@ -174,6 +175,7 @@ func agentFlags(c *cmd, cfg *agentConfig) {
 	fs.Var(enumValue{&cfg.logLevel, []string{"trace", "debug", "info", "warn", "error"}}, "log-level", "log `LEVEL`: trace, debug, info, warn or error")
 	fs.BoolVar(&cfg.leaveOnTerminate, "leave-on-terminate", cfg.leaveOnTerminate, "leave the cluster (gossip and raft configuration) on SIGINT/SIGTERM")
 	fs.BoolVar(&cfg.enableDebug, "enable-debug", cfg.enableDebug, "serve Go's profiler under /debug/pprof/ on the HTTP address")
+	fs.BoolVar(&cfg.acl, "acl", cfg.acl, "enable ACLs: every call needs a token whose policies allow it (see cronoq acl)")
 	fs.Var(sizeValue{&cfg.maxPayload}, "max-payload", "largest task payload, `SIZE`; larger submits are refused")
 	fs.Var(sizeValue{&cfg.maxOutput}, "max-output", "largest task output, `SIZE`; a larger output fails the attempt permanently")
 	fs.Var(sizeValue{&cfg.writeQueueLimit}, "write-queue-limit", "write path threshold, `SIZE` of changes waiting for the log past which submits are refused as overloaded (with a retry-after hint) and health says the write path is saturated, until half of it drains")
@@ -312,6 +314,7 @@ type fileConfig struct {
 	LogLevel         *string  `hcl:"log_level,optional"`
 	LeaveOnTerminate *bool    `hcl:"leave_on_terminate,optional"`
 	EnableDebug      *bool    `hcl:"enable_debug,optional"`
+	ACL              *bool    `hcl:"acl,optional"`
 	MaxPayload       *string  `hcl:"max_payload,optional"`
 	MaxOutput        *string  `hcl:"max_output,optional"`
 	WriteQueueLimit  *string  `hcl:"write_queue_limit,optional"`
@@ -727,6 +730,7 @@ func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 		MaxPayload:      cfg.maxPayload,
 		MaxOutput:       cfg.maxOutput,
 		EnableDebug:     cfg.enableDebug,
+		ACLs:            cfg.acl,
 	})
 	if err == nil {
 		err = srv.Start(ctx)

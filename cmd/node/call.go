@@ -22,6 +22,9 @@ func (cf *clientFlags) connect(logger hclog.Logger) (*client.Client, error) {
 		return nil, err
 	}
 	opts := []client.Option{}
+	if cf.token != "" {
+		opts = append(opts, client.WithToken(cf.token))
+	}
 	if logger != nil {
 		opts = append(opts, client.WithLogger(logger))
 	}

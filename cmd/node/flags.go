@@ -200,6 +200,7 @@ func endedWithTerminator(fs *flag.FlagSet, parsed []string) bool {
 // clientFlags are the flags every client command takes.
 type clientFlags struct {
 	addr       string
+	token      string
 	out        *outputFlag
 	rpcTimeout time.Duration
 }
@@ -226,6 +227,8 @@ func (c *cmd) addrFlags() *clientFlags {
 	}
 	c.fs.StringVar(&cf.addr, "addr", def,
 		"API `addresses` (HOST:PORT, comma-separated) of one or more nodes; env CRONOQ_ADDR")
+	c.fs.StringVar(&cf.token, "token", os.Getenv("CRONOQ_TOKEN"),
+		"ACL token `SECRET` the calls carry (default: none, the anonymous policy applies); env CRONOQ_TOKEN")
 	cf.out = c.outputFlag()
 	return cf
 }

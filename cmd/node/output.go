@@ -67,6 +67,8 @@ type taskJSON struct {
 	// BlocksLane: it ended without succeeding under its pool's ordering
 	// policy block, and its lane waits until it is deleted.
 	BlocksLane bool `json:"blocks_lane,omitempty"`
+	// Principal: the accessor of the ACL token that submitted it.
+	Principal string `json:"principal,omitempty"`
 }
 
 func newTaskJSON(t *client.Task) taskJSON {
@@ -94,6 +96,7 @@ func newTaskJSON(t *client.Task) taskJSON {
 		Step:             t.Step,
 		Parent:           t.Parent,
 		BlocksLane:       t.BlocksLane,
+		Principal:        t.Principal,
 	}
 	j.Output, j.OutputBase64 = textOrBase64(t.Output)
 	return j

@@ -62,6 +62,8 @@ type Core struct {
 	wfWaiting map[ReqID]*workflow  // workflow result waiters
 	wfSettle  []*workflow          // workflows whose last live member ended in this step
 
+	acl aclState // the replicated ACL objects, as far as changes to them need
+
 	shutdown bool
 	out      Output
 	// Emptied slices of earlier outputs handed back by Recycle, reused by
@@ -267,6 +269,7 @@ func newCore(cfg Config, epoch uint64) (*Core, error) {
 		epoch:       epoch,
 		rng:         splitmix64{s: cfg.Seed},
 		ids:         idGen{epoch: uint32(epoch)},
+		acl:         newACLState(),
 		tasks:       make(map[string]*task),
 		keys:        make(map[string]*task),
 		leases:      make(map[uint64]*task),

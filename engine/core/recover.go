@@ -15,6 +15,7 @@ type Source interface {
 	EachSchedule(fn func(*fsm.Schedule) bool)
 	EachWorkflow(fn func(*fsm.Workflow) bool)
 	EachPool(fn func(*fsm.Pool) bool)
+	ACLSource
 }
 
 // Recover rebuilds a core for a new epoch from the durable state, as a new
@@ -36,6 +37,7 @@ func Recover(cfg Config, src Source, epoch uint64, now time.Time) (*Core, error)
 		return nil, err
 	}
 	c.now = fsm.InstantOf(now)
+	c.recoverACL(src)
 	// Pool settings first: a pool's tasks are filed under its settings.
 	src.EachPool(func(rec *fsm.Pool) bool {
 		c.poolRecs[rec.Name] = rec.Clone() // GlobalPool's too: the global bounds

@@ -18,13 +18,14 @@ var Layers = []Layer{
 	{Pkg: "cluster/...", May: []string{"fsm", "engine/...", "metrics"}},
 	// The API server reaches the engine only through the cluster, and of
 	// the state it reads only.
-	{Pkg: "transport/...", May: []string{"api/...", "cluster", "fsm", "metrics"}, Names: map[string][]string{
+	{Pkg: "transport/...", May: []string{"acl", "api/...", "cluster", "fsm", "metrics"}, Names: map[string][]string{
 		"fsm": {
 			"Reader", "Task", "Schedule", "Template", "KV", "Backoff", "Instant", "InstantOf",
 			"Status", "Status*", "AllStatuses", "Priority", "Priority*", "Overlap*", "CatchUp*",
 			"ListQuery", "PoolCounts",
 			"Workflow", "WorkflowStatus", "WorkflowQuery", "StepTemplate", "DepPolicy", "DepSucceeded", "DepDone",
 			"Keys", "KindSettings", "Overflow*", "Ordering*", "Parse*",
+			"ACLToken", "ACLPolicy", "DelACL", "AnonymousPolicy",
 		},
 	}},
 	// The wire contract stands alone.
@@ -33,8 +34,9 @@ var Layers = []Layer{
 	{Pkg: "client/...", May: []string{"api/..."}},
 	{Pkg: "execworker/...", May: []string{"client"}},
 	{Pkg: "jepsen/...", May: []string{"api/...", "client"}},
-	// A leaf that others feed.
+	// Leaves that others feed or ask.
 	{Pkg: "metrics/..."},
+	{Pkg: "acl/..."},
 	{Pkg: "internal/lint"},
 	// The composition root and the test harness may wire anything.
 	{Pkg: "cmd/...", May: []string{"..."}},

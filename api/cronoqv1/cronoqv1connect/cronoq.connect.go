@@ -37,6 +37,8 @@ const (
 	WorkerServiceName = "cronoq.v1.WorkerService"
 	// OperatorServiceName is the fully-qualified name of the OperatorService service.
 	OperatorServiceName = "cronoq.v1.OperatorService"
+	// AclServiceName is the fully-qualified name of the AclService service.
+	AclServiceName = "cronoq.v1.AclService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -113,6 +115,24 @@ const (
 	OperatorServiceTransferLeadershipProcedure = "/cronoq.v1.OperatorService/TransferLeadership"
 	// OperatorServiceHealthProcedure is the fully-qualified name of the OperatorService's Health RPC.
 	OperatorServiceHealthProcedure = "/cronoq.v1.OperatorService/Health"
+	// AclServiceBootstrapProcedure is the fully-qualified name of the AclService's Bootstrap RPC.
+	AclServiceBootstrapProcedure = "/cronoq.v1.AclService/Bootstrap"
+	// AclServicePolicyApplyProcedure is the fully-qualified name of the AclService's PolicyApply RPC.
+	AclServicePolicyApplyProcedure = "/cronoq.v1.AclService/PolicyApply"
+	// AclServicePolicyListProcedure is the fully-qualified name of the AclService's PolicyList RPC.
+	AclServicePolicyListProcedure = "/cronoq.v1.AclService/PolicyList"
+	// AclServicePolicyGetProcedure is the fully-qualified name of the AclService's PolicyGet RPC.
+	AclServicePolicyGetProcedure = "/cronoq.v1.AclService/PolicyGet"
+	// AclServicePolicyDeleteProcedure is the fully-qualified name of the AclService's PolicyDelete RPC.
+	AclServicePolicyDeleteProcedure = "/cronoq.v1.AclService/PolicyDelete"
+	// AclServiceTokenCreateProcedure is the fully-qualified name of the AclService's TokenCreate RPC.
+	AclServiceTokenCreateProcedure = "/cronoq.v1.AclService/TokenCreate"
+	// AclServiceTokenListProcedure is the fully-qualified name of the AclService's TokenList RPC.
+	AclServiceTokenListProcedure = "/cronoq.v1.AclService/TokenList"
+	// AclServiceTokenRevokeProcedure is the fully-qualified name of the AclService's TokenRevoke RPC.
+	AclServiceTokenRevokeProcedure = "/cronoq.v1.AclService/TokenRevoke"
+	// AclServiceTokenSelfProcedure is the fully-qualified name of the AclService's TokenSelf RPC.
+	AclServiceTokenSelfProcedure = "/cronoq.v1.AclService/TokenSelf"
 )
 
 // TaskServiceClient is a client for the cronoq.v1.TaskService service.
@@ -1211,4 +1231,282 @@ func (UnimplementedOperatorServiceHandler) TransferLeadership(context.Context, *
 
 func (UnimplementedOperatorServiceHandler) Health(context.Context, *connect.Request[cronoqv1.HealthRequest]) (*connect.Response[cronoqv1.HealthResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.OperatorService.Health is not implemented"))
+}
+
+// AclServiceClient is a client for the cronoq.v1.AclService service.
+type AclServiceClient interface {
+	Bootstrap(context.Context, *connect.Request[cronoqv1.AclBootstrapRequest]) (*connect.Response[cronoqv1.AclBootstrapResponse], error)
+	PolicyApply(context.Context, *connect.Request[cronoqv1.AclPolicyApplyRequest]) (*connect.Response[cronoqv1.AclPolicyApplyResponse], error)
+	PolicyList(context.Context, *connect.Request[cronoqv1.AclPolicyListRequest]) (*connect.Response[cronoqv1.AclPolicyListResponse], error)
+	PolicyGet(context.Context, *connect.Request[cronoqv1.AclPolicyGetRequest]) (*connect.Response[cronoqv1.AclPolicyGetResponse], error)
+	PolicyDelete(context.Context, *connect.Request[cronoqv1.AclPolicyDeleteRequest]) (*connect.Response[cronoqv1.AclPolicyDeleteResponse], error)
+	TokenCreate(context.Context, *connect.Request[cronoqv1.AclTokenCreateRequest]) (*connect.Response[cronoqv1.AclTokenCreateResponse], error)
+	TokenList(context.Context, *connect.Request[cronoqv1.AclTokenListRequest]) (*connect.Response[cronoqv1.AclTokenListResponse], error)
+	TokenRevoke(context.Context, *connect.Request[cronoqv1.AclTokenRevokeRequest]) (*connect.Response[cronoqv1.AclTokenRevokeResponse], error)
+	TokenSelf(context.Context, *connect.Request[cronoqv1.AclTokenSelfRequest]) (*connect.Response[cronoqv1.AclTokenSelfResponse], error)
+}
+
+// NewAclServiceClient constructs a client for the cronoq.v1.AclService service. By default, it uses
+// the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and sends
+// uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC() or
+// connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewAclServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) AclServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	aclServiceMethods := cronoqv1.File_cronoq_v1_cronoq_proto.Services().ByName("AclService").Methods()
+	return &aclServiceClient{
+		bootstrap: connect.NewClient[cronoqv1.AclBootstrapRequest, cronoqv1.AclBootstrapResponse](
+			httpClient,
+			baseURL+AclServiceBootstrapProcedure,
+			connect.WithSchema(aclServiceMethods.ByName("Bootstrap")),
+			connect.WithClientOptions(opts...),
+		),
+		policyApply: connect.NewClient[cronoqv1.AclPolicyApplyRequest, cronoqv1.AclPolicyApplyResponse](
+			httpClient,
+			baseURL+AclServicePolicyApplyProcedure,
+			connect.WithSchema(aclServiceMethods.ByName("PolicyApply")),
+			connect.WithClientOptions(opts...),
+		),
+		policyList: connect.NewClient[cronoqv1.AclPolicyListRequest, cronoqv1.AclPolicyListResponse](
+			httpClient,
+			baseURL+AclServicePolicyListProcedure,
+			connect.WithSchema(aclServiceMethods.ByName("PolicyList")),
+			connect.WithClientOptions(opts...),
+		),
+		policyGet: connect.NewClient[cronoqv1.AclPolicyGetRequest, cronoqv1.AclPolicyGetResponse](
+			httpClient,
+			baseURL+AclServicePolicyGetProcedure,
+			connect.WithSchema(aclServiceMethods.ByName("PolicyGet")),
+			connect.WithClientOptions(opts...),
+		),
+		policyDelete: connect.NewClient[cronoqv1.AclPolicyDeleteRequest, cronoqv1.AclPolicyDeleteResponse](
+			httpClient,
+			baseURL+AclServicePolicyDeleteProcedure,
+			connect.WithSchema(aclServiceMethods.ByName("PolicyDelete")),
+			connect.WithClientOptions(opts...),
+		),
+		tokenCreate: connect.NewClient[cronoqv1.AclTokenCreateRequest, cronoqv1.AclTokenCreateResponse](
+			httpClient,
+			baseURL+AclServiceTokenCreateProcedure,
+			connect.WithSchema(aclServiceMethods.ByName("TokenCreate")),
+			connect.WithClientOptions(opts...),
+		),
+		tokenList: connect.NewClient[cronoqv1.AclTokenListRequest, cronoqv1.AclTokenListResponse](
+			httpClient,
+			baseURL+AclServiceTokenListProcedure,
+			connect.WithSchema(aclServiceMethods.ByName("TokenList")),
+			connect.WithClientOptions(opts...),
+		),
+		tokenRevoke: connect.NewClient[cronoqv1.AclTokenRevokeRequest, cronoqv1.AclTokenRevokeResponse](
+			httpClient,
+			baseURL+AclServiceTokenRevokeProcedure,
+			connect.WithSchema(aclServiceMethods.ByName("TokenRevoke")),
+			connect.WithClientOptions(opts...),
+		),
+		tokenSelf: connect.NewClient[cronoqv1.AclTokenSelfRequest, cronoqv1.AclTokenSelfResponse](
+			httpClient,
+			baseURL+AclServiceTokenSelfProcedure,
+			connect.WithSchema(aclServiceMethods.ByName("TokenSelf")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// aclServiceClient implements AclServiceClient.
+type aclServiceClient struct {
+	bootstrap    *connect.Client[cronoqv1.AclBootstrapRequest, cronoqv1.AclBootstrapResponse]
+	policyApply  *connect.Client[cronoqv1.AclPolicyApplyRequest, cronoqv1.AclPolicyApplyResponse]
+	policyList   *connect.Client[cronoqv1.AclPolicyListRequest, cronoqv1.AclPolicyListResponse]
+	policyGet    *connect.Client[cronoqv1.AclPolicyGetRequest, cronoqv1.AclPolicyGetResponse]
+	policyDelete *connect.Client[cronoqv1.AclPolicyDeleteRequest, cronoqv1.AclPolicyDeleteResponse]
+	tokenCreate  *connect.Client[cronoqv1.AclTokenCreateRequest, cronoqv1.AclTokenCreateResponse]
+	tokenList    *connect.Client[cronoqv1.AclTokenListRequest, cronoqv1.AclTokenListResponse]
+	tokenRevoke  *connect.Client[cronoqv1.AclTokenRevokeRequest, cronoqv1.AclTokenRevokeResponse]
+	tokenSelf    *connect.Client[cronoqv1.AclTokenSelfRequest, cronoqv1.AclTokenSelfResponse]
+}
+
+// Bootstrap calls cronoq.v1.AclService.Bootstrap.
+func (c *aclServiceClient) Bootstrap(ctx context.Context, req *connect.Request[cronoqv1.AclBootstrapRequest]) (*connect.Response[cronoqv1.AclBootstrapResponse], error) {
+	return c.bootstrap.CallUnary(ctx, req)
+}
+
+// PolicyApply calls cronoq.v1.AclService.PolicyApply.
+func (c *aclServiceClient) PolicyApply(ctx context.Context, req *connect.Request[cronoqv1.AclPolicyApplyRequest]) (*connect.Response[cronoqv1.AclPolicyApplyResponse], error) {
+	return c.policyApply.CallUnary(ctx, req)
+}
+
+// PolicyList calls cronoq.v1.AclService.PolicyList.
+func (c *aclServiceClient) PolicyList(ctx context.Context, req *connect.Request[cronoqv1.AclPolicyListRequest]) (*connect.Response[cronoqv1.AclPolicyListResponse], error) {
+	return c.policyList.CallUnary(ctx, req)
+}
+
+// PolicyGet calls cronoq.v1.AclService.PolicyGet.
+func (c *aclServiceClient) PolicyGet(ctx context.Context, req *connect.Request[cronoqv1.AclPolicyGetRequest]) (*connect.Response[cronoqv1.AclPolicyGetResponse], error) {
+	return c.policyGet.CallUnary(ctx, req)
+}
+
+// PolicyDelete calls cronoq.v1.AclService.PolicyDelete.
+func (c *aclServiceClient) PolicyDelete(ctx context.Context, req *connect.Request[cronoqv1.AclPolicyDeleteRequest]) (*connect.Response[cronoqv1.AclPolicyDeleteResponse], error) {
+	return c.policyDelete.CallUnary(ctx, req)
+}
+
+// TokenCreate calls cronoq.v1.AclService.TokenCreate.
+func (c *aclServiceClient) TokenCreate(ctx context.Context, req *connect.Request[cronoqv1.AclTokenCreateRequest]) (*connect.Response[cronoqv1.AclTokenCreateResponse], error) {
+	return c.tokenCreate.CallUnary(ctx, req)
+}
+
+// TokenList calls cronoq.v1.AclService.TokenList.
+func (c *aclServiceClient) TokenList(ctx context.Context, req *connect.Request[cronoqv1.AclTokenListRequest]) (*connect.Response[cronoqv1.AclTokenListResponse], error) {
+	return c.tokenList.CallUnary(ctx, req)
+}
+
+// TokenRevoke calls cronoq.v1.AclService.TokenRevoke.
+func (c *aclServiceClient) TokenRevoke(ctx context.Context, req *connect.Request[cronoqv1.AclTokenRevokeRequest]) (*connect.Response[cronoqv1.AclTokenRevokeResponse], error) {
+	return c.tokenRevoke.CallUnary(ctx, req)
+}
+
+// TokenSelf calls cronoq.v1.AclService.TokenSelf.
+func (c *aclServiceClient) TokenSelf(ctx context.Context, req *connect.Request[cronoqv1.AclTokenSelfRequest]) (*connect.Response[cronoqv1.AclTokenSelfResponse], error) {
+	return c.tokenSelf.CallUnary(ctx, req)
+}
+
+// AclServiceHandler is an implementation of the cronoq.v1.AclService service.
+type AclServiceHandler interface {
+	Bootstrap(context.Context, *connect.Request[cronoqv1.AclBootstrapRequest]) (*connect.Response[cronoqv1.AclBootstrapResponse], error)
+	PolicyApply(context.Context, *connect.Request[cronoqv1.AclPolicyApplyRequest]) (*connect.Response[cronoqv1.AclPolicyApplyResponse], error)
+	PolicyList(context.Context, *connect.Request[cronoqv1.AclPolicyListRequest]) (*connect.Response[cronoqv1.AclPolicyListResponse], error)
+	PolicyGet(context.Context, *connect.Request[cronoqv1.AclPolicyGetRequest]) (*connect.Response[cronoqv1.AclPolicyGetResponse], error)
+	PolicyDelete(context.Context, *connect.Request[cronoqv1.AclPolicyDeleteRequest]) (*connect.Response[cronoqv1.AclPolicyDeleteResponse], error)
+	TokenCreate(context.Context, *connect.Request[cronoqv1.AclTokenCreateRequest]) (*connect.Response[cronoqv1.AclTokenCreateResponse], error)
+	TokenList(context.Context, *connect.Request[cronoqv1.AclTokenListRequest]) (*connect.Response[cronoqv1.AclTokenListResponse], error)
+	TokenRevoke(context.Context, *connect.Request[cronoqv1.AclTokenRevokeRequest]) (*connect.Response[cronoqv1.AclTokenRevokeResponse], error)
+	TokenSelf(context.Context, *connect.Request[cronoqv1.AclTokenSelfRequest]) (*connect.Response[cronoqv1.AclTokenSelfResponse], error)
+}
+
+// NewAclServiceHandler builds an HTTP handler from the service implementation. It returns the path
+// on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewAclServiceHandler(svc AclServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	aclServiceMethods := cronoqv1.File_cronoq_v1_cronoq_proto.Services().ByName("AclService").Methods()
+	aclServiceBootstrapHandler := connect.NewUnaryHandler(
+		AclServiceBootstrapProcedure,
+		svc.Bootstrap,
+		connect.WithSchema(aclServiceMethods.ByName("Bootstrap")),
+		connect.WithHandlerOptions(opts...),
+	)
+	aclServicePolicyApplyHandler := connect.NewUnaryHandler(
+		AclServicePolicyApplyProcedure,
+		svc.PolicyApply,
+		connect.WithSchema(aclServiceMethods.ByName("PolicyApply")),
+		connect.WithHandlerOptions(opts...),
+	)
+	aclServicePolicyListHandler := connect.NewUnaryHandler(
+		AclServicePolicyListProcedure,
+		svc.PolicyList,
+		connect.WithSchema(aclServiceMethods.ByName("PolicyList")),
+		connect.WithHandlerOptions(opts...),
+	)
+	aclServicePolicyGetHandler := connect.NewUnaryHandler(
+		AclServicePolicyGetProcedure,
+		svc.PolicyGet,
+		connect.WithSchema(aclServiceMethods.ByName("PolicyGet")),
+		connect.WithHandlerOptions(opts...),
+	)
+	aclServicePolicyDeleteHandler := connect.NewUnaryHandler(
+		AclServicePolicyDeleteProcedure,
+		svc.PolicyDelete,
+		connect.WithSchema(aclServiceMethods.ByName("PolicyDelete")),
+		connect.WithHandlerOptions(opts...),
+	)
+	aclServiceTokenCreateHandler := connect.NewUnaryHandler(
+		AclServiceTokenCreateProcedure,
+		svc.TokenCreate,
+		connect.WithSchema(aclServiceMethods.ByName("TokenCreate")),
+		connect.WithHandlerOptions(opts...),
+	)
+	aclServiceTokenListHandler := connect.NewUnaryHandler(
+		AclServiceTokenListProcedure,
+		svc.TokenList,
+		connect.WithSchema(aclServiceMethods.ByName("TokenList")),
+		connect.WithHandlerOptions(opts...),
+	)
+	aclServiceTokenRevokeHandler := connect.NewUnaryHandler(
+		AclServiceTokenRevokeProcedure,
+		svc.TokenRevoke,
+		connect.WithSchema(aclServiceMethods.ByName("TokenRevoke")),
+		connect.WithHandlerOptions(opts...),
+	)
+	aclServiceTokenSelfHandler := connect.NewUnaryHandler(
+		AclServiceTokenSelfProcedure,
+		svc.TokenSelf,
+		connect.WithSchema(aclServiceMethods.ByName("TokenSelf")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/cronoq.v1.AclService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case AclServiceBootstrapProcedure:
+			aclServiceBootstrapHandler.ServeHTTP(w, r)
+		case AclServicePolicyApplyProcedure:
+			aclServicePolicyApplyHandler.ServeHTTP(w, r)
+		case AclServicePolicyListProcedure:
+			aclServicePolicyListHandler.ServeHTTP(w, r)
+		case AclServicePolicyGetProcedure:
+			aclServicePolicyGetHandler.ServeHTTP(w, r)
+		case AclServicePolicyDeleteProcedure:
+			aclServicePolicyDeleteHandler.ServeHTTP(w, r)
+		case AclServiceTokenCreateProcedure:
+			aclServiceTokenCreateHandler.ServeHTTP(w, r)
+		case AclServiceTokenListProcedure:
+			aclServiceTokenListHandler.ServeHTTP(w, r)
+		case AclServiceTokenRevokeProcedure:
+			aclServiceTokenRevokeHandler.ServeHTTP(w, r)
+		case AclServiceTokenSelfProcedure:
+			aclServiceTokenSelfHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedAclServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedAclServiceHandler struct{}
+
+func (UnimplementedAclServiceHandler) Bootstrap(context.Context, *connect.Request[cronoqv1.AclBootstrapRequest]) (*connect.Response[cronoqv1.AclBootstrapResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.AclService.Bootstrap is not implemented"))
+}
+
+func (UnimplementedAclServiceHandler) PolicyApply(context.Context, *connect.Request[cronoqv1.AclPolicyApplyRequest]) (*connect.Response[cronoqv1.AclPolicyApplyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.AclService.PolicyApply is not implemented"))
+}
+
+func (UnimplementedAclServiceHandler) PolicyList(context.Context, *connect.Request[cronoqv1.AclPolicyListRequest]) (*connect.Response[cronoqv1.AclPolicyListResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.AclService.PolicyList is not implemented"))
+}
+
+func (UnimplementedAclServiceHandler) PolicyGet(context.Context, *connect.Request[cronoqv1.AclPolicyGetRequest]) (*connect.Response[cronoqv1.AclPolicyGetResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.AclService.PolicyGet is not implemented"))
+}
+
+func (UnimplementedAclServiceHandler) PolicyDelete(context.Context, *connect.Request[cronoqv1.AclPolicyDeleteRequest]) (*connect.Response[cronoqv1.AclPolicyDeleteResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.AclService.PolicyDelete is not implemented"))
+}
+
+func (UnimplementedAclServiceHandler) TokenCreate(context.Context, *connect.Request[cronoqv1.AclTokenCreateRequest]) (*connect.Response[cronoqv1.AclTokenCreateResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.AclService.TokenCreate is not implemented"))
+}
+
+func (UnimplementedAclServiceHandler) TokenList(context.Context, *connect.Request[cronoqv1.AclTokenListRequest]) (*connect.Response[cronoqv1.AclTokenListResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.AclService.TokenList is not implemented"))
+}
+
+func (UnimplementedAclServiceHandler) TokenRevoke(context.Context, *connect.Request[cronoqv1.AclTokenRevokeRequest]) (*connect.Response[cronoqv1.AclTokenRevokeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.AclService.TokenRevoke is not implemented"))
+}
+
+func (UnimplementedAclServiceHandler) TokenSelf(context.Context, *connect.Request[cronoqv1.AclTokenSelfRequest]) (*connect.Response[cronoqv1.AclTokenSelfResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.AclService.TokenSelf is not implemented"))
 }
