@@ -84,8 +84,8 @@ var gates = map[string]gate{
 
 	cronoqv1connect.WorkerServiceConnectProcedure: {gatePool, acl.Work},
 
-	cronoqv1connect.OperatorServiceMembersProcedure:            {gateOperator, acl.Read},
-	cronoqv1connect.OperatorServicePeersProcedure:              {gateOperator, acl.Read},
+	cronoqv1connect.OperatorServiceMembersProcedure: {gateOperator, acl.Read},
+	cronoqv1connect.OperatorServicePeersProcedure:   {gateOperator, acl.Read},
 	// Health says what GET /v1/health says, which needs no token.
 	cronoqv1connect.OperatorServiceHealthProcedure:             {gateOpen, acl.None},
 	cronoqv1connect.OperatorServiceRemovePeerProcedure:         {gateOperator, acl.Write},
