@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/sha256"
+	"errors"
 
 	"github.com/cronoq/cronoq/engine"
 	"github.com/cronoq/cronoq/engine/core"
@@ -44,4 +46,29 @@ type ACLReader interface {
 	ACLToken(accessor string) (*fsm.ACLToken, bool)
 	ACLTokenBySecret(hash [32]byte) (*fsm.ACLToken, bool)
 	ACLTokens() []*fsm.ACLToken
+}
+
+// initialManagement bootstraps ACLs with the configured initial management
+// token while the replicated state says they never were. A failure (a
+// server too old for ACLs, a lost term) is logged and tried again on the
+// next round of the leader loop.
+func (n *Node) initialManagement(ctx context.Context, eng *engine.Engine) {
+	secret := n.cfg.ACLInitialManagement
+	if secret == "" || eng == nil || n.state.ACLBootstrapIndex() != 0 {
+		return
+	}
+	accessor, err := generateNodeID()
+	if err != nil {
+		n.logger.Warn("making the initial management token", "error", err)
+		return
+	}
+	h := sha256.Sum256([]byte(secret))
+	tok := fsm.ACLToken{Accessor: accessor, SecretHash: h[:], Name: "initial management token"}
+	if _, err := eng.ACLBootstrap(ctx, tok); err != nil {
+		if !errors.Is(err, core.ErrACLBootstrapped) {
+			n.logger.Warn("making the initial management token", "error", err)
+		}
+		return
+	}
+	n.logger.Info("ACLs bootstrapped with the initial management token", "accessor", accessor)
 }

@@ -130,6 +130,11 @@ type Config struct {
 	// Logger is the root logger; raft, memberlist and the engine log
 	// through named sub-loggers. Default: hclog.Default().
 	Logger hclog.Logger
+	// ACLInitialManagement, when set, is the secret of a management token
+	// the leader makes if ACLs were never bootstrapped (Consul's
+	// initial_management): a cluster can then be set up without the
+	// bootstrap call. Set the same on every server.
+	ACLInitialManagement string
 	// NoSync skips fsync in the raft log store. Tests only: it loses
 	// acknowledged writes on a crash.
 	NoSync bool

@@ -120,6 +120,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 			n.loops.reconcile.ok()
 		}
 		version.sync(ctx, n, eng)
+		n.initialManagement(ctx, eng)
 
 		select {
 		case <-ctx.Done():

@@ -67,6 +67,7 @@ type agentConfig struct {
 	leaveOnTerminate bool
 	enableDebug      bool
 	acl              bool
+	aclInitialMgmt   string
 
 	maxPayload      int
 	maxOutput       int
@@ -102,6 +103,7 @@ func defaultAgentConfig() agentConfig {
 		maxPayload:      d.MaxPayload,
 		maxOutput:       d.MaxOutput,
 		writeQueueLimit: engine.DefaultMaxQueuedBytes,
+		aclInitialMgmt:  os.Getenv("CRONOQ_ACL_INITIAL_MANAGEMENT"),
 		heartbeatWindow: d.HeartbeatWindow,
 		retention:       d.Retention,
 		maxAttempts:     int(d.MaxAttempts),
@@ -176,6 +178,8 @@ func agentFlags(c *cmd, cfg *agentConfig) {
 	fs.BoolVar(&cfg.leaveOnTerminate, "leave-on-terminate", cfg.leaveOnTerminate, "leave the cluster (gossip and raft configuration) on SIGINT/SIGTERM")
 	fs.BoolVar(&cfg.enableDebug, "enable-debug", cfg.enableDebug, "serve Go's profiler under /debug/pprof/ on the HTTP address")
 	fs.BoolVar(&cfg.acl, "acl", cfg.acl, "enable ACLs: every call needs a token whose policies allow it (see cronoq acl)")
+	fs.StringVar(&cfg.aclInitialMgmt, "acl-initial-management", cfg.aclInitialMgmt,
+		"with -acl (ignored without): make a management token with `SECRET` if ACLs were never bootstrapped (the same on every server); env CRONOQ_ACL_INITIAL_MANAGEMENT")
 	fs.Var(sizeValue{&cfg.maxPayload}, "max-payload", "largest task payload, `SIZE`; larger submits are refused")
 	fs.Var(sizeValue{&cfg.maxOutput}, "max-output", "largest task output, `SIZE`; a larger output fails the attempt permanently")
 	fs.Var(sizeValue{&cfg.writeQueueLimit}, "write-queue-limit", "write path threshold, `SIZE` of changes waiting for the log past which submits are refused as overloaded (with a retry-after hint) and health says the write path is saturated, until half of it drains")
@@ -315,6 +319,7 @@ type fileConfig struct {
 	LeaveOnTerminate *bool    `hcl:"leave_on_terminate,optional"`
 	EnableDebug      *bool    `hcl:"enable_debug,optional"`
 	ACL              *bool    `hcl:"acl,optional"`
+	ACLInitialMgmt   *string  `hcl:"acl_initial_management,optional"`
 	MaxPayload       *string  `hcl:"max_payload,optional"`
 	MaxOutput        *string  `hcl:"max_output,optional"`
 	WriteQueueLimit  *string  `hcl:"write_queue_limit,optional"`
@@ -635,6 +640,9 @@ func (cfg *agentConfig) clusterConfig(advertise string, root hclog.Logger) clust
 		Join:             cfg.join,
 		LeaveOnTerminate: cfg.leaveOnTerminate,
 		Logger:           root,
+	}
+	if cfg.acl {
+		c.ACLInitialManagement = cfg.aclInitialMgmt
 	}
 	c.Engine.Core = cfg.engineConfig()
 	c.Engine.MaxQueuedBytes = cfg.writeQueueLimit
