@@ -1,6 +1,7 @@
 package core
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -374,6 +375,15 @@ func (h *harness) fmtMutation(m fsm.Mutation) string {
 		return fmt.Sprintf("admit %s %s", h.name(m.Admit.ID), m.Admit.Status)
 	case m.PutPool != nil:
 		return "put-pool " + fmtPoolRecord(m.PutPool)
+	case m.PutACLPolicy != nil:
+		return fmt.Sprintf("put-acl-policy %s rules=%q", m.PutACLPolicy.Name, m.PutACLPolicy.Rules)
+	case m.PutACLToken != nil:
+		return "put-acl-token " + fmtACLToken(*m.PutACLToken)
+	case m.DelACL != nil:
+		if m.DelACL.Policy != "" {
+			return "del-acl policy=" + m.DelACL.Policy
+		}
+		return "del-acl token=" + m.DelACL.Token
 	case m.Unblock != nil:
 		return fmt.Sprintf("unblock %s", h.name(m.Unblock.ID))
 	case m.PutWorkflow != nil:
@@ -544,12 +554,18 @@ func (h *harness) fmtReply(r Reply) string {
 		return fmt.Sprintf("%s task=%s deleted=%t", s, h.name(v.ID), v.Deleted)
 	case fsm.KindSettings:
 		return s + " " + fmtKind(v)
+	case fsm.ACLToken:
+		return s + " " + fmtACLToken(v)
+	case fsm.ACLPolicy:
+		return s + " policy " + v.Name
 	case fsm.Instant:
 		if v != 0 {
 			return s + " next-fire=" + fmtAt(v)
 		}
 	case bool:
 		switch cmd := h.reqCmds[r.Req]; {
+		case v && cmd == "acl-delete":
+			return s + " deleted"
 		case v && cmd == "schedule-rm":
 			return s + " removed"
 		case v:
@@ -898,6 +914,33 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return out
 	case "set-pool":
 		h.core.SetPool(h.now, h.req(d), h.poolChange(d.CmdArgs))
+	case "acl-bootstrap", "acl-token":
+		var tok fsm.ACLToken
+		var secret string
+		d.ScanArgs(t, "accessor", &tok.Accessor)
+		d.ScanArgs(t, "secret", &secret)
+		sum := sha256.Sum256([]byte(secret))
+		tok.SecretHash = sum[:]
+		if d.HasArg("policies") {
+			var ps string
+			d.ScanArgs(t, "policies", &ps)
+			tok.Policies = strings.Split(ps, ",")
+		}
+		if d.Cmd == "acl-bootstrap" {
+			h.core.ACLBootstrap(h.now, h.req(d), tok)
+		} else {
+			h.core.PutACLToken(h.now, h.req(d), tok)
+		}
+	case "acl-policy":
+		var p fsm.ACLPolicy
+		d.ScanArgs(t, "name", &p.Name)
+		p.Rules = strings.TrimSpace(d.Input)
+		h.core.PutACLPolicy(h.now, h.req(d), p)
+	case "acl-delete":
+		var del fsm.DelACL
+		d.MaybeScanArgs(t, "policy", &del.Policy)
+		d.MaybeScanArgs(t, "token", &del.Token)
+		h.core.DeleteACL(h.now, h.req(d), del)
 	case "pools":
 		var lines []string
 		for _, pi := range h.core.Pools() {
@@ -1561,4 +1604,20 @@ func (h *harness) dumpWorkflows() string {
 		return "none"
 	}
 	return b.String()
+}
+
+// fmtACLToken shows a token: its accessor, the start of its secret's hash,
+// its policies and flags.
+func fmtACLToken(t fsm.ACLToken) string {
+	s := fmt.Sprintf("%s hash=%x", t.Accessor, t.SecretHash[:4])
+	if len(t.Policies) > 0 {
+		s += " policies=" + strings.Join(t.Policies, ",")
+	}
+	if t.Management {
+		s += " management"
+	}
+	if t.Bootstrap {
+		s += " bootstrap"
+	}
+	return s
 }
