@@ -142,6 +142,9 @@ type options struct {
 	hold      time.Duration
 	expect    int
 	configure func(i int, cfg *cluster.Config)
+	// aclSecret, when set, turns ACLs on with this initial management
+	// token.
+	aclSecret string
 }
 
 // Option tunes New.
@@ -158,6 +161,10 @@ func Expect(n int) Option { return func(o *options) { o.expect = n } }
 func Configure(fn func(i int, cfg *cluster.Config)) Option {
 	return func(o *options) { o.configure = fn }
 }
+
+// ACLs turns ACLs on for every node, with secret as the initial
+// management token (see Cluster.Client's token).
+func ACLs(secret string) Option { return func(o *options) { o.aclSecret = secret } }
 
 // New starts n nodes that form one cluster: bootstrap-expect n, every node
 // joining all, short test timings, no fsync. With n = 0 it starts none
@@ -196,13 +203,14 @@ func New(t testing.TB, n int, opts ...Option) *Cluster {
 func (c *Cluster) Config(name string) cluster.Config {
 	a := NewAddrs()
 	return cluster.Config{
-		NodeID:     name,
-		DataDir:    filepath.Join(c.base, name),
-		RaftAddr:   a.Raft,
-		GossipAddr: a.Gossip,
-		HTTPAddr:   a.HTTP,
-		NoSync:     true,
-		Logger:     c.logger,
+		NodeID:               name,
+		DataDir:              filepath.Join(c.base, name),
+		RaftAddr:             a.Raft,
+		GossipAddr:           a.Gossip,
+		HTTPAddr:             a.HTTP,
+		NoSync:               true,
+		Logger:               c.logger,
+		ACLInitialManagement: c.opts.aclSecret,
 	}.WithTestTimings()
 }
 
@@ -242,6 +250,7 @@ func (c *Cluster) Start(cfg cluster.Config) *Node {
 		HeartbeatWindow: cfg.Engine.Core.HeartbeatWindow,
 		MaxPayload:      cfg.Engine.Core.MaxPayload,
 		MaxOutput:       cfg.Engine.Core.MaxOutput,
+		ACLs:            c.opts.aclSecret != "",
 	})
 	if err == nil {
 		err = srv.Start(context.Background())
@@ -417,7 +426,11 @@ func (c *Cluster) Client(nodes ...*Node) *client.Client {
 	for _, n := range nodes {
 		addrs = append(addrs, n.Addr())
 	}
-	cl, err := client.New(addrs, client.WithTimeout(5*time.Second), client.WithBackoff(10*time.Millisecond, 200*time.Millisecond))
+	opts := []client.Option{client.WithTimeout(5 * time.Second), client.WithBackoff(10*time.Millisecond, 200*time.Millisecond)}
+	if c.opts.aclSecret != "" {
+		opts = append(opts, client.WithToken(c.opts.aclSecret))
+	}
+	cl, err := client.New(addrs, opts...)
 	require.NoError(c.t, err)
 	c.t.Cleanup(func() { _ = cl.Close() })
 	return cl
