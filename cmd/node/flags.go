@@ -202,6 +202,7 @@ type clientFlags struct {
 	addr       string
 	out        *outputFlag
 	rpcTimeout time.Duration
+	tls        tlsClientFlags
 }
 
 const (
@@ -227,6 +228,7 @@ func (c *cmd) addrFlags() *clientFlags {
 	c.fs.StringVar(&cf.addr, "addr", def,
 		"API `addresses` (HOST:PORT, comma-separated) of one or more nodes; env CRONOQ_ADDR")
 	cf.out = c.outputFlag()
+	c.tlsClientFlags(&cf.tls)
 	return cf
 }
 

@@ -139,9 +139,11 @@ type Cluster struct {
 }
 
 type options struct {
-	hold      time.Duration
-	expect    int
-	configure func(i int, cfg *cluster.Config)
+	hold           time.Duration
+	expect         int
+	configure      func(i int, cfg *cluster.Config)
+	ca             *CA // TLS
+	verifyIncoming bool
 }
 
 // Option tunes New.
@@ -195,7 +197,7 @@ func New(t testing.TB, n int, opts ...Option) *Cluster {
 // fsync, and the test's logger. It joins nothing.
 func (c *Cluster) Config(name string) cluster.Config {
 	a := NewAddrs()
-	return cluster.Config{
+	cfg := cluster.Config{
 		NodeID:     name,
 		DataDir:    filepath.Join(c.base, name),
 		RaftAddr:   a.Raft,
@@ -204,6 +206,10 @@ func (c *Cluster) Config(name string) cluster.Config {
 		NoSync:     true,
 		Logger:     c.logger,
 	}.WithTestTimings()
+	if c.opts.ca != nil {
+		cfg.TLS = c.opts.ca.Reloader(a.IP)
+	}
+	return cfg
 }
 
 // Start starts a node with cfg (whose HTTPAddr is where its API server
@@ -242,6 +248,9 @@ func (c *Cluster) Start(cfg cluster.Config) *Node {
 		HeartbeatWindow: cfg.Engine.Core.HeartbeatWindow,
 		MaxPayload:      cfg.Engine.Core.MaxPayload,
 		MaxOutput:       cfg.Engine.Core.MaxOutput,
+		TLS:             cfg.TLS,
+
+		TLSVerifyIncoming: cfg.TLS != nil && c.opts.verifyIncoming,
 	})
 	if err == nil {
 		err = srv.Start(context.Background())
@@ -417,7 +426,11 @@ func (c *Cluster) Client(nodes ...*Node) *client.Client {
 	for _, n := range nodes {
 		addrs = append(addrs, n.Addr())
 	}
-	cl, err := client.New(addrs, client.WithTimeout(5*time.Second), client.WithBackoff(10*time.Millisecond, 200*time.Millisecond))
+	opts := []client.Option{client.WithTimeout(5 * time.Second), client.WithBackoff(10*time.Millisecond, 200*time.Millisecond)}
+	if c.opts.ca != nil {
+		opts = append(opts, client.WithTLS(c.opts.ca.ClientTLS(true)))
+	}
+	cl, err := client.New(addrs, opts...)
 	require.NoError(c.t, err)
 	c.t.Cleanup(func() { _ = cl.Close() })
 	return cl
