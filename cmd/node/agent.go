@@ -338,11 +338,6 @@ type fileConfig struct {
 	LogLevel         *string  `hcl:"log_level,optional"`
 	LeaveOnTerminate *bool    `hcl:"leave_on_terminate,optional"`
 	EnableDebug      *bool    `hcl:"enable_debug,optional"`
-
-	TLSCA             *string `hcl:"tls_ca,optional"`
-	TLSCert           *string `hcl:"tls_cert,optional"`
-	TLSKey            *string `hcl:"tls_key,optional"`
-	TLSVerifyIncoming *bool   `hcl:"tls_verify_incoming,optional"`
 	MaxPayload       *string  `hcl:"max_payload,optional"`
 	MaxOutput        *string  `hcl:"max_output,optional"`
 	WriteQueueLimit  *string  `hcl:"write_queue_limit,optional"`
@@ -363,6 +358,11 @@ type fileConfig struct {
 	RaftSnapshotThreshold  *int    `hcl:"raft_snapshot_threshold,optional"`
 	RaftSnapshotInterval   *string `hcl:"raft_snapshot_interval,optional"`
 	RaftTrailingLogs       *int    `hcl:"raft_trailing_logs,optional"`
+
+	TLSCA             *string `hcl:"tls_ca,optional"`
+	TLSCert           *string `hcl:"tls_cert,optional"`
+	TLSKey            *string `hcl:"tls_key,optional"`
+	TLSVerifyIncoming *bool   `hcl:"tls_verify_incoming,optional"`
 
 	// Pool blocks give the settings of named pools; they are not flags.
 	Pool []poolBlock `hcl:"pool,block"`
