@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -54,6 +55,8 @@ type streamLayer struct {
 	// configuration of accepted connections.
 	tls       *tlsutil.Reloader
 	serverTLS *tls.Config
+	// tlsFailures counts dials whose TLS handshake failed.
+	tlsFailures atomic.Uint64
 
 	mu      sync.Mutex
 	closed  bool
@@ -108,6 +111,7 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 		tc := tls.Client(c, s.tls.PeerClientConfig())
 		if err := tc.HandshakeContext(ctx); err != nil {
 			c.Close()
+			s.tlsFailures.Add(1)
 			return nil, fmt.Errorf("TLS handshake with raft peer %s: %w", address, err)
 		}
 		c = tc

@@ -58,7 +58,7 @@ func (ca *CA) cert(server bool, ips []string) (string, string) {
 		list = append(list, ip)
 	}
 	certPEM, keyPEM, err := tlsutil.GenerateCert(tlsutil.CertOptions{
-		Server: server, IPs: list, Days: 1, CACert: ca.certPEM, CAKey: ca.keyPEM,
+		Server: server, IPs: list, CACert: ca.certPEM, CAKey: ca.keyPEM,
 	}, time.Now())
 	require.NoError(t, err)
 	ca.mu.Lock()
