@@ -207,7 +207,16 @@ func TestHandshakes(t *testing.T) {
 	_, err = handshake(t, node.ServerConfig(false), client(cliCert, cliKey))
 	require.NoError(t, err)
 	_, err = handshake(t, node.ServerConfig(false), foreign.PeerClientConfig())
-	require.Error(t, err, "the node refuses the foreign CA's server and the server refuses it")
+	require.Error(t, err, "the foreign node refuses the node's certificate")
+	forced := &tls.Config{
+		InsecureSkipVerify: true, // only the server's verdict counts here
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			c := foreign.PeerClientConfig().Certificates[0]
+			return &c, nil
+		},
+	}
+	_, err = handshake(t, node.ServerConfig(false), forced)
+	require.ErrorContains(t, err, "certificate signed by unknown authority", "a certificate given must be the CA's")
 
 	// With -tls-verify-incoming a certificate of the CA is required.
 	_, err = handshake(t, node.ServerConfig(true), client("", ""))
