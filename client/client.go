@@ -56,7 +56,7 @@ type Client struct {
 	opts    options
 	httpc   *http.Client
 	ownedTr *http.Transport
-	scheme  string // "http://" or "https://"
+	tls     *tls.Config // the transport's, when WithTLS
 	log     hclog.Logger
 
 	mu        sync.Mutex
@@ -232,7 +232,6 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	c := &Client{
 		opts:      o,
 		addrs:     clean,
-		scheme:    "http://",
 		endpoints: make(map[string]*endpoint),
 		log:       o.logger,
 	}
@@ -248,7 +247,7 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 			if tlsCfg, err = o.tls.config(); err != nil {
 				return nil, fmt.Errorf("creating client: %w", err)
 			}
-			c.scheme = "https://"
+			c.tls = tlsCfg
 		}
 		tr, err := newTransport(o.localAddr, tlsCfg)
 		if err != nil {
@@ -264,10 +263,11 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// newTransport builds an h2c-only transport, or with tlsCfg an HTTPS one
-// (HTTP/2), dialing from localIP when set. HTTP/2 pings detect dead
-// connections so long waits and worker streams do not hang on a silent
-// peer.
+// newTransport builds a transport that speaks HTTP/2 with prior knowledge
+// (the worker stream needs it): over plain TCP (h2c), or with tlsCfg over
+// TLS (see dialTLS), dialing from localIP when set. HTTP/2 pings detect
+// dead connections so long waits and worker streams do not hang on a
+// silent peer.
 func newTransport(localIP string, tlsCfg *tls.Config) (*http.Transport, error) {
 	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}
 	if localIP != "" {
@@ -277,15 +277,14 @@ func newTransport(localIP string, tlsCfg *tls.Config) (*http.Transport, error) {
 		}
 		d.LocalAddr = &net.TCPAddr{IP: ip}
 	}
-	var p http.Protocols
+	dial := d.DialContext
 	if tlsCfg != nil {
-		p.SetHTTP2(true)
-	} else {
-		p.SetUnencryptedHTTP2(true)
+		dial = dialTLS(d, tlsCfg)
 	}
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
 	return &http.Transport{
-		DialContext:         d.DialContext,
-		TLSClientConfig:     tlsCfg,
+		DialContext:         dial,
 		Protocols:           &p,
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     90 * time.Second,
@@ -328,7 +327,8 @@ func (c *Client) endpointFor(addr string) *endpoint {
 	if ep, ok := c.endpoints[addr]; ok {
 		return ep
 	}
-	base := c.scheme + addr
+	// Over TLS too: the dialer adds it beneath HTTP/2 (see dialTLS).
+	base := "http://" + addr
 	ep := &endpoint{
 		addr:      addr,
 		tasks:     cronoqv1connect.NewTaskServiceClient(c.httpc, base),

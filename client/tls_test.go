@@ -38,17 +38,13 @@ func TestWithTLS(t *testing.T) {
 		{},
 	} {
 		c := newTestClient(t, []string{"127.0.0.1:1"}, WithTLS(tc))
-		require.Equal(t, "https://", c.scheme)
-		cfg := c.ownedTr.TLSClientConfig
+		cfg := c.tls
 		require.NotNil(t, cfg)
 		require.Equal(t, tc.ServerName, cfg.ServerName)
 		require.Equal(t, tc.CAFile != "" || tc.CAPool != nil, cfg.RootCAs != nil)
 		require.Equal(t, tc.CertFile != "" || tc.Certificate != nil, len(cfg.Certificates) == 1)
-		require.True(t, c.ownedTr.Protocols.HTTP2())
-		require.False(t, c.ownedTr.Protocols.UnencryptedHTTP2())
 	}
-	plain := newTestClient(t, []string{"127.0.0.1:1"})
-	require.Equal(t, "http://", plain.scheme)
+	require.Nil(t, newTestClient(t, []string{"127.0.0.1:1"}).tls)
 
 	for _, tc := range []struct {
 		opts []Option

@@ -135,6 +135,11 @@ func TestTLSVerifyIncoming(t *testing.T) {
 		require.Error(t, err)
 		_, err = sdk(t, ca.ClientTLS(false), f, leader).Get(ctxT(t, 2*time.Second), id)
 		require.Error(t, err)
+		// The node's refusal is what the caller sees, and a write it
+		// refused is known not to have run.
+		_, err = sdk(t, ca.ClientTLS(false), f).Submit(ctxT(t, time.Second), client.TaskSpec{Template: client.Template{Pool: "p", Kind: "echo"}})
+		require.ErrorContains(t, err, "tls: certificate required")
+		require.NotErrorIs(t, err, client.ErrOutcomeUnknown)
 
 		other := testcluster.NewCA(t)
 		foreign := ca.ClientTLS(false)

@@ -717,6 +717,11 @@ func runAgent(ctx context.Context, s stdio, args []string) error {
 func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 	start := time.Now()
 	log := root.Named("agent")
+	// SIGHUP reloads the TLS certificates (and is never fatal) from the
+	// start.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
 	tlsr, err := cfg.loadTLS()
 	if err != nil {
@@ -791,9 +796,6 @@ func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 		defer wg.Done()
 		logReady(readyCtx, node, log, start)
 	}()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

@@ -237,12 +237,12 @@ type ClientFiles struct {
 }
 
 // ClientConfig builds the TLS configuration of an API client from files.
-// It offers HTTP/2 and HTTP/1.1 through ALPN.
+// It names no application protocol: an http.Transport adds those it
+// speaks.
 func ClientConfig(f ClientFiles) (*tls.Config, error) {
 	cfg := &tls.Config{
 		MinVersion: MinVersion,
 		ServerName: f.ServerName,
-		NextProtos: []string{"h2", "http/1.1"},
 	}
 	if f.CAFile != "" {
 		pool, err := LoadCAPool(f.CAFile)
