@@ -108,7 +108,7 @@ JSON output: {"cert": PATH, "key": PATH}`)
 		dir                = "."
 		caFile, caKey      string
 		ips, names         []string
-		days               = tlsutil.DefaultCertDays
+		days               int // 0: the default of tlsutil.GenerateCert
 	)
 	c.fs.BoolVar(&server, "server", false, "make a server certificate (for a node)")
 	c.fs.BoolVar(&clientCert, "client", false, "make a client certificate (for the CLI, workers and the SDK)")
@@ -117,7 +117,7 @@ JSON output: {"cert": PATH, "key": PATH}`)
 	c.fs.StringVar(&caKey, "ca-key", "", "CA private key `FILE` (default: "+caKeyFile+" in -dir)")
 	c.fs.Var(listValue{&ips}, "ip", "add `IP` to the certificate's names (repeatable, or comma-separated)")
 	c.fs.Var(listValue{&names}, "dns", "add the DNS `NAME` to the certificate's names (repeatable, or comma-separated)")
-	c.fs.Var(intValue{&days, 1}, "days", "the certificate is valid for `N` days (at most until the CA expires)")
+	c.fs.Var(intValue{&days, 1}, "days", fmt.Sprintf("the certificate is valid for `N` days, at most until the CA expires (default %d, or until the CA expires if sooner)", tlsutil.DefaultCertDays))
 	out := c.outputFlag()
 	if err := c.parse(s, args, 0); err != nil {
 		return err

@@ -76,11 +76,19 @@ func TestTLSCommands(t *testing.T) {
 	r = runCLI(t, "", "tls", "cert", "create", "-server", "-dir", dir, "-o", "json")
 	requireOK(t, r)
 	require.Equal(t, map[string]any{"cert": p("cronoq-server-2.pem"), "key": p("cronoq-server-2-key.pem")}, decodeObject(t, r.stdout))
+	require.WithinDuration(t, time.Now().AddDate(0, 0, tlsutil.DefaultCertDays), readCert(t, p("cronoq-server-2.pem")).NotAfter, time.Minute)
 	mine, err := os.ReadFile(p("cronoq-server-1.pem"))
 	require.NoError(t, err)
 	require.Equal(t, "mine", string(mine))
 	_, err = os.Stat(p("cronoq-server-1-key.pem"))
 	require.ErrorIs(t, err, os.ErrNotExist, "no key left behind for the skipped number")
+
+	// A CA shorter-lived than a certificate's default lifetime: the
+	// certificate ends with it.
+	short := t.TempDir()
+	requireOK(t, runCLI(t, "", "tls", "ca", "create", "-dir", short, "-days", "10"))
+	requireOK(t, runCLI(t, "", "tls", "cert", "create", "-server", "-dir", short))
+	require.Equal(t, readCert(t, filepath.Join(short, "cronoq-ca.pem")).NotAfter, readCert(t, filepath.Join(short, "cronoq-server-0.pem")).NotAfter)
 
 	// A client certificate, with the CA named explicitly from elsewhere.
 	other := t.TempDir()
