@@ -6,7 +6,7 @@
 // more tasks.
 //
 // A Client talks ConnectRPC over unencrypted HTTP/2 (h2c) to any node of the
-// cluster. It keeps the list of addresses it was given and the leader hint
+// cluster, or over HTTPS (HTTP/2) with WithTLS. It keeps the list of addresses it was given and the leader hint
 // nodes answer with (a refusal naming the leader, or an answer a follower
 // forwarded from it): a call that needs the leader goes there, a node that
 // does not answer is skipped for the next one, with jittered backoff between
@@ -19,6 +19,8 @@ package client
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -35,6 +37,7 @@ import (
 
 	"github.com/cronoq/cronoq/api/apierr"
 	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
+	"github.com/cronoq/cronoq/internal/tlsutil"
 )
 
 // Defaults.
@@ -53,6 +56,7 @@ type Client struct {
 	opts    options
 	httpc   *http.Client
 	ownedTr *http.Transport
+	tls     *tls.Config // the transport's, when WithTLS
 	log     hclog.Logger
 
 	mu        sync.Mutex
@@ -87,6 +91,7 @@ type endpoint struct {
 }
 
 type options struct {
+	tls        *TLSConfig
 	localAddr  string
 	logger     hclog.Logger
 	httpClient *http.Client
@@ -104,6 +109,55 @@ type Option func(*options)
 // WithLocalAddr makes every connection dial from the source address ip (for
 // instance "127.0.0.7"). It cannot be combined with WithHTTPClient.
 func WithLocalAddr(ip string) Option { return func(o *options) { o.localAddr = ip } }
+
+// TLSConfig is the TLS configuration of a Client (WithTLS): the CA that
+// verifies the nodes' certificates and the client certificate to present.
+// Every field is optional.
+type TLSConfig struct {
+	// CAFile is a PEM file of the CA (or CAs) that signed the nodes'
+	// certificates; CAPool gives them directly (one or the other). Without
+	// either, the system's roots are used.
+	CAFile string
+	CAPool *x509.CertPool
+	// CertFile and KeyFile are the client certificate and its key, PEM
+	// (both or neither); Certificate gives them directly (one or the
+	// other). Nodes started
+	// with -tls-verify-incoming require one signed by their CA.
+	CertFile, KeyFile string
+	Certificate       *tls.Certificate
+	// ServerName is the name the nodes' certificates must carry (default:
+	// the host of the address dialled). tlsutil.ServerName
+	// ("server.cronoq") is in every server certificate cronoq makes.
+	ServerName string
+}
+
+// config builds the tls.Config of c.
+func (c TLSConfig) config() (*tls.Config, error) {
+	cfg, err := tlsutil.ClientConfig(tlsutil.ClientFiles{
+		CAFile: c.CAFile, CertFile: c.CertFile, KeyFile: c.KeyFile, ServerName: c.ServerName,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if c.CAPool != nil {
+		if cfg.RootCAs != nil {
+			return nil, errors.New("give the CA as a file or as a pool, not both")
+		}
+		cfg.RootCAs = c.CAPool
+	}
+	if c.Certificate != nil {
+		if len(cfg.Certificates) > 0 {
+			return nil, errors.New("give the client certificate as files or as a value, not both")
+		}
+		cfg.Certificates = []tls.Certificate{*c.Certificate}
+	}
+	return cfg, nil
+}
+
+// WithTLS makes the Client dial the nodes with HTTPS (HTTP/2), verifying
+// their certificates and presenting a client certificate as cfg says. It
+// cannot be combined with WithHTTPClient.
+func WithTLS(cfg TLSConfig) Option { return func(o *options) { o.tls = &cfg } }
 
 // WithLogger sets the logger (default: none).
 func WithLogger(l hclog.Logger) Option { return func(o *options) { o.logger = l } }
@@ -174,6 +228,8 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 		return nil, errors.New("creating client: backoff needs 0 < min <= max")
 	case o.localAddr != "" && o.httpClient != nil:
 		return nil, errors.New("creating client: WithLocalAddr and WithHTTPClient exclude each other")
+	case o.tls != nil && o.httpClient != nil:
+		return nil, errors.New("creating client: WithTLS and WithHTTPClient exclude each other")
 	}
 	c := &Client{
 		opts:      o,
@@ -187,7 +243,15 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	if o.httpClient != nil {
 		c.httpc = o.httpClient
 	} else {
-		tr, err := newTransport(o.localAddr)
+		var tlsCfg *tls.Config
+		if o.tls != nil {
+			var err error
+			if tlsCfg, err = o.tls.config(); err != nil {
+				return nil, fmt.Errorf("creating client: %w", err)
+			}
+			c.tls = tlsCfg
+		}
+		tr, err := newTransport(o.localAddr, tlsCfg)
 		if err != nil {
 			return nil, fmt.Errorf("creating client: %w", err)
 		}
@@ -201,10 +265,12 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// newTransport builds an h2c-only transport, dialing from localIP when set.
-// HTTP/2 pings detect dead connections so long waits and worker streams do
-// not hang on a silent peer.
-func newTransport(localIP string) (*http.Transport, error) {
+// newTransport builds a transport that speaks HTTP/2 with prior knowledge
+// (the worker stream needs it): over plain TCP (h2c), or with tlsCfg over
+// TLS (see dialTLS), dialing from localIP when set. HTTP/2 pings detect
+// dead connections so long waits and worker streams do not hang on a
+// silent peer.
+func newTransport(localIP string, tlsCfg *tls.Config) (*http.Transport, error) {
 	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}
 	if localIP != "" {
 		ip := net.ParseIP(localIP)
@@ -213,10 +279,14 @@ func newTransport(localIP string) (*http.Transport, error) {
 		}
 		d.LocalAddr = &net.TCPAddr{IP: ip}
 	}
+	dial := d.DialContext
+	if tlsCfg != nil {
+		dial = dialTLS(d, tlsCfg)
+	}
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	return &http.Transport{
-		DialContext:         d.DialContext,
+		DialContext:         dial,
 		Protocols:           &p,
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     90 * time.Second,
@@ -259,6 +329,7 @@ func (c *Client) endpointFor(addr string) *endpoint {
 	if ep, ok := c.endpoints[addr]; ok {
 		return ep
 	}
+	// Over TLS too: the dialer adds it beneath HTTP/2 (see dialTLS).
 	base := "http://" + addr
 	var opts []connect.ClientOption
 	if c.opts.token != "" {

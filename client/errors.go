@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 
@@ -190,9 +191,16 @@ func classify(parent context.Context, err error) verdict {
 // classifyErr says what an attempt's error means on its own: whether the
 // call certainly did not run, may have run, or failed for good.
 func classifyErr(err error) verdict {
-	// A connection that was never made carried no request.
+	// A connection that was never made carried no request; nor did one
+	// whose TLS handshake failed: this client refused the node's
+	// certificate, or the node refused the TLS session (a remote alert,
+	// such as a missing or unknown client certificate).
 	var oe *net.OpError
-	if errors.As(err, &oe) && oe.Op == "dial" {
+	if errors.As(err, &oe) && (oe.Op == "dial" || oe.Op == "remote error") {
+		return notExecuted
+	}
+	var cve *tls.CertificateVerificationError
+	if errors.As(err, &cve) {
 		return notExecuted
 	}
 	var ae *APIError

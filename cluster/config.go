@@ -10,6 +10,7 @@ import (
 
 	"github.com/cronoq/cronoq/engine"
 	"github.com/cronoq/cronoq/fsm"
+	"github.com/cronoq/cronoq/internal/tlsutil"
 	"github.com/cronoq/cronoq/metrics"
 )
 
@@ -45,8 +46,20 @@ type Config struct {
 	// HTTPAddr is the API address advertised to other nodes through
 	// gossip (this package does not listen on it). Default 127.0.0.1:8650.
 	HTTPAddr string
+	// HTTPBindAddr is the address the API listens on, when it is not
+	// HTTPAddr (such as 0.0.0.0:8650). It is only looked at to warn when
+	// TLS is off (see TLS).
+	HTTPBindAddr string
 	// Version is advertised through gossip. Default "dev".
 	Version string
+
+	// TLS, when set, secures raft with mutual TLS: a node accepts and makes
+	// raft connections only with server certificates of the CA, as TLS
+	// holds them at each handshake (a reload applies to new connections).
+	// The API server uses the same certificates (transport.Config.TLS).
+	// Without TLS, a node whose API, raft or gossip address is not on
+	// loopback logs a warning at start and reports itself degraded.
+	TLS *tlsutil.Reloader
 
 	// BootstrapExpect: form the cluster once this many nodes with the same
 	// setting see each other (0 = never bootstrap; join an existing cluster).

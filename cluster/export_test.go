@@ -32,3 +32,9 @@ func (n *Node) TestEngine() (*engine.Engine, error) { return n.engine() }
 
 // IsolateRaft cuts (or restores) the node's raft connections, both ways.
 func (n *Node) IsolateRaft(b bool) { n.stream.block(b) }
+
+// RaftTLSFailures counts the node's raft dials whose TLS handshake failed.
+func (n *Node) RaftTLSFailures() uint64 { return n.stream.tlsFailures.Load() }
+
+// RaftTransport is the node's raft network transport.
+func (n *Node) RaftTransport() *raft.NetworkTransport { return n.trans }

@@ -97,7 +97,8 @@ const (
 // Health reports this node's health. Status is failed when the node
 // stopped applying the raft log (see fsm.HaltError), degraded, with
 // reasons, when no leader is known, this leader is not serving yet, a voter
-// is not alive in gossip, or a background loop keeps failing.
+// is not alive in gossip, a background loop keeps failing, or TLS is off
+// while an address of the node is not on loopback.
 func (n *Node) Health() Health {
 	leader, leaderHTTP := n.Leader()
 	state := n.raft.State()
@@ -151,6 +152,9 @@ func (n *Node) Health() Health {
 		if st.Failures > 0 {
 			h.Reasons = append(h.Reasons, fmt.Sprintf("loop %s: %d consecutive failures: %s", st.Name, st.Failures, st.LastError))
 		}
+	}
+	if r := plaintextReason(n.plaintext); r != "" {
+		h.Reasons = append(h.Reasons, r)
 	}
 	h.Status = HealthOK
 	if len(h.Reasons) > 0 {

@@ -2,16 +2,20 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log"
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
+
+	"github.com/cronoq/cronoq/internal/tlsutil"
 )
 
 // parseHostPort parses an "ip:port" address with a literal, specified IP (a
@@ -40,11 +44,19 @@ func boundDialer(ip netip.Addr) net.Dialer {
 // address). It tracks every connection it accepted or dialed and closes them
 // all on Close: raft's transport closes neither its inbound connections nor
 // its pooled outbound ones, which would leave goroutines reading on both
-// sides after a shutdown.
+// sides after a shutdown. With TLS (useTLS), every link is mutual TLS
+// between server certificates of the CA.
 type streamLayer struct {
 	ln     net.Listener
 	addr   net.Addr
 	dialer net.Dialer
+
+	// tls, when set, holds the node's certificates; serverTLS is the
+	// configuration of accepted connections.
+	tls       *tlsutil.Reloader
+	serverTLS *tls.Config
+	// tlsFailures counts dials whose TLS handshake failed.
+	tlsFailures atomic.Uint64
 
 	mu      sync.Mutex
 	closed  bool
@@ -69,7 +81,17 @@ func newStreamLayer(bind netip.AddrPort) (*streamLayer, error) {
 	}, nil
 }
 
-// Dial implements raft.StreamLayer.
+// useTLS makes the layer speak mutual TLS with the certificates r holds
+// (at each handshake: a reload applies to new connections). It must be
+// called before the layer is used.
+func (s *streamLayer) useTLS(r *tlsutil.Reloader) {
+	s.tls = r
+	s.serverTLS = r.PeerServerConfig()
+}
+
+// Dial implements raft.StreamLayer. With TLS the handshake is part of the
+// dial (and of its timeout), so that a peer that refuses this node's
+// certificate, or whose certificate this node refuses, fails the dial.
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	d := s.dialer
 	d.Timeout = timeout
@@ -79,9 +101,20 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 	if blocked {
 		return nil, errBlocked
 	}
-	c, err := d.Dial("tcp", string(address))
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c, err := d.DialContext(ctx, "tcp", string(address))
 	if err != nil {
 		return nil, err
+	}
+	if s.tls != nil {
+		tc := tls.Client(c, s.tls.PeerClientConfig())
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.Close()
+			s.tlsFailures.Add(1)
+			return nil, fmt.Errorf("TLS handshake with raft peer %s: %w", address, err)
+		}
+		c = tc
 	}
 	return s.track(c)
 }
@@ -120,6 +153,11 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 		if blocked {
 			c.Close()
 			continue
+		}
+		if s.serverTLS != nil {
+			// The handshake runs on raft's first read, in the goroutine
+			// that serves the connection, not in the accept loop.
+			c = tls.Server(c, s.serverTLS)
 		}
 		return s.track(c)
 	}
@@ -164,8 +202,15 @@ type trackedConn struct {
 	once  sync.Once
 }
 
+// Close closes the connection. A TLS connection is closed without a
+// close_notify alert, which could block for seconds on a peer that does not
+// read (raft does not rely on it).
 func (c *trackedConn) Close() error {
-	err := c.Conn.Close()
+	conn := c.Conn
+	if tc, ok := conn.(*tls.Conn); ok {
+		conn = tc.NetConn()
+	}
+	err := conn.Close()
 	c.once.Do(func() {
 		c.layer.mu.Lock()
 		delete(c.layer.conns, c)

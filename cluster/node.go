@@ -87,6 +87,7 @@ type Node struct {
 	leaderWatch *leaderWatch // counts leader changes into the metrics
 
 	loops         loopSet
+	plaintext     []exposure // addresses off loopback while TLS is off
 	reconcileRuns atomic.Uint64
 	left          atomic.Bool
 }
@@ -110,6 +111,7 @@ func New(cfg Config) (*Node, error) {
 	n.futures.init()
 	n.faults = newFaults(&n.cfg)
 	n.loops = newLoopSet(time.Now)
+	n.plaintext = cfg.plaintextExposure()
 	return n, nil
 }
 
@@ -198,6 +200,9 @@ func (n *Node) open() error {
 	stream, err := newStreamLayer(raftBind)
 	if err != nil {
 		return err
+	}
+	if cfg.TLS != nil {
+		stream.useTLS(cfg.TLS)
 	}
 	n.stream = stream
 	n.raftAddr = stream.Addr().String()
@@ -294,7 +299,8 @@ func (n *Node) open() error {
 
 	ok = true
 	n.logger.Info("node started", "raft_addr", n.raftAddr, "gossip_addr", n.gossipAddr,
-		"http_addr", cfg.HTTPAddr, "has_state", hasState, "dev", cfg.Dev)
+		"http_addr", cfg.HTTPAddr, "has_state", hasState, "dev", cfg.Dev, "tls", cfg.TLS != nil)
+	n.warnPlaintext()
 
 	if m := cfg.Metrics; m != nil {
 		m.SetSource(metricsSource{n})

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -15,14 +16,19 @@ import (
 	"github.com/cronoq/cronoq/api/apierr"
 	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
 	"github.com/cronoq/cronoq/cluster"
+	"github.com/cronoq/cronoq/internal/tlsutil"
 )
 
 // forwarder holds the connections to other nodes' APIs: one pooled h2c
-// client whose connections leave from this node's own IP.
+// client whose connections leave from this node's own IP, or with TLS an
+// HTTPS client that presents the node's certificate and accepts only a
+// server certificate of the CA.
 type forwarder struct {
-	tr    *http.Transport
-	httpc *http.Client
-	limit int
+	tr     *http.Transport
+	httpc  *http.Client
+	limit  int
+	scheme string // "http://" or "https://"
+	dialer *net.Dialer
 
 	mu        sync.Mutex
 	endpoints map[string]*endpoint
@@ -61,9 +67,51 @@ func newForwarder(selfAddr string, readLimit int) (*forwarder, error) {
 		tr:        tr,
 		httpc:     &http.Client{Transport: tr},
 		limit:     readLimit,
+		scheme:    "http://",
+		dialer:    d,
 		endpoints: make(map[string]*endpoint),
 	}, nil
 }
+
+// useTLS makes the forwarder speak HTTPS (HTTP/2) with the certificates of
+// r: it presents the node's certificate and accepts only a server
+// certificate of the CA. The configuration is built at each dial, so that
+// a reload applies to the next connection. It must be called before the
+// forwarder is used.
+func (f *forwarder) useTLS(r *tlsutil.Reloader) {
+	var p http.Protocols
+	p.SetHTTP2(true)
+	f.tr.Protocols = &p
+	f.scheme = "https://"
+	d := f.dialer
+	f.tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		cfg := r.PeerClientConfig()
+		cfg.NextProtos = []string{"h2"}
+		tc := tls.Client(c, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = c.Close()
+			return nil, &tlsDialError{addr: addr, err: err}
+		}
+		return tc, nil
+	}
+}
+
+// tlsDialError is a failed TLS handshake with another node: nothing was
+// sent to it.
+type tlsDialError struct {
+	addr string
+	err  error
+}
+
+func (e *tlsDialError) Error() string {
+	return fmt.Sprintf("TLS handshake with %s: %v", e.addr, e.err)
+}
+
+func (e *tlsDialError) Unwrap() error { return e.err }
 
 func (f *forwarder) endpoint(addr string) *endpoint {
 	f.mu.Lock()
@@ -71,7 +119,7 @@ func (f *forwarder) endpoint(addr string) *endpoint {
 	if ep, ok := f.endpoints[addr]; ok {
 		return ep
 	}
-	base := "http://" + addr
+	base := f.scheme + addr
 	opts := []connect.ClientOption{connect.WithSendMaxBytes(f.limit)}
 	ep := &endpoint{
 		tasks:     cronoqv1connect.NewTaskServiceClient(f.httpc, base, opts...),
@@ -206,10 +254,11 @@ func forwardOutcome(kind callKind, id, addr string, err error) (final, again err
 }
 
 // neverSent reports whether a failed call surely never reached the other
-// node: the connection could not be made.
+// node: the connection (or its TLS handshake) could not be made.
 func neverSent(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	var te *tlsDialError
+	return errors.As(err, &op) && op.Op == "dial" || errors.As(err, &te)
 }
 
 // pause waits 25 to 100 ms before routing again; false when the hold ran

@@ -2,7 +2,8 @@
 // services of the schema in proto/ (tasks, workflows, schedules, workers,
 // operators), `GET /v1/health` and `GET /metrics`, on one HTTP address that
 // speaks HTTP/1.1 and unencrypted HTTP/2 (h2c, which the worker stream
-// needs).
+// needs), or, with Config.TLS, HTTPS with HTTP/2 and HTTP/1.1 chosen
+// through ALPN.
 //
 // Any node serves any call. Calls that need the leader are served locally
 // when this node is the ready leader and otherwise forwarded, server-side, to
@@ -23,6 +24,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,6 +42,7 @@ import (
 
 	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
 	"github.com/cronoq/cronoq/cluster"
+	"github.com/cronoq/cronoq/internal/tlsutil"
 	"github.com/cronoq/cronoq/metrics"
 )
 
@@ -109,6 +112,14 @@ type Config struct {
 	// EnableDebug serves Go's profiler under /debug/pprof/ (as Consul's and
 	// Nomad's enable_debug do). Off by default.
 	EnableDebug bool
+	// TLS, when set, serves HTTPS with the node's certificate and forwards
+	// calls to the leader over HTTPS, presenting that certificate and
+	// verifying the leader's against the CA (see tlsutil.Reloader). A
+	// client certificate, when given, must be one of the CA's.
+	TLS *tlsutil.Reloader
+	// TLSVerifyIncoming requires every client of the API (health and
+	// metrics included) to present a certificate of the CA.
+	TLSVerifyIncoming bool
 }
 
 func (c Config) withDefaults() Config {
@@ -198,6 +209,9 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating API server: %w", err)
 	}
+	if cfg.TLS != nil {
+		fwd.useTLS(cfg.TLS)
+	}
 	s.fwd = fwd
 	s.acl = &aclChecker{enabled: cfg.ACLs, state: cfg.Backend.ACLs(), stop: s.baseCtx.Done(), cache: make(map[string]cachedAuthz)}
 
@@ -244,7 +258,11 @@ func New(cfg Config) (*Server, error) {
 
 	var p http.Protocols
 	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
+	if cfg.TLS != nil {
+		p.SetHTTP2(true)
+	} else {
+		p.SetUnencryptedHTTP2(true)
+	}
 	s.http = &http.Server{
 		Handler:           withInterrupt(mux),
 		Protocols:         &p,
@@ -296,9 +314,12 @@ func (s *Server) Start(ctx context.Context) error {
 			return fmt.Errorf("listening on %s: %w", s.cfg.Addr, err)
 		}
 	}
+	if s.cfg.TLS != nil {
+		ln = tls.NewListener(ln, s.cfg.TLS.ServerConfig(s.cfg.TLSVerifyIncoming))
+	}
 	s.ln = ln
 	s.started = true
-	s.log.Info("serving the API", "addr", ln.Addr().String())
+	s.log.Info("serving the API", "addr", ln.Addr().String(), "tls", s.cfg.TLS != nil, "tls_verify_incoming", s.cfg.TLS != nil && s.cfg.TLSVerifyIncoming)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

@@ -9,11 +9,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/signal"
 	"reflect"
 	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -68,6 +70,12 @@ type agentConfig struct {
 	enableDebug      bool
 	acl              bool
 	aclInitialMgmt   string
+
+	// TLS: all three files or none.
+	tlsCA             string
+	tlsCert           string
+	tlsKey            string
+	tlsVerifyIncoming bool
 
 	maxPayload      int
 	maxOutput       int
@@ -154,6 +162,17 @@ GOMEMLIMIT in the environment win over both.
 
 SIZE is a number of bytes with an optional unit: 512KiB, 1MiB, 2MB, 1G.
 
+-tls-ca, -tls-cert and -tls-key (all three, or none) turn TLS on: the API
+serves HTTPS (HTTP/2 and HTTP/1.1), calls forwarded to the leader go over
+HTTPS with the node's certificate as client certificate, and raft links are
+mutual TLS, where both nodes present a server certificate of the CA. With
+-tls-verify-incoming, every API client (GET /v1/health and /metrics too)
+must present a certificate of the CA. 'cronoq tls' makes a CA and the
+certificates. On SIGHUP the node reads the three files again: new
+connections use them, and on an error it keeps the ones it has. With TLS
+off, a node whose API, raft or gossip address is not on loopback warns at
+start and reports itself degraded. See docs/security.md.
+
 On SIGINT or SIGTERM the node stops cleanly and exits 0 (1 only if
 stopping itself failed): it refuses new calls, hands leadership to another
 voter if it leads, finishes what is in flight, and closes its connections.
@@ -180,6 +199,10 @@ func agentFlags(c *cmd, cfg *agentConfig) {
 	fs.BoolVar(&cfg.acl, "acl", cfg.acl, "enable ACLs: every call needs a token whose policies allow it (see cronoq acl)")
 	fs.StringVar(&cfg.aclInitialMgmt, "acl-initial-management", cfg.aclInitialMgmt,
 		"with -acl (ignored without): make a management token with `SECRET` if ACLs were never bootstrapped (the same on every server); env CRONOQ_ACL_INITIAL_MANAGEMENT")
+	fs.StringVar(&cfg.tlsCA, "tls-ca", cfg.tlsCA, "CA certificate `FILE` (PEM) that verifies the other nodes and API clients; turns TLS on, with -tls-cert and -tls-key")
+	fs.StringVar(&cfg.tlsCert, "tls-cert", cfg.tlsCert, "this node's server certificate `FILE` (PEM, signed by -tls-ca), for the API, raft and forwarding")
+	fs.StringVar(&cfg.tlsKey, "tls-key", cfg.tlsKey, "private key `FILE` (PEM) of -tls-cert")
+	fs.BoolVar(&cfg.tlsVerifyIncoming, "tls-verify-incoming", cfg.tlsVerifyIncoming, "require a client certificate of the CA from every API client (health and metrics included)")
 	fs.Var(sizeValue{&cfg.maxPayload}, "max-payload", "largest task payload, `SIZE`; larger submits are refused")
 	fs.Var(sizeValue{&cfg.maxOutput}, "max-output", "largest task output, `SIZE`; a larger output fails the attempt permanently")
 	fs.Var(sizeValue{&cfg.writeQueueLimit}, "write-queue-limit", "write path threshold, `SIZE` of changes waiting for the log past which submits are refused as overloaded (with a retry-after hint) and health says the write path is saturated, until half of it drains")
@@ -262,6 +285,9 @@ func (cfg agentConfig) validate() error {
 			return fmt.Errorf("invalid -http-advertise %q: other nodes cannot reach an unspecified address", cfg.httpAdvertise)
 		}
 	}
+	if err := cfg.validateTLS(); err != nil {
+		return err
+	}
 	return cfg.validateRaft()
 }
 
@@ -340,6 +366,11 @@ type fileConfig struct {
 	RaftSnapshotThreshold  *int    `hcl:"raft_snapshot_threshold,optional"`
 	RaftSnapshotInterval   *string `hcl:"raft_snapshot_interval,optional"`
 	RaftTrailingLogs       *int    `hcl:"raft_trailing_logs,optional"`
+
+	TLSCA             *string `hcl:"tls_ca,optional"`
+	TLSCert           *string `hcl:"tls_cert,optional"`
+	TLSKey            *string `hcl:"tls_key,optional"`
+	TLSVerifyIncoming *bool   `hcl:"tls_verify_incoming,optional"`
 
 	// Pool blocks give the settings of named pools; they are not flags.
 	Pool []poolBlock `hcl:"pool,block"`
@@ -697,6 +728,19 @@ func runAgent(ctx context.Context, s stdio, args []string) error {
 func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 	start := time.Now()
 	log := root.Named("agent")
+	// SIGHUP reloads the TLS certificates (and is never fatal) from the
+	// start.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	tlsr, err := cfg.loadTLS()
+	if err != nil {
+		return err
+	}
+	if tlsr != nil {
+		logTLS(log, "TLS is on", tlsr, cfg.tlsVerifyIncoming)
+	}
 
 	// Listen first: a taken port fails before raft starts, and port 0
 	// resolves to the address advertised to the others.
@@ -719,6 +763,8 @@ func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 	ccfg := cfg.clusterConfig(advertise, root)
 	ccfg.Engine.OnAbort = hooks.Abort
 	ccfg.Metrics = m
+	ccfg.TLS = tlsr
+	ccfg.HTTPBindAddr = ln.Addr().String()
 	node, err := cluster.New(ccfg)
 	if err == nil {
 		err = node.Start(ctx)
@@ -739,6 +785,9 @@ func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 		MaxOutput:       cfg.maxOutput,
 		EnableDebug:     cfg.enableDebug,
 		ACLs:            cfg.acl,
+		TLS:             tlsr,
+
+		TLSVerifyIncoming: cfg.tlsVerifyIncoming,
 	})
 	if err == nil {
 		err = srv.Start(ctx)
@@ -758,6 +807,11 @@ func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 	go func() {
 		defer wg.Done()
 		logReady(readyCtx, node, log, start)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		reloadOnHangup(readyCtx, hup, tlsr, cfg.tlsVerifyIncoming, log)
 	}()
 
 	var serveErr error

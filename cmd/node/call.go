@@ -28,6 +28,13 @@ func (cf *clientFlags) connect(logger hclog.Logger) (*client.Client, error) {
 	if logger != nil {
 		opts = append(opts, client.WithLogger(logger))
 	}
+	tlsCfg, err := cf.tls.config()
+	if err != nil {
+		return nil, err
+	}
+	if tlsCfg != nil {
+		opts = append(opts, client.WithTLS(*tlsCfg))
+	}
 	cl, err := client.New(addrs, opts...)
 	if err != nil {
 		return nil, usagef("invalid -addr: %v", err)

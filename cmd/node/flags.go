@@ -203,6 +203,7 @@ type clientFlags struct {
 	token      string
 	out        *outputFlag
 	rpcTimeout time.Duration
+	tls        tlsClientFlags
 }
 
 const (
@@ -230,6 +231,7 @@ func (c *cmd) addrFlags() *clientFlags {
 	c.fs.StringVar(&cf.token, "token", os.Getenv("CRONOQ_TOKEN"),
 		"ACL token `SECRET` the calls carry (default: none, the anonymous policy applies); env CRONOQ_TOKEN")
 	cf.out = c.outputFlag()
+	c.tlsClientFlags(&cf.tls)
 	return cf
 }
 

@@ -182,6 +182,9 @@ Commands:
 	fmt.Fprint(w, `
 Client commands talk to the nodes named by -addr HOST:PORT[,HOST:PORT...]
 (default $CRONOQ_ADDR, else 127.0.0.1:8650) and print JSON with -o json.
+With TLS, -ca-cert, -client-cert and -client-key (or $CRONOQ_CACERT,
+$CRONOQ_CLIENT_CERT, $CRONOQ_CLIENT_KEY) make them dial HTTPS; 'cronoq tls'
+makes the certificates (see docs/security.md).
 Flags may come before or after arguments. Run 'cronoq <command> -h' (or
 'cronoq help <command>') for the flags of a command.
 

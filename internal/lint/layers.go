@@ -7,6 +7,7 @@ package lint
 //	cmd/node ──► transport ──► cluster ──► engine ──► engine/core ──► fsm
 //	   └──► client ──► api       (jepsen: client and api only)
 //	metrics: a leaf that cluster and transport feed
+//	internal/tlsutil: a leaf that cluster, transport and client use
 var Layers = []Layer{
 	// The replicated state imports nothing of cronoq.
 	{Pkg: "fsm/..."},
@@ -15,10 +16,10 @@ var Layers = []Layer{
 	// The driver and its in-memory log.
 	{Pkg: "engine/...", May: []string{"fsm", "engine/core/..."}},
 	// The cluster: raft, gossip, the leader's terms.
-	{Pkg: "cluster/...", May: []string{"fsm", "engine/...", "metrics"}},
+	{Pkg: "cluster/...", May: []string{"fsm", "engine/...", "metrics", "internal/tlsutil"}},
 	// The API server reaches the engine only through the cluster, and of
 	// the state it reads only.
-	{Pkg: "transport/...", May: []string{"acl", "api/...", "cluster", "fsm", "metrics"}, Names: map[string][]string{
+	{Pkg: "transport/...", May: []string{"acl", "api/...", "cluster", "fsm", "metrics", "internal/tlsutil"}, Names: map[string][]string{
 		"fsm": {
 			"Reader", "Task", "Schedule", "Template", "KV", "Backoff", "Instant", "InstantOf",
 			"Status", "Status*", "AllStatuses", "Priority", "Priority*", "Overlap*", "CatchUp*",
@@ -31,12 +32,14 @@ var Layers = []Layer{
 	// The wire contract stands alone.
 	{Pkg: "api/..."},
 	// The SDK and what is built on it only.
-	{Pkg: "client/...", May: []string{"api/..."}},
+	{Pkg: "client/...", May: []string{"api/...", "internal/tlsutil"}},
 	{Pkg: "execworker/...", May: []string{"client"}},
 	{Pkg: "jepsen/...", May: []string{"api/...", "client"}},
 	// Leaves that others feed or ask.
 	{Pkg: "metrics/..."},
 	{Pkg: "acl/..."},
+	// TLS configurations and certificates: a leaf of the standard library.
+	{Pkg: "internal/tlsutil"},
 	{Pkg: "internal/lint"},
 	// The composition root and the test harness may wire anything.
 	{Pkg: "cmd/...", May: []string{"..."}},

@@ -139,9 +139,11 @@ type Cluster struct {
 }
 
 type options struct {
-	hold      time.Duration
-	expect    int
-	configure func(i int, cfg *cluster.Config)
+	hold           time.Duration
+	expect         int
+	configure      func(i int, cfg *cluster.Config)
+	ca             *CA // TLS
+	verifyIncoming bool
 	// aclSecret, when set, turns ACLs on with this initial management
 	// token.
 	aclSecret string
@@ -202,16 +204,21 @@ func New(t testing.TB, n int, opts ...Option) *Cluster {
 // fsync, and the test's logger. It joins nothing.
 func (c *Cluster) Config(name string) cluster.Config {
 	a := NewAddrs()
-	return cluster.Config{
-		NodeID:               name,
-		DataDir:              filepath.Join(c.base, name),
-		RaftAddr:             a.Raft,
-		GossipAddr:           a.Gossip,
-		HTTPAddr:             a.HTTP,
-		NoSync:               true,
-		Logger:               c.logger,
+	cfg := cluster.Config{
+		NodeID:     name,
+		DataDir:    filepath.Join(c.base, name),
+		RaftAddr:   a.Raft,
+		GossipAddr: a.Gossip,
+		HTTPAddr:   a.HTTP,
+		NoSync:     true,
+		Logger:     c.logger,
+
 		ACLInitialManagement: c.opts.aclSecret,
 	}.WithTestTimings()
+	if c.opts.ca != nil {
+		cfg.TLS = c.opts.ca.Reloader(a.IP)
+	}
+	return cfg
 }
 
 // Start starts a node with cfg (whose HTTPAddr is where its API server
@@ -251,6 +258,9 @@ func (c *Cluster) Start(cfg cluster.Config) *Node {
 		MaxPayload:      cfg.Engine.Core.MaxPayload,
 		MaxOutput:       cfg.Engine.Core.MaxOutput,
 		ACLs:            c.opts.aclSecret != "",
+		TLS:             cfg.TLS,
+
+		TLSVerifyIncoming: cfg.TLS != nil && c.opts.verifyIncoming,
 	})
 	if err == nil {
 		err = srv.Start(context.Background())
@@ -427,6 +437,9 @@ func (c *Cluster) Client(nodes ...*Node) *client.Client {
 		addrs = append(addrs, n.Addr())
 	}
 	opts := []client.Option{client.WithTimeout(5 * time.Second), client.WithBackoff(10*time.Millisecond, 200*time.Millisecond)}
+	if c.opts.ca != nil {
+		opts = append(opts, client.WithTLS(c.opts.ca.ClientTLS(true)))
+	}
 	if c.opts.aclSecret != "" {
 		opts = append(opts, client.WithToken(c.opts.aclSecret))
 	}
