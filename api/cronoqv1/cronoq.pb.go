@@ -6780,6 +6780,227 @@ func (x *HealthResponse) GetReasons() []string {
 	return nil
 }
 
+// Backups. SnapshotSave streams a backup file of the cluster's state from
+// the leader: a header (format, raft index and term, creation time, length),
+// the state's snapshot and a SHA-256 trailer. SnapshotRestore sends one back
+// to the leader, which checks all of it before replacing the state. Both are
+// served by the leader only: a follower answers not_leader with the leader's
+// address.
+type SnapshotSaveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotSaveRequest) Reset() {
+	*x = SnapshotSaveRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[100]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotSaveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotSaveRequest) ProtoMessage() {}
+
+func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[100]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{100}
+}
+
+type SnapshotChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotChunk) Reset() {
+	*x = SnapshotChunk{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[101]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotChunk) ProtoMessage() {}
+
+func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[101]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
+func (*SnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{101}
+}
+
+func (x *SnapshotChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type SnapshotRestoreResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Of the file.
+	Index           uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"` // raft index of the snapshot it holds
+	Term            uint64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	CreatedUnixNano int64  `protobuf:"varint,3,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
+	Size            int64  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`        // bytes
+	Checksum        []byte `protobuf:"bytes,5,opt,name=checksum,proto3" json:"checksum,omitempty"` // SHA-256
+	// Of the state restored.
+	Tasks         uint64 `protobuf:"varint,6,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	Schedules     uint64 `protobuf:"varint,7,opt,name=schedules,proto3" json:"schedules,omitempty"`
+	Workflows     uint64 `protobuf:"varint,8,opt,name=workflows,proto3" json:"workflows,omitempty"`
+	Pools         uint64 `protobuf:"varint,9,opt,name=pools,proto3" json:"pools,omitempty"`
+	RevokedLeases uint64 `protobuf:"varint,10,opt,name=revoked_leases,json=revokedLeases,proto3" json:"revoked_leases,omitempty"` // running attempts whose lease was revoked
+	// Of the cluster after the restore.
+	RaftIndex     uint64 `protobuf:"varint,11,opt,name=raft_index,json=raftIndex,proto3" json:"raft_index,omitempty"` // raft index of the restored snapshot
+	Epoch         uint64 `protobuf:"varint,12,opt,name=epoch,proto3" json:"epoch,omitempty"`                          // the leader's epoch once it serves again (0: not yet known)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRestoreResponse) Reset() {
+	*x = SnapshotRestoreResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[102]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRestoreResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRestoreResponse) ProtoMessage() {}
+
+func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[102]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
+func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{102}
+}
+
+func (x *SnapshotRestoreResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetCreatedUnixNano() int64 {
+	if x != nil {
+		return x.CreatedUnixNano
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetChecksum() []byte {
+	if x != nil {
+		return x.Checksum
+	}
+	return nil
+}
+
+func (x *SnapshotRestoreResponse) GetTasks() uint64 {
+	if x != nil {
+		return x.Tasks
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetSchedules() uint64 {
+	if x != nil {
+		return x.Schedules
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetWorkflows() uint64 {
+	if x != nil {
+		return x.Workflows
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetPools() uint64 {
+	if x != nil {
+		return x.Pools
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetRevokedLeases() uint64 {
+	if x != nil {
+		return x.RevokedLeases
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetRaftIndex() uint64 {
+	if x != nil {
+		return x.RaftIndex
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 var File_cronoq_v1_cronoq_proto protoreflect.FileDescriptor
 
 const file_cronoq_v1_cronoq_proto_rawDesc = "" +
@@ -7268,7 +7489,25 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x16\n" +
 	"\x06status\x18\x04 \x01(\tR\x06status\x12\x18\n" +
-	"\areasons\x18\x05 \x03(\tR\areasons*D\n" +
+	"\areasons\x18\x05 \x03(\tR\areasons\"\x15\n" +
+	"\x13SnapshotSaveRequest\"#\n" +
+	"\rSnapshotChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\xe3\x02\n" +
+	"\x17SnapshotRestoreResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12*\n" +
+	"\x11created_unix_nano\x18\x03 \x01(\x03R\x0fcreatedUnixNano\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x1a\n" +
+	"\bchecksum\x18\x05 \x01(\fR\bchecksum\x12\x14\n" +
+	"\x05tasks\x18\x06 \x01(\x04R\x05tasks\x12\x1c\n" +
+	"\tschedules\x18\a \x01(\x04R\tschedules\x12\x1c\n" +
+	"\tworkflows\x18\b \x01(\x04R\tworkflows\x12\x14\n" +
+	"\x05pools\x18\t \x01(\x04R\x05pools\x12%\n" +
+	"\x0erevoked_leases\x18\n" +
+	" \x01(\x04R\rrevokedLeases\x12\x1d\n" +
+	"\n" +
+	"raft_index\x18\v \x01(\x04R\traftIndex\x12\x14\n" +
+	"\x05epoch\x18\f \x01(\x04R\x05epoch*D\n" +
 	"\bPriority\x12\x13\n" +
 	"\x0fPRIORITY_NORMAL\x10\x00\x12\x11\n" +
 	"\rPRIORITY_HIGH\x10\x01\x12\x10\n" +
@@ -7338,14 +7577,16 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x06Remove\x12 .cronoq.v1.RemoveScheduleRequest\x1a!.cronoq.v1.RemoveScheduleResponse\x12J\n" +
 	"\x05Pause\x12\x1f.cronoq.v1.PauseScheduleRequest\x1a .cronoq.v1.PauseScheduleResponse2R\n" +
 	"\rWorkerService\x12A\n" +
-	"\aConnect\x12\x18.cronoq.v1.WorkerMessage\x1a\x18.cronoq.v1.ServerMessage(\x010\x012\xfc\x02\n" +
+	"\aConnect\x12\x18.cronoq.v1.WorkerMessage\x1a\x18.cronoq.v1.ServerMessage(\x010\x012\x9b\x04\n" +
 	"\x0fOperatorService\x12@\n" +
 	"\aMembers\x12\x19.cronoq.v1.MembersRequest\x1a\x1a.cronoq.v1.MembersResponse\x12:\n" +
 	"\x05Peers\x12\x17.cronoq.v1.PeersRequest\x1a\x18.cronoq.v1.PeersResponse\x12I\n" +
 	"\n" +
 	"RemovePeer\x12\x1c.cronoq.v1.RemovePeerRequest\x1a\x1d.cronoq.v1.RemovePeerResponse\x12a\n" +
 	"\x12TransferLeadership\x12$.cronoq.v1.TransferLeadershipRequest\x1a%.cronoq.v1.TransferLeadershipResponse\x12=\n" +
-	"\x06Health\x12\x18.cronoq.v1.HealthRequest\x1a\x19.cronoq.v1.HealthResponseB0Z.github.com/cronoq/cronoq/api/cronoqv1;cronoqv1b\x06proto3"
+	"\x06Health\x12\x18.cronoq.v1.HealthRequest\x1a\x19.cronoq.v1.HealthResponse\x12J\n" +
+	"\fSnapshotSave\x12\x1e.cronoq.v1.SnapshotSaveRequest\x1a\x18.cronoq.v1.SnapshotChunk0\x01\x12Q\n" +
+	"\x0fSnapshotRestore\x12\x18.cronoq.v1.SnapshotChunk\x1a\".cronoq.v1.SnapshotRestoreResponse(\x01B0Z.github.com/cronoq/cronoq/api/cronoqv1;cronoqv1b\x06proto3"
 
 var (
 	file_cronoq_v1_cronoq_proto_rawDescOnce sync.Once
@@ -7360,7 +7601,7 @@ func file_cronoq_v1_cronoq_proto_rawDescGZIP() []byte {
 }
 
 var file_cronoq_v1_cronoq_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 104)
+var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 107)
 var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(Priority)(0),                      // 0: cronoq.v1.Priority
 	(Status)(0),                        // 1: cronoq.v1.Status
@@ -7469,38 +7710,41 @@ var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(*TransferLeadershipResponse)(nil), // 104: cronoq.v1.TransferLeadershipResponse
 	(*HealthRequest)(nil),              // 105: cronoq.v1.HealthRequest
 	(*HealthResponse)(nil),             // 106: cronoq.v1.HealthResponse
-	nil,                                // 107: cronoq.v1.PoolCounts.ByStatusEntry
-	nil,                                // 108: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
-	nil,                                // 109: cronoq.v1.PoolInfo.CountsEntry
-	nil,                                // 110: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
-	(*durationpb.Duration)(nil),        // 111: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 112: google.protobuf.Timestamp
+	(*SnapshotSaveRequest)(nil),        // 107: cronoq.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),              // 108: cronoq.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),    // 109: cronoq.v1.SnapshotRestoreResponse
+	nil,                                // 110: cronoq.v1.PoolCounts.ByStatusEntry
+	nil,                                // 111: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	nil,                                // 112: cronoq.v1.PoolInfo.CountsEntry
+	nil,                                // 113: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	(*durationpb.Duration)(nil),        // 114: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 115: google.protobuf.Timestamp
 }
 var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
-	111, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
-	111, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
+	114, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
+	114, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
 	0,   // 2: cronoq.v1.TaskTemplate.priority:type_name -> cronoq.v1.Priority
 	7,   // 3: cronoq.v1.TaskTemplate.labels:type_name -> cronoq.v1.KV
 	7,   // 4: cronoq.v1.TaskTemplate.tags:type_name -> cronoq.v1.KV
-	111, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
+	114, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
 	8,   // 6: cronoq.v1.TaskTemplate.backoff:type_name -> cronoq.v1.Backoff
 	9,   // 7: cronoq.v1.TaskSpec.template:type_name -> cronoq.v1.TaskTemplate
-	112, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
-	111, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
-	112, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
+	115, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
+	114, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
+	115, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
 	21,  // 11: cronoq.v1.TaskSpec.depends_on:type_name -> cronoq.v1.TaskRef
 	2,   // 12: cronoq.v1.TaskSpec.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
 	9,   // 13: cronoq.v1.Task.template:type_name -> cronoq.v1.TaskTemplate
 	1,   // 14: cronoq.v1.Task.status:type_name -> cronoq.v1.Status
-	112, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
-	112, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	112, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	112, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	112, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	112, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
-	112, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
+	115, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
+	115, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	115, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	115, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	115, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	115, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
+	115, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
 	2,   // 22: cronoq.v1.Task.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
-	111, // 23: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
+	114, // 23: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
 	10,  // 24: cronoq.v1.SubmitRequest.spec:type_name -> cronoq.v1.TaskSpec
 	12,  // 25: cronoq.v1.SubmitResponse.result:type_name -> cronoq.v1.Submitted
 	10,  // 26: cronoq.v1.SubmitBatchRequest.specs:type_name -> cronoq.v1.TaskSpec
@@ -7512,7 +7756,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	11,  // 32: cronoq.v1.GetResponse.task:type_name -> cronoq.v1.Task
 	13,  // 33: cronoq.v1.GetResponse.meta:type_name -> cronoq.v1.ReadMeta
 	21,  // 34: cronoq.v1.WaitRequest.ref:type_name -> cronoq.v1.TaskRef
-	111, // 35: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
+	114, // 35: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
 	11,  // 36: cronoq.v1.WaitResponse.task:type_name -> cronoq.v1.Task
 	21,  // 37: cronoq.v1.CancelRequest.ref:type_name -> cronoq.v1.TaskRef
 	21,  // 38: cronoq.v1.CompleteRequest.ref:type_name -> cronoq.v1.TaskRef
@@ -7521,43 +7765,43 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	1,   // 41: cronoq.v1.ListRequest.statuses:type_name -> cronoq.v1.Status
 	11,  // 42: cronoq.v1.ListResponse.tasks:type_name -> cronoq.v1.Task
 	13,  // 43: cronoq.v1.ListResponse.meta:type_name -> cronoq.v1.ReadMeta
-	107, // 44: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
+	110, // 44: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
 	33,  // 45: cronoq.v1.CountsResponse.pools:type_name -> cronoq.v1.PoolCounts
 	13,  // 46: cronoq.v1.CountsResponse.meta:type_name -> cronoq.v1.ReadMeta
 	1,   // 47: cronoq.v1.Event.status:type_name -> cronoq.v1.Status
-	112, // 48: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
+	115, // 48: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
 	3,   // 49: cronoq.v1.Event.workflow_status:type_name -> cronoq.v1.WorkflowStatus
 	21,  // 50: cronoq.v1.DeleteRequest.ref:type_name -> cronoq.v1.TaskRef
-	108, // 51: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	111, // 51: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
 	39,  // 52: cronoq.v1.PoolLimits.kind_rates:type_name -> cronoq.v1.KindRate
 	8,   // 53: cronoq.v1.PoolLimits.backoff:type_name -> cronoq.v1.Backoff
-	111, // 54: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
-	109, // 55: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
-	111, // 56: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
+	114, // 54: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
+	112, // 55: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
+	114, // 56: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
 	40,  // 57: cronoq.v1.PoolInfo.limits:type_name -> cronoq.v1.PoolLimits
 	41,  // 58: cronoq.v1.ListPoolsResponse.pools:type_name -> cronoq.v1.PoolInfo
 	41,  // 59: cronoq.v1.GetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
-	110, // 60: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	113, // 60: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
 	39,  // 61: cronoq.v1.SetPoolRequest.kind_rates:type_name -> cronoq.v1.KindRate
 	8,   // 62: cronoq.v1.SetPoolRequest.backoff:type_name -> cronoq.v1.Backoff
-	111, // 63: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
+	114, // 63: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
 	41,  // 64: cronoq.v1.SetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
 	7,   // 65: cronoq.v1.WorkerInfo.labels:type_name -> cronoq.v1.KV
-	112, // 66: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
+	115, // 66: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
 	48,  // 67: cronoq.v1.ListWorkersResponse.workers:type_name -> cronoq.v1.WorkerInfo
-	111, // 68: cronoq.v1.KindSettings.timeout:type_name -> google.protobuf.Duration
+	114, // 68: cronoq.v1.KindSettings.timeout:type_name -> google.protobuf.Duration
 	8,   // 69: cronoq.v1.KindSettings.backoff:type_name -> cronoq.v1.Backoff
-	111, // 70: cronoq.v1.SetKindRequest.timeout:type_name -> google.protobuf.Duration
+	114, // 70: cronoq.v1.SetKindRequest.timeout:type_name -> google.protobuf.Duration
 	8,   // 71: cronoq.v1.SetKindRequest.backoff:type_name -> cronoq.v1.Backoff
 	51,  // 72: cronoq.v1.SetKindResponse.kind:type_name -> cronoq.v1.KindSettings
 	51,  // 73: cronoq.v1.GetKindResponse.kind:type_name -> cronoq.v1.KindSettings
 	10,  // 74: cronoq.v1.WorkflowStep.spec:type_name -> cronoq.v1.TaskSpec
 	56,  // 75: cronoq.v1.WorkflowSpec.steps:type_name -> cronoq.v1.WorkflowStep
 	3,   // 76: cronoq.v1.Workflow.status:type_name -> cronoq.v1.WorkflowStatus
-	112, // 77: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
-	112, // 78: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
-	112, // 79: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
-	112, // 80: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
+	115, // 77: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
+	115, // 78: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
+	115, // 79: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
+	115, // 80: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
 	11,  // 81: cronoq.v1.Workflow.tasks:type_name -> cronoq.v1.Task
 	57,  // 82: cronoq.v1.SubmitWorkflowRequest.spec:type_name -> cronoq.v1.WorkflowSpec
 	60,  // 83: cronoq.v1.SubmitWorkflowResponse.tasks:type_name -> cronoq.v1.StepTask
@@ -7565,7 +7809,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	58,  // 85: cronoq.v1.GetWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
 	13,  // 86: cronoq.v1.GetWorkflowResponse.meta:type_name -> cronoq.v1.ReadMeta
 	59,  // 87: cronoq.v1.WaitWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
-	111, // 88: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
+	114, // 88: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
 	58,  // 89: cronoq.v1.WaitWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
 	59,  // 90: cronoq.v1.CancelWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
 	3,   // 91: cronoq.v1.ListWorkflowsRequest.statuses:type_name -> cronoq.v1.WorkflowStatus
@@ -7574,15 +7818,15 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	9,   // 94: cronoq.v1.Schedule.task:type_name -> cronoq.v1.TaskTemplate
 	4,   // 95: cronoq.v1.Schedule.overlap:type_name -> cronoq.v1.Overlap
 	5,   // 96: cronoq.v1.Schedule.catch_up:type_name -> cronoq.v1.CatchUp
-	112, // 97: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	112, // 98: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
+	115, // 97: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	115, // 98: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
 	56,  // 99: cronoq.v1.Schedule.steps:type_name -> cronoq.v1.WorkflowStep
 	71,  // 100: cronoq.v1.AddScheduleRequest.schedule:type_name -> cronoq.v1.Schedule
-	112, // 101: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
+	115, // 101: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
 	71,  // 102: cronoq.v1.ListSchedulesResponse.schedules:type_name -> cronoq.v1.Schedule
 	7,   // 103: cronoq.v1.Hello.labels:type_name -> cronoq.v1.KV
 	6,   // 104: cronoq.v1.Completion.outcome:type_name -> cronoq.v1.OutcomeKind
-	111, // 105: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
+	114, // 105: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
 	56,  // 106: cronoq.v1.Completion.children:type_name -> cronoq.v1.WorkflowStep
 	56,  // 107: cronoq.v1.Completion.then:type_name -> cronoq.v1.WorkflowStep
 	83,  // 108: cronoq.v1.Complete.completions:type_name -> cronoq.v1.Completion
@@ -7590,7 +7834,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	81,  // 110: cronoq.v1.WorkerMessage.poll:type_name -> cronoq.v1.Poll
 	82,  // 111: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
 	84,  // 112: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
-	111, // 113: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
+	114, // 113: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
 	1,   // 114: cronoq.v1.DependencyResult.status:type_name -> cronoq.v1.Status
 	11,  // 115: cronoq.v1.Grant.task:type_name -> cronoq.v1.Task
 	87,  // 116: cronoq.v1.Grant.dependencies:type_name -> cronoq.v1.DependencyResult
@@ -7636,40 +7880,44 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	101, // 156: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
 	103, // 157: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
 	105, // 158: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
-	15,  // 159: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
-	17,  // 160: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
-	20,  // 161: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
-	23,  // 162: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
-	25,  // 163: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
-	27,  // 164: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
-	29,  // 165: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
-	31,  // 166: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
-	34,  // 167: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
-	36,  // 168: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
-	38,  // 169: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
-	43,  // 170: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
-	45,  // 171: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
-	47,  // 172: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
-	50,  // 173: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
-	53,  // 174: cronoq.v1.PoolService.SetKind:output_type -> cronoq.v1.SetKindResponse
-	55,  // 175: cronoq.v1.PoolService.GetKind:output_type -> cronoq.v1.GetKindResponse
-	62,  // 176: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
-	64,  // 177: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
-	66,  // 178: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
-	68,  // 179: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
-	70,  // 180: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
-	73,  // 181: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
-	75,  // 182: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
-	77,  // 183: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
-	79,  // 184: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
-	94,  // 185: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
-	97,  // 186: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
-	100, // 187: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
-	102, // 188: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
-	104, // 189: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
-	106, // 190: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
-	159, // [159:191] is the sub-list for method output_type
-	127, // [127:159] is the sub-list for method input_type
+	107, // 159: cronoq.v1.OperatorService.SnapshotSave:input_type -> cronoq.v1.SnapshotSaveRequest
+	108, // 160: cronoq.v1.OperatorService.SnapshotRestore:input_type -> cronoq.v1.SnapshotChunk
+	15,  // 161: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
+	17,  // 162: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
+	20,  // 163: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
+	23,  // 164: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
+	25,  // 165: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
+	27,  // 166: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
+	29,  // 167: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
+	31,  // 168: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
+	34,  // 169: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
+	36,  // 170: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
+	38,  // 171: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
+	43,  // 172: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
+	45,  // 173: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
+	47,  // 174: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
+	50,  // 175: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
+	53,  // 176: cronoq.v1.PoolService.SetKind:output_type -> cronoq.v1.SetKindResponse
+	55,  // 177: cronoq.v1.PoolService.GetKind:output_type -> cronoq.v1.GetKindResponse
+	62,  // 178: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
+	64,  // 179: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
+	66,  // 180: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
+	68,  // 181: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
+	70,  // 182: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
+	73,  // 183: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
+	75,  // 184: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
+	77,  // 185: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
+	79,  // 186: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
+	94,  // 187: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
+	97,  // 188: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
+	100, // 189: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
+	102, // 190: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
+	104, // 191: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
+	106, // 192: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
+	108, // 193: cronoq.v1.OperatorService.SnapshotSave:output_type -> cronoq.v1.SnapshotChunk
+	109, // 194: cronoq.v1.OperatorService.SnapshotRestore:output_type -> cronoq.v1.SnapshotRestoreResponse
+	161, // [161:195] is the sub-list for method output_type
+	127, // [127:161] is the sub-list for method input_type
 	127, // [127:127] is the sub-list for extension type_name
 	127, // [127:127] is the sub-list for extension extendee
 	0,   // [0:127] is the sub-list for field type_name
@@ -7701,7 +7949,7 @@ func file_cronoq_v1_cronoq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronoq_v1_cronoq_proto_rawDesc), len(file_cronoq_v1_cronoq_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   104,
+			NumMessages:   107,
 			NumExtensions: 0,
 			NumServices:   6,
 		},
