@@ -188,9 +188,14 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (*RestoreResult
 	return res, nil
 }
 
-// restore does a restore on the leadership loop's goroutine; the engine
-// is stopped. On an error before raft.Restore nothing has changed.
+// restore does a restore on the leadership loop's goroutine, under the
+// term's ctx; the engine is stopped. On an error before raft.Restore nothing
+// has changed, and raft.Restore refuses before changing anything or says
+// that it may have (ErrOutcomeUnknown).
 func (n *Node) restore(ctx context.Context, req restoreRequest) (*RestoreResult, error) {
+	if ctx.Err() != nil || n.raft.State() != raft.Leader {
+		return nil, n.notLeader(raft.ErrNotLeader) // the term ended: nothing done
+	}
 	st, info := req.state, req.info
 	epoch := max(n.state.Epoch(), info.Epoch) + 1
 	base := max(n.raft.LastIndex(), info.Index) + restoreIndexGap
@@ -222,7 +227,13 @@ func (n *Node) restore(ctx context.Context, req restoreRequest) (*RestoreResult,
 	n.logger.Warn("restoring a snapshot: replacing the cluster's state",
 		"snapshot_index", info.Index, "snapshot_term", info.Term, "tasks", info.Tasks,
 		"raft_index", index, "epoch", epoch, "revoked_leases", revoked)
-	if err := n.raftRestore(ctx, meta, f); err != nil {
+	if err := n.raftRestore(meta, f); err != nil {
+		if errors.Is(err, raft.ErrLeadershipLost) {
+			// Restored here, but leadership was lost before a quorum
+			// confirmed it: the next leader may or may not have it.
+			return nil, fmt.Errorf("restoring a snapshot: leadership was lost before a quorum confirmed the restore, run it again: %w: %w",
+				ErrOutcomeUnknown, err)
+		}
 		return nil, fmt.Errorf("restoring a snapshot: %w", n.raftErr(err))
 	}
 	if got := n.raft.Stats()["last_snapshot_index"]; got != strconv.FormatUint(index, 10) {
@@ -268,9 +279,11 @@ func (n *Node) revokeRestoredLeases(st *fsm.State, epoch, index, term uint64, no
 }
 
 // raftRestore runs raft.Restore with the snapshot in f, which it closes and
-// removes once raft is done with it. raft.Restore takes no context: it is
-// waited for by a tracked goroutine, which outlives ctx until raft answers.
-func (n *Node) raftRestore(ctx context.Context, meta *raft.SnapshotMeta, f *os.File) error {
+// removes once raft is done with it. raft.Restore takes no context, and its
+// answer is what tells whether the state was replaced, so it is waited for
+// even when the term ends meanwhile: raft answers soon then (not the
+// leader, leadership lost, shut down).
+func (n *Node) raftRestore(meta *raft.SnapshotMeta, f *os.File) error {
 	if !n.futures.add() {
 		f.Close()
 		os.Remove(f.Name())
@@ -283,10 +296,5 @@ func (n *Node) raftRestore(ctx context.Context, meta *raft.SnapshotMeta, f *os.F
 		defer f.Close()
 		ch <- n.raft.Restore(meta, f, n.cfg.BarrierTimeout)
 	}()
-	select {
-	case err := <-ch:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
-	}
+	return <-ch
 }
