@@ -183,7 +183,9 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (*RestoreResult
 	// Report the epoch the cluster serves at, once the leader serves again
 	// (or some other node leads: it bumps the epoch the same way).
 	restored := res.Epoch
-	_ = n.waitFor(ctx, func() bool { return n.Epoch() > restored || !n.IsLeader() })
+	wctx, cancel := context.WithTimeout(ctx, n.cfg.BarrierTimeout)
+	defer cancel()
+	_ = n.waitFor(wctx, func() bool { return n.Epoch() > restored || !n.IsLeader() })
 	res.Epoch = n.Epoch()
 	return res, nil
 }

@@ -171,7 +171,7 @@ JSON output: {"file", "size", "index", "term", "created", "sha256", "tasks",
 	if cf.out.json() {
 		return writeJSON(s.Stdout, out)
 	}
-	epoch := "not serving yet"
+	epoch := "not known yet (the leader was not serving again when the restore answered)"
 	if out.Epoch != 0 {
 		epoch = fmt.Sprint(out.Epoch)
 	}
