@@ -141,6 +141,13 @@ func (n *Node) leaderLoop(ctx context.Context) {
 			if err == nil && !sleepCtx(ctx, 2*n.cfg.ElectionTimeout) {
 				return
 			}
+		case req := <-n.restoreCh:
+			// The state is replaced: the engine's memory of it is stale.
+			// Leadership is established again, as for a new term.
+			n.revoke()
+			engDone = nil
+			res, err := n.restore(ctx, req)
+			req.resp <- restoreOutcome{res: res, err: err}
 		}
 	}
 }

@@ -63,6 +63,7 @@ type Node struct {
 	reconcileCh chan struct{}
 	bootstrapCh chan struct{}
 	transferCh  chan transferRequest
+	restoreCh   chan restoreRequest
 
 	shutdownCh chan struct{}
 	loopsWG    sync.WaitGroup // join, bootstrap and meta loops
@@ -105,6 +106,7 @@ func New(cfg Config) (*Node, error) {
 		reconcileCh: make(chan struct{}, 1),
 		bootstrapCh: make(chan struct{}, 1),
 		transferCh:  make(chan transferRequest),
+		restoreCh:   make(chan restoreRequest),
 		shutdownCh:  make(chan struct{}),
 		stopped:     make(chan struct{}),
 	}
@@ -230,6 +232,11 @@ func (n *Node) open() error {
 		if err := raft.BootstrapCluster(rc, logs, stable, snaps, n.trans, conf); err != nil {
 			return fmt.Errorf("bootstrapping dev node: %w", err)
 		}
+		hasState = true
+	}
+	if recovered, err := n.recoverPeers(rc, raftDir, logs, stable, snaps, n.trans); err != nil {
+		return err
+	} else if recovered {
 		hasState = true
 	}
 	n.state = fsm.NewVersion(cfg.LogVersion)

@@ -90,6 +90,10 @@ var gates = map[string]gate{
 	cronoqv1connect.OperatorServiceHealthProcedure:             {gateOpen, acl.None},
 	cronoqv1connect.OperatorServiceRemovePeerProcedure:         {gateOperator, acl.Write},
 	cronoqv1connect.OperatorServiceTransferLeadershipProcedure: {gateOperator, acl.Write},
+	// A backup holds every pool's payloads and outputs and the ACL state:
+	// saving one needs operator write, as restoring does.
+	cronoqv1connect.OperatorServiceSnapshotSaveProcedure:    {gateOperator, acl.Write},
+	cronoqv1connect.OperatorServiceSnapshotRestoreProcedure: {gateOperator, acl.Write},
 
 	cronoqv1connect.AclServiceBootstrapProcedure:    {gateOpen, acl.None},
 	cronoqv1connect.AclServiceTokenSelfProcedure:    {gateOpen, acl.None},

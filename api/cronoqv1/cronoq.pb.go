@@ -6789,6 +6789,227 @@ func (x *HealthResponse) GetReasons() []string {
 	return nil
 }
 
+// Backups. SnapshotSave streams a backup file of the cluster's state from
+// the leader: a header (format, raft index and term, creation time, length),
+// the state's snapshot and a SHA-256 trailer. SnapshotRestore sends one back
+// to the leader, which checks all of it before replacing the state. Both are
+// served by the leader only: a follower answers not_leader with the leader's
+// address.
+type SnapshotSaveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotSaveRequest) Reset() {
+	*x = SnapshotSaveRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[100]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotSaveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotSaveRequest) ProtoMessage() {}
+
+func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[100]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{100}
+}
+
+type SnapshotChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotChunk) Reset() {
+	*x = SnapshotChunk{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[101]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotChunk) ProtoMessage() {}
+
+func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[101]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
+func (*SnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{101}
+}
+
+func (x *SnapshotChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type SnapshotRestoreResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Of the file.
+	Index           uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"` // raft index of the snapshot it holds
+	Term            uint64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	CreatedUnixNano int64  `protobuf:"varint,3,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
+	Size            int64  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`        // bytes
+	Checksum        []byte `protobuf:"bytes,5,opt,name=checksum,proto3" json:"checksum,omitempty"` // SHA-256
+	// Of the state restored.
+	Tasks         uint64 `protobuf:"varint,6,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	Schedules     uint64 `protobuf:"varint,7,opt,name=schedules,proto3" json:"schedules,omitempty"`
+	Workflows     uint64 `protobuf:"varint,8,opt,name=workflows,proto3" json:"workflows,omitempty"`
+	Pools         uint64 `protobuf:"varint,9,opt,name=pools,proto3" json:"pools,omitempty"`
+	RevokedLeases uint64 `protobuf:"varint,10,opt,name=revoked_leases,json=revokedLeases,proto3" json:"revoked_leases,omitempty"` // running attempts whose lease was revoked
+	// Of the cluster after the restore.
+	RaftIndex     uint64 `protobuf:"varint,11,opt,name=raft_index,json=raftIndex,proto3" json:"raft_index,omitempty"` // raft index of the restored snapshot
+	Epoch         uint64 `protobuf:"varint,12,opt,name=epoch,proto3" json:"epoch,omitempty"`                          // the leader's epoch once it serves again (0: not yet known)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRestoreResponse) Reset() {
+	*x = SnapshotRestoreResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[102]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRestoreResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRestoreResponse) ProtoMessage() {}
+
+func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[102]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
+func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{102}
+}
+
+func (x *SnapshotRestoreResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetCreatedUnixNano() int64 {
+	if x != nil {
+		return x.CreatedUnixNano
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetChecksum() []byte {
+	if x != nil {
+		return x.Checksum
+	}
+	return nil
+}
+
+func (x *SnapshotRestoreResponse) GetTasks() uint64 {
+	if x != nil {
+		return x.Tasks
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetSchedules() uint64 {
+	if x != nil {
+		return x.Schedules
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetWorkflows() uint64 {
+	if x != nil {
+		return x.Workflows
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetPools() uint64 {
+	if x != nil {
+		return x.Pools
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetRevokedLeases() uint64 {
+	if x != nil {
+		return x.RevokedLeases
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetRaftIndex() uint64 {
+	if x != nil {
+		return x.RaftIndex
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 type AclPolicy struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -6804,7 +7025,7 @@ type AclPolicy struct {
 
 func (x *AclPolicy) Reset() {
 	*x = AclPolicy{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[100]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6816,7 +7037,7 @@ func (x *AclPolicy) String() string {
 func (*AclPolicy) ProtoMessage() {}
 
 func (x *AclPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[100]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6829,7 +7050,7 @@ func (x *AclPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicy.ProtoReflect.Descriptor instead.
 func (*AclPolicy) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{100}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *AclPolicy) GetName() string {
@@ -6883,7 +7104,7 @@ type AclToken struct {
 
 func (x *AclToken) Reset() {
 	*x = AclToken{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[101]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6895,7 +7116,7 @@ func (x *AclToken) String() string {
 func (*AclToken) ProtoMessage() {}
 
 func (x *AclToken) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[101]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6908,7 +7129,7 @@ func (x *AclToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclToken.ProtoReflect.Descriptor instead.
 func (*AclToken) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{101}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *AclToken) GetAccessor() string {
@@ -6968,7 +7189,7 @@ type AclBootstrapRequest struct {
 
 func (x *AclBootstrapRequest) Reset() {
 	*x = AclBootstrapRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[102]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6980,7 +7201,7 @@ func (x *AclBootstrapRequest) String() string {
 func (*AclBootstrapRequest) ProtoMessage() {}
 
 func (x *AclBootstrapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[102]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6993,7 +7214,7 @@ func (x *AclBootstrapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBootstrapRequest.ProtoReflect.Descriptor instead.
 func (*AclBootstrapRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{102}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{105}
 }
 
 type AclBootstrapResponse struct {
@@ -7005,7 +7226,7 @@ type AclBootstrapResponse struct {
 
 func (x *AclBootstrapResponse) Reset() {
 	*x = AclBootstrapResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[103]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7017,7 +7238,7 @@ func (x *AclBootstrapResponse) String() string {
 func (*AclBootstrapResponse) ProtoMessage() {}
 
 func (x *AclBootstrapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[103]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7030,7 +7251,7 @@ func (x *AclBootstrapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBootstrapResponse.ProtoReflect.Descriptor instead.
 func (*AclBootstrapResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{103}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *AclBootstrapResponse) GetToken() *AclToken {
@@ -7049,7 +7270,7 @@ type AclPolicyApplyRequest struct {
 
 func (x *AclPolicyApplyRequest) Reset() {
 	*x = AclPolicyApplyRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[104]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7061,7 +7282,7 @@ func (x *AclPolicyApplyRequest) String() string {
 func (*AclPolicyApplyRequest) ProtoMessage() {}
 
 func (x *AclPolicyApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[104]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7074,7 +7295,7 @@ func (x *AclPolicyApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyApplyRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyApplyRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{104}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *AclPolicyApplyRequest) GetPolicy() *AclPolicy {
@@ -7093,7 +7314,7 @@ type AclPolicyApplyResponse struct {
 
 func (x *AclPolicyApplyResponse) Reset() {
 	*x = AclPolicyApplyResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[105]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7105,7 +7326,7 @@ func (x *AclPolicyApplyResponse) String() string {
 func (*AclPolicyApplyResponse) ProtoMessage() {}
 
 func (x *AclPolicyApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[105]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7118,7 +7339,7 @@ func (x *AclPolicyApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyApplyResponse.ProtoReflect.Descriptor instead.
 func (*AclPolicyApplyResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{105}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *AclPolicyApplyResponse) GetPolicy() *AclPolicy {
@@ -7136,7 +7357,7 @@ type AclPolicyListRequest struct {
 
 func (x *AclPolicyListRequest) Reset() {
 	*x = AclPolicyListRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[106]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7148,7 +7369,7 @@ func (x *AclPolicyListRequest) String() string {
 func (*AclPolicyListRequest) ProtoMessage() {}
 
 func (x *AclPolicyListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[106]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7161,7 +7382,7 @@ func (x *AclPolicyListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyListRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyListRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{106}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{109}
 }
 
 type AclPolicyListResponse struct {
@@ -7173,7 +7394,7 @@ type AclPolicyListResponse struct {
 
 func (x *AclPolicyListResponse) Reset() {
 	*x = AclPolicyListResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[107]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7185,7 +7406,7 @@ func (x *AclPolicyListResponse) String() string {
 func (*AclPolicyListResponse) ProtoMessage() {}
 
 func (x *AclPolicyListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[107]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7198,7 +7419,7 @@ func (x *AclPolicyListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyListResponse.ProtoReflect.Descriptor instead.
 func (*AclPolicyListResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{107}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *AclPolicyListResponse) GetPolicies() []*AclPolicy {
@@ -7217,7 +7438,7 @@ type AclPolicyGetRequest struct {
 
 func (x *AclPolicyGetRequest) Reset() {
 	*x = AclPolicyGetRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[108]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7229,7 +7450,7 @@ func (x *AclPolicyGetRequest) String() string {
 func (*AclPolicyGetRequest) ProtoMessage() {}
 
 func (x *AclPolicyGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[108]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7242,7 +7463,7 @@ func (x *AclPolicyGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyGetRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyGetRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{108}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *AclPolicyGetRequest) GetName() string {
@@ -7261,7 +7482,7 @@ type AclPolicyGetResponse struct {
 
 func (x *AclPolicyGetResponse) Reset() {
 	*x = AclPolicyGetResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[109]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7273,7 +7494,7 @@ func (x *AclPolicyGetResponse) String() string {
 func (*AclPolicyGetResponse) ProtoMessage() {}
 
 func (x *AclPolicyGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[109]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7286,7 +7507,7 @@ func (x *AclPolicyGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyGetResponse.ProtoReflect.Descriptor instead.
 func (*AclPolicyGetResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{109}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *AclPolicyGetResponse) GetPolicy() *AclPolicy {
@@ -7305,7 +7526,7 @@ type AclPolicyDeleteRequest struct {
 
 func (x *AclPolicyDeleteRequest) Reset() {
 	*x = AclPolicyDeleteRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[110]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7317,7 +7538,7 @@ func (x *AclPolicyDeleteRequest) String() string {
 func (*AclPolicyDeleteRequest) ProtoMessage() {}
 
 func (x *AclPolicyDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[110]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7330,7 +7551,7 @@ func (x *AclPolicyDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyDeleteRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{110}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *AclPolicyDeleteRequest) GetName() string {
@@ -7348,7 +7569,7 @@ type AclPolicyDeleteResponse struct {
 
 func (x *AclPolicyDeleteResponse) Reset() {
 	*x = AclPolicyDeleteResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[111]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7360,7 +7581,7 @@ func (x *AclPolicyDeleteResponse) String() string {
 func (*AclPolicyDeleteResponse) ProtoMessage() {}
 
 func (x *AclPolicyDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[111]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7373,7 +7594,7 @@ func (x *AclPolicyDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyDeleteResponse.ProtoReflect.Descriptor instead.
 func (*AclPolicyDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{111}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{114}
 }
 
 type AclTokenCreateRequest struct {
@@ -7387,7 +7608,7 @@ type AclTokenCreateRequest struct {
 
 func (x *AclTokenCreateRequest) Reset() {
 	*x = AclTokenCreateRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[112]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7399,7 +7620,7 @@ func (x *AclTokenCreateRequest) String() string {
 func (*AclTokenCreateRequest) ProtoMessage() {}
 
 func (x *AclTokenCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[112]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7412,7 +7633,7 @@ func (x *AclTokenCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenCreateRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenCreateRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{112}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *AclTokenCreateRequest) GetName() string {
@@ -7445,7 +7666,7 @@ type AclTokenCreateResponse struct {
 
 func (x *AclTokenCreateResponse) Reset() {
 	*x = AclTokenCreateResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[113]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7457,7 +7678,7 @@ func (x *AclTokenCreateResponse) String() string {
 func (*AclTokenCreateResponse) ProtoMessage() {}
 
 func (x *AclTokenCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[113]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7470,7 +7691,7 @@ func (x *AclTokenCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenCreateResponse.ProtoReflect.Descriptor instead.
 func (*AclTokenCreateResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{113}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *AclTokenCreateResponse) GetToken() *AclToken {
@@ -7488,7 +7709,7 @@ type AclTokenListRequest struct {
 
 func (x *AclTokenListRequest) Reset() {
 	*x = AclTokenListRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[114]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7500,7 +7721,7 @@ func (x *AclTokenListRequest) String() string {
 func (*AclTokenListRequest) ProtoMessage() {}
 
 func (x *AclTokenListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[114]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7513,7 +7734,7 @@ func (x *AclTokenListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenListRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenListRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{114}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{117}
 }
 
 type AclTokenListResponse struct {
@@ -7525,7 +7746,7 @@ type AclTokenListResponse struct {
 
 func (x *AclTokenListResponse) Reset() {
 	*x = AclTokenListResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[115]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7537,7 +7758,7 @@ func (x *AclTokenListResponse) String() string {
 func (*AclTokenListResponse) ProtoMessage() {}
 
 func (x *AclTokenListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[115]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7550,7 +7771,7 @@ func (x *AclTokenListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenListResponse.ProtoReflect.Descriptor instead.
 func (*AclTokenListResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{115}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *AclTokenListResponse) GetTokens() []*AclToken {
@@ -7569,7 +7790,7 @@ type AclTokenRevokeRequest struct {
 
 func (x *AclTokenRevokeRequest) Reset() {
 	*x = AclTokenRevokeRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[116]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7581,7 +7802,7 @@ func (x *AclTokenRevokeRequest) String() string {
 func (*AclTokenRevokeRequest) ProtoMessage() {}
 
 func (x *AclTokenRevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[116]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7594,7 +7815,7 @@ func (x *AclTokenRevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenRevokeRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenRevokeRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{116}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *AclTokenRevokeRequest) GetAccessor() string {
@@ -7612,7 +7833,7 @@ type AclTokenRevokeResponse struct {
 
 func (x *AclTokenRevokeResponse) Reset() {
 	*x = AclTokenRevokeResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[117]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7624,7 +7845,7 @@ func (x *AclTokenRevokeResponse) String() string {
 func (*AclTokenRevokeResponse) ProtoMessage() {}
 
 func (x *AclTokenRevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[117]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7637,7 +7858,7 @@ func (x *AclTokenRevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenRevokeResponse.ProtoReflect.Descriptor instead.
 func (*AclTokenRevokeResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{117}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{120}
 }
 
 // The token the call is made with (no token: the anonymous caller).
@@ -7649,7 +7870,7 @@ type AclTokenSelfRequest struct {
 
 func (x *AclTokenSelfRequest) Reset() {
 	*x = AclTokenSelfRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[118]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7661,7 +7882,7 @@ func (x *AclTokenSelfRequest) String() string {
 func (*AclTokenSelfRequest) ProtoMessage() {}
 
 func (x *AclTokenSelfRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[118]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7674,7 +7895,7 @@ func (x *AclTokenSelfRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenSelfRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenSelfRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{118}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{121}
 }
 
 type AclTokenSelfResponse struct {
@@ -7689,7 +7910,7 @@ type AclTokenSelfResponse struct {
 
 func (x *AclTokenSelfResponse) Reset() {
 	*x = AclTokenSelfResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[119]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7701,7 +7922,7 @@ func (x *AclTokenSelfResponse) String() string {
 func (*AclTokenSelfResponse) ProtoMessage() {}
 
 func (x *AclTokenSelfResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[119]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7714,7 +7935,7 @@ func (x *AclTokenSelfResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenSelfResponse.ProtoReflect.Descriptor instead.
 func (*AclTokenSelfResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{119}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *AclTokenSelfResponse) GetToken() *AclToken {
@@ -8227,7 +8448,25 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x16\n" +
 	"\x06status\x18\x04 \x01(\tR\x06status\x12\x18\n" +
-	"\areasons\x18\x05 \x03(\tR\areasons\"\x9d\x01\n" +
+	"\areasons\x18\x05 \x03(\tR\areasons\"\x15\n" +
+	"\x13SnapshotSaveRequest\"#\n" +
+	"\rSnapshotChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\xe3\x02\n" +
+	"\x17SnapshotRestoreResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12*\n" +
+	"\x11created_unix_nano\x18\x03 \x01(\x03R\x0fcreatedUnixNano\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x1a\n" +
+	"\bchecksum\x18\x05 \x01(\fR\bchecksum\x12\x14\n" +
+	"\x05tasks\x18\x06 \x01(\x04R\x05tasks\x12\x1c\n" +
+	"\tschedules\x18\a \x01(\x04R\tschedules\x12\x1c\n" +
+	"\tworkflows\x18\b \x01(\x04R\tworkflows\x12\x14\n" +
+	"\x05pools\x18\t \x01(\x04R\x05pools\x12%\n" +
+	"\x0erevoked_leases\x18\n" +
+	" \x01(\x04R\rrevokedLeases\x12\x1d\n" +
+	"\n" +
+	"raft_index\x18\v \x01(\x04R\traftIndex\x12\x14\n" +
+	"\x05epoch\x18\f \x01(\x04R\x05epoch\"\x9d\x01\n" +
 	"\tAclPolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x14\n" +
@@ -8350,14 +8589,16 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x06Remove\x12 .cronoq.v1.RemoveScheduleRequest\x1a!.cronoq.v1.RemoveScheduleResponse\x12J\n" +
 	"\x05Pause\x12\x1f.cronoq.v1.PauseScheduleRequest\x1a .cronoq.v1.PauseScheduleResponse2R\n" +
 	"\rWorkerService\x12A\n" +
-	"\aConnect\x12\x18.cronoq.v1.WorkerMessage\x1a\x18.cronoq.v1.ServerMessage(\x010\x012\xfc\x02\n" +
+	"\aConnect\x12\x18.cronoq.v1.WorkerMessage\x1a\x18.cronoq.v1.ServerMessage(\x010\x012\x9b\x04\n" +
 	"\x0fOperatorService\x12@\n" +
 	"\aMembers\x12\x19.cronoq.v1.MembersRequest\x1a\x1a.cronoq.v1.MembersResponse\x12:\n" +
 	"\x05Peers\x12\x17.cronoq.v1.PeersRequest\x1a\x18.cronoq.v1.PeersResponse\x12I\n" +
 	"\n" +
 	"RemovePeer\x12\x1c.cronoq.v1.RemovePeerRequest\x1a\x1d.cronoq.v1.RemovePeerResponse\x12a\n" +
 	"\x12TransferLeadership\x12$.cronoq.v1.TransferLeadershipRequest\x1a%.cronoq.v1.TransferLeadershipResponse\x12=\n" +
-	"\x06Health\x12\x18.cronoq.v1.HealthRequest\x1a\x19.cronoq.v1.HealthResponse2\xe8\x05\n" +
+	"\x06Health\x12\x18.cronoq.v1.HealthRequest\x1a\x19.cronoq.v1.HealthResponse\x12J\n" +
+	"\fSnapshotSave\x12\x1e.cronoq.v1.SnapshotSaveRequest\x1a\x18.cronoq.v1.SnapshotChunk0\x01\x12Q\n" +
+	"\x0fSnapshotRestore\x12\x18.cronoq.v1.SnapshotChunk\x1a\".cronoq.v1.SnapshotRestoreResponse(\x012\xe8\x05\n" +
 	"\n" +
 	"AclService\x12L\n" +
 	"\tBootstrap\x12\x1e.cronoq.v1.AclBootstrapRequest\x1a\x1f.cronoq.v1.AclBootstrapResponse\x12R\n" +
@@ -8384,7 +8625,7 @@ func file_cronoq_v1_cronoq_proto_rawDescGZIP() []byte {
 }
 
 var file_cronoq_v1_cronoq_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 124)
+var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 127)
 var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(Priority)(0),                      // 0: cronoq.v1.Priority
 	(Status)(0),                        // 1: cronoq.v1.Status
@@ -8493,58 +8734,61 @@ var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(*TransferLeadershipResponse)(nil), // 104: cronoq.v1.TransferLeadershipResponse
 	(*HealthRequest)(nil),              // 105: cronoq.v1.HealthRequest
 	(*HealthResponse)(nil),             // 106: cronoq.v1.HealthResponse
-	(*AclPolicy)(nil),                  // 107: cronoq.v1.AclPolicy
-	(*AclToken)(nil),                   // 108: cronoq.v1.AclToken
-	(*AclBootstrapRequest)(nil),        // 109: cronoq.v1.AclBootstrapRequest
-	(*AclBootstrapResponse)(nil),       // 110: cronoq.v1.AclBootstrapResponse
-	(*AclPolicyApplyRequest)(nil),      // 111: cronoq.v1.AclPolicyApplyRequest
-	(*AclPolicyApplyResponse)(nil),     // 112: cronoq.v1.AclPolicyApplyResponse
-	(*AclPolicyListRequest)(nil),       // 113: cronoq.v1.AclPolicyListRequest
-	(*AclPolicyListResponse)(nil),      // 114: cronoq.v1.AclPolicyListResponse
-	(*AclPolicyGetRequest)(nil),        // 115: cronoq.v1.AclPolicyGetRequest
-	(*AclPolicyGetResponse)(nil),       // 116: cronoq.v1.AclPolicyGetResponse
-	(*AclPolicyDeleteRequest)(nil),     // 117: cronoq.v1.AclPolicyDeleteRequest
-	(*AclPolicyDeleteResponse)(nil),    // 118: cronoq.v1.AclPolicyDeleteResponse
-	(*AclTokenCreateRequest)(nil),      // 119: cronoq.v1.AclTokenCreateRequest
-	(*AclTokenCreateResponse)(nil),     // 120: cronoq.v1.AclTokenCreateResponse
-	(*AclTokenListRequest)(nil),        // 121: cronoq.v1.AclTokenListRequest
-	(*AclTokenListResponse)(nil),       // 122: cronoq.v1.AclTokenListResponse
-	(*AclTokenRevokeRequest)(nil),      // 123: cronoq.v1.AclTokenRevokeRequest
-	(*AclTokenRevokeResponse)(nil),     // 124: cronoq.v1.AclTokenRevokeResponse
-	(*AclTokenSelfRequest)(nil),        // 125: cronoq.v1.AclTokenSelfRequest
-	(*AclTokenSelfResponse)(nil),       // 126: cronoq.v1.AclTokenSelfResponse
-	nil,                                // 127: cronoq.v1.PoolCounts.ByStatusEntry
-	nil,                                // 128: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
-	nil,                                // 129: cronoq.v1.PoolInfo.CountsEntry
-	nil,                                // 130: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
-	(*durationpb.Duration)(nil),        // 131: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 132: google.protobuf.Timestamp
+	(*SnapshotSaveRequest)(nil),        // 107: cronoq.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),              // 108: cronoq.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),    // 109: cronoq.v1.SnapshotRestoreResponse
+	(*AclPolicy)(nil),                  // 110: cronoq.v1.AclPolicy
+	(*AclToken)(nil),                   // 111: cronoq.v1.AclToken
+	(*AclBootstrapRequest)(nil),        // 112: cronoq.v1.AclBootstrapRequest
+	(*AclBootstrapResponse)(nil),       // 113: cronoq.v1.AclBootstrapResponse
+	(*AclPolicyApplyRequest)(nil),      // 114: cronoq.v1.AclPolicyApplyRequest
+	(*AclPolicyApplyResponse)(nil),     // 115: cronoq.v1.AclPolicyApplyResponse
+	(*AclPolicyListRequest)(nil),       // 116: cronoq.v1.AclPolicyListRequest
+	(*AclPolicyListResponse)(nil),      // 117: cronoq.v1.AclPolicyListResponse
+	(*AclPolicyGetRequest)(nil),        // 118: cronoq.v1.AclPolicyGetRequest
+	(*AclPolicyGetResponse)(nil),       // 119: cronoq.v1.AclPolicyGetResponse
+	(*AclPolicyDeleteRequest)(nil),     // 120: cronoq.v1.AclPolicyDeleteRequest
+	(*AclPolicyDeleteResponse)(nil),    // 121: cronoq.v1.AclPolicyDeleteResponse
+	(*AclTokenCreateRequest)(nil),      // 122: cronoq.v1.AclTokenCreateRequest
+	(*AclTokenCreateResponse)(nil),     // 123: cronoq.v1.AclTokenCreateResponse
+	(*AclTokenListRequest)(nil),        // 124: cronoq.v1.AclTokenListRequest
+	(*AclTokenListResponse)(nil),       // 125: cronoq.v1.AclTokenListResponse
+	(*AclTokenRevokeRequest)(nil),      // 126: cronoq.v1.AclTokenRevokeRequest
+	(*AclTokenRevokeResponse)(nil),     // 127: cronoq.v1.AclTokenRevokeResponse
+	(*AclTokenSelfRequest)(nil),        // 128: cronoq.v1.AclTokenSelfRequest
+	(*AclTokenSelfResponse)(nil),       // 129: cronoq.v1.AclTokenSelfResponse
+	nil,                                // 130: cronoq.v1.PoolCounts.ByStatusEntry
+	nil,                                // 131: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	nil,                                // 132: cronoq.v1.PoolInfo.CountsEntry
+	nil,                                // 133: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	(*durationpb.Duration)(nil),        // 134: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 135: google.protobuf.Timestamp
 }
 var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
-	131, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
-	131, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
+	134, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
+	134, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
 	0,   // 2: cronoq.v1.TaskTemplate.priority:type_name -> cronoq.v1.Priority
 	7,   // 3: cronoq.v1.TaskTemplate.labels:type_name -> cronoq.v1.KV
 	7,   // 4: cronoq.v1.TaskTemplate.tags:type_name -> cronoq.v1.KV
-	131, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
+	134, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
 	8,   // 6: cronoq.v1.TaskTemplate.backoff:type_name -> cronoq.v1.Backoff
 	9,   // 7: cronoq.v1.TaskSpec.template:type_name -> cronoq.v1.TaskTemplate
-	132, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
-	131, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
-	132, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
+	135, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
+	134, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
+	135, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
 	21,  // 11: cronoq.v1.TaskSpec.depends_on:type_name -> cronoq.v1.TaskRef
 	2,   // 12: cronoq.v1.TaskSpec.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
 	9,   // 13: cronoq.v1.Task.template:type_name -> cronoq.v1.TaskTemplate
 	1,   // 14: cronoq.v1.Task.status:type_name -> cronoq.v1.Status
-	132, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
-	132, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	132, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	132, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	132, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	132, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
-	132, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
+	135, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
+	135, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	135, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	135, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	135, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	135, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
+	135, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
 	2,   // 22: cronoq.v1.Task.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
-	131, // 23: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
+	134, // 23: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
 	10,  // 24: cronoq.v1.SubmitRequest.spec:type_name -> cronoq.v1.TaskSpec
 	12,  // 25: cronoq.v1.SubmitResponse.result:type_name -> cronoq.v1.Submitted
 	10,  // 26: cronoq.v1.SubmitBatchRequest.specs:type_name -> cronoq.v1.TaskSpec
@@ -8556,7 +8800,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	11,  // 32: cronoq.v1.GetResponse.task:type_name -> cronoq.v1.Task
 	13,  // 33: cronoq.v1.GetResponse.meta:type_name -> cronoq.v1.ReadMeta
 	21,  // 34: cronoq.v1.WaitRequest.ref:type_name -> cronoq.v1.TaskRef
-	131, // 35: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
+	134, // 35: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
 	11,  // 36: cronoq.v1.WaitResponse.task:type_name -> cronoq.v1.Task
 	21,  // 37: cronoq.v1.CancelRequest.ref:type_name -> cronoq.v1.TaskRef
 	21,  // 38: cronoq.v1.CompleteRequest.ref:type_name -> cronoq.v1.TaskRef
@@ -8565,43 +8809,43 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	1,   // 41: cronoq.v1.ListRequest.statuses:type_name -> cronoq.v1.Status
 	11,  // 42: cronoq.v1.ListResponse.tasks:type_name -> cronoq.v1.Task
 	13,  // 43: cronoq.v1.ListResponse.meta:type_name -> cronoq.v1.ReadMeta
-	127, // 44: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
+	130, // 44: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
 	33,  // 45: cronoq.v1.CountsResponse.pools:type_name -> cronoq.v1.PoolCounts
 	13,  // 46: cronoq.v1.CountsResponse.meta:type_name -> cronoq.v1.ReadMeta
 	1,   // 47: cronoq.v1.Event.status:type_name -> cronoq.v1.Status
-	132, // 48: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
+	135, // 48: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
 	3,   // 49: cronoq.v1.Event.workflow_status:type_name -> cronoq.v1.WorkflowStatus
 	21,  // 50: cronoq.v1.DeleteRequest.ref:type_name -> cronoq.v1.TaskRef
-	128, // 51: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	131, // 51: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
 	39,  // 52: cronoq.v1.PoolLimits.kind_rates:type_name -> cronoq.v1.KindRate
 	8,   // 53: cronoq.v1.PoolLimits.backoff:type_name -> cronoq.v1.Backoff
-	131, // 54: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
-	129, // 55: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
-	131, // 56: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
+	134, // 54: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
+	132, // 55: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
+	134, // 56: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
 	40,  // 57: cronoq.v1.PoolInfo.limits:type_name -> cronoq.v1.PoolLimits
 	41,  // 58: cronoq.v1.ListPoolsResponse.pools:type_name -> cronoq.v1.PoolInfo
 	41,  // 59: cronoq.v1.GetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
-	130, // 60: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	133, // 60: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
 	39,  // 61: cronoq.v1.SetPoolRequest.kind_rates:type_name -> cronoq.v1.KindRate
 	8,   // 62: cronoq.v1.SetPoolRequest.backoff:type_name -> cronoq.v1.Backoff
-	131, // 63: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
+	134, // 63: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
 	41,  // 64: cronoq.v1.SetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
 	7,   // 65: cronoq.v1.WorkerInfo.labels:type_name -> cronoq.v1.KV
-	132, // 66: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
+	135, // 66: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
 	48,  // 67: cronoq.v1.ListWorkersResponse.workers:type_name -> cronoq.v1.WorkerInfo
-	131, // 68: cronoq.v1.KindSettings.timeout:type_name -> google.protobuf.Duration
+	134, // 68: cronoq.v1.KindSettings.timeout:type_name -> google.protobuf.Duration
 	8,   // 69: cronoq.v1.KindSettings.backoff:type_name -> cronoq.v1.Backoff
-	131, // 70: cronoq.v1.SetKindRequest.timeout:type_name -> google.protobuf.Duration
+	134, // 70: cronoq.v1.SetKindRequest.timeout:type_name -> google.protobuf.Duration
 	8,   // 71: cronoq.v1.SetKindRequest.backoff:type_name -> cronoq.v1.Backoff
 	51,  // 72: cronoq.v1.SetKindResponse.kind:type_name -> cronoq.v1.KindSettings
 	51,  // 73: cronoq.v1.GetKindResponse.kind:type_name -> cronoq.v1.KindSettings
 	10,  // 74: cronoq.v1.WorkflowStep.spec:type_name -> cronoq.v1.TaskSpec
 	56,  // 75: cronoq.v1.WorkflowSpec.steps:type_name -> cronoq.v1.WorkflowStep
 	3,   // 76: cronoq.v1.Workflow.status:type_name -> cronoq.v1.WorkflowStatus
-	132, // 77: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
-	132, // 78: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
-	132, // 79: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
-	132, // 80: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
+	135, // 77: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
+	135, // 78: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
+	135, // 79: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
+	135, // 80: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
 	11,  // 81: cronoq.v1.Workflow.tasks:type_name -> cronoq.v1.Task
 	57,  // 82: cronoq.v1.SubmitWorkflowRequest.spec:type_name -> cronoq.v1.WorkflowSpec
 	60,  // 83: cronoq.v1.SubmitWorkflowResponse.tasks:type_name -> cronoq.v1.StepTask
@@ -8609,7 +8853,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	58,  // 85: cronoq.v1.GetWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
 	13,  // 86: cronoq.v1.GetWorkflowResponse.meta:type_name -> cronoq.v1.ReadMeta
 	59,  // 87: cronoq.v1.WaitWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
-	131, // 88: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
+	134, // 88: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
 	58,  // 89: cronoq.v1.WaitWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
 	59,  // 90: cronoq.v1.CancelWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
 	3,   // 91: cronoq.v1.ListWorkflowsRequest.statuses:type_name -> cronoq.v1.WorkflowStatus
@@ -8618,15 +8862,15 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	9,   // 94: cronoq.v1.Schedule.task:type_name -> cronoq.v1.TaskTemplate
 	4,   // 95: cronoq.v1.Schedule.overlap:type_name -> cronoq.v1.Overlap
 	5,   // 96: cronoq.v1.Schedule.catch_up:type_name -> cronoq.v1.CatchUp
-	132, // 97: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	132, // 98: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
+	135, // 97: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	135, // 98: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
 	56,  // 99: cronoq.v1.Schedule.steps:type_name -> cronoq.v1.WorkflowStep
 	71,  // 100: cronoq.v1.AddScheduleRequest.schedule:type_name -> cronoq.v1.Schedule
-	132, // 101: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
+	135, // 101: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
 	71,  // 102: cronoq.v1.ListSchedulesResponse.schedules:type_name -> cronoq.v1.Schedule
 	7,   // 103: cronoq.v1.Hello.labels:type_name -> cronoq.v1.KV
 	6,   // 104: cronoq.v1.Completion.outcome:type_name -> cronoq.v1.OutcomeKind
-	131, // 105: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
+	134, // 105: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
 	56,  // 106: cronoq.v1.Completion.children:type_name -> cronoq.v1.WorkflowStep
 	56,  // 107: cronoq.v1.Completion.then:type_name -> cronoq.v1.WorkflowStep
 	83,  // 108: cronoq.v1.Complete.completions:type_name -> cronoq.v1.Completion
@@ -8634,7 +8878,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	81,  // 110: cronoq.v1.WorkerMessage.poll:type_name -> cronoq.v1.Poll
 	82,  // 111: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
 	84,  // 112: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
-	131, // 113: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
+	134, // 113: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
 	1,   // 114: cronoq.v1.DependencyResult.status:type_name -> cronoq.v1.Status
 	11,  // 115: cronoq.v1.Grant.task:type_name -> cronoq.v1.Task
 	87,  // 116: cronoq.v1.Grant.dependencies:type_name -> cronoq.v1.DependencyResult
@@ -8648,15 +8892,15 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	93,  // 124: cronoq.v1.ServerMessage.abort:type_name -> cronoq.v1.Abort
 	95,  // 125: cronoq.v1.MembersResponse.members:type_name -> cronoq.v1.Member
 	98,  // 126: cronoq.v1.PeersResponse.peers:type_name -> cronoq.v1.Peer
-	132, // 127: cronoq.v1.AclToken.created_at:type_name -> google.protobuf.Timestamp
-	108, // 128: cronoq.v1.AclBootstrapResponse.token:type_name -> cronoq.v1.AclToken
-	107, // 129: cronoq.v1.AclPolicyApplyRequest.policy:type_name -> cronoq.v1.AclPolicy
-	107, // 130: cronoq.v1.AclPolicyApplyResponse.policy:type_name -> cronoq.v1.AclPolicy
-	107, // 131: cronoq.v1.AclPolicyListResponse.policies:type_name -> cronoq.v1.AclPolicy
-	107, // 132: cronoq.v1.AclPolicyGetResponse.policy:type_name -> cronoq.v1.AclPolicy
-	108, // 133: cronoq.v1.AclTokenCreateResponse.token:type_name -> cronoq.v1.AclToken
-	108, // 134: cronoq.v1.AclTokenListResponse.tokens:type_name -> cronoq.v1.AclToken
-	108, // 135: cronoq.v1.AclTokenSelfResponse.token:type_name -> cronoq.v1.AclToken
+	135, // 127: cronoq.v1.AclToken.created_at:type_name -> google.protobuf.Timestamp
+	111, // 128: cronoq.v1.AclBootstrapResponse.token:type_name -> cronoq.v1.AclToken
+	110, // 129: cronoq.v1.AclPolicyApplyRequest.policy:type_name -> cronoq.v1.AclPolicy
+	110, // 130: cronoq.v1.AclPolicyApplyResponse.policy:type_name -> cronoq.v1.AclPolicy
+	110, // 131: cronoq.v1.AclPolicyListResponse.policies:type_name -> cronoq.v1.AclPolicy
+	110, // 132: cronoq.v1.AclPolicyGetResponse.policy:type_name -> cronoq.v1.AclPolicy
+	111, // 133: cronoq.v1.AclTokenCreateResponse.token:type_name -> cronoq.v1.AclToken
+	111, // 134: cronoq.v1.AclTokenListResponse.tokens:type_name -> cronoq.v1.AclToken
+	111, // 135: cronoq.v1.AclTokenSelfResponse.token:type_name -> cronoq.v1.AclToken
 	14,  // 136: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
 	16,  // 137: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
 	18,  // 138: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
@@ -8689,58 +8933,62 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	101, // 165: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
 	103, // 166: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
 	105, // 167: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
-	109, // 168: cronoq.v1.AclService.Bootstrap:input_type -> cronoq.v1.AclBootstrapRequest
-	111, // 169: cronoq.v1.AclService.PolicyApply:input_type -> cronoq.v1.AclPolicyApplyRequest
-	113, // 170: cronoq.v1.AclService.PolicyList:input_type -> cronoq.v1.AclPolicyListRequest
-	115, // 171: cronoq.v1.AclService.PolicyGet:input_type -> cronoq.v1.AclPolicyGetRequest
-	117, // 172: cronoq.v1.AclService.PolicyDelete:input_type -> cronoq.v1.AclPolicyDeleteRequest
-	119, // 173: cronoq.v1.AclService.TokenCreate:input_type -> cronoq.v1.AclTokenCreateRequest
-	121, // 174: cronoq.v1.AclService.TokenList:input_type -> cronoq.v1.AclTokenListRequest
-	123, // 175: cronoq.v1.AclService.TokenRevoke:input_type -> cronoq.v1.AclTokenRevokeRequest
-	125, // 176: cronoq.v1.AclService.TokenSelf:input_type -> cronoq.v1.AclTokenSelfRequest
-	15,  // 177: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
-	17,  // 178: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
-	20,  // 179: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
-	23,  // 180: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
-	25,  // 181: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
-	27,  // 182: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
-	29,  // 183: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
-	31,  // 184: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
-	34,  // 185: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
-	36,  // 186: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
-	38,  // 187: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
-	43,  // 188: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
-	45,  // 189: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
-	47,  // 190: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
-	50,  // 191: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
-	53,  // 192: cronoq.v1.PoolService.SetKind:output_type -> cronoq.v1.SetKindResponse
-	55,  // 193: cronoq.v1.PoolService.GetKind:output_type -> cronoq.v1.GetKindResponse
-	62,  // 194: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
-	64,  // 195: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
-	66,  // 196: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
-	68,  // 197: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
-	70,  // 198: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
-	73,  // 199: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
-	75,  // 200: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
-	77,  // 201: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
-	79,  // 202: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
-	94,  // 203: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
-	97,  // 204: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
-	100, // 205: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
-	102, // 206: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
-	104, // 207: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
-	106, // 208: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
-	110, // 209: cronoq.v1.AclService.Bootstrap:output_type -> cronoq.v1.AclBootstrapResponse
-	112, // 210: cronoq.v1.AclService.PolicyApply:output_type -> cronoq.v1.AclPolicyApplyResponse
-	114, // 211: cronoq.v1.AclService.PolicyList:output_type -> cronoq.v1.AclPolicyListResponse
-	116, // 212: cronoq.v1.AclService.PolicyGet:output_type -> cronoq.v1.AclPolicyGetResponse
-	118, // 213: cronoq.v1.AclService.PolicyDelete:output_type -> cronoq.v1.AclPolicyDeleteResponse
-	120, // 214: cronoq.v1.AclService.TokenCreate:output_type -> cronoq.v1.AclTokenCreateResponse
-	122, // 215: cronoq.v1.AclService.TokenList:output_type -> cronoq.v1.AclTokenListResponse
-	124, // 216: cronoq.v1.AclService.TokenRevoke:output_type -> cronoq.v1.AclTokenRevokeResponse
-	126, // 217: cronoq.v1.AclService.TokenSelf:output_type -> cronoq.v1.AclTokenSelfResponse
-	177, // [177:218] is the sub-list for method output_type
-	136, // [136:177] is the sub-list for method input_type
+	107, // 168: cronoq.v1.OperatorService.SnapshotSave:input_type -> cronoq.v1.SnapshotSaveRequest
+	108, // 169: cronoq.v1.OperatorService.SnapshotRestore:input_type -> cronoq.v1.SnapshotChunk
+	112, // 170: cronoq.v1.AclService.Bootstrap:input_type -> cronoq.v1.AclBootstrapRequest
+	114, // 171: cronoq.v1.AclService.PolicyApply:input_type -> cronoq.v1.AclPolicyApplyRequest
+	116, // 172: cronoq.v1.AclService.PolicyList:input_type -> cronoq.v1.AclPolicyListRequest
+	118, // 173: cronoq.v1.AclService.PolicyGet:input_type -> cronoq.v1.AclPolicyGetRequest
+	120, // 174: cronoq.v1.AclService.PolicyDelete:input_type -> cronoq.v1.AclPolicyDeleteRequest
+	122, // 175: cronoq.v1.AclService.TokenCreate:input_type -> cronoq.v1.AclTokenCreateRequest
+	124, // 176: cronoq.v1.AclService.TokenList:input_type -> cronoq.v1.AclTokenListRequest
+	126, // 177: cronoq.v1.AclService.TokenRevoke:input_type -> cronoq.v1.AclTokenRevokeRequest
+	128, // 178: cronoq.v1.AclService.TokenSelf:input_type -> cronoq.v1.AclTokenSelfRequest
+	15,  // 179: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
+	17,  // 180: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
+	20,  // 181: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
+	23,  // 182: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
+	25,  // 183: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
+	27,  // 184: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
+	29,  // 185: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
+	31,  // 186: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
+	34,  // 187: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
+	36,  // 188: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
+	38,  // 189: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
+	43,  // 190: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
+	45,  // 191: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
+	47,  // 192: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
+	50,  // 193: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
+	53,  // 194: cronoq.v1.PoolService.SetKind:output_type -> cronoq.v1.SetKindResponse
+	55,  // 195: cronoq.v1.PoolService.GetKind:output_type -> cronoq.v1.GetKindResponse
+	62,  // 196: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
+	64,  // 197: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
+	66,  // 198: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
+	68,  // 199: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
+	70,  // 200: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
+	73,  // 201: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
+	75,  // 202: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
+	77,  // 203: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
+	79,  // 204: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
+	94,  // 205: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
+	97,  // 206: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
+	100, // 207: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
+	102, // 208: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
+	104, // 209: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
+	106, // 210: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
+	108, // 211: cronoq.v1.OperatorService.SnapshotSave:output_type -> cronoq.v1.SnapshotChunk
+	109, // 212: cronoq.v1.OperatorService.SnapshotRestore:output_type -> cronoq.v1.SnapshotRestoreResponse
+	113, // 213: cronoq.v1.AclService.Bootstrap:output_type -> cronoq.v1.AclBootstrapResponse
+	115, // 214: cronoq.v1.AclService.PolicyApply:output_type -> cronoq.v1.AclPolicyApplyResponse
+	117, // 215: cronoq.v1.AclService.PolicyList:output_type -> cronoq.v1.AclPolicyListResponse
+	119, // 216: cronoq.v1.AclService.PolicyGet:output_type -> cronoq.v1.AclPolicyGetResponse
+	121, // 217: cronoq.v1.AclService.PolicyDelete:output_type -> cronoq.v1.AclPolicyDeleteResponse
+	123, // 218: cronoq.v1.AclService.TokenCreate:output_type -> cronoq.v1.AclTokenCreateResponse
+	125, // 219: cronoq.v1.AclService.TokenList:output_type -> cronoq.v1.AclTokenListResponse
+	127, // 220: cronoq.v1.AclService.TokenRevoke:output_type -> cronoq.v1.AclTokenRevokeResponse
+	129, // 221: cronoq.v1.AclService.TokenSelf:output_type -> cronoq.v1.AclTokenSelfResponse
+	179, // [179:222] is the sub-list for method output_type
+	136, // [136:179] is the sub-list for method input_type
 	136, // [136:136] is the sub-list for extension type_name
 	136, // [136:136] is the sub-list for extension extendee
 	0,   // [0:136] is the sub-list for field type_name
@@ -8772,7 +9020,7 @@ func file_cronoq_v1_cronoq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronoq_v1_cronoq_proto_rawDesc), len(file_cronoq_v1_cronoq_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   124,
+			NumMessages:   127,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

@@ -115,6 +115,12 @@ const (
 	OperatorServiceTransferLeadershipProcedure = "/cronoq.v1.OperatorService/TransferLeadership"
 	// OperatorServiceHealthProcedure is the fully-qualified name of the OperatorService's Health RPC.
 	OperatorServiceHealthProcedure = "/cronoq.v1.OperatorService/Health"
+	// OperatorServiceSnapshotSaveProcedure is the fully-qualified name of the OperatorService's
+	// SnapshotSave RPC.
+	OperatorServiceSnapshotSaveProcedure = "/cronoq.v1.OperatorService/SnapshotSave"
+	// OperatorServiceSnapshotRestoreProcedure is the fully-qualified name of the OperatorService's
+	// SnapshotRestore RPC.
+	OperatorServiceSnapshotRestoreProcedure = "/cronoq.v1.OperatorService/SnapshotRestore"
 	// AclServiceBootstrapProcedure is the fully-qualified name of the AclService's Bootstrap RPC.
 	AclServiceBootstrapProcedure = "/cronoq.v1.AclService/Bootstrap"
 	// AclServicePolicyApplyProcedure is the fully-qualified name of the AclService's PolicyApply RPC.
@@ -1066,6 +1072,8 @@ type OperatorServiceClient interface {
 	RemovePeer(context.Context, *connect.Request[cronoqv1.RemovePeerRequest]) (*connect.Response[cronoqv1.RemovePeerResponse], error)
 	TransferLeadership(context.Context, *connect.Request[cronoqv1.TransferLeadershipRequest]) (*connect.Response[cronoqv1.TransferLeadershipResponse], error)
 	Health(context.Context, *connect.Request[cronoqv1.HealthRequest]) (*connect.Response[cronoqv1.HealthResponse], error)
+	SnapshotSave(context.Context, *connect.Request[cronoqv1.SnapshotSaveRequest]) (*connect.ServerStreamForClient[cronoqv1.SnapshotChunk], error)
+	SnapshotRestore(context.Context) *connect.ClientStreamForClient[cronoqv1.SnapshotChunk, cronoqv1.SnapshotRestoreResponse]
 }
 
 // NewOperatorServiceClient constructs a client for the cronoq.v1.OperatorService service. By
@@ -1109,6 +1117,18 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("Health")),
 			connect.WithClientOptions(opts...),
 		),
+		snapshotSave: connect.NewClient[cronoqv1.SnapshotSaveRequest, cronoqv1.SnapshotChunk](
+			httpClient,
+			baseURL+OperatorServiceSnapshotSaveProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("SnapshotSave")),
+			connect.WithClientOptions(opts...),
+		),
+		snapshotRestore: connect.NewClient[cronoqv1.SnapshotChunk, cronoqv1.SnapshotRestoreResponse](
+			httpClient,
+			baseURL+OperatorServiceSnapshotRestoreProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("SnapshotRestore")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -1119,6 +1139,8 @@ type operatorServiceClient struct {
 	removePeer         *connect.Client[cronoqv1.RemovePeerRequest, cronoqv1.RemovePeerResponse]
 	transferLeadership *connect.Client[cronoqv1.TransferLeadershipRequest, cronoqv1.TransferLeadershipResponse]
 	health             *connect.Client[cronoqv1.HealthRequest, cronoqv1.HealthResponse]
+	snapshotSave       *connect.Client[cronoqv1.SnapshotSaveRequest, cronoqv1.SnapshotChunk]
+	snapshotRestore    *connect.Client[cronoqv1.SnapshotChunk, cronoqv1.SnapshotRestoreResponse]
 }
 
 // Members calls cronoq.v1.OperatorService.Members.
@@ -1146,6 +1168,16 @@ func (c *operatorServiceClient) Health(ctx context.Context, req *connect.Request
 	return c.health.CallUnary(ctx, req)
 }
 
+// SnapshotSave calls cronoq.v1.OperatorService.SnapshotSave.
+func (c *operatorServiceClient) SnapshotSave(ctx context.Context, req *connect.Request[cronoqv1.SnapshotSaveRequest]) (*connect.ServerStreamForClient[cronoqv1.SnapshotChunk], error) {
+	return c.snapshotSave.CallServerStream(ctx, req)
+}
+
+// SnapshotRestore calls cronoq.v1.OperatorService.SnapshotRestore.
+func (c *operatorServiceClient) SnapshotRestore(ctx context.Context) *connect.ClientStreamForClient[cronoqv1.SnapshotChunk, cronoqv1.SnapshotRestoreResponse] {
+	return c.snapshotRestore.CallClientStream(ctx)
+}
+
 // OperatorServiceHandler is an implementation of the cronoq.v1.OperatorService service.
 type OperatorServiceHandler interface {
 	Members(context.Context, *connect.Request[cronoqv1.MembersRequest]) (*connect.Response[cronoqv1.MembersResponse], error)
@@ -1153,6 +1185,8 @@ type OperatorServiceHandler interface {
 	RemovePeer(context.Context, *connect.Request[cronoqv1.RemovePeerRequest]) (*connect.Response[cronoqv1.RemovePeerResponse], error)
 	TransferLeadership(context.Context, *connect.Request[cronoqv1.TransferLeadershipRequest]) (*connect.Response[cronoqv1.TransferLeadershipResponse], error)
 	Health(context.Context, *connect.Request[cronoqv1.HealthRequest]) (*connect.Response[cronoqv1.HealthResponse], error)
+	SnapshotSave(context.Context, *connect.Request[cronoqv1.SnapshotSaveRequest], *connect.ServerStream[cronoqv1.SnapshotChunk]) error
+	SnapshotRestore(context.Context, *connect.ClientStream[cronoqv1.SnapshotChunk]) (*connect.Response[cronoqv1.SnapshotRestoreResponse], error)
 }
 
 // NewOperatorServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -1192,6 +1226,18 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("Health")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceSnapshotSaveHandler := connect.NewServerStreamHandler(
+		OperatorServiceSnapshotSaveProcedure,
+		svc.SnapshotSave,
+		connect.WithSchema(operatorServiceMethods.ByName("SnapshotSave")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceSnapshotRestoreHandler := connect.NewClientStreamHandler(
+		OperatorServiceSnapshotRestoreProcedure,
+		svc.SnapshotRestore,
+		connect.WithSchema(operatorServiceMethods.ByName("SnapshotRestore")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/cronoq.v1.OperatorService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case OperatorServiceMembersProcedure:
@@ -1204,6 +1250,10 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceTransferLeadershipHandler.ServeHTTP(w, r)
 		case OperatorServiceHealthProcedure:
 			operatorServiceHealthHandler.ServeHTTP(w, r)
+		case OperatorServiceSnapshotSaveProcedure:
+			operatorServiceSnapshotSaveHandler.ServeHTTP(w, r)
+		case OperatorServiceSnapshotRestoreProcedure:
+			operatorServiceSnapshotRestoreHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1231,6 +1281,14 @@ func (UnimplementedOperatorServiceHandler) TransferLeadership(context.Context, *
 
 func (UnimplementedOperatorServiceHandler) Health(context.Context, *connect.Request[cronoqv1.HealthRequest]) (*connect.Response[cronoqv1.HealthResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.OperatorService.Health is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) SnapshotSave(context.Context, *connect.Request[cronoqv1.SnapshotSaveRequest], *connect.ServerStream[cronoqv1.SnapshotChunk]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.OperatorService.SnapshotSave is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) SnapshotRestore(context.Context, *connect.ClientStream[cronoqv1.SnapshotChunk]) (*connect.Response[cronoqv1.SnapshotRestoreResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.OperatorService.SnapshotRestore is not implemented"))
 }
 
 // AclServiceClient is a client for the cronoq.v1.AclService service.
