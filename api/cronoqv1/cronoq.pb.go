@@ -6780,6 +6780,374 @@ func (x *HealthResponse) GetReasons() []string {
 	return nil
 }
 
+// One node's keyring after the operation (or its error).
+type KeyringNode struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// Empty when the node did the operation.
+	Error string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// The key the node encrypts with.
+	Primary string `protobuf:"bytes,3,opt,name=primary,proto3" json:"primary,omitempty"`
+	// Every key the node decrypts with, primary first.
+	Keys          []string `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyringNode) Reset() {
+	*x = KeyringNode{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[100]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyringNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyringNode) ProtoMessage() {}
+
+func (x *KeyringNode) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[100]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyringNode.ProtoReflect.Descriptor instead.
+func (*KeyringNode) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{100}
+}
+
+func (x *KeyringNode) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *KeyringNode) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *KeyringNode) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
+}
+
+func (x *KeyringNode) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+// One key over the nodes that answered.
+type KeyringKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// How many nodes hold it.
+	Nodes int32 `protobuf:"varint,2,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	// The nodes whose primary key it is, sorted.
+	PrimaryOn     []string `protobuf:"bytes,3,rep,name=primary_on,json=primaryOn,proto3" json:"primary_on,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyringKey) Reset() {
+	*x = KeyringKey{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[101]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyringKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyringKey) ProtoMessage() {}
+
+func (x *KeyringKey) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[101]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyringKey.ProtoReflect.Descriptor instead.
+func (*KeyringKey) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{101}
+}
+
+func (x *KeyringKey) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KeyringKey) GetNodes() int32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *KeyringKey) GetPrimaryOn() []string {
+	if x != nil {
+		return x.PrimaryOn
+	}
+	return nil
+}
+
+type KeyringResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The nodes asked: the alive gossip members.
+	NumNodes int32 `protobuf:"varint,1,opt,name=num_nodes,json=numNodes,proto3" json:"num_nodes,omitempty"`
+	// Every key held by some node that answered: the keys primary on most
+	// nodes first, then those held by most nodes, then by key.
+	Keys []*KeyringKey `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
+	// Every node asked, sorted by name. An operation that failed on some
+	// nodes still answers, with the error of each of those.
+	Nodes         []*KeyringNode `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyringResponse) Reset() {
+	*x = KeyringResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[102]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyringResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyringResponse) ProtoMessage() {}
+
+func (x *KeyringResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[102]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyringResponse.ProtoReflect.Descriptor instead.
+func (*KeyringResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{102}
+}
+
+func (x *KeyringResponse) GetNumNodes() int32 {
+	if x != nil {
+		return x.NumNodes
+	}
+	return 0
+}
+
+func (x *KeyringResponse) GetKeys() []*KeyringKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *KeyringResponse) GetNodes() []*KeyringNode {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+type KeyringListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyringListRequest) Reset() {
+	*x = KeyringListRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[103]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyringListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyringListRequest) ProtoMessage() {}
+
+func (x *KeyringListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[103]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyringListRequest.ProtoReflect.Descriptor instead.
+func (*KeyringListRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{103}
+}
+
+type KeyringInstallRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyringInstallRequest) Reset() {
+	*x = KeyringInstallRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[104]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyringInstallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyringInstallRequest) ProtoMessage() {}
+
+func (x *KeyringInstallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[104]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyringInstallRequest.ProtoReflect.Descriptor instead.
+func (*KeyringInstallRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{104}
+}
+
+func (x *KeyringInstallRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type KeyringUseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyringUseRequest) Reset() {
+	*x = KeyringUseRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[105]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyringUseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyringUseRequest) ProtoMessage() {}
+
+func (x *KeyringUseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[105]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyringUseRequest.ProtoReflect.Descriptor instead.
+func (*KeyringUseRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{105}
+}
+
+func (x *KeyringUseRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type KeyringRemoveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyringRemoveRequest) Reset() {
+	*x = KeyringRemoveRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[106]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyringRemoveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyringRemoveRequest) ProtoMessage() {}
+
+func (x *KeyringRemoveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[106]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyringRemoveRequest.ProtoReflect.Descriptor instead.
+func (*KeyringRemoveRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{106}
+}
+
+func (x *KeyringRemoveRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
 var File_cronoq_v1_cronoq_proto protoreflect.FileDescriptor
 
 const file_cronoq_v1_cronoq_proto_rawDesc = "" +
@@ -7268,7 +7636,29 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x16\n" +
 	"\x06status\x18\x04 \x01(\tR\x06status\x12\x18\n" +
-	"\areasons\x18\x05 \x03(\tR\areasons*D\n" +
+	"\areasons\x18\x05 \x03(\tR\areasons\"e\n" +
+	"\vKeyringNode\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x18\n" +
+	"\aprimary\x18\x03 \x01(\tR\aprimary\x12\x12\n" +
+	"\x04keys\x18\x04 \x03(\tR\x04keys\"S\n" +
+	"\n" +
+	"KeyringKey\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05nodes\x18\x02 \x01(\x05R\x05nodes\x12\x1d\n" +
+	"\n" +
+	"primary_on\x18\x03 \x03(\tR\tprimaryOn\"\x87\x01\n" +
+	"\x0fKeyringResponse\x12\x1b\n" +
+	"\tnum_nodes\x18\x01 \x01(\x05R\bnumNodes\x12)\n" +
+	"\x04keys\x18\x02 \x03(\v2\x15.cronoq.v1.KeyringKeyR\x04keys\x12,\n" +
+	"\x05nodes\x18\x03 \x03(\v2\x16.cronoq.v1.KeyringNodeR\x05nodes\"\x14\n" +
+	"\x12KeyringListRequest\")\n" +
+	"\x15KeyringInstallRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"%\n" +
+	"\x11KeyringUseRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"(\n" +
+	"\x14KeyringRemoveRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key*D\n" +
 	"\bPriority\x12\x13\n" +
 	"\x0fPRIORITY_NORMAL\x10\x00\x12\x11\n" +
 	"\rPRIORITY_HIGH\x10\x01\x12\x10\n" +
@@ -7338,14 +7728,19 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x06Remove\x12 .cronoq.v1.RemoveScheduleRequest\x1a!.cronoq.v1.RemoveScheduleResponse\x12J\n" +
 	"\x05Pause\x12\x1f.cronoq.v1.PauseScheduleRequest\x1a .cronoq.v1.PauseScheduleResponse2R\n" +
 	"\rWorkerService\x12A\n" +
-	"\aConnect\x12\x18.cronoq.v1.WorkerMessage\x1a\x18.cronoq.v1.ServerMessage(\x010\x012\xfc\x02\n" +
+	"\aConnect\x12\x18.cronoq.v1.WorkerMessage\x1a\x18.cronoq.v1.ServerMessage(\x010\x012\xac\x05\n" +
 	"\x0fOperatorService\x12@\n" +
 	"\aMembers\x12\x19.cronoq.v1.MembersRequest\x1a\x1a.cronoq.v1.MembersResponse\x12:\n" +
 	"\x05Peers\x12\x17.cronoq.v1.PeersRequest\x1a\x18.cronoq.v1.PeersResponse\x12I\n" +
 	"\n" +
 	"RemovePeer\x12\x1c.cronoq.v1.RemovePeerRequest\x1a\x1d.cronoq.v1.RemovePeerResponse\x12a\n" +
 	"\x12TransferLeadership\x12$.cronoq.v1.TransferLeadershipRequest\x1a%.cronoq.v1.TransferLeadershipResponse\x12=\n" +
-	"\x06Health\x12\x18.cronoq.v1.HealthRequest\x1a\x19.cronoq.v1.HealthResponseB0Z.github.com/cronoq/cronoq/api/cronoqv1;cronoqv1b\x06proto3"
+	"\x06Health\x12\x18.cronoq.v1.HealthRequest\x1a\x19.cronoq.v1.HealthResponse\x12H\n" +
+	"\vKeyringList\x12\x1d.cronoq.v1.KeyringListRequest\x1a\x1a.cronoq.v1.KeyringResponse\x12N\n" +
+	"\x0eKeyringInstall\x12 .cronoq.v1.KeyringInstallRequest\x1a\x1a.cronoq.v1.KeyringResponse\x12F\n" +
+	"\n" +
+	"KeyringUse\x12\x1c.cronoq.v1.KeyringUseRequest\x1a\x1a.cronoq.v1.KeyringResponse\x12L\n" +
+	"\rKeyringRemove\x12\x1f.cronoq.v1.KeyringRemoveRequest\x1a\x1a.cronoq.v1.KeyringResponseB0Z.github.com/cronoq/cronoq/api/cronoqv1;cronoqv1b\x06proto3"
 
 var (
 	file_cronoq_v1_cronoq_proto_rawDescOnce sync.Once
@@ -7360,7 +7755,7 @@ func file_cronoq_v1_cronoq_proto_rawDescGZIP() []byte {
 }
 
 var file_cronoq_v1_cronoq_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 104)
+var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 111)
 var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(Priority)(0),                      // 0: cronoq.v1.Priority
 	(Status)(0),                        // 1: cronoq.v1.Status
@@ -7469,38 +7864,45 @@ var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(*TransferLeadershipResponse)(nil), // 104: cronoq.v1.TransferLeadershipResponse
 	(*HealthRequest)(nil),              // 105: cronoq.v1.HealthRequest
 	(*HealthResponse)(nil),             // 106: cronoq.v1.HealthResponse
-	nil,                                // 107: cronoq.v1.PoolCounts.ByStatusEntry
-	nil,                                // 108: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
-	nil,                                // 109: cronoq.v1.PoolInfo.CountsEntry
-	nil,                                // 110: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
-	(*durationpb.Duration)(nil),        // 111: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 112: google.protobuf.Timestamp
+	(*KeyringNode)(nil),                // 107: cronoq.v1.KeyringNode
+	(*KeyringKey)(nil),                 // 108: cronoq.v1.KeyringKey
+	(*KeyringResponse)(nil),            // 109: cronoq.v1.KeyringResponse
+	(*KeyringListRequest)(nil),         // 110: cronoq.v1.KeyringListRequest
+	(*KeyringInstallRequest)(nil),      // 111: cronoq.v1.KeyringInstallRequest
+	(*KeyringUseRequest)(nil),          // 112: cronoq.v1.KeyringUseRequest
+	(*KeyringRemoveRequest)(nil),       // 113: cronoq.v1.KeyringRemoveRequest
+	nil,                                // 114: cronoq.v1.PoolCounts.ByStatusEntry
+	nil,                                // 115: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	nil,                                // 116: cronoq.v1.PoolInfo.CountsEntry
+	nil,                                // 117: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	(*durationpb.Duration)(nil),        // 118: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 119: google.protobuf.Timestamp
 }
 var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
-	111, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
-	111, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
+	118, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
+	118, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
 	0,   // 2: cronoq.v1.TaskTemplate.priority:type_name -> cronoq.v1.Priority
 	7,   // 3: cronoq.v1.TaskTemplate.labels:type_name -> cronoq.v1.KV
 	7,   // 4: cronoq.v1.TaskTemplate.tags:type_name -> cronoq.v1.KV
-	111, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
+	118, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
 	8,   // 6: cronoq.v1.TaskTemplate.backoff:type_name -> cronoq.v1.Backoff
 	9,   // 7: cronoq.v1.TaskSpec.template:type_name -> cronoq.v1.TaskTemplate
-	112, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
-	111, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
-	112, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
+	119, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
+	118, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
+	119, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
 	21,  // 11: cronoq.v1.TaskSpec.depends_on:type_name -> cronoq.v1.TaskRef
 	2,   // 12: cronoq.v1.TaskSpec.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
 	9,   // 13: cronoq.v1.Task.template:type_name -> cronoq.v1.TaskTemplate
 	1,   // 14: cronoq.v1.Task.status:type_name -> cronoq.v1.Status
-	112, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
-	112, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	112, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	112, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	112, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	112, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
-	112, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
+	119, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
+	119, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	119, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	119, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	119, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	119, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
+	119, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
 	2,   // 22: cronoq.v1.Task.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
-	111, // 23: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
+	118, // 23: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
 	10,  // 24: cronoq.v1.SubmitRequest.spec:type_name -> cronoq.v1.TaskSpec
 	12,  // 25: cronoq.v1.SubmitResponse.result:type_name -> cronoq.v1.Submitted
 	10,  // 26: cronoq.v1.SubmitBatchRequest.specs:type_name -> cronoq.v1.TaskSpec
@@ -7512,7 +7914,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	11,  // 32: cronoq.v1.GetResponse.task:type_name -> cronoq.v1.Task
 	13,  // 33: cronoq.v1.GetResponse.meta:type_name -> cronoq.v1.ReadMeta
 	21,  // 34: cronoq.v1.WaitRequest.ref:type_name -> cronoq.v1.TaskRef
-	111, // 35: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
+	118, // 35: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
 	11,  // 36: cronoq.v1.WaitResponse.task:type_name -> cronoq.v1.Task
 	21,  // 37: cronoq.v1.CancelRequest.ref:type_name -> cronoq.v1.TaskRef
 	21,  // 38: cronoq.v1.CompleteRequest.ref:type_name -> cronoq.v1.TaskRef
@@ -7521,43 +7923,43 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	1,   // 41: cronoq.v1.ListRequest.statuses:type_name -> cronoq.v1.Status
 	11,  // 42: cronoq.v1.ListResponse.tasks:type_name -> cronoq.v1.Task
 	13,  // 43: cronoq.v1.ListResponse.meta:type_name -> cronoq.v1.ReadMeta
-	107, // 44: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
+	114, // 44: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
 	33,  // 45: cronoq.v1.CountsResponse.pools:type_name -> cronoq.v1.PoolCounts
 	13,  // 46: cronoq.v1.CountsResponse.meta:type_name -> cronoq.v1.ReadMeta
 	1,   // 47: cronoq.v1.Event.status:type_name -> cronoq.v1.Status
-	112, // 48: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
+	119, // 48: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
 	3,   // 49: cronoq.v1.Event.workflow_status:type_name -> cronoq.v1.WorkflowStatus
 	21,  // 50: cronoq.v1.DeleteRequest.ref:type_name -> cronoq.v1.TaskRef
-	108, // 51: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	115, // 51: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
 	39,  // 52: cronoq.v1.PoolLimits.kind_rates:type_name -> cronoq.v1.KindRate
 	8,   // 53: cronoq.v1.PoolLimits.backoff:type_name -> cronoq.v1.Backoff
-	111, // 54: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
-	109, // 55: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
-	111, // 56: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
+	118, // 54: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
+	116, // 55: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
+	118, // 56: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
 	40,  // 57: cronoq.v1.PoolInfo.limits:type_name -> cronoq.v1.PoolLimits
 	41,  // 58: cronoq.v1.ListPoolsResponse.pools:type_name -> cronoq.v1.PoolInfo
 	41,  // 59: cronoq.v1.GetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
-	110, // 60: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	117, // 60: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
 	39,  // 61: cronoq.v1.SetPoolRequest.kind_rates:type_name -> cronoq.v1.KindRate
 	8,   // 62: cronoq.v1.SetPoolRequest.backoff:type_name -> cronoq.v1.Backoff
-	111, // 63: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
+	118, // 63: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
 	41,  // 64: cronoq.v1.SetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
 	7,   // 65: cronoq.v1.WorkerInfo.labels:type_name -> cronoq.v1.KV
-	112, // 66: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
+	119, // 66: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
 	48,  // 67: cronoq.v1.ListWorkersResponse.workers:type_name -> cronoq.v1.WorkerInfo
-	111, // 68: cronoq.v1.KindSettings.timeout:type_name -> google.protobuf.Duration
+	118, // 68: cronoq.v1.KindSettings.timeout:type_name -> google.protobuf.Duration
 	8,   // 69: cronoq.v1.KindSettings.backoff:type_name -> cronoq.v1.Backoff
-	111, // 70: cronoq.v1.SetKindRequest.timeout:type_name -> google.protobuf.Duration
+	118, // 70: cronoq.v1.SetKindRequest.timeout:type_name -> google.protobuf.Duration
 	8,   // 71: cronoq.v1.SetKindRequest.backoff:type_name -> cronoq.v1.Backoff
 	51,  // 72: cronoq.v1.SetKindResponse.kind:type_name -> cronoq.v1.KindSettings
 	51,  // 73: cronoq.v1.GetKindResponse.kind:type_name -> cronoq.v1.KindSettings
 	10,  // 74: cronoq.v1.WorkflowStep.spec:type_name -> cronoq.v1.TaskSpec
 	56,  // 75: cronoq.v1.WorkflowSpec.steps:type_name -> cronoq.v1.WorkflowStep
 	3,   // 76: cronoq.v1.Workflow.status:type_name -> cronoq.v1.WorkflowStatus
-	112, // 77: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
-	112, // 78: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
-	112, // 79: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
-	112, // 80: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
+	119, // 77: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
+	119, // 78: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
+	119, // 79: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
+	119, // 80: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
 	11,  // 81: cronoq.v1.Workflow.tasks:type_name -> cronoq.v1.Task
 	57,  // 82: cronoq.v1.SubmitWorkflowRequest.spec:type_name -> cronoq.v1.WorkflowSpec
 	60,  // 83: cronoq.v1.SubmitWorkflowResponse.tasks:type_name -> cronoq.v1.StepTask
@@ -7565,7 +7967,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	58,  // 85: cronoq.v1.GetWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
 	13,  // 86: cronoq.v1.GetWorkflowResponse.meta:type_name -> cronoq.v1.ReadMeta
 	59,  // 87: cronoq.v1.WaitWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
-	111, // 88: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
+	118, // 88: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
 	58,  // 89: cronoq.v1.WaitWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
 	59,  // 90: cronoq.v1.CancelWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
 	3,   // 91: cronoq.v1.ListWorkflowsRequest.statuses:type_name -> cronoq.v1.WorkflowStatus
@@ -7574,15 +7976,15 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	9,   // 94: cronoq.v1.Schedule.task:type_name -> cronoq.v1.TaskTemplate
 	4,   // 95: cronoq.v1.Schedule.overlap:type_name -> cronoq.v1.Overlap
 	5,   // 96: cronoq.v1.Schedule.catch_up:type_name -> cronoq.v1.CatchUp
-	112, // 97: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	112, // 98: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
+	119, // 97: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	119, // 98: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
 	56,  // 99: cronoq.v1.Schedule.steps:type_name -> cronoq.v1.WorkflowStep
 	71,  // 100: cronoq.v1.AddScheduleRequest.schedule:type_name -> cronoq.v1.Schedule
-	112, // 101: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
+	119, // 101: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
 	71,  // 102: cronoq.v1.ListSchedulesResponse.schedules:type_name -> cronoq.v1.Schedule
 	7,   // 103: cronoq.v1.Hello.labels:type_name -> cronoq.v1.KV
 	6,   // 104: cronoq.v1.Completion.outcome:type_name -> cronoq.v1.OutcomeKind
-	111, // 105: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
+	118, // 105: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
 	56,  // 106: cronoq.v1.Completion.children:type_name -> cronoq.v1.WorkflowStep
 	56,  // 107: cronoq.v1.Completion.then:type_name -> cronoq.v1.WorkflowStep
 	83,  // 108: cronoq.v1.Complete.completions:type_name -> cronoq.v1.Completion
@@ -7590,7 +7992,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	81,  // 110: cronoq.v1.WorkerMessage.poll:type_name -> cronoq.v1.Poll
 	82,  // 111: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
 	84,  // 112: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
-	111, // 113: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
+	118, // 113: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
 	1,   // 114: cronoq.v1.DependencyResult.status:type_name -> cronoq.v1.Status
 	11,  // 115: cronoq.v1.Grant.task:type_name -> cronoq.v1.Task
 	87,  // 116: cronoq.v1.Grant.dependencies:type_name -> cronoq.v1.DependencyResult
@@ -7604,75 +8006,85 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	93,  // 124: cronoq.v1.ServerMessage.abort:type_name -> cronoq.v1.Abort
 	95,  // 125: cronoq.v1.MembersResponse.members:type_name -> cronoq.v1.Member
 	98,  // 126: cronoq.v1.PeersResponse.peers:type_name -> cronoq.v1.Peer
-	14,  // 127: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
-	16,  // 128: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
-	18,  // 129: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
-	22,  // 130: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
-	24,  // 131: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
-	26,  // 132: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
-	28,  // 133: cronoq.v1.TaskService.Complete:input_type -> cronoq.v1.CompleteRequest
-	30,  // 134: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
-	32,  // 135: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
-	35,  // 136: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
-	37,  // 137: cronoq.v1.TaskService.Delete:input_type -> cronoq.v1.DeleteRequest
-	42,  // 138: cronoq.v1.PoolService.List:input_type -> cronoq.v1.ListPoolsRequest
-	44,  // 139: cronoq.v1.PoolService.Get:input_type -> cronoq.v1.GetPoolRequest
-	46,  // 140: cronoq.v1.PoolService.Set:input_type -> cronoq.v1.SetPoolRequest
-	49,  // 141: cronoq.v1.PoolService.Workers:input_type -> cronoq.v1.ListWorkersRequest
-	52,  // 142: cronoq.v1.PoolService.SetKind:input_type -> cronoq.v1.SetKindRequest
-	54,  // 143: cronoq.v1.PoolService.GetKind:input_type -> cronoq.v1.GetKindRequest
-	61,  // 144: cronoq.v1.WorkflowService.Submit:input_type -> cronoq.v1.SubmitWorkflowRequest
-	63,  // 145: cronoq.v1.WorkflowService.Get:input_type -> cronoq.v1.GetWorkflowRequest
-	65,  // 146: cronoq.v1.WorkflowService.Wait:input_type -> cronoq.v1.WaitWorkflowRequest
-	67,  // 147: cronoq.v1.WorkflowService.Cancel:input_type -> cronoq.v1.CancelWorkflowRequest
-	69,  // 148: cronoq.v1.WorkflowService.List:input_type -> cronoq.v1.ListWorkflowsRequest
-	72,  // 149: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
-	74,  // 150: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
-	76,  // 151: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
-	78,  // 152: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
-	85,  // 153: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
-	96,  // 154: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
-	99,  // 155: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
-	101, // 156: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
-	103, // 157: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
-	105, // 158: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
-	15,  // 159: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
-	17,  // 160: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
-	20,  // 161: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
-	23,  // 162: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
-	25,  // 163: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
-	27,  // 164: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
-	29,  // 165: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
-	31,  // 166: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
-	34,  // 167: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
-	36,  // 168: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
-	38,  // 169: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
-	43,  // 170: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
-	45,  // 171: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
-	47,  // 172: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
-	50,  // 173: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
-	53,  // 174: cronoq.v1.PoolService.SetKind:output_type -> cronoq.v1.SetKindResponse
-	55,  // 175: cronoq.v1.PoolService.GetKind:output_type -> cronoq.v1.GetKindResponse
-	62,  // 176: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
-	64,  // 177: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
-	66,  // 178: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
-	68,  // 179: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
-	70,  // 180: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
-	73,  // 181: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
-	75,  // 182: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
-	77,  // 183: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
-	79,  // 184: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
-	94,  // 185: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
-	97,  // 186: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
-	100, // 187: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
-	102, // 188: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
-	104, // 189: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
-	106, // 190: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
-	159, // [159:191] is the sub-list for method output_type
-	127, // [127:159] is the sub-list for method input_type
-	127, // [127:127] is the sub-list for extension type_name
-	127, // [127:127] is the sub-list for extension extendee
-	0,   // [0:127] is the sub-list for field type_name
+	108, // 127: cronoq.v1.KeyringResponse.keys:type_name -> cronoq.v1.KeyringKey
+	107, // 128: cronoq.v1.KeyringResponse.nodes:type_name -> cronoq.v1.KeyringNode
+	14,  // 129: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
+	16,  // 130: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
+	18,  // 131: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
+	22,  // 132: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
+	24,  // 133: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
+	26,  // 134: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
+	28,  // 135: cronoq.v1.TaskService.Complete:input_type -> cronoq.v1.CompleteRequest
+	30,  // 136: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
+	32,  // 137: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
+	35,  // 138: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
+	37,  // 139: cronoq.v1.TaskService.Delete:input_type -> cronoq.v1.DeleteRequest
+	42,  // 140: cronoq.v1.PoolService.List:input_type -> cronoq.v1.ListPoolsRequest
+	44,  // 141: cronoq.v1.PoolService.Get:input_type -> cronoq.v1.GetPoolRequest
+	46,  // 142: cronoq.v1.PoolService.Set:input_type -> cronoq.v1.SetPoolRequest
+	49,  // 143: cronoq.v1.PoolService.Workers:input_type -> cronoq.v1.ListWorkersRequest
+	52,  // 144: cronoq.v1.PoolService.SetKind:input_type -> cronoq.v1.SetKindRequest
+	54,  // 145: cronoq.v1.PoolService.GetKind:input_type -> cronoq.v1.GetKindRequest
+	61,  // 146: cronoq.v1.WorkflowService.Submit:input_type -> cronoq.v1.SubmitWorkflowRequest
+	63,  // 147: cronoq.v1.WorkflowService.Get:input_type -> cronoq.v1.GetWorkflowRequest
+	65,  // 148: cronoq.v1.WorkflowService.Wait:input_type -> cronoq.v1.WaitWorkflowRequest
+	67,  // 149: cronoq.v1.WorkflowService.Cancel:input_type -> cronoq.v1.CancelWorkflowRequest
+	69,  // 150: cronoq.v1.WorkflowService.List:input_type -> cronoq.v1.ListWorkflowsRequest
+	72,  // 151: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
+	74,  // 152: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
+	76,  // 153: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
+	78,  // 154: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
+	85,  // 155: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
+	96,  // 156: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
+	99,  // 157: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
+	101, // 158: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
+	103, // 159: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
+	105, // 160: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
+	110, // 161: cronoq.v1.OperatorService.KeyringList:input_type -> cronoq.v1.KeyringListRequest
+	111, // 162: cronoq.v1.OperatorService.KeyringInstall:input_type -> cronoq.v1.KeyringInstallRequest
+	112, // 163: cronoq.v1.OperatorService.KeyringUse:input_type -> cronoq.v1.KeyringUseRequest
+	113, // 164: cronoq.v1.OperatorService.KeyringRemove:input_type -> cronoq.v1.KeyringRemoveRequest
+	15,  // 165: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
+	17,  // 166: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
+	20,  // 167: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
+	23,  // 168: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
+	25,  // 169: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
+	27,  // 170: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
+	29,  // 171: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
+	31,  // 172: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
+	34,  // 173: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
+	36,  // 174: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
+	38,  // 175: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
+	43,  // 176: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
+	45,  // 177: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
+	47,  // 178: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
+	50,  // 179: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
+	53,  // 180: cronoq.v1.PoolService.SetKind:output_type -> cronoq.v1.SetKindResponse
+	55,  // 181: cronoq.v1.PoolService.GetKind:output_type -> cronoq.v1.GetKindResponse
+	62,  // 182: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
+	64,  // 183: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
+	66,  // 184: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
+	68,  // 185: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
+	70,  // 186: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
+	73,  // 187: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
+	75,  // 188: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
+	77,  // 189: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
+	79,  // 190: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
+	94,  // 191: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
+	97,  // 192: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
+	100, // 193: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
+	102, // 194: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
+	104, // 195: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
+	106, // 196: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
+	109, // 197: cronoq.v1.OperatorService.KeyringList:output_type -> cronoq.v1.KeyringResponse
+	109, // 198: cronoq.v1.OperatorService.KeyringInstall:output_type -> cronoq.v1.KeyringResponse
+	109, // 199: cronoq.v1.OperatorService.KeyringUse:output_type -> cronoq.v1.KeyringResponse
+	109, // 200: cronoq.v1.OperatorService.KeyringRemove:output_type -> cronoq.v1.KeyringResponse
+	165, // [165:201] is the sub-list for method output_type
+	129, // [129:165] is the sub-list for method input_type
+	129, // [129:129] is the sub-list for extension type_name
+	129, // [129:129] is the sub-list for extension extendee
+	0,   // [0:129] is the sub-list for field type_name
 }
 
 func init() { file_cronoq_v1_cronoq_proto_init() }
@@ -7701,7 +8113,7 @@ func file_cronoq_v1_cronoq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronoq_v1_cronoq_proto_rawDesc), len(file_cronoq_v1_cronoq_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   104,
+			NumMessages:   111,
 			NumExtensions: 0,
 			NumServices:   6,
 		},
