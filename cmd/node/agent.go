@@ -66,6 +66,7 @@ type agentConfig struct {
 	logLevel         string
 	leaveOnTerminate bool
 	enableDebug      bool
+	encrypt          string // gossip encryption key, base64
 
 	maxPayload      int
 	maxOutput       int
@@ -131,6 +132,13 @@ keys are the flag names with underscores (node_id, data_dir, http_addr,
 bootstrap_expect, join = [...], max_payload = "2MiB", heartbeat_window =
 "15s", ...). Flags given on the command line override the file.
 
+-encrypt KEY turns on gossip encryption (AES-GCM): KEY is base64 of 16, 24
+or 32 bytes, made by 'cronoq operator keyring generate', the same on every
+node. On first start it is written to the data dir (gossip.keyring, mode
+0600), and from then on that file wins over -encrypt, so that keys rotated
+with 'cronoq operator keyring' survive restarts. A node whose keys do not
+match the others' cannot join them.
+
 The -raft-* flags tune raft; 0 keeps the default. A follower that hears
 nothing from the leader for -raft-heartbeat-timeout becomes a candidate, a
 candidate elects itself after -raft-election-timeout, and a leader that
@@ -174,6 +182,7 @@ func agentFlags(c *cmd, cfg *agentConfig) {
 	fs.Var(enumValue{&cfg.logLevel, []string{"trace", "debug", "info", "warn", "error"}}, "log-level", "log `LEVEL`: trace, debug, info, warn or error")
 	fs.BoolVar(&cfg.leaveOnTerminate, "leave-on-terminate", cfg.leaveOnTerminate, "leave the cluster (gossip and raft configuration) on SIGINT/SIGTERM")
 	fs.BoolVar(&cfg.enableDebug, "enable-debug", cfg.enableDebug, "serve Go's profiler under /debug/pprof/ on the HTTP address")
+	fs.StringVar(&cfg.encrypt, "encrypt", cfg.encrypt, "encrypt gossip with `KEY` (base64 of 16, 24 or 32 bytes; cronoq operator keyring generate); seeds the data dir's keyring, which wins once it exists")
 	fs.Var(sizeValue{&cfg.maxPayload}, "max-payload", "largest task payload, `SIZE`; larger submits are refused")
 	fs.Var(sizeValue{&cfg.maxOutput}, "max-output", "largest task output, `SIZE`; a larger output fails the attempt permanently")
 	fs.Var(sizeValue{&cfg.writeQueueLimit}, "write-queue-limit", "write path threshold, `SIZE` of changes waiting for the log past which submits are refused as overloaded (with a retry-after hint) and health says the write path is saturated, until half of it drains")
@@ -256,6 +265,11 @@ func (cfg agentConfig) validate() error {
 			return fmt.Errorf("invalid -http-advertise %q: other nodes cannot reach an unspecified address", cfg.httpAdvertise)
 		}
 	}
+	if cfg.encrypt != "" {
+		if _, err := cluster.ParseGossipKey(cfg.encrypt); err != nil {
+			return fmt.Errorf("invalid -encrypt: %v", err)
+		}
+	}
 	return cfg.validateRaft()
 }
 
@@ -312,6 +326,7 @@ type fileConfig struct {
 	LogLevel         *string  `hcl:"log_level,optional"`
 	LeaveOnTerminate *bool    `hcl:"leave_on_terminate,optional"`
 	EnableDebug      *bool    `hcl:"enable_debug,optional"`
+	Encrypt          *string  `hcl:"encrypt,optional"`
 	MaxPayload       *string  `hcl:"max_payload,optional"`
 	MaxOutput        *string  `hcl:"max_output,optional"`
 	WriteQueueLimit  *string  `hcl:"write_queue_limit,optional"`
@@ -632,6 +647,9 @@ func (cfg *agentConfig) clusterConfig(advertise string, root hclog.Logger) clust
 		Join:             cfg.join,
 		LeaveOnTerminate: cfg.leaveOnTerminate,
 		Logger:           root,
+	}
+	if key, err := cluster.ParseGossipKey(cfg.encrypt); err == nil {
+		c.GossipKeys = [][]byte{key} // "" (no encryption) does not parse
 	}
 	c.Engine.Core = cfg.engineConfig()
 	c.Engine.MaxQueuedBytes = cfg.writeQueueLimit
