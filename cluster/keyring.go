@@ -198,7 +198,7 @@ func (n *Node) keyringLocked() GossipKeyring {
 // only, and persists the keyring. Installing a key already there changes
 // nothing. It returns the keyring after the change.
 func (n *Node) InstallGossipKey(key string) (GossipKeyring, error) {
-	return n.changeKeyring(key, func(keys [][]byte, k []byte, idx int) ([][]byte, error) {
+	return n.changeKeyring("install", key, func(keys [][]byte, k []byte, idx int) ([][]byte, error) {
 		if idx >= 0 {
 			return nil, nil
 		}
@@ -212,7 +212,7 @@ func (n *Node) InstallGossipKey(key string) (GossipKeyring, error) {
 // (ErrGossipKeyNotInstalled otherwise), the node's primary key, and
 // persists the keyring. It returns the keyring after the change.
 func (n *Node) UseGossipKey(key string) (GossipKeyring, error) {
-	return n.changeKeyring(key, func(keys [][]byte, k []byte, idx int) ([][]byte, error) {
+	return n.changeKeyring("use", key, func(keys [][]byte, k []byte, idx int) ([][]byte, error) {
 		switch idx {
 		case -1:
 			return nil, ErrGossipKeyNotInstalled
@@ -236,7 +236,7 @@ func (n *Node) UseGossipKey(key string) (GossipKeyring, error) {
 // removing a key that is not installed changes nothing. It returns the
 // keyring after the change.
 func (n *Node) RemoveGossipKey(key string) (GossipKeyring, error) {
-	return n.changeKeyring(key, func(keys [][]byte, k []byte, idx int) ([][]byte, error) {
+	return n.changeKeyring("remove", key, func(keys [][]byte, k []byte, idx int) ([][]byte, error) {
 		switch idx {
 		case -1:
 			return nil, nil
@@ -281,11 +281,11 @@ func (n *Node) removeKeyLocked(k []byte) error {
 	return nil
 }
 
-// changeKeyring applies one keyring operation: plan computes the new key
+// changeKeyring applies keyring operation op: plan computes the new key
 // list from the current one (nil: nothing to change), which is persisted
 // first, then apply changes memberlist's keyring. Operations are
 // serialized.
-func (n *Node) changeKeyring(key string, plan func(keys [][]byte, k []byte, idx int) ([][]byte, error), apply func(k []byte) error) (GossipKeyring, error) {
+func (n *Node) changeKeyring(op, key string, plan func(keys [][]byte, k []byte, idx int) ([][]byte, error), apply func(k []byte) error) (GossipKeyring, error) {
 	k, err := ParseGossipKey(key)
 	if err != nil {
 		return GossipKeyring{}, Invalid("key", "%v", err)
@@ -319,5 +319,6 @@ func (n *Node) changeKeyring(key string, plan func(keys [][]byte, k []byte, idx 
 		// new list, which the next start uses.
 		return GossipKeyring{}, fmt.Errorf("changing the gossip keyring: %w", err)
 	}
+	n.logger.Info("gossip keyring changed", "op", op, "keys", len(next), "persisted", n.keyringPath != "")
 	return n.keyringLocked(), nil
 }
