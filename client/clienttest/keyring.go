@@ -79,9 +79,12 @@ func (o *operatorService) KeyringInstall(ctx context.Context, req *connect.Reque
 
 func (o *operatorService) KeyringUse(ctx context.Context, req *connect.Request[cronoqv1.KeyringUseRequest]) (*connect.Response[cronoqv1.KeyringResponse], error) {
 	return unary(ctx, o.n, req, anyNode, func(*served) (*cronoqv1.KeyringResponse, error) {
+		if err := o.n.c.unreadLocked(o.n, "use", req.Msg.GetKey()); err != nil {
+			return nil, err
+		}
 		var missing []string
 		for _, n := range o.n.c.nodes {
-			if n.gossipKeys != nil && !slices.Contains(n.gossipKeys, req.Msg.GetKey()) {
+			if !slices.Contains(n.gossipKeys, req.Msg.GetKey()) {
 				missing = append(missing, n.id)
 			}
 		}
@@ -98,6 +101,9 @@ func (o *operatorService) KeyringUse(ctx context.Context, req *connect.Request[c
 func (o *operatorService) KeyringRemove(ctx context.Context, req *connect.Request[cronoqv1.KeyringRemoveRequest]) (*connect.Response[cronoqv1.KeyringResponse], error) {
 	return unary(ctx, o.n, req, anyNode, func(*served) (*cronoqv1.KeyringResponse, error) {
 		key := req.Msg.GetKey()
+		if err := o.n.c.unreadLocked(o.n, "remove", key); err != nil {
+			return nil, err
+		}
 		if checkGossipKey(key) == nil && o.n.gossipKeys != nil {
 			var primary []string
 			held := false
@@ -119,6 +125,27 @@ func (o *operatorService) KeyringRemove(ctx context.Context, req *connect.Reques
 			return slices.DeleteFunc(keys, func(k string) bool { return k == key }), nil
 		})
 	})
+}
+
+// unreadLocked refuses a use or remove of a valid key, asked of a node with
+// encryption, while some node's keyring cannot be read (it has no
+// encryption), as a node does.
+func (c *Cluster) unreadLocked(asked *Node, op, key string) error {
+	if checkGossipKey(key) != nil || asked.gossipKeys == nil {
+		return nil // refused as invalid or not enabled by keyringLocked
+	}
+	var unread []string
+	for _, n := range c.nodes {
+		if n.gossipKeys == nil {
+			unread = append(unread, n.id+": "+errNoEncryption.Message())
+		}
+	}
+	if len(unread) == 0 {
+		return nil
+	}
+	slices.Sort(unread)
+	return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+		"cannot %s the key: the keyring of every node must be read first, and %s", op, strings.Join(unread, "; ")))
 }
 
 // keyringLocked applies change (nil: a list) to every node's keyring, as

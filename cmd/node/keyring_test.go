@@ -123,6 +123,8 @@ func TestKeyringCommands(t *testing.T) {
 		b+"  2/3    n1,n2\n"+
 		c+"  2/3    -\n", r.stdout)
 	require.Equal(t, []string{b, c}, f.Node(0).GossipKeys())
+	r = runCLI(t, "", "operator", "keyring", "use", c, "-addr", addr)
+	requireFailure(t, r, exitError, "cronoq: cannot use the key: the keyring of every node must be read first, and n3: gossip encryption is not enabled")
 
 	// Without encryption.
 	_, plain := startFake(t)
