@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 
 	"github.com/cronoq/cronoq/engine"
@@ -67,6 +68,13 @@ type Config struct {
 	// Join lists gossip addresses (host:port; port default 8652) to join,
 	// retried until one answers. It may include this node's own address.
 	Join []string
+	// GossipKeys turn on gossip encryption: AES keys of 16, 24 or 32
+	// bytes, the first one primary (it encrypts; every key decrypts). They
+	// seed DataDir/gossip.keyring on first start; once that file exists it
+	// wins over them, and the keyring operations (InstallGossipKey, ...)
+	// persist there. Empty: no encryption, unless the file exists. A dev
+	// node without a data dir keeps its keyring in memory.
+	GossipKeys [][]byte
 	// LeaveOnTerminate makes Shutdown leave the cluster (gossip leave and
 	// removal from the raft configuration) instead of staying a member.
 	LeaveOnTerminate bool
@@ -225,6 +233,7 @@ func (c Config) WithDefaults() Config {
 		c.LogVersion = fsm.LogVersion
 	}
 	c.Join = append([]string(nil), c.Join...)
+	c.GossipKeys = append([][]byte(nil), c.GossipKeys...)
 	return c
 }
 
@@ -303,6 +312,11 @@ func (c Config) Validate() error {
 	for i, j := range c.Join {
 		if j == "" {
 			return invalid(fmt.Sprintf("Join[%d]", i), "empty address")
+		}
+	}
+	for i, k := range c.GossipKeys {
+		if err := memberlist.ValidateKey(k); err != nil {
+			return invalid(fmt.Sprintf("GossipKeys[%d]", i), "%d bytes: a key must be 16, 24 or 32 bytes", len(k))
 		}
 	}
 	if c.LogVersion > fsm.LogVersion {

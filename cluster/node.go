@@ -60,6 +60,11 @@ type Node struct {
 	metaMu  sync.Mutex
 	meta    nodeMeta
 
+	// Gossip encryption (keyring.go): nil keyring when disabled.
+	keyring     *memberlist.Keyring
+	keyringPath string // "" when kept in memory only
+	keyringMu   sync.Mutex
+
 	reconcileCh chan struct{}
 	bootstrapCh chan struct{}
 	transferCh  chan transferRequest
@@ -291,6 +296,10 @@ func (n *Node) open() error {
 	mc.PushPullInterval = cfg.GossipPushPullInterval
 	mc.SuspicionMult = cfg.GossipSuspicionMult
 	mc.DeadNodeReclaimTime = cfg.GossipDeadNodeReclaimTime
+	if err := n.setupGossipEncryption(mc); err != nil {
+		gt.Shutdown()
+		return err
+	}
 	if cfg.GossipProbeInterval < time.Second {
 		// Short test timings: faster TCP fallbacks and gossip to the dead.
 		mc.TCPTimeout = 4 * cfg.GossipProbeInterval

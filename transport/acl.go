@@ -94,6 +94,10 @@ var gates = map[string]gate{
 	// saving one needs operator write, as restoring does.
 	cronoqv1connect.OperatorServiceSnapshotSaveProcedure:    {gateOperator, acl.Write},
 	cronoqv1connect.OperatorServiceSnapshotRestoreProcedure: {gateOperator, acl.Write},
+	cronoqv1connect.OperatorServiceKeyringListProcedure:     {gateOperator, acl.Read},
+	cronoqv1connect.OperatorServiceKeyringInstallProcedure:  {gateOperator, acl.Write},
+	cronoqv1connect.OperatorServiceKeyringUseProcedure:      {gateOperator, acl.Write},
+	cronoqv1connect.OperatorServiceKeyringRemoveProcedure:   {gateOperator, acl.Write},
 
 	cronoqv1connect.AclServiceBootstrapProcedure:    {gateOpen, acl.None},
 	cronoqv1connect.AclServiceTokenSelfProcedure:    {gateOpen, acl.None},

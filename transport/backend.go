@@ -63,6 +63,13 @@ type Backend interface {
 	Peers() ([]cluster.Peer, error)
 	RemovePeer(ctx context.Context, id string) error
 	TransferLeadership(ctx context.Context, id string) (string, error)
+
+	// The node's own gossip encryption keyring (each answers
+	// cluster.ErrGossipEncryptionDisabled without encryption).
+	GossipKeyring() (cluster.GossipKeyring, error)
+	InstallGossipKey(key string) (cluster.GossipKeyring, error)
+	UseGossipKey(key string) (cluster.GossipKeyring, error)
+	RemoveGossipKey(key string) (cluster.GossipKeyring, error)
 }
 
 var _ Backend = (*cluster.Node)(nil)

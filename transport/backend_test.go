@@ -226,6 +226,19 @@ func (f *fakeBackend) TransferLeadership(context.Context, string) (string, error
 	return "", nil
 }
 
+func (f *fakeBackend) GossipKeyring() (cluster.GossipKeyring, error) {
+	return cluster.GossipKeyring{}, cluster.ErrGossipEncryptionDisabled
+}
+func (f *fakeBackend) InstallGossipKey(string) (cluster.GossipKeyring, error) {
+	return cluster.GossipKeyring{}, cluster.ErrGossipEncryptionDisabled
+}
+func (f *fakeBackend) UseGossipKey(string) (cluster.GossipKeyring, error) {
+	return cluster.GossipKeyring{}, cluster.ErrGossipEncryptionDisabled
+}
+func (f *fakeBackend) RemoveGossipKey(string) (cluster.GossipKeyring, error) {
+	return cluster.GossipKeyring{}, cluster.ErrGossipEncryptionDisabled
+}
+
 var _ Backend = (*fakeBackend)(nil)
 
 // serveFake runs a Server over b on 127.0.0.1 and returns a task client.

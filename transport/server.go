@@ -72,7 +72,8 @@ const (
 
 // HeaderForwarded marks a request forwarded by another node (its value is
 // that node's id). A node that does not lead answers such a request with
-// not_leader instead of forwarding it again.
+// not_leader instead of forwarding it again; a gossip keyring call carrying
+// it is done by the receiving node on itself only (see keyring.go).
 const HeaderForwarded = "Cronoq-Forwarded"
 
 // Config configures a Server.

@@ -7010,6 +7010,374 @@ func (x *SnapshotRestoreResponse) GetEpoch() uint64 {
 	return 0
 }
 
+// One node's keyring after the operation (or its error).
+type KeyringNode struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// Empty when the node did the operation.
+	Error string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// The key the node encrypts with.
+	Primary string `protobuf:"bytes,3,opt,name=primary,proto3" json:"primary,omitempty"`
+	// Every key the node decrypts with, primary first.
+	Keys          []string `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyringNode) Reset() {
+	*x = KeyringNode{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[103]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyringNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyringNode) ProtoMessage() {}
+
+func (x *KeyringNode) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[103]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyringNode.ProtoReflect.Descriptor instead.
+func (*KeyringNode) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{103}
+}
+
+func (x *KeyringNode) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *KeyringNode) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *KeyringNode) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
+}
+
+func (x *KeyringNode) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+// One key over the nodes that answered.
+type KeyringKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// How many nodes hold it.
+	Nodes int32 `protobuf:"varint,2,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	// The nodes whose primary key it is, sorted.
+	PrimaryOn     []string `protobuf:"bytes,3,rep,name=primary_on,json=primaryOn,proto3" json:"primary_on,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyringKey) Reset() {
+	*x = KeyringKey{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[104]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyringKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyringKey) ProtoMessage() {}
+
+func (x *KeyringKey) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[104]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyringKey.ProtoReflect.Descriptor instead.
+func (*KeyringKey) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{104}
+}
+
+func (x *KeyringKey) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KeyringKey) GetNodes() int32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *KeyringKey) GetPrimaryOn() []string {
+	if x != nil {
+		return x.PrimaryOn
+	}
+	return nil
+}
+
+type KeyringResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The nodes asked: the alive gossip members.
+	NumNodes int32 `protobuf:"varint,1,opt,name=num_nodes,json=numNodes,proto3" json:"num_nodes,omitempty"`
+	// Every key held by some node that answered: the keys primary on most
+	// nodes first, then those held by most nodes, then by key.
+	Keys []*KeyringKey `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
+	// Every node asked, sorted by name. An operation that failed on some
+	// nodes still answers, with the error of each of those.
+	Nodes         []*KeyringNode `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyringResponse) Reset() {
+	*x = KeyringResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[105]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyringResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyringResponse) ProtoMessage() {}
+
+func (x *KeyringResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[105]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyringResponse.ProtoReflect.Descriptor instead.
+func (*KeyringResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{105}
+}
+
+func (x *KeyringResponse) GetNumNodes() int32 {
+	if x != nil {
+		return x.NumNodes
+	}
+	return 0
+}
+
+func (x *KeyringResponse) GetKeys() []*KeyringKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *KeyringResponse) GetNodes() []*KeyringNode {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+type KeyringListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyringListRequest) Reset() {
+	*x = KeyringListRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[106]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyringListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyringListRequest) ProtoMessage() {}
+
+func (x *KeyringListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[106]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyringListRequest.ProtoReflect.Descriptor instead.
+func (*KeyringListRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{106}
+}
+
+type KeyringInstallRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyringInstallRequest) Reset() {
+	*x = KeyringInstallRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[107]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyringInstallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyringInstallRequest) ProtoMessage() {}
+
+func (x *KeyringInstallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[107]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyringInstallRequest.ProtoReflect.Descriptor instead.
+func (*KeyringInstallRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{107}
+}
+
+func (x *KeyringInstallRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type KeyringUseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyringUseRequest) Reset() {
+	*x = KeyringUseRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[108]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyringUseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyringUseRequest) ProtoMessage() {}
+
+func (x *KeyringUseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[108]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyringUseRequest.ProtoReflect.Descriptor instead.
+func (*KeyringUseRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{108}
+}
+
+func (x *KeyringUseRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type KeyringRemoveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyringRemoveRequest) Reset() {
+	*x = KeyringRemoveRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[109]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyringRemoveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyringRemoveRequest) ProtoMessage() {}
+
+func (x *KeyringRemoveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[109]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyringRemoveRequest.ProtoReflect.Descriptor instead.
+func (*KeyringRemoveRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{109}
+}
+
+func (x *KeyringRemoveRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
 type AclPolicy struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -7025,7 +7393,7 @@ type AclPolicy struct {
 
 func (x *AclPolicy) Reset() {
 	*x = AclPolicy{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[103]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7037,7 +7405,7 @@ func (x *AclPolicy) String() string {
 func (*AclPolicy) ProtoMessage() {}
 
 func (x *AclPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[103]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7050,7 +7418,7 @@ func (x *AclPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicy.ProtoReflect.Descriptor instead.
 func (*AclPolicy) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{103}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *AclPolicy) GetName() string {
@@ -7104,7 +7472,7 @@ type AclToken struct {
 
 func (x *AclToken) Reset() {
 	*x = AclToken{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[104]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7116,7 +7484,7 @@ func (x *AclToken) String() string {
 func (*AclToken) ProtoMessage() {}
 
 func (x *AclToken) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[104]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7129,7 +7497,7 @@ func (x *AclToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclToken.ProtoReflect.Descriptor instead.
 func (*AclToken) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{104}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *AclToken) GetAccessor() string {
@@ -7189,7 +7557,7 @@ type AclBootstrapRequest struct {
 
 func (x *AclBootstrapRequest) Reset() {
 	*x = AclBootstrapRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[105]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7201,7 +7569,7 @@ func (x *AclBootstrapRequest) String() string {
 func (*AclBootstrapRequest) ProtoMessage() {}
 
 func (x *AclBootstrapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[105]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7214,7 +7582,7 @@ func (x *AclBootstrapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBootstrapRequest.ProtoReflect.Descriptor instead.
 func (*AclBootstrapRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{105}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{112}
 }
 
 type AclBootstrapResponse struct {
@@ -7226,7 +7594,7 @@ type AclBootstrapResponse struct {
 
 func (x *AclBootstrapResponse) Reset() {
 	*x = AclBootstrapResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[106]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7238,7 +7606,7 @@ func (x *AclBootstrapResponse) String() string {
 func (*AclBootstrapResponse) ProtoMessage() {}
 
 func (x *AclBootstrapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[106]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7251,7 +7619,7 @@ func (x *AclBootstrapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBootstrapResponse.ProtoReflect.Descriptor instead.
 func (*AclBootstrapResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{106}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *AclBootstrapResponse) GetToken() *AclToken {
@@ -7270,7 +7638,7 @@ type AclPolicyApplyRequest struct {
 
 func (x *AclPolicyApplyRequest) Reset() {
 	*x = AclPolicyApplyRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[107]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7282,7 +7650,7 @@ func (x *AclPolicyApplyRequest) String() string {
 func (*AclPolicyApplyRequest) ProtoMessage() {}
 
 func (x *AclPolicyApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[107]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7295,7 +7663,7 @@ func (x *AclPolicyApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyApplyRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyApplyRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{107}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *AclPolicyApplyRequest) GetPolicy() *AclPolicy {
@@ -7314,7 +7682,7 @@ type AclPolicyApplyResponse struct {
 
 func (x *AclPolicyApplyResponse) Reset() {
 	*x = AclPolicyApplyResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[108]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7326,7 +7694,7 @@ func (x *AclPolicyApplyResponse) String() string {
 func (*AclPolicyApplyResponse) ProtoMessage() {}
 
 func (x *AclPolicyApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[108]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7339,7 +7707,7 @@ func (x *AclPolicyApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyApplyResponse.ProtoReflect.Descriptor instead.
 func (*AclPolicyApplyResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{108}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *AclPolicyApplyResponse) GetPolicy() *AclPolicy {
@@ -7357,7 +7725,7 @@ type AclPolicyListRequest struct {
 
 func (x *AclPolicyListRequest) Reset() {
 	*x = AclPolicyListRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[109]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7369,7 +7737,7 @@ func (x *AclPolicyListRequest) String() string {
 func (*AclPolicyListRequest) ProtoMessage() {}
 
 func (x *AclPolicyListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[109]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7382,7 +7750,7 @@ func (x *AclPolicyListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyListRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyListRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{109}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{116}
 }
 
 type AclPolicyListResponse struct {
@@ -7394,7 +7762,7 @@ type AclPolicyListResponse struct {
 
 func (x *AclPolicyListResponse) Reset() {
 	*x = AclPolicyListResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[110]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7406,7 +7774,7 @@ func (x *AclPolicyListResponse) String() string {
 func (*AclPolicyListResponse) ProtoMessage() {}
 
 func (x *AclPolicyListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[110]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7419,7 +7787,7 @@ func (x *AclPolicyListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyListResponse.ProtoReflect.Descriptor instead.
 func (*AclPolicyListResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{110}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *AclPolicyListResponse) GetPolicies() []*AclPolicy {
@@ -7438,7 +7806,7 @@ type AclPolicyGetRequest struct {
 
 func (x *AclPolicyGetRequest) Reset() {
 	*x = AclPolicyGetRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[111]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7450,7 +7818,7 @@ func (x *AclPolicyGetRequest) String() string {
 func (*AclPolicyGetRequest) ProtoMessage() {}
 
 func (x *AclPolicyGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[111]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7463,7 +7831,7 @@ func (x *AclPolicyGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyGetRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyGetRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{111}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *AclPolicyGetRequest) GetName() string {
@@ -7482,7 +7850,7 @@ type AclPolicyGetResponse struct {
 
 func (x *AclPolicyGetResponse) Reset() {
 	*x = AclPolicyGetResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[112]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7494,7 +7862,7 @@ func (x *AclPolicyGetResponse) String() string {
 func (*AclPolicyGetResponse) ProtoMessage() {}
 
 func (x *AclPolicyGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[112]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7507,7 +7875,7 @@ func (x *AclPolicyGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyGetResponse.ProtoReflect.Descriptor instead.
 func (*AclPolicyGetResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{112}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *AclPolicyGetResponse) GetPolicy() *AclPolicy {
@@ -7526,7 +7894,7 @@ type AclPolicyDeleteRequest struct {
 
 func (x *AclPolicyDeleteRequest) Reset() {
 	*x = AclPolicyDeleteRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[113]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7538,7 +7906,7 @@ func (x *AclPolicyDeleteRequest) String() string {
 func (*AclPolicyDeleteRequest) ProtoMessage() {}
 
 func (x *AclPolicyDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[113]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7551,7 +7919,7 @@ func (x *AclPolicyDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyDeleteRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{113}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *AclPolicyDeleteRequest) GetName() string {
@@ -7569,7 +7937,7 @@ type AclPolicyDeleteResponse struct {
 
 func (x *AclPolicyDeleteResponse) Reset() {
 	*x = AclPolicyDeleteResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[114]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7581,7 +7949,7 @@ func (x *AclPolicyDeleteResponse) String() string {
 func (*AclPolicyDeleteResponse) ProtoMessage() {}
 
 func (x *AclPolicyDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[114]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7594,7 +7962,7 @@ func (x *AclPolicyDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyDeleteResponse.ProtoReflect.Descriptor instead.
 func (*AclPolicyDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{114}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{121}
 }
 
 type AclTokenCreateRequest struct {
@@ -7608,7 +7976,7 @@ type AclTokenCreateRequest struct {
 
 func (x *AclTokenCreateRequest) Reset() {
 	*x = AclTokenCreateRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[115]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7620,7 +7988,7 @@ func (x *AclTokenCreateRequest) String() string {
 func (*AclTokenCreateRequest) ProtoMessage() {}
 
 func (x *AclTokenCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[115]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7633,7 +8001,7 @@ func (x *AclTokenCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenCreateRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenCreateRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{115}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *AclTokenCreateRequest) GetName() string {
@@ -7666,7 +8034,7 @@ type AclTokenCreateResponse struct {
 
 func (x *AclTokenCreateResponse) Reset() {
 	*x = AclTokenCreateResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[116]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7678,7 +8046,7 @@ func (x *AclTokenCreateResponse) String() string {
 func (*AclTokenCreateResponse) ProtoMessage() {}
 
 func (x *AclTokenCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[116]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7691,7 +8059,7 @@ func (x *AclTokenCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenCreateResponse.ProtoReflect.Descriptor instead.
 func (*AclTokenCreateResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{116}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *AclTokenCreateResponse) GetToken() *AclToken {
@@ -7709,7 +8077,7 @@ type AclTokenListRequest struct {
 
 func (x *AclTokenListRequest) Reset() {
 	*x = AclTokenListRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[117]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7721,7 +8089,7 @@ func (x *AclTokenListRequest) String() string {
 func (*AclTokenListRequest) ProtoMessage() {}
 
 func (x *AclTokenListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[117]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7734,7 +8102,7 @@ func (x *AclTokenListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenListRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenListRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{117}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{124}
 }
 
 type AclTokenListResponse struct {
@@ -7746,7 +8114,7 @@ type AclTokenListResponse struct {
 
 func (x *AclTokenListResponse) Reset() {
 	*x = AclTokenListResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[118]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7758,7 +8126,7 @@ func (x *AclTokenListResponse) String() string {
 func (*AclTokenListResponse) ProtoMessage() {}
 
 func (x *AclTokenListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[118]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7771,7 +8139,7 @@ func (x *AclTokenListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenListResponse.ProtoReflect.Descriptor instead.
 func (*AclTokenListResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{118}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *AclTokenListResponse) GetTokens() []*AclToken {
@@ -7790,7 +8158,7 @@ type AclTokenRevokeRequest struct {
 
 func (x *AclTokenRevokeRequest) Reset() {
 	*x = AclTokenRevokeRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[119]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7802,7 +8170,7 @@ func (x *AclTokenRevokeRequest) String() string {
 func (*AclTokenRevokeRequest) ProtoMessage() {}
 
 func (x *AclTokenRevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[119]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7815,7 +8183,7 @@ func (x *AclTokenRevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenRevokeRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenRevokeRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{119}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *AclTokenRevokeRequest) GetAccessor() string {
@@ -7833,7 +8201,7 @@ type AclTokenRevokeResponse struct {
 
 func (x *AclTokenRevokeResponse) Reset() {
 	*x = AclTokenRevokeResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[120]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7845,7 +8213,7 @@ func (x *AclTokenRevokeResponse) String() string {
 func (*AclTokenRevokeResponse) ProtoMessage() {}
 
 func (x *AclTokenRevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[120]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7858,7 +8226,7 @@ func (x *AclTokenRevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenRevokeResponse.ProtoReflect.Descriptor instead.
 func (*AclTokenRevokeResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{120}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{127}
 }
 
 // The token the call is made with (no token: the anonymous caller).
@@ -7870,7 +8238,7 @@ type AclTokenSelfRequest struct {
 
 func (x *AclTokenSelfRequest) Reset() {
 	*x = AclTokenSelfRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[121]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7882,7 +8250,7 @@ func (x *AclTokenSelfRequest) String() string {
 func (*AclTokenSelfRequest) ProtoMessage() {}
 
 func (x *AclTokenSelfRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[121]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7895,7 +8263,7 @@ func (x *AclTokenSelfRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenSelfRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenSelfRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{121}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{128}
 }
 
 type AclTokenSelfResponse struct {
@@ -7910,7 +8278,7 @@ type AclTokenSelfResponse struct {
 
 func (x *AclTokenSelfResponse) Reset() {
 	*x = AclTokenSelfResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[122]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7922,7 +8290,7 @@ func (x *AclTokenSelfResponse) String() string {
 func (*AclTokenSelfResponse) ProtoMessage() {}
 
 func (x *AclTokenSelfResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[122]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7935,7 +8303,7 @@ func (x *AclTokenSelfResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenSelfResponse.ProtoReflect.Descriptor instead.
 func (*AclTokenSelfResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{122}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *AclTokenSelfResponse) GetToken() *AclToken {
@@ -8466,7 +8834,29 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	" \x01(\x04R\rrevokedLeases\x12\x1d\n" +
 	"\n" +
 	"raft_index\x18\v \x01(\x04R\traftIndex\x12\x14\n" +
-	"\x05epoch\x18\f \x01(\x04R\x05epoch\"\x9d\x01\n" +
+	"\x05epoch\x18\f \x01(\x04R\x05epoch\"e\n" +
+	"\vKeyringNode\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x18\n" +
+	"\aprimary\x18\x03 \x01(\tR\aprimary\x12\x12\n" +
+	"\x04keys\x18\x04 \x03(\tR\x04keys\"S\n" +
+	"\n" +
+	"KeyringKey\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05nodes\x18\x02 \x01(\x05R\x05nodes\x12\x1d\n" +
+	"\n" +
+	"primary_on\x18\x03 \x03(\tR\tprimaryOn\"\x87\x01\n" +
+	"\x0fKeyringResponse\x12\x1b\n" +
+	"\tnum_nodes\x18\x01 \x01(\x05R\bnumNodes\x12)\n" +
+	"\x04keys\x18\x02 \x03(\v2\x15.cronoq.v1.KeyringKeyR\x04keys\x12,\n" +
+	"\x05nodes\x18\x03 \x03(\v2\x16.cronoq.v1.KeyringNodeR\x05nodes\"\x14\n" +
+	"\x12KeyringListRequest\")\n" +
+	"\x15KeyringInstallRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"%\n" +
+	"\x11KeyringUseRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"(\n" +
+	"\x14KeyringRemoveRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\x9d\x01\n" +
 	"\tAclPolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x14\n" +
@@ -8589,14 +8979,19 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x06Remove\x12 .cronoq.v1.RemoveScheduleRequest\x1a!.cronoq.v1.RemoveScheduleResponse\x12J\n" +
 	"\x05Pause\x12\x1f.cronoq.v1.PauseScheduleRequest\x1a .cronoq.v1.PauseScheduleResponse2R\n" +
 	"\rWorkerService\x12A\n" +
-	"\aConnect\x12\x18.cronoq.v1.WorkerMessage\x1a\x18.cronoq.v1.ServerMessage(\x010\x012\x9b\x04\n" +
+	"\aConnect\x12\x18.cronoq.v1.WorkerMessage\x1a\x18.cronoq.v1.ServerMessage(\x010\x012\xcb\x06\n" +
 	"\x0fOperatorService\x12@\n" +
 	"\aMembers\x12\x19.cronoq.v1.MembersRequest\x1a\x1a.cronoq.v1.MembersResponse\x12:\n" +
 	"\x05Peers\x12\x17.cronoq.v1.PeersRequest\x1a\x18.cronoq.v1.PeersResponse\x12I\n" +
 	"\n" +
 	"RemovePeer\x12\x1c.cronoq.v1.RemovePeerRequest\x1a\x1d.cronoq.v1.RemovePeerResponse\x12a\n" +
 	"\x12TransferLeadership\x12$.cronoq.v1.TransferLeadershipRequest\x1a%.cronoq.v1.TransferLeadershipResponse\x12=\n" +
-	"\x06Health\x12\x18.cronoq.v1.HealthRequest\x1a\x19.cronoq.v1.HealthResponse\x12J\n" +
+	"\x06Health\x12\x18.cronoq.v1.HealthRequest\x1a\x19.cronoq.v1.HealthResponse\x12H\n" +
+	"\vKeyringList\x12\x1d.cronoq.v1.KeyringListRequest\x1a\x1a.cronoq.v1.KeyringResponse\x12N\n" +
+	"\x0eKeyringInstall\x12 .cronoq.v1.KeyringInstallRequest\x1a\x1a.cronoq.v1.KeyringResponse\x12F\n" +
+	"\n" +
+	"KeyringUse\x12\x1c.cronoq.v1.KeyringUseRequest\x1a\x1a.cronoq.v1.KeyringResponse\x12L\n" +
+	"\rKeyringRemove\x12\x1f.cronoq.v1.KeyringRemoveRequest\x1a\x1a.cronoq.v1.KeyringResponse\x12J\n" +
 	"\fSnapshotSave\x12\x1e.cronoq.v1.SnapshotSaveRequest\x1a\x18.cronoq.v1.SnapshotChunk0\x01\x12Q\n" +
 	"\x0fSnapshotRestore\x12\x18.cronoq.v1.SnapshotChunk\x1a\".cronoq.v1.SnapshotRestoreResponse(\x012\xe8\x05\n" +
 	"\n" +
@@ -8625,7 +9020,7 @@ func file_cronoq_v1_cronoq_proto_rawDescGZIP() []byte {
 }
 
 var file_cronoq_v1_cronoq_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 127)
+var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 134)
 var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(Priority)(0),                      // 0: cronoq.v1.Priority
 	(Status)(0),                        // 1: cronoq.v1.Status
@@ -8737,58 +9132,65 @@ var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(*SnapshotSaveRequest)(nil),        // 107: cronoq.v1.SnapshotSaveRequest
 	(*SnapshotChunk)(nil),              // 108: cronoq.v1.SnapshotChunk
 	(*SnapshotRestoreResponse)(nil),    // 109: cronoq.v1.SnapshotRestoreResponse
-	(*AclPolicy)(nil),                  // 110: cronoq.v1.AclPolicy
-	(*AclToken)(nil),                   // 111: cronoq.v1.AclToken
-	(*AclBootstrapRequest)(nil),        // 112: cronoq.v1.AclBootstrapRequest
-	(*AclBootstrapResponse)(nil),       // 113: cronoq.v1.AclBootstrapResponse
-	(*AclPolicyApplyRequest)(nil),      // 114: cronoq.v1.AclPolicyApplyRequest
-	(*AclPolicyApplyResponse)(nil),     // 115: cronoq.v1.AclPolicyApplyResponse
-	(*AclPolicyListRequest)(nil),       // 116: cronoq.v1.AclPolicyListRequest
-	(*AclPolicyListResponse)(nil),      // 117: cronoq.v1.AclPolicyListResponse
-	(*AclPolicyGetRequest)(nil),        // 118: cronoq.v1.AclPolicyGetRequest
-	(*AclPolicyGetResponse)(nil),       // 119: cronoq.v1.AclPolicyGetResponse
-	(*AclPolicyDeleteRequest)(nil),     // 120: cronoq.v1.AclPolicyDeleteRequest
-	(*AclPolicyDeleteResponse)(nil),    // 121: cronoq.v1.AclPolicyDeleteResponse
-	(*AclTokenCreateRequest)(nil),      // 122: cronoq.v1.AclTokenCreateRequest
-	(*AclTokenCreateResponse)(nil),     // 123: cronoq.v1.AclTokenCreateResponse
-	(*AclTokenListRequest)(nil),        // 124: cronoq.v1.AclTokenListRequest
-	(*AclTokenListResponse)(nil),       // 125: cronoq.v1.AclTokenListResponse
-	(*AclTokenRevokeRequest)(nil),      // 126: cronoq.v1.AclTokenRevokeRequest
-	(*AclTokenRevokeResponse)(nil),     // 127: cronoq.v1.AclTokenRevokeResponse
-	(*AclTokenSelfRequest)(nil),        // 128: cronoq.v1.AclTokenSelfRequest
-	(*AclTokenSelfResponse)(nil),       // 129: cronoq.v1.AclTokenSelfResponse
-	nil,                                // 130: cronoq.v1.PoolCounts.ByStatusEntry
-	nil,                                // 131: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
-	nil,                                // 132: cronoq.v1.PoolInfo.CountsEntry
-	nil,                                // 133: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
-	(*durationpb.Duration)(nil),        // 134: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 135: google.protobuf.Timestamp
+	(*KeyringNode)(nil),                // 110: cronoq.v1.KeyringNode
+	(*KeyringKey)(nil),                 // 111: cronoq.v1.KeyringKey
+	(*KeyringResponse)(nil),            // 112: cronoq.v1.KeyringResponse
+	(*KeyringListRequest)(nil),         // 113: cronoq.v1.KeyringListRequest
+	(*KeyringInstallRequest)(nil),      // 114: cronoq.v1.KeyringInstallRequest
+	(*KeyringUseRequest)(nil),          // 115: cronoq.v1.KeyringUseRequest
+	(*KeyringRemoveRequest)(nil),       // 116: cronoq.v1.KeyringRemoveRequest
+	(*AclPolicy)(nil),                  // 117: cronoq.v1.AclPolicy
+	(*AclToken)(nil),                   // 118: cronoq.v1.AclToken
+	(*AclBootstrapRequest)(nil),        // 119: cronoq.v1.AclBootstrapRequest
+	(*AclBootstrapResponse)(nil),       // 120: cronoq.v1.AclBootstrapResponse
+	(*AclPolicyApplyRequest)(nil),      // 121: cronoq.v1.AclPolicyApplyRequest
+	(*AclPolicyApplyResponse)(nil),     // 122: cronoq.v1.AclPolicyApplyResponse
+	(*AclPolicyListRequest)(nil),       // 123: cronoq.v1.AclPolicyListRequest
+	(*AclPolicyListResponse)(nil),      // 124: cronoq.v1.AclPolicyListResponse
+	(*AclPolicyGetRequest)(nil),        // 125: cronoq.v1.AclPolicyGetRequest
+	(*AclPolicyGetResponse)(nil),       // 126: cronoq.v1.AclPolicyGetResponse
+	(*AclPolicyDeleteRequest)(nil),     // 127: cronoq.v1.AclPolicyDeleteRequest
+	(*AclPolicyDeleteResponse)(nil),    // 128: cronoq.v1.AclPolicyDeleteResponse
+	(*AclTokenCreateRequest)(nil),      // 129: cronoq.v1.AclTokenCreateRequest
+	(*AclTokenCreateResponse)(nil),     // 130: cronoq.v1.AclTokenCreateResponse
+	(*AclTokenListRequest)(nil),        // 131: cronoq.v1.AclTokenListRequest
+	(*AclTokenListResponse)(nil),       // 132: cronoq.v1.AclTokenListResponse
+	(*AclTokenRevokeRequest)(nil),      // 133: cronoq.v1.AclTokenRevokeRequest
+	(*AclTokenRevokeResponse)(nil),     // 134: cronoq.v1.AclTokenRevokeResponse
+	(*AclTokenSelfRequest)(nil),        // 135: cronoq.v1.AclTokenSelfRequest
+	(*AclTokenSelfResponse)(nil),       // 136: cronoq.v1.AclTokenSelfResponse
+	nil,                                // 137: cronoq.v1.PoolCounts.ByStatusEntry
+	nil,                                // 138: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	nil,                                // 139: cronoq.v1.PoolInfo.CountsEntry
+	nil,                                // 140: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	(*durationpb.Duration)(nil),        // 141: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 142: google.protobuf.Timestamp
 }
 var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
-	134, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
-	134, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
+	141, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
+	141, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
 	0,   // 2: cronoq.v1.TaskTemplate.priority:type_name -> cronoq.v1.Priority
 	7,   // 3: cronoq.v1.TaskTemplate.labels:type_name -> cronoq.v1.KV
 	7,   // 4: cronoq.v1.TaskTemplate.tags:type_name -> cronoq.v1.KV
-	134, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
+	141, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
 	8,   // 6: cronoq.v1.TaskTemplate.backoff:type_name -> cronoq.v1.Backoff
 	9,   // 7: cronoq.v1.TaskSpec.template:type_name -> cronoq.v1.TaskTemplate
-	135, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
-	134, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
-	135, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
+	142, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
+	141, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
+	142, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
 	21,  // 11: cronoq.v1.TaskSpec.depends_on:type_name -> cronoq.v1.TaskRef
 	2,   // 12: cronoq.v1.TaskSpec.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
 	9,   // 13: cronoq.v1.Task.template:type_name -> cronoq.v1.TaskTemplate
 	1,   // 14: cronoq.v1.Task.status:type_name -> cronoq.v1.Status
-	135, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
-	135, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	135, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	135, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	135, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	135, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
-	135, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
+	142, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
+	142, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	142, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	142, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	142, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	142, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
+	142, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
 	2,   // 22: cronoq.v1.Task.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
-	134, // 23: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
+	141, // 23: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
 	10,  // 24: cronoq.v1.SubmitRequest.spec:type_name -> cronoq.v1.TaskSpec
 	12,  // 25: cronoq.v1.SubmitResponse.result:type_name -> cronoq.v1.Submitted
 	10,  // 26: cronoq.v1.SubmitBatchRequest.specs:type_name -> cronoq.v1.TaskSpec
@@ -8800,7 +9202,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	11,  // 32: cronoq.v1.GetResponse.task:type_name -> cronoq.v1.Task
 	13,  // 33: cronoq.v1.GetResponse.meta:type_name -> cronoq.v1.ReadMeta
 	21,  // 34: cronoq.v1.WaitRequest.ref:type_name -> cronoq.v1.TaskRef
-	134, // 35: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
+	141, // 35: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
 	11,  // 36: cronoq.v1.WaitResponse.task:type_name -> cronoq.v1.Task
 	21,  // 37: cronoq.v1.CancelRequest.ref:type_name -> cronoq.v1.TaskRef
 	21,  // 38: cronoq.v1.CompleteRequest.ref:type_name -> cronoq.v1.TaskRef
@@ -8809,43 +9211,43 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	1,   // 41: cronoq.v1.ListRequest.statuses:type_name -> cronoq.v1.Status
 	11,  // 42: cronoq.v1.ListResponse.tasks:type_name -> cronoq.v1.Task
 	13,  // 43: cronoq.v1.ListResponse.meta:type_name -> cronoq.v1.ReadMeta
-	130, // 44: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
+	137, // 44: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
 	33,  // 45: cronoq.v1.CountsResponse.pools:type_name -> cronoq.v1.PoolCounts
 	13,  // 46: cronoq.v1.CountsResponse.meta:type_name -> cronoq.v1.ReadMeta
 	1,   // 47: cronoq.v1.Event.status:type_name -> cronoq.v1.Status
-	135, // 48: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
+	142, // 48: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
 	3,   // 49: cronoq.v1.Event.workflow_status:type_name -> cronoq.v1.WorkflowStatus
 	21,  // 50: cronoq.v1.DeleteRequest.ref:type_name -> cronoq.v1.TaskRef
-	131, // 51: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	138, // 51: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
 	39,  // 52: cronoq.v1.PoolLimits.kind_rates:type_name -> cronoq.v1.KindRate
 	8,   // 53: cronoq.v1.PoolLimits.backoff:type_name -> cronoq.v1.Backoff
-	134, // 54: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
-	132, // 55: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
-	134, // 56: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
+	141, // 54: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
+	139, // 55: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
+	141, // 56: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
 	40,  // 57: cronoq.v1.PoolInfo.limits:type_name -> cronoq.v1.PoolLimits
 	41,  // 58: cronoq.v1.ListPoolsResponse.pools:type_name -> cronoq.v1.PoolInfo
 	41,  // 59: cronoq.v1.GetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
-	133, // 60: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	140, // 60: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
 	39,  // 61: cronoq.v1.SetPoolRequest.kind_rates:type_name -> cronoq.v1.KindRate
 	8,   // 62: cronoq.v1.SetPoolRequest.backoff:type_name -> cronoq.v1.Backoff
-	134, // 63: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
+	141, // 63: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
 	41,  // 64: cronoq.v1.SetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
 	7,   // 65: cronoq.v1.WorkerInfo.labels:type_name -> cronoq.v1.KV
-	135, // 66: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
+	142, // 66: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
 	48,  // 67: cronoq.v1.ListWorkersResponse.workers:type_name -> cronoq.v1.WorkerInfo
-	134, // 68: cronoq.v1.KindSettings.timeout:type_name -> google.protobuf.Duration
+	141, // 68: cronoq.v1.KindSettings.timeout:type_name -> google.protobuf.Duration
 	8,   // 69: cronoq.v1.KindSettings.backoff:type_name -> cronoq.v1.Backoff
-	134, // 70: cronoq.v1.SetKindRequest.timeout:type_name -> google.protobuf.Duration
+	141, // 70: cronoq.v1.SetKindRequest.timeout:type_name -> google.protobuf.Duration
 	8,   // 71: cronoq.v1.SetKindRequest.backoff:type_name -> cronoq.v1.Backoff
 	51,  // 72: cronoq.v1.SetKindResponse.kind:type_name -> cronoq.v1.KindSettings
 	51,  // 73: cronoq.v1.GetKindResponse.kind:type_name -> cronoq.v1.KindSettings
 	10,  // 74: cronoq.v1.WorkflowStep.spec:type_name -> cronoq.v1.TaskSpec
 	56,  // 75: cronoq.v1.WorkflowSpec.steps:type_name -> cronoq.v1.WorkflowStep
 	3,   // 76: cronoq.v1.Workflow.status:type_name -> cronoq.v1.WorkflowStatus
-	135, // 77: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
-	135, // 78: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
-	135, // 79: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
-	135, // 80: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
+	142, // 77: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
+	142, // 78: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
+	142, // 79: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
+	142, // 80: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
 	11,  // 81: cronoq.v1.Workflow.tasks:type_name -> cronoq.v1.Task
 	57,  // 82: cronoq.v1.SubmitWorkflowRequest.spec:type_name -> cronoq.v1.WorkflowSpec
 	60,  // 83: cronoq.v1.SubmitWorkflowResponse.tasks:type_name -> cronoq.v1.StepTask
@@ -8853,7 +9255,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	58,  // 85: cronoq.v1.GetWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
 	13,  // 86: cronoq.v1.GetWorkflowResponse.meta:type_name -> cronoq.v1.ReadMeta
 	59,  // 87: cronoq.v1.WaitWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
-	134, // 88: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
+	141, // 88: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
 	58,  // 89: cronoq.v1.WaitWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
 	59,  // 90: cronoq.v1.CancelWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
 	3,   // 91: cronoq.v1.ListWorkflowsRequest.statuses:type_name -> cronoq.v1.WorkflowStatus
@@ -8862,15 +9264,15 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	9,   // 94: cronoq.v1.Schedule.task:type_name -> cronoq.v1.TaskTemplate
 	4,   // 95: cronoq.v1.Schedule.overlap:type_name -> cronoq.v1.Overlap
 	5,   // 96: cronoq.v1.Schedule.catch_up:type_name -> cronoq.v1.CatchUp
-	135, // 97: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	135, // 98: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
+	142, // 97: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	142, // 98: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
 	56,  // 99: cronoq.v1.Schedule.steps:type_name -> cronoq.v1.WorkflowStep
 	71,  // 100: cronoq.v1.AddScheduleRequest.schedule:type_name -> cronoq.v1.Schedule
-	135, // 101: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
+	142, // 101: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
 	71,  // 102: cronoq.v1.ListSchedulesResponse.schedules:type_name -> cronoq.v1.Schedule
 	7,   // 103: cronoq.v1.Hello.labels:type_name -> cronoq.v1.KV
 	6,   // 104: cronoq.v1.Completion.outcome:type_name -> cronoq.v1.OutcomeKind
-	134, // 105: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
+	141, // 105: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
 	56,  // 106: cronoq.v1.Completion.children:type_name -> cronoq.v1.WorkflowStep
 	56,  // 107: cronoq.v1.Completion.then:type_name -> cronoq.v1.WorkflowStep
 	83,  // 108: cronoq.v1.Complete.completions:type_name -> cronoq.v1.Completion
@@ -8878,7 +9280,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	81,  // 110: cronoq.v1.WorkerMessage.poll:type_name -> cronoq.v1.Poll
 	82,  // 111: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
 	84,  // 112: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
-	134, // 113: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
+	141, // 113: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
 	1,   // 114: cronoq.v1.DependencyResult.status:type_name -> cronoq.v1.Status
 	11,  // 115: cronoq.v1.Grant.task:type_name -> cronoq.v1.Task
 	87,  // 116: cronoq.v1.Grant.dependencies:type_name -> cronoq.v1.DependencyResult
@@ -8892,106 +9294,116 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	93,  // 124: cronoq.v1.ServerMessage.abort:type_name -> cronoq.v1.Abort
 	95,  // 125: cronoq.v1.MembersResponse.members:type_name -> cronoq.v1.Member
 	98,  // 126: cronoq.v1.PeersResponse.peers:type_name -> cronoq.v1.Peer
-	135, // 127: cronoq.v1.AclToken.created_at:type_name -> google.protobuf.Timestamp
-	111, // 128: cronoq.v1.AclBootstrapResponse.token:type_name -> cronoq.v1.AclToken
-	110, // 129: cronoq.v1.AclPolicyApplyRequest.policy:type_name -> cronoq.v1.AclPolicy
-	110, // 130: cronoq.v1.AclPolicyApplyResponse.policy:type_name -> cronoq.v1.AclPolicy
-	110, // 131: cronoq.v1.AclPolicyListResponse.policies:type_name -> cronoq.v1.AclPolicy
-	110, // 132: cronoq.v1.AclPolicyGetResponse.policy:type_name -> cronoq.v1.AclPolicy
-	111, // 133: cronoq.v1.AclTokenCreateResponse.token:type_name -> cronoq.v1.AclToken
-	111, // 134: cronoq.v1.AclTokenListResponse.tokens:type_name -> cronoq.v1.AclToken
-	111, // 135: cronoq.v1.AclTokenSelfResponse.token:type_name -> cronoq.v1.AclToken
-	14,  // 136: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
-	16,  // 137: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
-	18,  // 138: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
-	22,  // 139: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
-	24,  // 140: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
-	26,  // 141: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
-	28,  // 142: cronoq.v1.TaskService.Complete:input_type -> cronoq.v1.CompleteRequest
-	30,  // 143: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
-	32,  // 144: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
-	35,  // 145: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
-	37,  // 146: cronoq.v1.TaskService.Delete:input_type -> cronoq.v1.DeleteRequest
-	42,  // 147: cronoq.v1.PoolService.List:input_type -> cronoq.v1.ListPoolsRequest
-	44,  // 148: cronoq.v1.PoolService.Get:input_type -> cronoq.v1.GetPoolRequest
-	46,  // 149: cronoq.v1.PoolService.Set:input_type -> cronoq.v1.SetPoolRequest
-	49,  // 150: cronoq.v1.PoolService.Workers:input_type -> cronoq.v1.ListWorkersRequest
-	52,  // 151: cronoq.v1.PoolService.SetKind:input_type -> cronoq.v1.SetKindRequest
-	54,  // 152: cronoq.v1.PoolService.GetKind:input_type -> cronoq.v1.GetKindRequest
-	61,  // 153: cronoq.v1.WorkflowService.Submit:input_type -> cronoq.v1.SubmitWorkflowRequest
-	63,  // 154: cronoq.v1.WorkflowService.Get:input_type -> cronoq.v1.GetWorkflowRequest
-	65,  // 155: cronoq.v1.WorkflowService.Wait:input_type -> cronoq.v1.WaitWorkflowRequest
-	67,  // 156: cronoq.v1.WorkflowService.Cancel:input_type -> cronoq.v1.CancelWorkflowRequest
-	69,  // 157: cronoq.v1.WorkflowService.List:input_type -> cronoq.v1.ListWorkflowsRequest
-	72,  // 158: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
-	74,  // 159: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
-	76,  // 160: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
-	78,  // 161: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
-	85,  // 162: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
-	96,  // 163: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
-	99,  // 164: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
-	101, // 165: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
-	103, // 166: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
-	105, // 167: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
-	107, // 168: cronoq.v1.OperatorService.SnapshotSave:input_type -> cronoq.v1.SnapshotSaveRequest
-	108, // 169: cronoq.v1.OperatorService.SnapshotRestore:input_type -> cronoq.v1.SnapshotChunk
-	112, // 170: cronoq.v1.AclService.Bootstrap:input_type -> cronoq.v1.AclBootstrapRequest
-	114, // 171: cronoq.v1.AclService.PolicyApply:input_type -> cronoq.v1.AclPolicyApplyRequest
-	116, // 172: cronoq.v1.AclService.PolicyList:input_type -> cronoq.v1.AclPolicyListRequest
-	118, // 173: cronoq.v1.AclService.PolicyGet:input_type -> cronoq.v1.AclPolicyGetRequest
-	120, // 174: cronoq.v1.AclService.PolicyDelete:input_type -> cronoq.v1.AclPolicyDeleteRequest
-	122, // 175: cronoq.v1.AclService.TokenCreate:input_type -> cronoq.v1.AclTokenCreateRequest
-	124, // 176: cronoq.v1.AclService.TokenList:input_type -> cronoq.v1.AclTokenListRequest
-	126, // 177: cronoq.v1.AclService.TokenRevoke:input_type -> cronoq.v1.AclTokenRevokeRequest
-	128, // 178: cronoq.v1.AclService.TokenSelf:input_type -> cronoq.v1.AclTokenSelfRequest
-	15,  // 179: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
-	17,  // 180: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
-	20,  // 181: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
-	23,  // 182: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
-	25,  // 183: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
-	27,  // 184: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
-	29,  // 185: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
-	31,  // 186: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
-	34,  // 187: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
-	36,  // 188: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
-	38,  // 189: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
-	43,  // 190: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
-	45,  // 191: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
-	47,  // 192: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
-	50,  // 193: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
-	53,  // 194: cronoq.v1.PoolService.SetKind:output_type -> cronoq.v1.SetKindResponse
-	55,  // 195: cronoq.v1.PoolService.GetKind:output_type -> cronoq.v1.GetKindResponse
-	62,  // 196: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
-	64,  // 197: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
-	66,  // 198: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
-	68,  // 199: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
-	70,  // 200: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
-	73,  // 201: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
-	75,  // 202: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
-	77,  // 203: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
-	79,  // 204: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
-	94,  // 205: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
-	97,  // 206: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
-	100, // 207: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
-	102, // 208: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
-	104, // 209: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
-	106, // 210: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
-	108, // 211: cronoq.v1.OperatorService.SnapshotSave:output_type -> cronoq.v1.SnapshotChunk
-	109, // 212: cronoq.v1.OperatorService.SnapshotRestore:output_type -> cronoq.v1.SnapshotRestoreResponse
-	113, // 213: cronoq.v1.AclService.Bootstrap:output_type -> cronoq.v1.AclBootstrapResponse
-	115, // 214: cronoq.v1.AclService.PolicyApply:output_type -> cronoq.v1.AclPolicyApplyResponse
-	117, // 215: cronoq.v1.AclService.PolicyList:output_type -> cronoq.v1.AclPolicyListResponse
-	119, // 216: cronoq.v1.AclService.PolicyGet:output_type -> cronoq.v1.AclPolicyGetResponse
-	121, // 217: cronoq.v1.AclService.PolicyDelete:output_type -> cronoq.v1.AclPolicyDeleteResponse
-	123, // 218: cronoq.v1.AclService.TokenCreate:output_type -> cronoq.v1.AclTokenCreateResponse
-	125, // 219: cronoq.v1.AclService.TokenList:output_type -> cronoq.v1.AclTokenListResponse
-	127, // 220: cronoq.v1.AclService.TokenRevoke:output_type -> cronoq.v1.AclTokenRevokeResponse
-	129, // 221: cronoq.v1.AclService.TokenSelf:output_type -> cronoq.v1.AclTokenSelfResponse
-	179, // [179:222] is the sub-list for method output_type
-	136, // [136:179] is the sub-list for method input_type
-	136, // [136:136] is the sub-list for extension type_name
-	136, // [136:136] is the sub-list for extension extendee
-	0,   // [0:136] is the sub-list for field type_name
+	111, // 127: cronoq.v1.KeyringResponse.keys:type_name -> cronoq.v1.KeyringKey
+	110, // 128: cronoq.v1.KeyringResponse.nodes:type_name -> cronoq.v1.KeyringNode
+	142, // 129: cronoq.v1.AclToken.created_at:type_name -> google.protobuf.Timestamp
+	118, // 130: cronoq.v1.AclBootstrapResponse.token:type_name -> cronoq.v1.AclToken
+	117, // 131: cronoq.v1.AclPolicyApplyRequest.policy:type_name -> cronoq.v1.AclPolicy
+	117, // 132: cronoq.v1.AclPolicyApplyResponse.policy:type_name -> cronoq.v1.AclPolicy
+	117, // 133: cronoq.v1.AclPolicyListResponse.policies:type_name -> cronoq.v1.AclPolicy
+	117, // 134: cronoq.v1.AclPolicyGetResponse.policy:type_name -> cronoq.v1.AclPolicy
+	118, // 135: cronoq.v1.AclTokenCreateResponse.token:type_name -> cronoq.v1.AclToken
+	118, // 136: cronoq.v1.AclTokenListResponse.tokens:type_name -> cronoq.v1.AclToken
+	118, // 137: cronoq.v1.AclTokenSelfResponse.token:type_name -> cronoq.v1.AclToken
+	14,  // 138: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
+	16,  // 139: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
+	18,  // 140: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
+	22,  // 141: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
+	24,  // 142: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
+	26,  // 143: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
+	28,  // 144: cronoq.v1.TaskService.Complete:input_type -> cronoq.v1.CompleteRequest
+	30,  // 145: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
+	32,  // 146: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
+	35,  // 147: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
+	37,  // 148: cronoq.v1.TaskService.Delete:input_type -> cronoq.v1.DeleteRequest
+	42,  // 149: cronoq.v1.PoolService.List:input_type -> cronoq.v1.ListPoolsRequest
+	44,  // 150: cronoq.v1.PoolService.Get:input_type -> cronoq.v1.GetPoolRequest
+	46,  // 151: cronoq.v1.PoolService.Set:input_type -> cronoq.v1.SetPoolRequest
+	49,  // 152: cronoq.v1.PoolService.Workers:input_type -> cronoq.v1.ListWorkersRequest
+	52,  // 153: cronoq.v1.PoolService.SetKind:input_type -> cronoq.v1.SetKindRequest
+	54,  // 154: cronoq.v1.PoolService.GetKind:input_type -> cronoq.v1.GetKindRequest
+	61,  // 155: cronoq.v1.WorkflowService.Submit:input_type -> cronoq.v1.SubmitWorkflowRequest
+	63,  // 156: cronoq.v1.WorkflowService.Get:input_type -> cronoq.v1.GetWorkflowRequest
+	65,  // 157: cronoq.v1.WorkflowService.Wait:input_type -> cronoq.v1.WaitWorkflowRequest
+	67,  // 158: cronoq.v1.WorkflowService.Cancel:input_type -> cronoq.v1.CancelWorkflowRequest
+	69,  // 159: cronoq.v1.WorkflowService.List:input_type -> cronoq.v1.ListWorkflowsRequest
+	72,  // 160: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
+	74,  // 161: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
+	76,  // 162: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
+	78,  // 163: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
+	85,  // 164: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
+	96,  // 165: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
+	99,  // 166: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
+	101, // 167: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
+	103, // 168: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
+	105, // 169: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
+	113, // 170: cronoq.v1.OperatorService.KeyringList:input_type -> cronoq.v1.KeyringListRequest
+	114, // 171: cronoq.v1.OperatorService.KeyringInstall:input_type -> cronoq.v1.KeyringInstallRequest
+	115, // 172: cronoq.v1.OperatorService.KeyringUse:input_type -> cronoq.v1.KeyringUseRequest
+	116, // 173: cronoq.v1.OperatorService.KeyringRemove:input_type -> cronoq.v1.KeyringRemoveRequest
+	107, // 174: cronoq.v1.OperatorService.SnapshotSave:input_type -> cronoq.v1.SnapshotSaveRequest
+	108, // 175: cronoq.v1.OperatorService.SnapshotRestore:input_type -> cronoq.v1.SnapshotChunk
+	119, // 176: cronoq.v1.AclService.Bootstrap:input_type -> cronoq.v1.AclBootstrapRequest
+	121, // 177: cronoq.v1.AclService.PolicyApply:input_type -> cronoq.v1.AclPolicyApplyRequest
+	123, // 178: cronoq.v1.AclService.PolicyList:input_type -> cronoq.v1.AclPolicyListRequest
+	125, // 179: cronoq.v1.AclService.PolicyGet:input_type -> cronoq.v1.AclPolicyGetRequest
+	127, // 180: cronoq.v1.AclService.PolicyDelete:input_type -> cronoq.v1.AclPolicyDeleteRequest
+	129, // 181: cronoq.v1.AclService.TokenCreate:input_type -> cronoq.v1.AclTokenCreateRequest
+	131, // 182: cronoq.v1.AclService.TokenList:input_type -> cronoq.v1.AclTokenListRequest
+	133, // 183: cronoq.v1.AclService.TokenRevoke:input_type -> cronoq.v1.AclTokenRevokeRequest
+	135, // 184: cronoq.v1.AclService.TokenSelf:input_type -> cronoq.v1.AclTokenSelfRequest
+	15,  // 185: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
+	17,  // 186: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
+	20,  // 187: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
+	23,  // 188: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
+	25,  // 189: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
+	27,  // 190: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
+	29,  // 191: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
+	31,  // 192: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
+	34,  // 193: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
+	36,  // 194: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
+	38,  // 195: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
+	43,  // 196: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
+	45,  // 197: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
+	47,  // 198: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
+	50,  // 199: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
+	53,  // 200: cronoq.v1.PoolService.SetKind:output_type -> cronoq.v1.SetKindResponse
+	55,  // 201: cronoq.v1.PoolService.GetKind:output_type -> cronoq.v1.GetKindResponse
+	62,  // 202: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
+	64,  // 203: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
+	66,  // 204: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
+	68,  // 205: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
+	70,  // 206: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
+	73,  // 207: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
+	75,  // 208: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
+	77,  // 209: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
+	79,  // 210: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
+	94,  // 211: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
+	97,  // 212: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
+	100, // 213: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
+	102, // 214: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
+	104, // 215: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
+	106, // 216: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
+	112, // 217: cronoq.v1.OperatorService.KeyringList:output_type -> cronoq.v1.KeyringResponse
+	112, // 218: cronoq.v1.OperatorService.KeyringInstall:output_type -> cronoq.v1.KeyringResponse
+	112, // 219: cronoq.v1.OperatorService.KeyringUse:output_type -> cronoq.v1.KeyringResponse
+	112, // 220: cronoq.v1.OperatorService.KeyringRemove:output_type -> cronoq.v1.KeyringResponse
+	108, // 221: cronoq.v1.OperatorService.SnapshotSave:output_type -> cronoq.v1.SnapshotChunk
+	109, // 222: cronoq.v1.OperatorService.SnapshotRestore:output_type -> cronoq.v1.SnapshotRestoreResponse
+	120, // 223: cronoq.v1.AclService.Bootstrap:output_type -> cronoq.v1.AclBootstrapResponse
+	122, // 224: cronoq.v1.AclService.PolicyApply:output_type -> cronoq.v1.AclPolicyApplyResponse
+	124, // 225: cronoq.v1.AclService.PolicyList:output_type -> cronoq.v1.AclPolicyListResponse
+	126, // 226: cronoq.v1.AclService.PolicyGet:output_type -> cronoq.v1.AclPolicyGetResponse
+	128, // 227: cronoq.v1.AclService.PolicyDelete:output_type -> cronoq.v1.AclPolicyDeleteResponse
+	130, // 228: cronoq.v1.AclService.TokenCreate:output_type -> cronoq.v1.AclTokenCreateResponse
+	132, // 229: cronoq.v1.AclService.TokenList:output_type -> cronoq.v1.AclTokenListResponse
+	134, // 230: cronoq.v1.AclService.TokenRevoke:output_type -> cronoq.v1.AclTokenRevokeResponse
+	136, // 231: cronoq.v1.AclService.TokenSelf:output_type -> cronoq.v1.AclTokenSelfResponse
+	185, // [185:232] is the sub-list for method output_type
+	138, // [138:185] is the sub-list for method input_type
+	138, // [138:138] is the sub-list for extension type_name
+	138, // [138:138] is the sub-list for extension extendee
+	0,   // [0:138] is the sub-list for field type_name
 }
 
 func init() { file_cronoq_v1_cronoq_proto_init() }
@@ -9020,7 +9432,7 @@ func file_cronoq_v1_cronoq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronoq_v1_cronoq_proto_rawDesc), len(file_cronoq_v1_cronoq_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   127,
+			NumMessages:   134,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

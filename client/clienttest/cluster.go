@@ -71,6 +71,7 @@ type config struct {
 	waitTimeout  time.Duration
 	grantBudget  int
 	maxPageBytes int
+	gossipKeys   []string
 }
 
 // Option configures a Cluster.
@@ -260,6 +261,7 @@ type Node struct {
 	healthReasons []string
 	lastContact   time.Duration
 	removed       bool
+	gossipKeys    []string // primary first; nil: no gossip encryption
 }
 
 // NewCluster starts a fake cluster for a test and closes it when the test
@@ -315,6 +317,11 @@ func New(opts ...Option) (*Cluster, error) {
 	case cfg.maxPageBytes <= 0:
 		return nil, errors.New("the page size in bytes must be positive")
 	}
+	for _, k := range cfg.gossipKeys {
+		if err := checkGossipKey(k); err != nil {
+			return nil, fmt.Errorf("gossip key %q: %w", k, err)
+		}
+	}
 	if len(cfg.ids) == 0 {
 		for i := range cfg.nodes {
 			cfg.ids = append(cfg.ids, fmt.Sprintf("node%d", i))
@@ -358,6 +365,7 @@ func New(opts ...Option) (*Cluster, error) {
 			_ = c.Close()
 			return nil, err
 		}
+		n.gossipKeys = append([]string(nil), cfg.gossipKeys...)
 		c.nodes = append(c.nodes, n)
 	}
 	c.mu.Lock()

@@ -49,6 +49,10 @@
 //     output fails the output schema fails the task for good; the kind's
 //     timeout, max attempts and backoff are the defaults of its tasks,
 //     ahead of the pool's.
+//   - The gossip keyring calls (KeyringList, KeyringInstall, KeyringUse,
+//     KeyringRemove) work on a keyring per node, every node an alive
+//     gossip member, with a real node's refusals, once WithGossipKeys turns
+//     the fake encryption on; Node.SetGossipKeys scripts one node's ring.
 //
 // Followers answer the calls that need the leader with not_leader naming
 // the leader's address, or serve them as forwarded (WithForwarding).

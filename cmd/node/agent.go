@@ -76,6 +76,7 @@ type agentConfig struct {
 	tlsCert           string
 	tlsKey            string
 	tlsVerifyIncoming bool
+	encrypt           string // gossip encryption key, base64
 
 	maxPayload      int
 	maxOutput       int
@@ -142,6 +143,13 @@ keys are the flag names with underscores (node_id, data_dir, http_addr,
 bootstrap_expect, join = [...], max_payload = "2MiB", heartbeat_window =
 "15s", ...). Flags given on the command line override the file.
 
+-encrypt KEY turns on gossip encryption (AES-GCM): KEY is base64 of 16, 24
+or 32 bytes, made by 'cronoq operator keyring generate', the same on every
+node. On first start it is written to the data dir (gossip.keyring, mode
+0600), and from then on that file wins over -encrypt, so that keys rotated
+with 'cronoq operator keyring' survive restarts. A node whose keys do not
+match the others' cannot join them.
+
 The -raft-* flags tune raft; 0 keeps the default. A follower that hears
 nothing from the leader for -raft-heartbeat-timeout becomes a candidate, a
 candidate elects itself after -raft-election-timeout, and a leader that
@@ -203,6 +211,7 @@ func agentFlags(c *cmd, cfg *agentConfig) {
 	fs.StringVar(&cfg.tlsCert, "tls-cert", cfg.tlsCert, "this node's server certificate `FILE` (PEM, signed by -tls-ca), for the API, raft and forwarding")
 	fs.StringVar(&cfg.tlsKey, "tls-key", cfg.tlsKey, "private key `FILE` (PEM) of -tls-cert")
 	fs.BoolVar(&cfg.tlsVerifyIncoming, "tls-verify-incoming", cfg.tlsVerifyIncoming, "require a client certificate of the CA from every API client (health and metrics included)")
+	fs.StringVar(&cfg.encrypt, "encrypt", cfg.encrypt, "encrypt gossip with `KEY` (base64 of 16, 24 or 32 bytes; cronoq operator keyring generate); seeds the data dir's keyring, which wins once it exists")
 	fs.Var(sizeValue{&cfg.maxPayload}, "max-payload", "largest task payload, `SIZE`; larger submits are refused")
 	fs.Var(sizeValue{&cfg.maxOutput}, "max-output", "largest task output, `SIZE`; a larger output fails the attempt permanently")
 	fs.Var(sizeValue{&cfg.writeQueueLimit}, "write-queue-limit", "write path threshold, `SIZE` of changes waiting for the log past which submits are refused as overloaded (with a retry-after hint) and health says the write path is saturated, until half of it drains")
@@ -288,6 +297,11 @@ func (cfg agentConfig) validate() error {
 	if err := cfg.validateTLS(); err != nil {
 		return err
 	}
+	if cfg.encrypt != "" {
+		if _, err := cluster.ParseGossipKey(cfg.encrypt); err != nil {
+			return fmt.Errorf("invalid -encrypt: %v", err)
+		}
+	}
 	return cfg.validateRaft()
 }
 
@@ -346,6 +360,7 @@ type fileConfig struct {
 	EnableDebug      *bool    `hcl:"enable_debug,optional"`
 	ACL              *bool    `hcl:"acl,optional"`
 	ACLInitialMgmt   *string  `hcl:"acl_initial_management,optional"`
+	Encrypt          *string  `hcl:"encrypt,optional"`
 	MaxPayload       *string  `hcl:"max_payload,optional"`
 	MaxOutput        *string  `hcl:"max_output,optional"`
 	WriteQueueLimit  *string  `hcl:"write_queue_limit,optional"`
@@ -674,6 +689,9 @@ func (cfg *agentConfig) clusterConfig(advertise string, root hclog.Logger) clust
 	}
 	if cfg.acl {
 		c.ACLInitialManagement = cfg.aclInitialMgmt
+	}
+	if key, err := cluster.ParseGossipKey(cfg.encrypt); err == nil {
+		c.GossipKeys = [][]byte{key} // "" (no encryption) does not parse
 	}
 	c.Engine.Core = cfg.engineConfig()
 	c.Engine.MaxQueuedBytes = cfg.writeQueueLimit

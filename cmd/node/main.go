@@ -77,7 +77,7 @@ var commands = map[string]command{
 	"recurring": {Summary: "Manage recurring (cron) schedules: add, list, rm, pause, resume", Run: runRecurring},
 	"worker":    {Summary: "Run tasks of a pool with shell commands", Run: runWorker},
 	"members":   {Summary: "List the nodes of the cluster as gossip sees them", Run: runMembers},
-	"operator":  {Summary: "Operate the cluster: Raft configuration, snapshots (backups)", Run: runOperator},
+	"operator":  {Summary: "Operate the cluster: Raft configuration, snapshots (backups), gossip encryption keyring", Run: runOperator},
 	"health":    {Summary: "Show a node's view of the cluster's health", Run: runHealth},
 	"version":   {Summary: "Show the version of this binary", Run: runVersion},
 }

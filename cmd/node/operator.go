@@ -47,7 +47,8 @@ var raftCommands = map[string]command{
 
 // operatorCommands are the subcommands of `cronoq operator`.
 var operatorCommands = map[string]command{
-	"raft": {Summary: "Inspect and change the Raft configuration", Run: runRaft},
+	"raft":    {Summary: "Inspect and change the Raft configuration", Run: runRaft},
+	"keyring": {Summary: "List, install, use and remove gossip encryption keys; generate one", Run: runKeyring},
 }
 
 func runOperator(ctx context.Context, s stdio, args []string) error {

@@ -115,6 +115,18 @@ const (
 	OperatorServiceTransferLeadershipProcedure = "/cronoq.v1.OperatorService/TransferLeadership"
 	// OperatorServiceHealthProcedure is the fully-qualified name of the OperatorService's Health RPC.
 	OperatorServiceHealthProcedure = "/cronoq.v1.OperatorService/Health"
+	// OperatorServiceKeyringListProcedure is the fully-qualified name of the OperatorService's
+	// KeyringList RPC.
+	OperatorServiceKeyringListProcedure = "/cronoq.v1.OperatorService/KeyringList"
+	// OperatorServiceKeyringInstallProcedure is the fully-qualified name of the OperatorService's
+	// KeyringInstall RPC.
+	OperatorServiceKeyringInstallProcedure = "/cronoq.v1.OperatorService/KeyringInstall"
+	// OperatorServiceKeyringUseProcedure is the fully-qualified name of the OperatorService's
+	// KeyringUse RPC.
+	OperatorServiceKeyringUseProcedure = "/cronoq.v1.OperatorService/KeyringUse"
+	// OperatorServiceKeyringRemoveProcedure is the fully-qualified name of the OperatorService's
+	// KeyringRemove RPC.
+	OperatorServiceKeyringRemoveProcedure = "/cronoq.v1.OperatorService/KeyringRemove"
 	// OperatorServiceSnapshotSaveProcedure is the fully-qualified name of the OperatorService's
 	// SnapshotSave RPC.
 	OperatorServiceSnapshotSaveProcedure = "/cronoq.v1.OperatorService/SnapshotSave"
@@ -1072,6 +1084,14 @@ type OperatorServiceClient interface {
 	RemovePeer(context.Context, *connect.Request[cronoqv1.RemovePeerRequest]) (*connect.Response[cronoqv1.RemovePeerResponse], error)
 	TransferLeadership(context.Context, *connect.Request[cronoqv1.TransferLeadershipRequest]) (*connect.Response[cronoqv1.TransferLeadershipResponse], error)
 	Health(context.Context, *connect.Request[cronoqv1.HealthRequest]) (*connect.Response[cronoqv1.HealthResponse], error)
+	// Gossip keyring: list every node's keys; install a key everywhere (for
+	// decryption); use an installed key as primary everywhere (refused unless
+	// every node has it); remove a key everywhere (refused while it is some
+	// node's primary).
+	KeyringList(context.Context, *connect.Request[cronoqv1.KeyringListRequest]) (*connect.Response[cronoqv1.KeyringResponse], error)
+	KeyringInstall(context.Context, *connect.Request[cronoqv1.KeyringInstallRequest]) (*connect.Response[cronoqv1.KeyringResponse], error)
+	KeyringUse(context.Context, *connect.Request[cronoqv1.KeyringUseRequest]) (*connect.Response[cronoqv1.KeyringResponse], error)
+	KeyringRemove(context.Context, *connect.Request[cronoqv1.KeyringRemoveRequest]) (*connect.Response[cronoqv1.KeyringResponse], error)
 	SnapshotSave(context.Context, *connect.Request[cronoqv1.SnapshotSaveRequest]) (*connect.ServerStreamForClient[cronoqv1.SnapshotChunk], error)
 	SnapshotRestore(context.Context) *connect.ClientStreamForClient[cronoqv1.SnapshotChunk, cronoqv1.SnapshotRestoreResponse]
 }
@@ -1117,6 +1137,30 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("Health")),
 			connect.WithClientOptions(opts...),
 		),
+		keyringList: connect.NewClient[cronoqv1.KeyringListRequest, cronoqv1.KeyringResponse](
+			httpClient,
+			baseURL+OperatorServiceKeyringListProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("KeyringList")),
+			connect.WithClientOptions(opts...),
+		),
+		keyringInstall: connect.NewClient[cronoqv1.KeyringInstallRequest, cronoqv1.KeyringResponse](
+			httpClient,
+			baseURL+OperatorServiceKeyringInstallProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("KeyringInstall")),
+			connect.WithClientOptions(opts...),
+		),
+		keyringUse: connect.NewClient[cronoqv1.KeyringUseRequest, cronoqv1.KeyringResponse](
+			httpClient,
+			baseURL+OperatorServiceKeyringUseProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("KeyringUse")),
+			connect.WithClientOptions(opts...),
+		),
+		keyringRemove: connect.NewClient[cronoqv1.KeyringRemoveRequest, cronoqv1.KeyringResponse](
+			httpClient,
+			baseURL+OperatorServiceKeyringRemoveProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("KeyringRemove")),
+			connect.WithClientOptions(opts...),
+		),
 		snapshotSave: connect.NewClient[cronoqv1.SnapshotSaveRequest, cronoqv1.SnapshotChunk](
 			httpClient,
 			baseURL+OperatorServiceSnapshotSaveProcedure,
@@ -1139,6 +1183,10 @@ type operatorServiceClient struct {
 	removePeer         *connect.Client[cronoqv1.RemovePeerRequest, cronoqv1.RemovePeerResponse]
 	transferLeadership *connect.Client[cronoqv1.TransferLeadershipRequest, cronoqv1.TransferLeadershipResponse]
 	health             *connect.Client[cronoqv1.HealthRequest, cronoqv1.HealthResponse]
+	keyringList        *connect.Client[cronoqv1.KeyringListRequest, cronoqv1.KeyringResponse]
+	keyringInstall     *connect.Client[cronoqv1.KeyringInstallRequest, cronoqv1.KeyringResponse]
+	keyringUse         *connect.Client[cronoqv1.KeyringUseRequest, cronoqv1.KeyringResponse]
+	keyringRemove      *connect.Client[cronoqv1.KeyringRemoveRequest, cronoqv1.KeyringResponse]
 	snapshotSave       *connect.Client[cronoqv1.SnapshotSaveRequest, cronoqv1.SnapshotChunk]
 	snapshotRestore    *connect.Client[cronoqv1.SnapshotChunk, cronoqv1.SnapshotRestoreResponse]
 }
@@ -1168,6 +1216,26 @@ func (c *operatorServiceClient) Health(ctx context.Context, req *connect.Request
 	return c.health.CallUnary(ctx, req)
 }
 
+// KeyringList calls cronoq.v1.OperatorService.KeyringList.
+func (c *operatorServiceClient) KeyringList(ctx context.Context, req *connect.Request[cronoqv1.KeyringListRequest]) (*connect.Response[cronoqv1.KeyringResponse], error) {
+	return c.keyringList.CallUnary(ctx, req)
+}
+
+// KeyringInstall calls cronoq.v1.OperatorService.KeyringInstall.
+func (c *operatorServiceClient) KeyringInstall(ctx context.Context, req *connect.Request[cronoqv1.KeyringInstallRequest]) (*connect.Response[cronoqv1.KeyringResponse], error) {
+	return c.keyringInstall.CallUnary(ctx, req)
+}
+
+// KeyringUse calls cronoq.v1.OperatorService.KeyringUse.
+func (c *operatorServiceClient) KeyringUse(ctx context.Context, req *connect.Request[cronoqv1.KeyringUseRequest]) (*connect.Response[cronoqv1.KeyringResponse], error) {
+	return c.keyringUse.CallUnary(ctx, req)
+}
+
+// KeyringRemove calls cronoq.v1.OperatorService.KeyringRemove.
+func (c *operatorServiceClient) KeyringRemove(ctx context.Context, req *connect.Request[cronoqv1.KeyringRemoveRequest]) (*connect.Response[cronoqv1.KeyringResponse], error) {
+	return c.keyringRemove.CallUnary(ctx, req)
+}
+
 // SnapshotSave calls cronoq.v1.OperatorService.SnapshotSave.
 func (c *operatorServiceClient) SnapshotSave(ctx context.Context, req *connect.Request[cronoqv1.SnapshotSaveRequest]) (*connect.ServerStreamForClient[cronoqv1.SnapshotChunk], error) {
 	return c.snapshotSave.CallServerStream(ctx, req)
@@ -1185,6 +1253,14 @@ type OperatorServiceHandler interface {
 	RemovePeer(context.Context, *connect.Request[cronoqv1.RemovePeerRequest]) (*connect.Response[cronoqv1.RemovePeerResponse], error)
 	TransferLeadership(context.Context, *connect.Request[cronoqv1.TransferLeadershipRequest]) (*connect.Response[cronoqv1.TransferLeadershipResponse], error)
 	Health(context.Context, *connect.Request[cronoqv1.HealthRequest]) (*connect.Response[cronoqv1.HealthResponse], error)
+	// Gossip keyring: list every node's keys; install a key everywhere (for
+	// decryption); use an installed key as primary everywhere (refused unless
+	// every node has it); remove a key everywhere (refused while it is some
+	// node's primary).
+	KeyringList(context.Context, *connect.Request[cronoqv1.KeyringListRequest]) (*connect.Response[cronoqv1.KeyringResponse], error)
+	KeyringInstall(context.Context, *connect.Request[cronoqv1.KeyringInstallRequest]) (*connect.Response[cronoqv1.KeyringResponse], error)
+	KeyringUse(context.Context, *connect.Request[cronoqv1.KeyringUseRequest]) (*connect.Response[cronoqv1.KeyringResponse], error)
+	KeyringRemove(context.Context, *connect.Request[cronoqv1.KeyringRemoveRequest]) (*connect.Response[cronoqv1.KeyringResponse], error)
 	SnapshotSave(context.Context, *connect.Request[cronoqv1.SnapshotSaveRequest], *connect.ServerStream[cronoqv1.SnapshotChunk]) error
 	SnapshotRestore(context.Context, *connect.ClientStream[cronoqv1.SnapshotChunk]) (*connect.Response[cronoqv1.SnapshotRestoreResponse], error)
 }
@@ -1226,6 +1302,30 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("Health")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceKeyringListHandler := connect.NewUnaryHandler(
+		OperatorServiceKeyringListProcedure,
+		svc.KeyringList,
+		connect.WithSchema(operatorServiceMethods.ByName("KeyringList")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceKeyringInstallHandler := connect.NewUnaryHandler(
+		OperatorServiceKeyringInstallProcedure,
+		svc.KeyringInstall,
+		connect.WithSchema(operatorServiceMethods.ByName("KeyringInstall")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceKeyringUseHandler := connect.NewUnaryHandler(
+		OperatorServiceKeyringUseProcedure,
+		svc.KeyringUse,
+		connect.WithSchema(operatorServiceMethods.ByName("KeyringUse")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceKeyringRemoveHandler := connect.NewUnaryHandler(
+		OperatorServiceKeyringRemoveProcedure,
+		svc.KeyringRemove,
+		connect.WithSchema(operatorServiceMethods.ByName("KeyringRemove")),
+		connect.WithHandlerOptions(opts...),
+	)
 	operatorServiceSnapshotSaveHandler := connect.NewServerStreamHandler(
 		OperatorServiceSnapshotSaveProcedure,
 		svc.SnapshotSave,
@@ -1250,6 +1350,14 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceTransferLeadershipHandler.ServeHTTP(w, r)
 		case OperatorServiceHealthProcedure:
 			operatorServiceHealthHandler.ServeHTTP(w, r)
+		case OperatorServiceKeyringListProcedure:
+			operatorServiceKeyringListHandler.ServeHTTP(w, r)
+		case OperatorServiceKeyringInstallProcedure:
+			operatorServiceKeyringInstallHandler.ServeHTTP(w, r)
+		case OperatorServiceKeyringUseProcedure:
+			operatorServiceKeyringUseHandler.ServeHTTP(w, r)
+		case OperatorServiceKeyringRemoveProcedure:
+			operatorServiceKeyringRemoveHandler.ServeHTTP(w, r)
 		case OperatorServiceSnapshotSaveProcedure:
 			operatorServiceSnapshotSaveHandler.ServeHTTP(w, r)
 		case OperatorServiceSnapshotRestoreProcedure:
@@ -1281,6 +1389,22 @@ func (UnimplementedOperatorServiceHandler) TransferLeadership(context.Context, *
 
 func (UnimplementedOperatorServiceHandler) Health(context.Context, *connect.Request[cronoqv1.HealthRequest]) (*connect.Response[cronoqv1.HealthResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.OperatorService.Health is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) KeyringList(context.Context, *connect.Request[cronoqv1.KeyringListRequest]) (*connect.Response[cronoqv1.KeyringResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.OperatorService.KeyringList is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) KeyringInstall(context.Context, *connect.Request[cronoqv1.KeyringInstallRequest]) (*connect.Response[cronoqv1.KeyringResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.OperatorService.KeyringInstall is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) KeyringUse(context.Context, *connect.Request[cronoqv1.KeyringUseRequest]) (*connect.Response[cronoqv1.KeyringResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.OperatorService.KeyringUse is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) KeyringRemove(context.Context, *connect.Request[cronoqv1.KeyringRemoveRequest]) (*connect.Response[cronoqv1.KeyringResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.OperatorService.KeyringRemove is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) SnapshotSave(context.Context, *connect.Request[cronoqv1.SnapshotSaveRequest], *connect.ServerStream[cronoqv1.SnapshotChunk]) error {
