@@ -206,6 +206,41 @@ func deniedCalls(c rawClients, ids map[string]string) map[string]func(ctx contex
 			_, err := c.operator.TransferLeadership(ctx, req(&cronoqv1.TransferLeadershipRequest{}, tok))
 			return err
 		},
+		cronoqv1connect.OperatorServiceSnapshotSaveProcedure: func(ctx context.Context, tok string) error {
+			st, err := c.operator.SnapshotSave(ctx, req(&cronoqv1.SnapshotSaveRequest{}, tok))
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			for st.Receive() {
+			}
+			return st.Err()
+		},
+		cronoqv1connect.OperatorServiceSnapshotRestoreProcedure: func(ctx context.Context, tok string) error {
+			st := c.operator.SnapshotRestore(ctx)
+			if tok != "" {
+				st.RequestHeader().Set(transport.HeaderToken, tok)
+			}
+			_ = st.Send(&cronoqv1.SnapshotChunk{Data: []byte("CRQB not a backup")})
+			_, err := st.CloseAndReceive()
+			return err
+		},
+		cronoqv1connect.OperatorServiceKeyringListProcedure: func(ctx context.Context, tok string) error {
+			_, err := c.operator.KeyringList(ctx, req(&cronoqv1.KeyringListRequest{}, tok))
+			return err
+		},
+		cronoqv1connect.OperatorServiceKeyringInstallProcedure: func(ctx context.Context, tok string) error {
+			_, err := c.operator.KeyringInstall(ctx, req(&cronoqv1.KeyringInstallRequest{Key: "AAAAAAAAAAAAAAAAAAAAAA=="}, tok))
+			return err
+		},
+		cronoqv1connect.OperatorServiceKeyringUseProcedure: func(ctx context.Context, tok string) error {
+			_, err := c.operator.KeyringUse(ctx, req(&cronoqv1.KeyringUseRequest{Key: "AAAAAAAAAAAAAAAAAAAAAA=="}, tok))
+			return err
+		},
+		cronoqv1connect.OperatorServiceKeyringRemoveProcedure: func(ctx context.Context, tok string) error {
+			_, err := c.operator.KeyringRemove(ctx, req(&cronoqv1.KeyringRemoveRequest{Key: "AAAAAAAAAAAAAAAAAAAAAA=="}, tok))
+			return err
+		},
 		cronoqv1connect.AclServicePolicyApplyProcedure: func(ctx context.Context, tok string) error {
 			_, err := c.acl.PolicyApply(ctx, req(&cronoqv1.AclPolicyApplyRequest{Policy: &cronoqv1.AclPolicy{Name: "mine", Rules: `pool "*" { policy = "write" }`}}, tok))
 			return err
