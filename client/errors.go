@@ -38,6 +38,10 @@ var (
 	// ErrNotWaiting: Complete or Fail on a task that is not an external
 	// task waiting for its completion.
 	ErrNotWaiting = errors.New("cronoq: task not waiting for an external completion")
+	// ErrDiskFull: the leader's data directory has no space left; the call
+	// was not executed and is not retried by the SDK. The node takes writes
+	// again once space is freed.
+	ErrDiskFull = errors.New("cronoq: disk full")
 )
 
 // InvalidError names the field a node (or the SDK, before sending) refused
@@ -107,6 +111,8 @@ func kindError(kind, msg string) error {
 		return ErrNotLeader
 	case apierr.KindNotWaiting:
 		return ErrNotWaiting
+	case apierr.KindDiskFull:
+		return ErrDiskFull
 	case apierr.KindInvalid:
 		if f, r, ok := apierr.ParseInvalid(msg); ok {
 			return &InvalidError{Field: f, Reason: r}

@@ -113,6 +113,10 @@ func (n *Node) Health() Health {
 	h.Ready = n.ready && state == raft.Leader
 	n.mu.Unlock()
 
+	if err := n.disk.err(); err != nil {
+		h.Reasons = append(h.Reasons, fmt.Sprintf("%v (since %s); this node takes no writes until space is freed",
+			err, err.Since.UTC().Format(time.RFC3339)))
+	}
 	if leader == "" {
 		h.Reasons = append(h.Reasons, "no leader known")
 	}
