@@ -172,3 +172,63 @@ func TestDiskFullSingleNode(t *testing.T) {
 	c.Leader()
 	requireTasks(t, n, append(acked, res.Tasks[0].ID))
 }
+
+// In a three-server cluster whose leader's data directory fills up, the
+// leadership moves to a server with space and stays there, writes go on,
+// the full server says why, and it catches up once space is freed.
+func TestDiskFullLeader(t *testing.T) {
+	mnt := smallFS(t, "24m")
+	c := testcluster.New(t, 3, testcluster.Configure(func(i int, cfg *cluster.Config) {
+		if i == 0 {
+			cfg.DataDir = filepath.Join(mnt, cfg.NodeID)
+		}
+	}))
+	full := c.Node("n1")
+	require.Eventually(t, func() bool {
+		l, _ := c.Leader()
+		if l.ID == full.ID {
+			return true
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _ = l.Node.TransferLeadership(ctx, full.ID)
+		return false
+	}, 30*time.Second, 50*time.Millisecond, "n1 never led")
+
+	var acked []string
+	for i := 0; full.Node.DiskFull() == nil; i++ {
+		require.Less(t, i, 400, "the disk never filled")
+		l, _ := c.Leader()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		res, err := l.Node.Submit(ctx, cluster.SubmitOne, payloadSpec(fmt.Sprintf("k%d", i)))
+		cancel()
+		if err == nil && len(res.Errs) > 0 && res.Errs[0] != nil {
+			err = res.Errs[0]
+		}
+		if err != nil {
+			require.True(t, retryable(err), "submit %d: %v", i, err)
+			i-- // the same key again
+			continue
+		}
+		acked = append(acked, res.Tasks[0].ID)
+	}
+	t.Logf("n1 full after %d acknowledged tasks: %v", len(acked), full.Node.DiskFull())
+
+	// Another server leads and takes writes; n1 does not take the
+	// leadership back while its disk is full.
+	l, _ := c.Leader()
+	require.NotEqual(t, full.ID, l.ID)
+	acked = append(acked, submitN(t, c, "after", 5, 1<<10)...)
+	require.Never(t, func() bool { return full.Node.IsLeader() }, time.Second, 20*time.Millisecond)
+	h := full.Node.Health()
+	require.Equal(t, cluster.HealthDegraded, h.Status)
+	require.Contains(t, h.Reasons[0], fmt.Sprintf("disk full: %s: no space left on device", full.Config.DataDir))
+
+	// Space is freed: n1 clears the condition and catches up.
+	growFS(t, mnt, "128m")
+	require.Eventually(t, func() bool { return full.Node.DiskFull() == nil }, 20*time.Second, 20*time.Millisecond)
+	c.Converged()
+	for _, n := range c.Live() {
+		requireTasks(t, n.Node, acked)
+	}
+}

@@ -96,8 +96,9 @@ const (
 
 // Health reports this node's health. Status is failed when the node
 // stopped applying the raft log (see fsm.HaltError), degraded, with
-// reasons, when no leader is known, this leader is not serving yet, a voter
-// is not alive in gossip, or a background loop keeps failing.
+// reasons, when its data directory is full (see DiskFullError), no leader
+// is known, this leader is not serving yet, a voter is not alive in
+// gossip, or a background loop keeps failing.
 func (n *Node) Health() Health {
 	leader, leaderHTTP := n.Leader()
 	state := n.raft.State()
