@@ -99,41 +99,14 @@ type diskState struct {
 	now      func() time.Time
 	logger   hclog.Logger
 
-	stop     <-chan struct{} // closed when the node shuts down
-	throttle time.Duration   // see waitBeforeWrite
-
 	mu      sync.Mutex
 	full    *DiskFullError
 	failed  int           // bytes of the write that failed
 	changed chan struct{} // closed and replaced on every change
 }
 
-func newDiskState(dir, probeDir string, now func() time.Time, logger hclog.Logger,
-	stop <-chan struct{}, throttle time.Duration) *diskState {
-	return &diskState{dir: dir, probeDir: probeDir, now: now, logger: logger,
-		stop: stop, throttle: throttle, changed: make(chan struct{})}
-}
-
-// waitBeforeWrite delays a log write while the disk is known to be full,
-// until the condition changes or the throttle passes. A follower refuses
-// the entries it cannot store, and the leader sends them again right away
-// (replication.go, replicateTo), entries of up to megabytes, over and over:
-// the delay slows that to one try per throttle, well inside the leader's
-// RPC timeout. Heartbeats carry no entries and are not delayed.
-func (d *diskState) waitBeforeWrite() {
-	d.mu.Lock()
-	full, changed := d.full != nil, d.changed
-	d.mu.Unlock()
-	if !full || d.throttle <= 0 {
-		return
-	}
-	t := time.NewTimer(d.throttle)
-	defer t.Stop()
-	select {
-	case <-changed:
-	case <-t.C:
-	case <-d.stop:
-	}
+func newDiskState(dir, probeDir string, now func() time.Time, logger hclog.Logger) *diskState {
+	return &diskState{dir: dir, probeDir: probeDir, now: now, logger: logger, changed: make(chan struct{})}
 }
 
 // err returns the condition, nil while there is space.
@@ -356,7 +329,6 @@ func (s *diskLogStore) StoreLog(l *raft.Log) error {
 
 func (s *diskLogStore) StoreLogs(logs []*raft.Log) error {
 	size := logBytes(logs)
-	s.disk.waitBeforeWrite()
 	if err := s.LogStore.StoreLogs(logs); err != nil {
 		return s.disk.failedWrite(err, size, "raft log")
 	}

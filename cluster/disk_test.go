@@ -177,12 +177,17 @@ func TestDiskFullSingleNode(t *testing.T) {
 // leadership moves to a server with space and stays there, writes go on,
 // the full server says why, and it catches up once space is freed.
 func TestDiskFullLeader(t *testing.T) {
-	mnt := smallFS(t, "24m")
+	mnt := smallFS(t, "12m")
 	c := testcluster.New(t, 3, testcluster.Configure(func(i int, cfg *cluster.Config) {
 		if i == 0 {
 			cfg.DataDir = filepath.Join(mnt, cfg.NodeID)
 		}
+		// Raft's default timings: half-megabyte entries sent to three
+		// servers under the race detector miss the test timings' 200ms
+		// leader lease on a busy machine.
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
 	}))
+	start := time.Now()
 	full := c.Node("n1")
 	require.Eventually(t, func() bool {
 		l, _ := c.Leader()
@@ -212,7 +217,7 @@ func TestDiskFullLeader(t *testing.T) {
 		}
 		acked = append(acked, res.Tasks[0].ID)
 	}
-	t.Logf("n1 full after %d acknowledged tasks: %v", len(acked), full.Node.DiskFull())
+	t.Logf("%s: n1 full after %d acknowledged tasks: %v", time.Since(start), len(acked), full.Node.DiskFull())
 
 	// Another server leads and takes writes; n1 does not take the
 	// leadership back while its disk is full.
@@ -225,9 +230,11 @@ func TestDiskFullLeader(t *testing.T) {
 	require.Contains(t, h.Reasons[0], fmt.Sprintf("disk full: %s: no space left on device", full.Config.DataDir))
 
 	// Space is freed: n1 clears the condition and catches up.
+	t.Logf("%s: freeing space", time.Since(start))
 	growFS(t, mnt, "128m")
 	require.Eventually(t, func() bool { return full.Node.DiskFull() == nil }, 20*time.Second, 20*time.Millisecond)
 	c.Converged()
+	t.Logf("%s: n1 caught up", time.Since(start))
 	for _, n := range c.Live() {
 		requireTasks(t, n.Node, acked)
 	}

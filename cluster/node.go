@@ -180,7 +180,7 @@ func (n *Node) open() error {
 	}
 	n.store = store
 	cleanup = append(cleanup, func() { store.Close() })
-	n.disk = newDiskState(n.dataDir, raftDir, time.Now, n.logger, n.shutdownCh, min(time.Second, cfg.RaftIOTimeout/4))
+	n.disk = newDiskState(n.dataDir, raftDir, time.Now, n.logger)
 	logs, err := raft.NewLogCache(raftLogCacheSize, &diskLogStore{LogStore: n.faults.logStore(store), disk: n.disk})
 	if err != nil {
 		return fmt.Errorf("creating raft log cache: %w", err)
