@@ -44,6 +44,10 @@ var (
 	ErrPermissionDenied = errors.New("cronoq: permission denied")
 	// ErrACLBootstrapped: the ACL bootstrap was done already.
 	ErrACLBootstrapped = errors.New("cronoq: ACL bootstrap already done")
+	// ErrDiskFull: the leader's data directory has no space left; the call
+	// was not executed and is not retried by the SDK. The node takes writes
+	// again once space is freed.
+	ErrDiskFull = errors.New("cronoq: disk full")
 )
 
 // InvalidError names the field a node (or the SDK, before sending) refused
@@ -117,6 +121,8 @@ func kindError(kind, msg string) error {
 		return ErrPermissionDenied
 	case apierr.KindACLBootstrapped:
 		return ErrACLBootstrapped
+	case apierr.KindDiskFull:
+		return ErrDiskFull
 	case apierr.KindInvalid:
 		if f, r, ok := apierr.ParseInvalid(msg); ok {
 			return &InvalidError{Field: f, Reason: r}

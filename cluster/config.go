@@ -159,6 +159,9 @@ type Config struct {
 	// NoSync skips fsync in the raft log store. Tests only: it loses
 	// acknowledged writes on a crash.
 	NoSync bool
+	// DiskProbeInterval is how often a node whose data directory is full
+	// checks whether space is back (by writing a probe file). Default 5s.
+	DiskProbeInterval time.Duration
 }
 
 // WithDefaults returns a copy of c with every unset field set to its default.
@@ -194,6 +197,7 @@ func (c Config) WithDefaults() Config {
 		c.MaxTrailingLogs = 250
 	}
 	setDur(&c.EstablishRetryInterval, 5*time.Second)
+	setDur(&c.DiskProbeInterval, 5*time.Second)
 	setDur(&c.BarrierTimeout, 2*time.Minute)
 	setDur(&c.JoinRetryMin, time.Second)
 	setDur(&c.JoinRetryMax, 30*time.Second)
@@ -261,6 +265,7 @@ func (c Config) WithTestTimings() Config {
 	c.GossipPushPullInterval = 2 * time.Second
 	c.GossipSuspicionMult = 3
 	c.GossipDeadNodeReclaimTime = time.Second
+	c.DiskProbeInterval = 100 * time.Millisecond
 	return c
 }
 

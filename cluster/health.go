@@ -96,9 +96,10 @@ const (
 
 // Health reports this node's health. Status is failed when the node
 // stopped applying the raft log (see fsm.HaltError), degraded, with
-// reasons, when no leader is known, this leader is not serving yet, a voter
-// is not alive in gossip, a background loop keeps failing, or TLS is off
-// while an address of the node is not on loopback.
+// reasons, when its data directory is full (see DiskFullError), no leader
+// is known, this leader is not serving yet, a voter is not alive in
+// gossip, a background loop keeps failing, or TLS is off while an address
+// of the node is not on loopback.
 func (n *Node) Health() Health {
 	leader, leaderHTTP := n.Leader()
 	state := n.raft.State()
@@ -114,6 +115,10 @@ func (n *Node) Health() Health {
 	h.Ready = n.ready && state == raft.Leader
 	n.mu.Unlock()
 
+	if err := n.disk.err(); err != nil {
+		h.Reasons = append(h.Reasons, fmt.Sprintf("%v (since %s); this node takes no writes until space is freed",
+			err, err.Since.UTC().Format(time.RFC3339)))
+	}
 	if leader == "" {
 		h.Reasons = append(h.Reasons, "no leader known")
 	}

@@ -102,6 +102,13 @@ func (n *Node) leaderLoop(ctx context.Context) {
 				if n.transfer(ctx, "", "") == nil {
 					// Someone else takes over; the term ends shortly.
 					wait = 2 * n.cfg.ElectionTimeout
+				} else if errors.Is(err, ErrDiskFull) {
+					// Alone with a full disk: establish again once the
+					// space is back, not before.
+					if !n.waitDiskSpace(ctx) {
+						return
+					}
+					continue
 				}
 				if !sleepCtx(ctx, wait) {
 					return
@@ -198,6 +205,11 @@ func (n *Node) transfer(ctx context.Context, id raft.ServerID, addr raft.ServerA
 // committed before its term is applied (barrier), commits a new epoch,
 // rebuilds an engine from the FSM and starts it.
 func (n *Node) establish(ctx context.Context) (*engine.Engine, error) {
+	if err := n.disk.err(); err != nil {
+		// Its entries would not fit in the log: raft would step down on the
+		// first one.
+		return nil, err
+	}
 	if err := n.await(ctx, n.raft.Barrier(n.cfg.BarrierTimeout)); err != nil {
 		return nil, fmt.Errorf("barrier: %w", err)
 	}
@@ -305,6 +317,12 @@ func (n *Node) notLeader(cause error) *NotLeaderError {
 	e := &NotLeaderError{LeaderID: id, LeaderHTTPAddr: addr, Err: cause}
 	if e.Err == nil {
 		switch {
+		case id == n.id && n.disk.err() != nil:
+			e.Err = n.disk.err()
+		case id == "" && n.disk.err() != nil && !n.hasOtherVoters():
+			// Alone, with a full disk, it does not stand for election:
+			// no leader comes until space is freed.
+			e.Err = n.disk.err()
 		case id == "":
 			e.Err = ErrNoLeader
 		case id == n.id:
@@ -333,6 +351,9 @@ func (l raftLog) Append(data []byte) (engine.Pending, error) {
 	n := l.n
 	if n.raft.State() != raft.Leader {
 		return nil, n.notLeader(raft.ErrNotLeader)
+	}
+	if err := n.disk.err(); err != nil {
+		return nil, err // not appended: raft would step down on it
 	}
 	if !n.futures.add() {
 		return nil, ErrShutdown

@@ -24,7 +24,6 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 
 	"github.com/cronoq/cronoq/engine"
 	"github.com/cronoq/cronoq/fsm"
@@ -50,6 +49,7 @@ type Node struct {
 
 	state  *fsm.State
 	store  *raftboltdb.BoltStore
+	disk   *diskState // the data directory's disk-full condition
 	stream *streamLayer
 	trans  *raft.NetworkTransport
 	raft   *raft.Raft
@@ -182,24 +182,26 @@ func (n *Node) open() error {
 	if err := os.MkdirAll(raftDir, 0o700); err != nil {
 		return fmt.Errorf("creating raft dir: %w", err)
 	}
-	store, err := raftboltdb.New(raftboltdb.Options{
-		Path:                    filepath.Join(raftDir, "raft.db"),
-		BoltOptions:             &bbolt.Options{Timeout: time.Second},
-		NoSync:                  cfg.NoSync,
-		MsgpackUseNewTimeFormat: true,
-	})
+	logPath := filepath.Join(raftDir, "raft.db")
+	store, err := openLogStore(logPath, cfg.NoSync)
 	if err != nil {
-		return fmt.Errorf("opening raft log store: %w", err)
+		return err
 	}
 	n.store = store
 	cleanup = append(cleanup, func() { store.Close() })
-	logs, err := raft.NewLogCache(raftLogCacheSize, n.faults.logStore(store))
+	n.disk = newDiskState(n.dataDir, raftDir, time.Now, n.logger)
+	logs, err := raft.NewLogCache(raftLogCacheSize, &diskLogStore{LogStore: n.faults.logStore(store), disk: n.disk})
 	if err != nil {
 		return fmt.Errorf("creating raft log cache: %w", err)
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(raftDir, snapshotsRetained, n.logger.Named("snapshot"))
 	if err != nil {
 		return fmt.Errorf("opening snapshot store: %w", err)
+	}
+	if err := guardCorruption(logPath, func() error {
+		return checkSnapshots(raftDir, id, snaps, logs, n.logger.Named("snapshot"))
+	}); err != nil {
+		return err
 	}
 
 	// Raft transport.
@@ -225,9 +227,12 @@ func (n *Node) open() error {
 	// Raft itself.
 	rc := cfg.raftConfig(id)
 	rc.Logger = n.logger.Named("raft")
-	stable := n.faults.stableStore(store)
-	hasState, err := raft.HasExistingState(logs, stable, snaps)
-	if err != nil {
+	stable := &diskStableStore{StableStore: n.faults.stableStore(store), disk: n.disk}
+	var hasState bool
+	if err := guardCorruption(logPath, func() (err error) {
+		hasState, err = raft.HasExistingState(logs, stable, snaps)
+		return err
+	}); err != nil {
 		return fmt.Errorf("checking raft state: %w", err)
 	}
 	if cfg.Dev && !hasState {
@@ -251,7 +256,7 @@ func (n *Node) open() error {
 		n.logger.Error("FATAL: this node cannot apply the raft log and stops applying it until it runs a release that can",
 			"index", h.Index, "needs_log_version", h.Need, "log_version", h.Version, "error", h.Err)
 	})
-	r, err := raft.NewRaft(rc, rfsm, logs, stable, snaps, n.trans)
+	r, err := newRaft(logPath, rc, rfsm, logs, stable, snaps, n.trans)
 	if err != nil {
 		return fmt.Errorf("starting raft: %w", err)
 	}
@@ -326,6 +331,8 @@ func (n *Node) open() error {
 	go n.monitorLeadership()
 	n.loopsWG.Add(1)
 	go n.metaLoop()
+	n.loopsWG.Add(1)
+	go n.probeLoop()
 	if cfg.BootstrapExpect > 0 && !hasState && !cfg.Dev {
 		n.loopsWG.Add(1)
 		go n.bootstrapLoop()

@@ -38,6 +38,8 @@ func (s *Server) apiError(err error) error {
 		return apierr.Invalid(ie.Field, ie.Reason)
 	case errors.As(err, &ve):
 		return apierr.UpgradeRequired(err.Error())
+	case errors.Is(err, cluster.ErrDiskFull):
+		return apierr.DiskFull(err.Error(), diskFullRetryAfter)
 	case errors.Is(err, cluster.ErrWritePathSaturated):
 		e := apierr.Overloaded(err.Error())
 		e.Meta().Set(apierr.HeaderRetryAfter, "1")
@@ -69,6 +71,10 @@ func (s *Server) apiError(err error) error {
 		return connect.NewError(connect.CodeInternal, err)
 	}
 }
+
+// diskFullRetryAfter is the Retry-After (seconds) of a disk_full error: a
+// full node checks for space every few seconds.
+const diskFullRetryAfter = 5
 
 // leaderHint is the not_leader error naming the leader, or no_leader when
 // none other than this node is known.

@@ -172,10 +172,14 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 			if err == nil {
 				return connect.NewResponse(res), nil
 			}
-			if !notServed(err) || ctx.Err() != nil {
+			if !notServed(err) || ctx.Err() != nil || errors.Is(err, cluster.ErrDiskFull) {
 				return nil, s.apiError(err)
 			}
 			last = err
+		} else if errors.Is(err, cluster.ErrDiskFull) {
+			// This node leads with a full disk: no other node will serve
+			// until it hands leadership over or space is freed.
+			return nil, s.apiError(err)
 		}
 		id, addr := s.node.Leader()
 		switch {
@@ -296,6 +300,9 @@ func (s *Server) awaitLeader(ctx context.Context) error {
 		var nle *cluster.NotLeaderError
 		if errors.As(err, &nle) && nle.LeaderID != "" && nle.LeaderID != s.node.ID() && nle.LeaderHTTPAddr != "" {
 			return apierr.NotLeader(nle.LeaderID, nle.LeaderHTTPAddr)
+		}
+		if errors.Is(err, cluster.ErrDiskFull) {
+			return s.apiError(err)
 		}
 		if !pause(ctx, hold.C, s.baseCtx.Done()) {
 			if s.stopping() {

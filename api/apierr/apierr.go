@@ -36,8 +36,8 @@ const (
 	// HeaderField carries the offending field on an invalid-argument error.
 	HeaderField = "Cronoq-Field"
 	// HeaderRetryAfter carries, on an overloaded error that will pass on
-	// its own (the write path is saturated), how many seconds to wait
-	// before trying again.
+	// its own (the write path is saturated) and on a disk_full error, how
+	// many seconds to wait before trying again.
 	HeaderRetryAfter = "Retry-After"
 )
 
@@ -65,6 +65,10 @@ const (
 	KindACLBootstrapped = "acl_bootstrapped"
 	// KindACLDisabled: ACLs are not enabled on the node.
 	KindACLDisabled = "acl_disabled"
+	// KindDiskFull: the leader's data directory has no space left; it
+	// takes no writes until space is freed (Retry-After says when to try
+	// again). Nothing was done.
+	KindDiskFull = "disk_full"
 )
 
 // Code is the connect code that goes with a kind. Unknown kinds map to
@@ -73,7 +77,7 @@ func Code(kind string) connect.Code {
 	switch kind {
 	case KindNotLeader, KindNoLeader, KindShuttingDown:
 		return connect.CodeUnavailable
-	case KindOverloaded:
+	case KindOverloaded, KindDiskFull:
 		return connect.CodeResourceExhausted
 	case KindInvalid:
 		return connect.CodeInvalidArgument
@@ -128,6 +132,16 @@ func ShuttingDown() *connect.Error { return New(KindShuttingDown, "shutting down
 
 // Overloaded says the request does not fit the configured bounds.
 func Overloaded(msg string) *connect.Error { return New(KindOverloaded, msg) }
+
+// DiskFull says the leader's disk is full: it takes no writes until space
+// is freed. retryAfter (seconds, 0 for none) goes in Retry-After.
+func DiskFull(msg string, retryAfter int) *connect.Error {
+	err := New(KindDiskFull, msg)
+	if retryAfter > 0 {
+		err.Meta().Set(HeaderRetryAfter, fmt.Sprint(retryAfter))
+	}
+	return err
+}
 
 // NotFound says the named task, schedule or peer does not exist.
 func NotFound(msg string) *connect.Error { return New(KindNotFound, msg) }
@@ -247,7 +261,7 @@ func Relay(err error) error {
 	for _, d := range ce.Details() {
 		out.AddDetail(d)
 	}
-	for _, h := range []string{HeaderError, HeaderLeader, HeaderLeaderAddr, HeaderField} {
+	for _, h := range []string{HeaderError, HeaderLeader, HeaderLeaderAddr, HeaderField, HeaderRetryAfter} {
 		if v := ce.Meta().Get(h); v != "" {
 			out.Meta().Set(h, v)
 		}

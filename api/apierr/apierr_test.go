@@ -44,6 +44,7 @@ func cases() []encoded {
 		{name: "not found", err: apierr.NotFound("no task T1"), code: connect.CodeNotFound, kind: apierr.KindNotFound},
 		{name: "stale lease", err: apierr.StaleLease("lease 5 is not current"), code: connect.CodeFailedPrecondition, kind: apierr.KindStaleLease},
 		{name: "outcome unknown", err: apierr.OutcomeUnknown("leadership lost"), code: connect.CodeUnknown, kind: apierr.KindOutcomeUnknown},
+		{name: "disk full", err: apierr.DiskFull("disk full: /d: no space left on device", 5), code: connect.CodeResourceExhausted, kind: apierr.KindDiskFull},
 	}
 }
 
@@ -110,7 +111,7 @@ func TestEncodeDecodeOverTheWire(t *testing.T) {
 
 			// Returning the wire error as is loses the header: that is why
 			// Relay exists.
-			if tc.kind != apierr.KindOverloaded && tc.kind != apierr.KindInvalid && tc.kind != apierr.KindNotFound {
+			if tc.kind != apierr.KindOverloaded && tc.kind != apierr.KindDiskFull && tc.kind != apierr.KindInvalid && tc.kind != apierr.KindNotFound {
 				raw := &failing{err: err}
 				_, err3 := serve(t, raw).Health(context.Background(), connect.NewRequest(&cronoqv1.HealthRequest{}))
 				require.Equal(t, tc.code, connect.CodeOf(err3))
@@ -163,6 +164,23 @@ func TestParseInvalid(t *testing.T) {
 		require.Equal(t, tc.field, field, tc.msg)
 		require.Equal(t, tc.reason, reason, tc.msg)
 	}
+}
+
+// Retry-After survives a relay through a forwarding node.
+func TestRetryAfterRelayed(t *testing.T) {
+	t.Parallel()
+	cl := serve(t, &failing{err: apierr.DiskFull("disk full: /d: no space left on device", 5)})
+	_, err := cl.Health(context.Background(), connect.NewRequest(&cronoqv1.HealthRequest{}))
+	require.Error(t, err)
+	var ce *connect.Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "5", ce.Meta().Get(apierr.HeaderRetryAfter))
+
+	_, err = serve(t, &failing{err: apierr.Relay(err)}).Health(context.Background(), connect.NewRequest(&cronoqv1.HealthRequest{}))
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, apierr.KindDiskFull, apierr.Kind(err))
+	require.Equal(t, "5", ce.Meta().Get(apierr.HeaderRetryAfter))
+	require.Equal(t, "disk full: /d: no space left on device", ce.Message())
 }
 
 func TestCode(t *testing.T) {
