@@ -99,7 +99,7 @@ func fillDisk(t *testing.T, c *testcluster.Cluster) []string {
 }
 
 // requireTasks checks that every id is in n's replica.
-func requireTasks(t *testing.T, n *cluster.Node, ids []string) {
+func requireTasksPresent(t *testing.T, n *cluster.Node, ids []string) {
 	t.Helper()
 	r, _ := n.StaleRead()
 	for _, id := range ids {
@@ -148,7 +148,7 @@ func TestDiskFullSingleNode(t *testing.T) {
 		return n.RaftStats()["term"] != term || n.DiskFull() == nil
 	}, 1500*time.Millisecond, 50*time.Millisecond, "term or condition changed while the disk stayed full")
 	require.Equal(t, raft.Follower.String(), n.RaftStats()["state"], "raft steps down on a failed log write; the node stays down")
-	requireTasks(t, n, acked)
+	requireTasksPresent(t, n, acked)
 
 	// Space comes back: the node clears the condition by itself and serves.
 	growFS(t, mnt, "96m")
@@ -164,13 +164,13 @@ func TestDiskFullSingleNode(t *testing.T) {
 	if len(res.Errs) > 0 {
 		require.NoError(t, res.Errs[0])
 	}
-	requireTasks(t, n, append(acked, res.Tasks[0].ID))
+	requireTasksPresent(t, n, append(acked, res.Tasks[0].ID))
 
 	// And after a restart, everything acknowledged is there.
 	c.Stop("n1")
 	n = c.Restart("n1").Node
 	c.Leader()
-	requireTasks(t, n, append(acked, res.Tasks[0].ID))
+	requireTasksPresent(t, n, append(acked, res.Tasks[0].ID))
 }
 
 // In a three-server cluster whose leader's data directory fills up, the
@@ -236,6 +236,6 @@ func TestDiskFullLeader(t *testing.T) {
 	c.Converged()
 	t.Logf("%s: n1 caught up", time.Since(start))
 	for _, n := range c.Live() {
-		requireTasks(t, n.Node, acked)
+		requireTasksPresent(t, n.Node, acked)
 	}
 }
