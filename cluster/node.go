@@ -86,6 +86,9 @@ type Node struct {
 
 	leaderWatch *leaderWatch // counts leader changes into the metrics
 
+	clock       *clockGuard // the engine clock, checked against the voters' (clock.go)
+	clockReader atomic.Pointer[ClockReader]
+
 	loops         loopSet
 	reconcileRuns atomic.Uint64
 	left          atomic.Bool
@@ -109,6 +112,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.futures.init()
 	n.faults = newFaults(&n.cfg)
+	n.installClockGuard()
 	n.loops = newLoopSet(time.Now)
 	return n, nil
 }
@@ -298,12 +302,17 @@ func (n *Node) open() error {
 
 	if m := cfg.Metrics; m != nil {
 		m.SetSource(metricsSource{n})
+		m.SetClockSource(n.clockGauges)
 		n.leaderWatch = watchLeader(n.raft, m)
 	}
 	n.leaderWG.Add(1)
 	go n.monitorLeadership()
 	n.loopsWG.Add(1)
 	go n.metaLoop()
+	if cfg.MaxClockSkew >= 0 {
+		n.loopsWG.Add(1)
+		go n.clockLoop()
+	}
 	if cfg.BootstrapExpect > 0 && !hasState && !cfg.Dev {
 		n.loopsWG.Add(1)
 		go n.bootstrapLoop()
