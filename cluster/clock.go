@@ -24,10 +24,10 @@ import (
 //   - Measuring: every ClockCheckInterval the leader reads each other
 //     voter's engine clock through the ClockReader the API server installs
 //     (GET /v1/internal/clock), NTP style: offset = peer - (t_send +
-//     t_recv)/2, with the round trip as its error bound. A reading is known
-//     when it answers within the round and its round trip is at most
-//     MaxClockSkew; otherwise (an unreachable voter, no API address in
-//     gossip, a slow answer) it is unknown.
+//     t_recv)/2, with half the round trip as its error bound. A reading is
+//     known when the voter answers within the round (a second, or
+//     ClockCheckInterval when longer); otherwise (an unreachable voter, no
+//     API address in gossip, a late answer) it is unknown.
 //   - Deciding (judgeClock): a voter agrees with the leader when its
 //     reading is known and does not prove a difference beyond the bound:
 //     |offset| - rtt/2 <= MaxClockSkew. The leader agrees with itself. The
@@ -71,7 +71,7 @@ func (n *Node) EngineClock() time.Time { return n.clock.raw().Round(0) }
 // ClockSample is one voter's clock reading in a round.
 type ClockSample struct {
 	Voter  string
-	Known  bool          // answered in time, with a round trip within the bound
+	Known  bool          // answered within the round
 	Offset time.Duration // its clock minus this node's, at the middle of the exchange
 	RTT    time.Duration // round trip of the exchange (the offset's error is half of it)
 }
@@ -348,7 +348,7 @@ func (n *Node) checkClock(ctx context.Context) {
 
 // readClocks reads the clock of every voter but this node, at once.
 func (n *Node) readClocks(ctx context.Context, read ClockReader, voters []raft.ServerID) []ClockSample {
-	timeout := min(n.cfg.MaxClockSkew, max(n.cfg.ClockCheckInterval, time.Second))
+	timeout := max(n.cfg.ClockCheckInterval, time.Second)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	samples := make([]ClockSample, 0, len(voters)-1)
@@ -374,9 +374,8 @@ func (n *Node) readClocks(ctx context.Context, read ClockReader, voters []raft.S
 			if err != nil {
 				return
 			}
-			s.RTT = rtt
+			s.Known, s.RTT = true, rtt
 			s.Offset = peer.Sub(sent.Add(rtt / 2))
-			s.Known = rtt <= n.cfg.MaxClockSkew
 		}()
 	}
 	wg.Wait()

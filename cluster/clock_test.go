@@ -29,6 +29,8 @@ func TestJudgeClock(t *testing.T) {
 		{"exactly at the bound agrees", 3, []ClockSample{known(bound, 0), known(-bound, 0)}, 3, 0, false},
 		{"just past the bound", 3, []ClockSample{known(bound+ms, 0), known(-bound-ms, 0)}, 1, 0, true},
 		{"the round trip is the error bound", 3, []ClockSample{known(bound+40*ms, 100*ms), known(bound+60*ms, 100*ms)}, 2, bound + 50*ms, false},
+		{"a slow answer still proves a large skew", 3, []ClockSample{known(30*time.Second, 1500*ms), known(-30*time.Second, 3*time.Second)}, 1, 0, true},
+		{"a slow answer proves no small one", 3, []ClockSample{known(1500*ms, 1200*ms), known(1550*ms, 1200*ms)}, 3, 1525 * ms, false},
 		{"unreachable voters do not agree", 3, []ClockSample{unknown, unknown}, 1, 0, true},
 		{"one unreachable, one agreeing", 3, []ClockSample{unknown, known(0, ms)}, 2, 0, false},
 		{"one unreachable, one disagreeing", 3, []ClockSample{unknown, known(5*time.Second, ms)}, 1, 5 * time.Second, true},
