@@ -58,6 +58,11 @@ func TestClockSkewHoldsLeaderTimers(t *testing.T) {
 	const window = 2 * time.Second
 	c := testcluster.New(t, 3, testcluster.Configure(func(_ int, cfg *cluster.Config) {
 		cfg.Engine.Core.HeartbeatWindow = window
+		// The test follows one leader throughout: raft timings that keep
+		// it leading on a loaded machine.
+		cfg.HeartbeatTimeout = 3 * time.Second
+		cfg.ElectionTimeout = 3 * time.Second
+		cfg.LeaderLeaseTimeout = 1500 * time.Millisecond
 	}))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
