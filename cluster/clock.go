@@ -153,7 +153,7 @@ type clockGuard struct {
 	mu       sync.Mutex
 	armed    bool          // a round found other voters to compare with
 	verdict  ClockVerdict  // of the last round while armed
-	stepAt   time.Time     // (monotonic) a step seen since the last agreeing round; zero: none
+	stepAt   time.Time     // (monotonic) the latest step seen since the last agreeing round; zero: none
 	step     time.Duration // how far the wall clock moved against the monotonic one
 	lastRaw  time.Time     // last reading of raw (wall)
 	lastMono time.Time     // time.Now of that reading (monotonic)
@@ -191,7 +191,9 @@ func (g *clockGuard) Now() time.Time {
 			// NTP slews by at most 500 ppm: allow twice that between
 			// readings far apart.
 			jump := raw.Sub(g.lastRaw) - elapsed
-			if g.stepAt.IsZero() && abs(jump) > g.bound+elapsed/1000 {
+			if abs(jump) > g.bound+elapsed/1000 {
+				// Only a round that starts after the latest step can
+				// release the hold.
 				g.stepAt, g.step = mono, jump
 				g.logger.Warn("engine clock stepped: recurring fires and lease expiries wait until a majority of voters confirm it",
 					"step", jump, "max_clock_skew", g.bound)

@@ -106,9 +106,13 @@ func TestClockGuard(t *testing.T) {
 	require.False(t, g.judged(skewed, time.Now()))
 	require.True(t, g.held())
 
-	// Back, and a round agrees: released, the wall clock is followed.
+	// Back, and a round agrees: released, the wall clock is followed. A
+	// round that started before the step back cannot release it.
+	roundStart := time.Now()
 	wall.set(0)
 	require.WithinDuration(t, time.Now(), g.Now(), 100*time.Millisecond)
+	require.False(t, g.judged(agree, roundStart))
+	require.True(t, g.held())
 	require.True(t, g.judged(agree, time.Now()))
 	require.False(t, g.held())
 	require.WithinDuration(t, time.Now(), g.Now(), 100*time.Millisecond)
