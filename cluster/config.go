@@ -137,6 +137,14 @@ type Config struct {
 	// name with another address after this long. Default 30s.
 	GossipDeadNodeReclaimTime time.Duration
 
+	// MaxClockSkew is how far the leader's engine clock may be from a
+	// majority of the voters' before it holds recurring fires and lease
+	// expiries (see clock.go). Default 1s; negative: no clock check.
+	MaxClockSkew time.Duration
+	// ClockCheckInterval is how often the leader reads the other voters'
+	// clocks. Default 1s.
+	ClockCheckInterval time.Duration
+
 	// Engine configures the engine the leader runs.
 	Engine engine.Config
 	// LogVersion is the newest log format the node understands and
@@ -204,6 +212,10 @@ func (c Config) WithDefaults() Config {
 	setDur(&c.MetaRefreshInterval, time.Second)
 	setDur(&c.LeaveDrainTime, 10*time.Second)
 	setDur(&c.MemberReapTime, max(72*time.Hour, c.DeadServerTimeout))
+	if c.MaxClockSkew == 0 {
+		c.MaxClockSkew = time.Second
+	}
+	setDur(&c.ClockCheckInterval, time.Second)
 
 	setDur(&c.HeartbeatTimeout, rd.HeartbeatTimeout)
 	setDur(&c.ElectionTimeout, rd.ElectionTimeout)
@@ -258,6 +270,7 @@ func (c Config) WithTestTimings() Config {
 	c.JoinRetryMin = 50 * time.Millisecond
 	c.JoinRetryMax = 500 * time.Millisecond
 	c.MetaRefreshInterval = 100 * time.Millisecond
+	c.ClockCheckInterval = 200 * time.Millisecond
 	c.LeaveDrainTime = 5 * time.Second
 	c.GossipProbeInterval = 200 * time.Millisecond
 	c.GossipProbeTimeout = 100 * time.Millisecond

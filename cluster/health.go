@@ -150,6 +150,9 @@ func (n *Node) Health() Health {
 					st.QueuedBytes, eng.Config().MaxQueuedBytes))
 			}
 		}
+		if r := n.clockReason(); r != "" {
+			h.Reasons = append(h.Reasons, r)
+		}
 	}
 	for _, g := range n.loops.all() {
 		st := g.status()

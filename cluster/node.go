@@ -92,6 +92,9 @@ type Node struct {
 
 	leaderWatch *leaderWatch // counts leader changes into the metrics
 
+	clock       *clockGuard // the engine clock, checked against the voters' (clock.go)
+	clockReader atomic.Pointer[ClockReader]
+
 	loops         loopSet
 	plaintext     []exposure // addresses off loopback while TLS is off
 	reconcileRuns atomic.Uint64
@@ -117,6 +120,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.futures.init()
 	n.faults = newFaults(&n.cfg)
+	n.installClockGuard()
 	n.loops = newLoopSet(time.Now)
 	n.plaintext = cfg.plaintextExposure()
 	return n, nil
@@ -325,6 +329,7 @@ func (n *Node) open() error {
 
 	if m := cfg.Metrics; m != nil {
 		m.SetSource(metricsSource{n})
+		m.SetClockSource(n.clockGauges)
 		n.leaderWatch = watchLeader(n.raft, m)
 	}
 	n.leaderWG.Add(1)
@@ -333,6 +338,10 @@ func (n *Node) open() error {
 	go n.metaLoop()
 	n.loopsWG.Add(1)
 	go n.probeLoop()
+	if cfg.MaxClockSkew >= 0 {
+		n.loopsWG.Add(1)
+		go n.clockLoop()
+	}
 	if cfg.BootstrapExpect > 0 && !hasState && !cfg.Dev {
 		n.loopsWG.Add(1)
 		go n.bootstrapLoop()

@@ -109,6 +109,12 @@ type Config struct {
 	Logger hclog.Logger
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// ClockHold, when set, is read before every step of the core: while
+	// it reports true the core holds the timers that act on the clock
+	// alone (recurring fires, lease expiries, attempt timeouts; see
+	// core.Core.SetClockHold), and when it turns false again they run.
+	// Call RecheckClock after changing what it reports. It must not block.
+	ClockHold func() bool
 	// OnAbort tells a worker to stop the attempt under lease. It must not
 	// block: it runs on the engine's goroutine.
 	OnAbort func(worker string, lease uint64, reason string)

@@ -86,7 +86,7 @@ loop:
 			}
 		case <-timer.C:
 			if !l.stopping {
-				l.core.Tick(e.cfg.Now())
+				l.core.Tick(e.stepNow())
 				e.collect()
 			}
 		case <-stopCh:
@@ -125,7 +125,7 @@ func (e *Engine) handle(m message) {
 			m.done <- ErrStopped
 			return
 		}
-		m.run(l.core, e.cfg.Now())
+		m.run(l.core, e.stepNow())
 		e.collect()
 		m.done <- nil
 	case detach:
@@ -143,7 +143,7 @@ func (e *Engine) start(c *call) {
 	l.nextReq++
 	c.id = l.nextReq
 	l.calls[c.id] = c
-	c.step(l.core, e.cfg.Now(), c.id)
+	c.step(l.core, e.stepNow(), c.id)
 	e.collect()
 }
 

@@ -67,6 +67,7 @@ type Metrics struct {
 	reg     *prometheus.Registry
 	src     atomic.Pointer[sourceBox]
 	workerS atomic.Pointer[WorkerSource]
+	clockS  atomic.Pointer[ClockSource]
 
 	submitted  *prometheus.CounterVec
 	dispatched *prometheus.CounterVec
@@ -159,6 +160,7 @@ func New() *Metrics {
 		m.commitSeconds, m.batchMutations, m.batchBytes, m.commitErrors, m.leaderChanges,
 		m.rpcs, m.rpcSeconds, m.forwarded, m.workers, m.aborts, m.eventsLost,
 		&stateCollector{m: m},
+		clockCollector{m: m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

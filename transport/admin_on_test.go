@@ -103,16 +103,27 @@ func TestAdminAPI(t *testing.T) {
 		require.NoError(t, err)
 		require.WithinDuration(t, time.Now().Add(10*time.Minute), now, time.Minute)
 
-		// The engine stamps its entries with the injected clock.
-		res, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Template: client.Template{Pool: "p", Kind: "k"}})
-		require.NoError(t, err)
-		task, err := cl.Get(ctxT(t, 10*time.Second), res.ID)
-		require.NoError(t, err)
-		require.WithinDuration(t, time.Now().Add(10*time.Minute), task.SubmittedAt, time.Minute)
+		// The engine stamps its entries with the injected clock, once the
+		// other voters' clocks agree with it (until then the leader's
+		// clock check holds it at its last trusted reading).
+		for _, f := range followers {
+			code, r := adminCall(t, f, http.MethodPost, "/admin/clock", `{"offset_ms":600000,"rate":1}`)
+			require.Equal(t, http.StatusOK, code, "%v", r)
+		}
+		require.Eventually(t, func() bool {
+			res, err := cl.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Template: client.Template{Pool: "p", Kind: "k"}})
+			if err != nil {
+				return false
+			}
+			task, err := cl.Get(ctxT(t, 10*time.Second), res.ID)
+			return err == nil && task.SubmittedAt.Sub(time.Now().Add(10*time.Minute)).Abs() < time.Minute
+		}, 20*time.Second, 50*time.Millisecond, "the engine does not stamp entries with the injected clock")
 
-		code, r = adminCall(t, leader, http.MethodPost, "/admin/clock", `{"offset_ms":0,"rate":1}`)
-		require.Equal(t, http.StatusOK, code)
-		require.Equal(t, float64(0), r["offset_ms"])
+		for _, n := range append(followers, leader) {
+			code, r = adminCall(t, n, http.MethodPost, "/admin/clock", `{"offset_ms":0,"rate":1}`)
+			require.Equal(t, http.StatusOK, code)
+			require.Equal(t, float64(0), r["offset_ms"])
+		}
 		code, r = adminCall(t, leader, http.MethodGet, "/admin/clock", "")
 		require.Equal(t, http.StatusOK, code)
 		now, err = time.Parse(time.RFC3339Nano, r["now"].(string))

@@ -256,6 +256,7 @@ func New(cfg Config) (*Server, error) {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	mountAdmin(mux, cfg.Backend)
+	s.mountClock(mux)
 
 	var p http.Protocols
 	p.SetHTTP1(true)

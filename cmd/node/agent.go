@@ -90,6 +90,7 @@ type agentConfig struct {
 	overflow        string
 	holdTimeout     time.Duration
 	shutdownTimeout time.Duration
+	maxClockSkew    time.Duration // 0: no clock check
 	gcPercent       int
 	memoryLimit     int
 
@@ -120,6 +121,7 @@ func defaultAgentConfig() agentConfig {
 		overflow:        "reject",
 		holdTimeout:     transport.DefaultHoldTimeout,
 		shutdownTimeout: defaultShutdownTimeout,
+		maxClockSkew:    raftDefaults.MaxClockSkew,
 		gcPercent:       defaultGCPercent,
 	}
 }
@@ -223,6 +225,7 @@ func agentFlags(c *cmd, cfg *agentConfig) {
 	fs.Var(enumValue{&cfg.overflow, []string{"reject", "wait", "park"}}, "overflow", "`POLICY` for a submit that does not fit -max-pending: reject (answer overloaded), wait (the submitter waits until there is room) or park (accept its tasks as parked, admitted as room frees)")
 	fs.Var(durationValue{&cfg.holdTimeout, true}, "hold-timeout", "hold calls that need the leader up to `DUR` while none is known")
 	fs.Var(durationValue{&cfg.shutdownTimeout, true}, "shutdown-timeout", "bound the graceful stop to `DUR`")
+	fs.Var(durationValue{&cfg.maxClockSkew, false}, "max-clock-skew", "the leader holds recurring fires and lease expiries while its clock differs from a majority of the voters' by more than `DUR`, and health says clock skew (0: no check)")
 	fs.Var(intValue{&cfg.gcPercent, 1}, "gc-percent", "collect garbage when the heap has grown `N` percent over the live data (the GOGC environment variable wins when set)")
 	fs.Var(memSizeValue{sizeValue{&cfg.memoryLimit}}, "memory-limit", "soft memory limit, `SIZE`: nearing it, garbage is collected more often (default: half of the cgroup's or the machine's memory; GOMEMLIMIT wins when set)")
 
@@ -372,6 +375,7 @@ type fileConfig struct {
 	Overflow         *string  `hcl:"overflow,optional"`
 	HoldTimeout      *string  `hcl:"hold_timeout,optional"`
 	ShutdownTimeout  *string  `hcl:"shutdown_timeout,optional"`
+	MaxClockSkew     *string  `hcl:"max_clock_skew,optional"`
 	GCPercent        *int     `hcl:"gc_percent,optional"`
 	MemoryLimit      *string  `hcl:"memory_limit,optional"`
 
@@ -695,6 +699,10 @@ func (cfg *agentConfig) clusterConfig(advertise string, root hclog.Logger) clust
 	}
 	c.Engine.Core = cfg.engineConfig()
 	c.Engine.MaxQueuedBytes = cfg.writeQueueLimit
+	c.MaxClockSkew = cfg.maxClockSkew
+	if c.MaxClockSkew == 0 {
+		c.MaxClockSkew = -1 // no clock check
+	}
 	if cfg.dev {
 		c.HeartbeatTimeout = devHeartbeatTimeout
 		c.ElectionTimeout = devElectionTimeout

@@ -48,6 +48,7 @@ func TestAgentFlags(t *testing.T) {
 	require.Equal(t, 5*time.Second, def.holdTimeout)
 	require.Equal(t, 400, def.gcPercent)
 	require.Zero(t, def.memoryLimit, "0: half of the available memory")
+	require.Equal(t, time.Second, def.maxClockSkew)
 
 	cfg, err := parseAgent(t, "-dev")
 	require.NoError(t, err)
@@ -60,7 +61,7 @@ func TestAgentFlags(t *testing.T) {
 		"-leave-on-terminate", "-max-payload", "2MiB", "-max-output", "512KiB", "-pools", "a,b",
 		"-heartbeat-window", "15s", "-retention", "1h", "-max-attempts", "3", "-max-pending", "10",
 		"-overflow", "wait", "-hold-timeout", "2s", "-shutdown-timeout", "9s", "-http-advertise", "10.0.0.1:1",
-		"-gc-percent", "150", "-memory-limit", "2GiB")
+		"-gc-percent", "150", "-memory-limit", "2GiB", "-max-clock-skew", "500ms")
 	require.NoError(t, err)
 	want := agentConfig{
 		nodeID: "n1", dataDir: "/d", httpAddr: "10.0.0.1:1", httpAdvertise: "10.0.0.1:1",
@@ -69,9 +70,13 @@ func TestAgentFlags(t *testing.T) {
 		leaveOnTerminate: true, maxPayload: 2 << 20, maxOutput: 512 << 10, writeQueueLimit: def.writeQueueLimit, pools: []string{"a", "b"},
 		heartbeatWindow: 15 * time.Second, retention: time.Hour, maxAttempts: 3, maxPending: 10,
 		overflow: "wait", holdTimeout: 2 * time.Second, shutdownTimeout: 9 * time.Second,
-		gcPercent: 150, memoryLimit: 2 << 30,
+		gcPercent: 150, memoryLimit: 2 << 30, maxClockSkew: 500 * time.Millisecond,
 	}
 	require.Equal(t, want, cfg)
+	require.Equal(t, 500*time.Millisecond, cfg.clusterConfig("10.0.0.1:1", nil).MaxClockSkew)
+	off, err := parseAgent(t, "-dev", "-max-clock-skew", "0")
+	require.NoError(t, err)
+	require.Negative(t, off.clusterConfig("127.0.0.1:8650", nil).MaxClockSkew, "0 turns the check off")
 
 	ec := cfg.engineConfig()
 	require.True(t, ec.FixedPools)
@@ -125,6 +130,7 @@ leave_on_terminate = true
 enable_debug     = true
 gc_percent       = 200
 memory_limit     = "512MiB"
+max_clock_skew   = "2s"
 `)
 	cfg, err := parseAgent(t, "-config", hcl)
 	require.NoError(t, err)
@@ -142,6 +148,7 @@ memory_limit     = "512MiB"
 	require.True(t, cfg.enableDebug)
 	require.Equal(t, 200, cfg.gcPercent)
 	require.Equal(t, 512<<20, cfg.memoryLimit)
+	require.Equal(t, 2*time.Second, cfg.maxClockSkew)
 	require.Equal(t, "127.0.0.1:8651", cfg.raftAddr, "keys not in the file keep their defaults")
 
 	// Flags override the file, wherever -config appears; a list given on

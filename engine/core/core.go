@@ -65,7 +65,12 @@ type Core struct {
 	acl aclState // the replicated ACL objects, as far as changes to them need
 
 	shutdown bool
-	out      Output
+	// clockHold: the driver does not trust the clock; heldTimers are the
+	// due timers it keeps from running meanwhile (see SetClockHold).
+	clockHold  bool
+	heldTimers []timer
+
+	out Output
 	// Emptied slices of earlier outputs handed back by Recycle, reused by
 	// later ones: growing fresh ones for every step was most of what the
 	// core allocated.
@@ -254,6 +259,10 @@ type Stats struct {
 	InertSchedules int
 	Timers         int // timer entries, stale ones included
 	ShuttingDown   bool
+	// ClockHeld: recurring fires and lease expiries wait for the clock
+	// (SetClockHold); HeldTimers of them came due meanwhile.
+	ClockHeld  bool
+	HeldTimers int
 }
 
 func newCore(cfg Config, epoch uint64) (*Core, error) {
@@ -352,8 +361,10 @@ func (c *Core) Stats() Stats {
 		Tasks:        len(c.tasks),
 		Schedules:    len(c.schedules),
 		Workflows:    len(c.workflows),
-		Timers:       len(c.timers) + c.purges.Len(),
+		Timers:       len(c.timers) + c.purges.Len() + len(c.heldTimers),
 		ShuttingDown: c.shutdown,
+		ClockHeld:    c.clockHold,
+		HeldTimers:   len(c.heldTimers),
 	}
 	for _, p := range c.pools {
 		s.Running += p.running
@@ -538,6 +549,10 @@ func (c *Core) runTimers() {
 			break
 		}
 		tm := c.timers.pop()
+		if c.clockHold && heldByClock(tm.kind) {
+			c.heldTimers = append(c.heldTimers, tm)
+			continue
+		}
 		if tm.kind == tmRate {
 			p := c.pools[tm.id]
 			p.rateWake = 0

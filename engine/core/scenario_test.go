@@ -862,6 +862,14 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		fmt.Fprintf(&b, "now %s\n", fmtTime(h.now))
 		h.core.Tick(h.now)
+	case "clock-hold":
+		// clock-hold on|off [t]: the driver stops or starts trusting its
+		// clock, at t when given.
+		if len(d.CmdArgs) > 1 {
+			h.now = h.parseTime(d.CmdArgs[1].Key)
+		}
+		fmt.Fprintf(&b, "now %s\n", fmtTime(h.now))
+		h.core.SetClockHold(h.now, d.CmdArgs[0].Key == "on")
 	case "advance":
 		// Moves the clock without telling the core (no leader meanwhile).
 		h.now = h.parseTime(d.CmdArgs[0].Key)
@@ -910,6 +918,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			s.Pending, s.Queued, s.Running, s.Parked, s.Polls, s.Leases, s.Waiters, s.Tasks, s.Schedules, s.Workflows)
 		if s.ParkedTasks > 0 {
 			out += fmt.Sprintf(" parked-tasks=%d", s.ParkedTasks)
+		}
+		if s.ClockHeld {
+			out += fmt.Sprintf(" clock-held held-timers=%d", s.HeldTimers)
 		}
 		return out
 	case "set-pool":
