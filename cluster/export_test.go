@@ -32,3 +32,6 @@ func (n *Node) TestEngine() (*engine.Engine, error) { return n.engine() }
 
 // IsolateRaft cuts (or restores) the node's raft connections, both ways.
 func (n *Node) IsolateRaft(b bool) { n.stream.block(b) }
+
+// RaftRefused counts the raft RPCs this node refused from non-members.
+func (n *Node) RaftRefused() uint64 { return n.filter.Refused() }

@@ -203,7 +203,7 @@ func New(cfg Config) (*Server, error) {
 	common := []connect.HandlerOption{
 		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
 		connect.WithCompressMinBytes(compressMinBytes),
-		connect.WithInterceptors(&rpcMetrics{m: s.m}),
+		connect.WithInterceptors(&rpcMetrics{m: s.m}, requestStreamErrors{}),
 	}
 	workerOpts := []connect.HandlerOption{
 		// One message carries at most one output above the batching
@@ -216,7 +216,7 @@ func New(cfg Config) (*Server, error) {
 		// message (which cost a tenth of the leader's CPU under load).
 		// Compressed messages from a worker are still read.
 		connect.WithCompressMinBytes(math.MaxInt),
-		connect.WithInterceptors(&rpcMetrics{m: s.m}),
+		connect.WithInterceptors(&rpcMetrics{m: s.m}, requestStreamErrors{}),
 	}
 	mux := http.NewServeMux()
 	mux.Handle(cronoqv1connect.NewTaskServiceHandler(&taskService{s}, common...))
