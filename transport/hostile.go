@@ -47,3 +47,20 @@ func (c *receiveConn) Receive(msg any) error {
 	}
 	return err
 }
+
+// Bounds of the API server against hostile or broken clients, besides the
+// read limits of the calls (Config.MaxRequestBytes, and the worker
+// streams' messages: two outputs of the engine's maximum plus room).
+const (
+	// maxHeaderBytes bounds the header of a request (HTTP/1.1), and the
+	// header list of a stream (HTTP/2, advertised in the connection's
+	// settings). Cronoq's headers are a few hundred bytes.
+	maxHeaderBytes = 64 << 10
+	// maxConcurrentStreams bounds the calls one HTTP/2 connection has in
+	// progress at once: unary calls, long polls, worker and event streams
+	// alike (an HTTP/1.1 connection carries one at a time). 250 is the
+	// default of Go's HTTP/2 server, written here so that it is documented
+	// and does not move with Go releases. Go clients open another
+	// connection to the same node when a connection is full.
+	maxConcurrentStreams = 250
+)

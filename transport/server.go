@@ -244,9 +244,11 @@ func New(cfg Config) (*Server, error) {
 		Protocols:         &p,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       5 * time.Minute,
+		MaxHeaderBytes:    maxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
 		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams: maxConcurrentStreams,
 			// Detect dead peers holding streams open.
 			SendPingTimeout: 15 * time.Second,
 			PingTimeout:     10 * time.Second,
