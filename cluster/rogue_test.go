@@ -167,3 +167,60 @@ func TestNonMemberCannotAppendOrVote(t *testing.T) {
 	require.True(t, ok)
 	require.Less(t, raftTerm(t, victim), uint64(rogueTerm))
 }
+
+// TestStaleConfigurationCatchesUp: a node that was down while the
+// membership changed restarts with a configuration that names none of the
+// current members but itself; it still takes the leader's appends (gossip
+// knows the leader as a live member) and catches up.
+func TestStaleConfigurationCatchesUp(t *testing.T) {
+	c := newTestCluster(t)
+	c.formCluster("n1", "n2", "n3")
+	leader := c.leader()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	_, err := c.submitKey(ctx, "before")
+	require.NoError(t, err)
+
+	// A follower goes down (it stays in the configuration).
+	var sleeper string
+	var others []string
+	for _, n := range c.live() {
+		if n != leader && sleeper == "" {
+			sleeper = n.ID()
+		} else {
+			others = append(others, n.ID())
+		}
+	}
+	c.stop(sleeper)
+
+	// n4 and n5 join and take over; the other two are removed and stop.
+	for _, name := range []string{"n4", "n5"} {
+		cfg := c.config(name)
+		cfg.Join = []string{leader.GossipAddr()}
+		c.start(cfg)
+		require.Eventually(t, func() bool { return peerMap(t, c.leader())[name] }, 30*time.Second, 10*time.Millisecond, "%s not promoted", name)
+	}
+	require.Eventually(t, func() bool {
+		got, err := c.leader().TransferLeadership(ctx, "n4")
+		return err == nil && got == "n4"
+	}, 30*time.Second, 10*time.Millisecond, "n4 did not take the leadership")
+	for _, id := range others {
+		require.Eventually(t, func() bool {
+			err := c.leader().RemovePeer(ctx, id)
+			return err == nil || errors.Is(err, cluster.ErrUnknownPeer)
+		}, 30*time.Second, 10*time.Millisecond, "%s not removed", id)
+		c.stop(id)
+	}
+	_, err = c.submitKey(ctx, "while-down")
+	require.NoError(t, err)
+
+	// Back on its data dir, the sleeper's configuration names the two
+	// removed nodes and itself; it joins gossip through n4.
+	cfg := c.Node(sleeper).Config
+	cfg.Join = []string{c.node("n4").GossipAddr()}
+	back := c.start(cfg)
+	c.converged()
+	_, ok := back.FSM().GetByKey("while-down")
+	require.True(t, ok, "the sleeper caught up")
+	require.Equal(t, map[string]bool{sleeper: true, "n4": true, "n5": true}, peerMap(t, back))
+}
