@@ -312,9 +312,10 @@ func marshal(tb testing.TB, codec string, m proto.Message) []byte {
 // Unary calls
 // ---------------------------------------------------------------------------
 
-// unaryCall posts body to p as a Connect unary request in codec, and
-// checks the answer. It returns the error code (0 on success).
-func (e *fuzzEnv) unaryCall(t *testing.T, p fuzzProc, codec string, body []byte) connect.Code {
+// unaryCall posts body to p as a Connect unary request in codec (with the
+// content encoding given, if any), and checks the answer. It returns the
+// error code (0 on success).
+func (e *fuzzEnv) unaryCall(t *testing.T, p fuzzProc, codec, encoding string, body []byte) connect.Code {
 	t.Helper()
 	timeout := callTimeout
 	if p.wait {
@@ -329,6 +330,9 @@ func (e *fuzzEnv) unaryCall(t *testing.T, p fuzzProc, codec string, body []byte)
 	req.Header.Set("Content-Type", "application/"+codec)
 	req.Header.Set("Connect-Protocol-Version", "1")
 	req.Header.Set("Connect-Timeout-Ms", strconv.FormatInt(timeout.Milliseconds(), 10))
+	if encoding != "" {
+		req.Header.Set("Content-Encoding", encoding)
+	}
 	resp, err := e.h1.Do(req)
 	if err != nil {
 		t.Fatalf("%s (%s): %v", p.path, codec, err)
@@ -418,13 +422,20 @@ func (e *fuzzEnv) fuzzUnary(t *testing.T, data []byte) {
 			}
 			before := e.stateHash(t)
 			idx := e.appliedIndex()
-			code := e.unaryCall(t, p, codec, data)
+			code := e.unaryCall(t, p, codec, "", data)
 			if code == 0 {
 				continue
 			}
 			if e.appliedIndex() != idx && e.stateHash(t) != before {
 				t.Fatalf("%s (%s) answered %s but changed the state\nrequest body: %q", p.path, codec, code, data)
 			}
+		}
+	}
+	// The input as a compressed body: decompression comes before any
+	// procedure's own code, so one procedure covers it.
+	if !bytes.HasPrefix(data, []byte{0x1f, 0x8b}) {
+		if code := e.unaryCall(t, e.unary[0], "proto", "gzip", data); code == 0 {
+			t.Fatalf("%s accepted a body that is not gzip as gzip", e.unary[0].path)
 		}
 	}
 	e.checkServing(t)
@@ -435,8 +446,12 @@ func (e *fuzzEnv) fuzzUnary(t *testing.T, data []byte) {
 // ---------------------------------------------------------------------------
 
 // envelope frames msg as a Connect stream message.
-func envelope(msg []byte) []byte {
+func envelope(msg []byte) []byte { return envelopeFlags(0, msg) }
+
+// envelopeFlags frames msg with the given flags (1: compressed).
+func envelopeFlags(flags byte, msg []byte) []byte {
 	b := make([]byte, 5, 5+len(msg))
+	b[0] = flags
 	binary.BigEndian.PutUint32(b[1:], uint32(len(msg)))
 	return append(b, msg...)
 }
@@ -445,8 +460,9 @@ func envelope(msg []byte) []byte {
 // stream in codec, reads the answer to its end and checks it: messages
 // that decode, then an end of stream that is a success or a refusal. It
 // returns the end's error code (0 on success). The codes of also are
-// accepted as well.
-func (e *fuzzEnv) streamCall(t *testing.T, p fuzzProc, codec string, body []byte, timeout time.Duration, also ...connect.Code) connect.Code {
+// accepted as well. A non-empty encoding is announced as the stream's
+// message encoding.
+func (e *fuzzEnv) streamCall(t *testing.T, p fuzzProc, codec, encoding string, body []byte, timeout time.Duration, also ...connect.Code) connect.Code {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+10*time.Second)
 	defer cancel()
@@ -457,6 +473,9 @@ func (e *fuzzEnv) streamCall(t *testing.T, p fuzzProc, codec string, body []byte
 	req.Header.Set("Content-Type", "application/connect+"+codec)
 	req.Header.Set("Connect-Protocol-Version", "1")
 	req.Header.Set("Connect-Timeout-Ms", strconv.FormatInt(timeout.Milliseconds(), 10))
+	if encoding != "" {
+		req.Header.Set("Connect-Content-Encoding", encoding)
+	}
 	resp, err := e.h2.Do(req)
 	if err != nil {
 		t.Fatalf("%s (%s): %v", p.path, codec, err)
@@ -520,12 +539,19 @@ func (e *fuzzEnv) fuzzStreams(t *testing.T, data []byte) {
 	// convention for a cardinality violation, which connect follows.
 	eventsCodes := []connect.Code{connect.CodeDeadlineExceeded, connect.CodeUnimplemented}
 	for _, codec := range fuzzCodecs {
-		e.streamCall(t, events, codec, envelope(data), eventsCallTimeout, eventsCodes...)
-		e.streamCall(t, worker, codec, envelope(data), callTimeout)
-		e.streamCall(t, worker, codec, append(envelope(marshal(t, codec, hello)), envelope(data)...), callTimeout)
+		e.streamCall(t, events, codec, "", envelope(data), eventsCallTimeout, eventsCodes...)
+		e.streamCall(t, worker, codec, "", envelope(data), callTimeout)
+		e.streamCall(t, worker, codec, "", append(envelope(marshal(t, codec, hello)), envelope(data)...), callTimeout)
 	}
-	e.streamCall(t, events, "proto", data, eventsCallTimeout, eventsCodes...)
-	e.streamCall(t, worker, "proto", data, callTimeout)
+	e.streamCall(t, events, "proto", "", data, eventsCallTimeout, eventsCodes...)
+	e.streamCall(t, worker, "proto", "", data, callTimeout)
+	// The input as a compressed message.
+	if !bytes.HasPrefix(data, []byte{0x1f, 0x8b}) {
+		hello := envelope(marshal(t, "proto", hello))
+		if e.streamCall(t, worker, "proto", "gzip", append(hello, envelopeFlags(1, data)...), callTimeout) == 0 {
+			t.Fatalf("the worker stream accepted a message that is not gzip as gzip")
+		}
+	}
 	e.checkServing(t)
 }
 
