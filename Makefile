@@ -48,12 +48,15 @@ staticcheck:
 
 lint: vet fmt-check staticcheck
 
-## fuzz: run each fuzz target for a short while.
+## fuzz: run each fuzz target for a short while. The API targets run a
+## real node per fuzzing worker and send each input to every procedure.
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run=NONE -fuzz=FuzzDecodeEntry -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./fsm/
 	$(GO) test -run=NONE -fuzz=FuzzApply -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./fsm/
 	$(GO) test -run=NONE -fuzz=FuzzRestore -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./fsm/
+	$(GO) test -run=NONE -fuzz=FuzzUnary -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./transport/
+	$(GO) test -run=NONE -fuzz=FuzzStreams -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./transport/
 
 clean:
 	rm -rf bin

@@ -38,3 +38,6 @@ func (n *Node) RaftTLSFailures() uint64 { return n.stream.tlsFailures.Load() }
 
 // RaftTransport is the node's raft network transport.
 func (n *Node) RaftTransport() *raft.NetworkTransport { return n.trans }
+
+// RaftRefused counts the raft RPCs this node refused from non-members.
+func (n *Node) RaftRefused() uint64 { return n.filter.Refused() }

@@ -52,6 +52,7 @@ type Node struct {
 	disk   *diskState // the data directory's disk-full condition
 	stream *streamLayer
 	trans  *raft.NetworkTransport
+	filter *memberFilter // trans as raft sees it: only members reach raft
 	raft   *raft.Raft
 
 	ml      *memberlist.Memberlist
@@ -226,7 +227,8 @@ func (n *Node) open() error {
 		Logger:                  n.logger.Named("raft-net"),
 		MsgpackUseNewTimeFormat: true,
 	})
-	cleanup = append(cleanup, func() { n.trans.Close() })
+	n.filter = newMemberFilter(n.trans, n.logger.Named("raft-net"))
+	cleanup = append(cleanup, func() { n.filter.Close() })
 
 	// Raft itself.
 	rc := cfg.raftConfig(id)
@@ -260,7 +262,7 @@ func (n *Node) open() error {
 		n.logger.Error("FATAL: this node cannot apply the raft log and stops applying it until it runs a release that can",
 			"index", h.Index, "needs_log_version", h.Need, "log_version", h.Version, "error", h.Err)
 	})
-	r, err := newRaft(logPath, rc, rfsm, logs, stable, snaps, n.trans)
+	r, err := newRaft(logPath, rc, rfsm, logs, stable, snaps, n.filter)
 	if err != nil {
 		return fmt.Errorf("starting raft: %w", err)
 	}
@@ -321,6 +323,10 @@ func (n *Node) open() error {
 		return fmt.Errorf("starting gossip: %w", err)
 	}
 	n.ml = ml
+	n.filter.attach(func() (raft.Configuration, error) {
+		f := n.raft.GetConfiguration()
+		return f.Configuration(), f.Error()
+	}, n.admittedByGossip)
 
 	ok = true
 	n.logger.Info("node started", "raft_addr", n.raftAddr, "gossip_addr", n.gossipAddr,

@@ -146,9 +146,11 @@ func (n *Node) configServer(id string) (raft.Server, bool) {
 // TransferLeadership hands leadership to voter id, or to the most up to date
 // voter when id is empty (leader only), and returns the id of the new
 // leader once one is known. An id that is not in the configuration is
-// refused with ErrUnknownPeer, one that is not a voter as invalid. The engine stops before the transfer (writes
-// during a transfer fail); if the transfer fails this node re-establishes
-// its leadership. Transferring to the current leader is a no-op.
+// refused with ErrUnknownPeer, one that is not a voter as invalid, and so is
+// an empty id when no other voter exists. The engine stops before the
+// transfer (writes during a transfer fail); if the transfer fails this node
+// re-establishes its leadership. Transferring to the current leader is a
+// no-op.
 func (n *Node) TransferLeadership(ctx context.Context, id string) (string, error) {
 	if n.raft.State() != raft.Leader {
 		return "", n.notLeader(nil)
@@ -166,6 +168,9 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) (string, error
 			return "", Invalid("id", "%s is not a voter", id)
 		}
 		req.id, req.addr = s.ID, s.Address
+	} else if !n.hasOtherVoters() {
+		// Refused before the engine stops for the transfer.
+		return "", Invalid("id", "no other voter to transfer leadership to")
 	}
 	select {
 	case n.transferCh <- req:

@@ -223,7 +223,7 @@ func New(cfg Config) (*Server, error) {
 	common := []connect.HandlerOption{
 		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
 		connect.WithCompressMinBytes(compressMinBytes),
-		connect.WithInterceptors(&rpcMetrics{m: s.m}, &aclInterceptor{s.acl}),
+		connect.WithInterceptors(&rpcMetrics{m: s.m}, requestStreamErrors{}, &aclInterceptor{s.acl}),
 	}
 	workerOpts := []connect.HandlerOption{
 		// One message carries at most one output above the batching
@@ -236,7 +236,7 @@ func New(cfg Config) (*Server, error) {
 		// message (which cost a tenth of the leader's CPU under load).
 		// Compressed messages from a worker are still read.
 		connect.WithCompressMinBytes(math.MaxInt),
-		connect.WithInterceptors(&rpcMetrics{m: s.m}, &aclInterceptor{s.acl}),
+		connect.WithInterceptors(&rpcMetrics{m: s.m}, requestStreamErrors{}, &aclInterceptor{s.acl}),
 	}
 	mux := http.NewServeMux()
 	mux.Handle(cronoqv1connect.NewTaskServiceHandler(&taskService{s}, common...))
@@ -270,9 +270,11 @@ func New(cfg Config) (*Server, error) {
 		Protocols:         &p,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       5 * time.Minute,
+		MaxHeaderBytes:    maxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
 		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams: maxConcurrentStreams,
 			// Detect dead peers holding streams open.
 			SendPingTimeout: 15 * time.Second,
 			PingTimeout:     10 * time.Second,
