@@ -18,11 +18,13 @@ build:
 ## test: vet, formatting, the lint rules and every test under the race
 ## detector, then the tests of the fault-injection builds: the admin API and
 ## fault hooks (tag jepsenfaults), and each deliberate bug's own test, and
-## the unit tests of the bench module (its own go.mod).
+## the unit tests of the bench module (its own go.mod), and the end-to-end
+## suite a second time with TLS, gossip encryption and ACLs on every agent.
 test: vet fmt-check
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 	$(GO) test -race -count=1 -timeout 10m -tags jepsenfaults ./cluster ./transport
+	CRONOQ_E2E_SECURE=1 $(GO) test -count=1 -timeout 20m ./e2e
 	@for b in $(JEPSEN_BUGS); do \
 		echo "go test -tags jepsenfaults,jepsenbug_$$b -run Bug"; \
 		$(GO) test -count=1 -tags jepsenfaults,jepsenbug_$$b -run Bug ./fsm ./engine/... ./transport || exit 1; \

@@ -320,7 +320,7 @@ func TestContract(t *testing.T) {
 			require.GreaterOrEqual(t, h.Epoch, uint64(1))
 			require.Equal(t, "ok", h.Status)
 
-			resp, err := httpc.Get("http://" + n.httpAddr + "/v1/health")
+			resp, err := httpc.Get(scheme + n.httpAddr + "/v1/health")
 			require.NoError(t, err)
 			body, err := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -335,7 +335,7 @@ func TestContract(t *testing.T) {
 	t.Run("metrics_prometheus_text", func(t *testing.T) {
 		leader := c.leader()
 		for _, n := range c.nodes {
-			resp, err := httpc.Get("http://" + n.httpAddr + "/metrics")
+			resp, err := httpc.Get(scheme + n.httpAddr + "/metrics")
 			require.NoError(t, err)
 			require.Equal(t, http.StatusOK, resp.StatusCode)
 			require.True(t, strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain"), "Content-Type %q", resp.Header.Get("Content-Type"))

@@ -100,7 +100,7 @@ func TestLeaderKill9UnderLoad(t *testing.T) {
 	c.startWorker(t, "worker-load", workerAddrs, "-pool", pool, "-concurrency", "8", "-handler", "job="+handler)
 
 	// Status events through the SDK, for the whole run.
-	cl, err := client.New(strings.Split(c.addrs(), ","), client.WithTimeout(5*time.Second))
+	cl, err := client.New(strings.Split(c.addrs(), ","), sdkOptions(client.WithTimeout(5*time.Second))...)
 	require.NoError(t, err)
 	defer cl.Close()
 	evCtx, stopEvents := context.WithCancel(context.Background())

@@ -57,7 +57,6 @@ func runMain(m *testing.M) int {
 			return 1
 		}
 		binary = abs
-		return m.Run()
 	}
 	dir, err := os.MkdirTemp("", "cronoq-e2e-bin-")
 	if err != nil {
@@ -65,10 +64,19 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	binary = filepath.Join(dir, "cronoq")
-	if err := buildBinary(binary); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: building cronoq: %v\n", err)
-		return 1
+	if binary == "" {
+		binary = filepath.Join(dir, "cronoq")
+		if err := buildBinary(binary); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: building cronoq: %v\n", err)
+			return 1
+		}
+	}
+	if os.Getenv("CRONOQ_E2E_SECURE") == "1" {
+		if err := setupSecure(dir); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: setting up TLS, gossip encryption and ACLs: %v\n", err)
+			return 1
+		}
+		fmt.Println("e2e: TLS (verify incoming), gossip encryption and ACLs on every agent")
 	}
 	return m.Run()
 }
@@ -247,7 +255,7 @@ func newCluster(t *testing.T, opts ...clusterOption) *cluster {
 			"-join", strings.Join(join, ","),
 			"-log-level", "debug",
 			"-shutdown-timeout", "10s",
-		}, o.extra...)
+		}, append(append([]string(nil), secure.agentArgs...), o.extra...)...)
 		c.start(n)
 	}
 	c.waitStable(30 * time.Second)
@@ -367,7 +375,7 @@ var httpc = &http.Client{Timeout: 5 * time.Second}
 
 // getHealth fetches GET /v1/health from addr.
 func getHealth(addr string) (code int, h httpHealth, body []byte, err error) {
-	resp, err := httpc.Get("http://" + addr + "/v1/health")
+	resp, err := httpc.Get(scheme + addr + "/v1/health")
 	if err != nil {
 		return 0, h, nil, err
 	}
@@ -420,6 +428,9 @@ func (c *cluster) waitStable(timeout time.Duration) *node {
 		_, h, _, err := getHealth(ln.httpAddr)
 		if err != nil || h.Ready != nil && !*h.Ready {
 			return false, fmt.Sprintf("leader %s not ready yet", leader)
+		}
+		if secure.on && !aclReady(ln.httpAddr) {
+			return false, fmt.Sprintf("leader %s has not made the initial management token yet", leader)
 		}
 		return true, ""
 	})

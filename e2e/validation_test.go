@@ -96,7 +96,7 @@ func TestBadInput(t *testing.T) {
 
 	// The SDK sends what the CLI checks itself: the nodes refuse it too,
 	// naming the field.
-	cl, err := client.New(strings.Split(c.addrs(), ","))
+	cl, err := client.New(strings.Split(c.addrs(), ","), sdkOptions()...)
 	require.NoError(t, err)
 	t.Cleanup(func() { cl.Close() })
 	sdkCases := []struct {
