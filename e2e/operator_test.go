@@ -249,8 +249,8 @@ func TestAgentDev(t *testing.T) {
 	httpAddr := a.HTTP
 	c := &cluster{t: t, logDir: dir}
 	t.Cleanup(c.cleanup)
-	n := &node{id: "dev", httpAddr: httpAddr, logPath: filepath.Join(dir, "dev.log"), args: []string{"agent", "-dev",
-		"-http-addr", httpAddr, "-raft-addr", a.Raft, "-gossip-addr", a.Gossip}}
+	n := &node{id: "dev", httpAddr: httpAddr, logPath: filepath.Join(dir, "dev.log"), args: append([]string{"agent", "-dev",
+		"-http-addr", httpAddr, "-raft-addr", a.Raft, "-gossip-addr", a.Gossip}, secure.agentArgs...)}
 	c.nodes = []*node{n}
 	start := time.Now()
 	c.start(n)

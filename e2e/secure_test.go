@@ -79,6 +79,9 @@ func setupSecure(dir string) error {
 		"CRONOQ_CLIENT_CERT": secure.certFile,
 		"CRONOQ_CLIENT_KEY":  secure.keyFile,
 		"CRONOQ_TOKEN":       secureToken,
+		// The nodes share one server certificate: the clients check its
+		// name, not the address they dial.
+		"CRONOQ_TLS_SERVER_NAME": "server.cronoq",
 	} {
 		if err := os.Setenv(k, v); err != nil {
 			return err
