@@ -166,3 +166,31 @@ func TestPlanRunsW4OnCronoqOnly(t *testing.T) {
 	require.Contains(t, md, "| cronoq | 3 (raft, fsync on every node) | **3.00** | 2.00–4.00 | 2.00 / 4.00 | **3,750** | 2,500–5,000 |")
 	require.Contains(t, md, "Not run on river, asynq-always: no equivalent")
 }
+
+func TestSecureABPairsRunByRun(t *testing.T) {
+	o := options{runs: 2, systems: []string{"cronoq", "cronoq-secure"}, workloads: []string{"w1"}}
+	require.Equal(t, []cell{
+		{system: "cronoq", workload: "w1", run: 1}, {system: "cronoq-secure", workload: "w1", run: 1},
+		{system: "cronoq-secure", workload: "w1", run: 2}, {system: "cronoq", workload: "w1", run: 2},
+	}, plan(o))
+
+	rep := &Report{Options: map[string]any{"w1_tasks": 1000}, Cells: []CellResult{
+		{System: "cronoq", Workload: "w1", Run: 1, Copies: 3, ServerCPUs: 1, W1: &W1Result{Tasks: 1000, Rate: 10000}},
+		{System: "cronoq-secure", Workload: "w1", Run: 1, Copies: 3, ServerCPUs: 1.5, W1: &W1Result{Tasks: 1000, Rate: 8000}},
+		{System: "cronoq-secure", Workload: "w1", Run: 2, Copies: 3, ServerCPUs: 2, W1: &W1Result{Tasks: 1000, Rate: 6000}},
+		{System: "cronoq", Workload: "w1", Run: 2, Copies: 3, ServerCPUs: 1, W1: &W1Result{Tasks: 1000, Rate: 10000}},
+		// A failed run has no pair.
+		{System: "cronoq", Workload: "w1", Run: 3, Copies: 3, Error: "boom"},
+		{System: "cronoq-secure", Workload: "w1", Run: 3, Copies: 3, W1: &W1Result{Tasks: 1000, Rate: 1}},
+		{System: "cronoq", Workload: "w3", Rate: 1000, Run: 1, Copies: 3, ServerCPUs: 2, W3: &W3Result{P50ms: 4, P99ms: 10}},
+		{System: "cronoq-secure", Workload: "w3", Rate: 1000, Run: 1, Copies: 3, ServerCPUs: 3, W3: &W3Result{P50ms: 5, P99ms: jf(math.Inf(1))}},
+	}}
+	md := renderTables(rep)
+	require.Contains(t, md, "| 1 | cronoq | 10,000 | 8,000 | 0.800 | 1,000 | 1,500 | 1.500 |")
+	require.Contains(t, md, "| 2 | cronoq-secure | 10,000 | 6,000 | 0.600 | 1,000 | 2,000 | 2.000 |")
+	require.Contains(t, md, "| **median** | | **10,000** | **7,000** | **0.700** |")
+	require.NotContains(t, md, "| 3 |")
+	require.Contains(t, md, "| 1 | cronoq | 4.00 | 5.00 | 1.250 | 10.0 | n/c | — | 2.0 | 3.0 | 1.500 |")
+
+	require.Empty(t, renderSecureAB(&Report{Cells: rep.Cells[:1]}))
+}

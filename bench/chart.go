@@ -9,6 +9,7 @@ import (
 
 var sysColor = map[string]string{
 	"cronoq":         "#2b6cb0",
+	"cronoq-secure":  "#2c5282",
 	"river":          "#c05621",
 	"asynq-always":   "#9b2c2c",
 	"asynq-everysec": "#e53e3e",
@@ -104,7 +105,7 @@ func renderChart(rep *Report) string {
 			}
 			w(`<text x="%.1f" y="%d" font-size="%d" text-anchor="middle">%s</text>`+"\n", cx, bottom+16, tick, html.EscapeString(label))
 			copies := "1 copy"
-			if br.name == "cronoq" || br.name == "raft" {
+			if isCronoq(br.name) || br.name == "raft" {
 				copies = "3 copies"
 			}
 			if br.sublabel != "" {
@@ -185,10 +186,15 @@ func renderChart(rep *Report) string {
 	// Legend.
 	x := lx0
 	for _, name := range allSystems {
+		if name == "cronoq-secure" && !hasSystem(rep, name) {
+			continue
+		}
 		label := name
 		switch name {
 		case "cronoq":
 			label = "cronoq (3 copies)"
+		case "cronoq-secure":
+			label = "cronoq-secure (3 copies, TLS+ACLs)"
 		case "raft":
 			label = "bare raft (3 copies)"
 		default:
@@ -199,6 +205,16 @@ func renderChart(rep *Report) string {
 	}
 	w("</svg>\n")
 	return b.String()
+}
+
+// hasSystem reports whether rep holds a cell of the system.
+func hasSystem(rep *Report, name string) bool {
+	for _, c := range rep.Cells {
+		if c.System == name {
+			return true
+		}
+	}
+	return false
 }
 
 // niceStep rounds a raw tick step up to 1, 2 or 5 times a power of ten.

@@ -52,9 +52,20 @@ type cronoqSys struct {
 	wg      sync.WaitGroup
 	runErrs []error
 	leases  sync.Map // lease -> seq, from grant to acknowledged completion
+
+	// secureTLS: the nodes run with TLS and ACLs (system cronoq-secure),
+	// made fresh in each cell's directory as sec.
+	secureTLS bool
+	sec       *cronoqSecurity
 }
 
-func (s *cronoqSys) Name() string  { return "cronoq" }
+func (s *cronoqSys) Name() string {
+	if s.secureTLS {
+		return "cronoq-secure"
+	}
+	return "cronoq"
+}
+
 func (s *cronoqSys) Batches() bool { return true }
 func (s *cronoqSys) Copies() int   { return 3 }
 func (s *cronoqSys) Durability() string {
@@ -64,8 +75,48 @@ func (s *cronoqSys) Config() string {
 	return fmt.Sprintf("3 × `bin/cronoq agent` on 127.0.0.1 with default (production) settings: raft-boltdb with fsync, raft.DefaultConfig timings; "+
 		"Go SDK: %d workers × %d slots (no-op handler), completions sent as soon as the stream takes them (the default); submits with Submit / SubmitBatch (random idempotency key per task, as the SDK does; "+
 		"the SDK's default coalescing sends at most 4 Submit calls per client at once and the submits made meanwhile together in one EnqueueMany call)",
-		cronoqWorkers, s.env.opts.concurrency/cronoqWorkers)
+		cronoqWorkers, s.env.opts.concurrency/cronoqWorkers) + s.secureConfig()
 }
+
+// secureConfig describes the security settings, for the report.
+func (s *cronoqSys) secureConfig() string {
+	if !s.secureTLS {
+		return "; no TLS (h2c), ACLs off"
+	}
+	return "; **TLS and ACLs on**: for each cell a CA, one server certificate (every node's) and a client certificate are made with `cronoq tls ca create` / " +
+		"`cronoq tls cert create -server|-client` (ECDSA P-256) in the cell's directory, and a random management secret; every node runs with " +
+		"`-tls-ca -tls-cert -tls-key -tls-verify-incoming -acl -acl-initial-management SECRET` (API over HTTPS with client certificates required, raft and forwarding over mutual TLS, " +
+		"every call checked against the token's policies); every client of the benchmark (the submitting and worker SDK clients, health checks, profiler) connects with TLS 1.3, " +
+		"presents the client certificate and the SDK clients carry the management token (`client.WithTLS`, `client.WithToken`; the workers' transport dials TLS with ALPN h2 itself, " +
+		"to tap acks). Measuring starts once a call with the token has succeeded and one without it was refused"
+}
+
+// clientOptions are the options of every SDK client the benchmark makes
+// (but the workers', see StartWorkers).
+func (s *cronoqSys) clientOptions() []client.Option {
+	if s.sec == nil {
+		return nil
+	}
+	return s.sec.clientOptions()
+}
+
+// scheme and httpClient are those of the health checks and the profiler.
+func (s *cronoqSys) scheme() string {
+	if s.sec != nil {
+		return "https://"
+	}
+	return "http://"
+}
+
+func (s *cronoqSys) httpClient(timeout time.Duration) *http.Client {
+	if s.sec != nil {
+		return s.sec.httpClient(timeout)
+	}
+	return &http.Client{Timeout: timeout}
+}
+
+// DebugClient is the HTTP client of the profiler.
+func (s *cronoqSys) DebugClient() *http.Client { return s.httpClient(0) }
 
 func (s *cronoqSys) ServerPIDs() []int {
 	var pids []int
@@ -77,6 +128,13 @@ func (s *cronoqSys) ServerPIDs() []int {
 
 func (s *cronoqSys) Start(ctx context.Context, dir string) error {
 	s.dir = dir
+	if s.secureTLS {
+		sec, err := newCronoqSecurity(ctx, s.env.opts.cronoqBin, filepath.Join(dir, "tls"))
+		if err != nil {
+			return fmt.Errorf("making the certificates and the management secret: %w", err)
+		}
+		s.sec = sec
+	}
 	ports, err := freePorts(9)
 	if err != nil {
 		return err
@@ -100,6 +158,9 @@ func (s *cronoqSys) Start(ctx context.Context, dir string) error {
 		if s.env.opts.profile > 0 {
 			args = append(args, "-enable-debug")
 		}
+		if s.sec != nil {
+			args = append(args, s.sec.agentArgs()...)
+		}
 		p, err := s.env.procs.start("cronoq-"+id, logPath(dir, "cronoq-"+id), nil, nil, s.env.opts.cronoqBin, args...)
 		if err != nil {
 			return err
@@ -111,11 +172,14 @@ func (s *cronoqSys) Start(ctx context.Context, dir string) error {
 		return err
 	}
 	for i := 0; i < 2; i++ {
-		c, err := client.New(s.http)
+		c, err := client.New(s.http, s.clientOptions()...)
 		if err != nil {
 			return err
 		}
 		s.submit = append(s.submit, c)
+	}
+	if s.sec != nil {
+		return s.sec.waitToken(ctx, s.submit[0], s.http)
 	}
 	return nil
 }
@@ -124,14 +188,14 @@ func (s *cronoqSys) Start(ctx context.Context, dir string) error {
 // cluster's status is ok.
 func (s *cronoqSys) waitReady(ctx context.Context) error {
 	deadline := time.Now().Add(60 * time.Second)
-	hc := &http.Client{Timeout: time.Second}
+	hc := s.httpClient(time.Second)
 	for {
 		ready := 0
 		for i, addr := range s.http {
 			if done, err := s.nodes[i].exited(); done {
 				return fmt.Errorf("cronoq node %d exited: %v: %s", i+1, err, tailFile(logPath(s.dir, s.nodes[i].name), 2000))
 			}
-			resp, err := hc.Get("http://" + addr + "/v1/health")
+			resp, err := hc.Get(s.scheme() + addr + "/v1/health")
 			if err != nil {
 				continue
 			}
@@ -164,8 +228,8 @@ func (s *cronoqSys) waitReady(ctx context.Context) error {
 // -enable-debug), named n1..n3 with the leader's name marked.
 func (s *cronoqSys) DebugURLs() map[string]string {
 	leader := ""
-	hc := &http.Client{Timeout: time.Second}
-	if resp, err := hc.Get("http://" + s.http[0] + "/v1/health"); err == nil {
+	hc := s.httpClient(time.Second)
+	if resp, err := hc.Get(s.scheme() + s.http[0] + "/v1/health"); err == nil {
 		var h struct {
 			Leader string `json:"leader"`
 		}
@@ -179,7 +243,7 @@ func (s *cronoqSys) DebugURLs() map[string]string {
 		if leader == name {
 			name += "-leader"
 		}
-		urls[name] = "http://" + addr
+		urls[name] = s.scheme() + addr
 	}
 	return urls
 }
@@ -257,11 +321,16 @@ func (s *cronoqSys) StartWorkers(ctx context.Context, h Hooks) error {
 	per := s.env.opts.concurrency / cronoqWorkers
 	for i := 0; i < cronoqWorkers; i++ {
 		tr, err := h2cTransport()
+		wopts := []client.Option(nil)
+		if s.sec != nil {
+			tr, err = s.sec.workerTransport()
+			wopts = append(wopts, client.WithToken(s.sec.token))
+		}
 		if err != nil {
 			cancel()
 			return err
 		}
-		c, err := client.New(s.http, client.WithHTTPClient(&http.Client{Transport: &ackTap{base: tr, onAck: onAck}}))
+		c, err := client.New(s.http, append(wopts, client.WithHTTPClient(&http.Client{Transport: &ackTap{base: tr, onAck: onAck}}))...)
 		if err != nil {
 			cancel()
 			return err

@@ -256,7 +256,7 @@ func versions(e *Env) map[string]string {
 	if e.pgBin != "" {
 		v["postgres"] = run(filepath.Join(e.pgBin, "postgres"), "--version")
 	}
-	if contains(e.opts.systems, "cronoq") {
+	if !onlyNonCronoq(e.opts.systems) {
 		rev := run("git", "-C", e.root, "rev-parse", "--short", "HEAD")
 		if dirty := run("git", "-C", e.root, "status", "--porcelain", "--untracked-files=no"); dirty != "" {
 			rev += " (modified)"

@@ -94,7 +94,7 @@ func parseFlags(args []string) (options, error) {
 	var systems, workloads, rates string
 	fs.BoolVar(&o.quick, "quick", false, "W1 only at 20,000 tasks (overrides -workloads and -w1-tasks; 3 runs unless -runs is given)")
 	fs.IntVar(&o.runs, "runs", 3, "runs per cell (systems alternated between runs)")
-	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated `LIST` of systems")
+	fs.StringVar(&systems, "systems", strings.Join(defaultSystems, ","), "comma-separated `LIST` of systems (also cronoq-secure: cronoq with TLS, client certificates and ACLs)")
 	fs.StringVar(&workloads, "workloads", "w1,w2,w3,w4", "comma-separated `LIST` of workloads (w1, w2, w3, w4)")
 	fs.IntVar(&o.concurrency, "concurrency", 1024, "worker slots per system (cronoq: split over 4 SDK workers)")
 	fs.IntVar(&o.batch, "batch", 1000, "tasks per batched enqueue call (pre-insert and W2)")
@@ -165,12 +165,32 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-w4-children must be positive")
 	case o.w1OrderingKeys < 0:
 		return o, errors.New("-w1-ordering-keys must not be negative")
-	case o.w1OrderingKeys > 0 && (len(o.systems) != 1 || o.systems[0] != "cronoq"):
-		return o, errors.New("-w1-ordering-keys needs -systems cronoq: the other systems have no ordering keys")
+	case o.w1OrderingKeys > 0 && !onlyCronoq(o.systems):
+		return o, errors.New("-w1-ordering-keys needs -systems cronoq (or cronoq-secure): the other systems have no ordering keys")
 	case o.profile < 0:
 		return o, errors.New("-profile must not be negative")
 	}
 	return o, nil
+}
+
+// onlyCronoq reports whether every system is a cronoq cluster.
+func onlyCronoq(systems []string) bool {
+	for _, s := range systems {
+		if !isCronoq(s) {
+			return false
+		}
+	}
+	return len(systems) > 0
+}
+
+// onlyNonCronoq reports whether no system is a cronoq cluster.
+func onlyNonCronoq(systems []string) bool {
+	for _, s := range systems {
+		if isCronoq(s) {
+			return false
+		}
+	}
+	return true
 }
 
 func splitList(s string) []string {
@@ -227,7 +247,7 @@ func run(o options) (err error) {
 	if o.outDir, err = filepath.Abs(o.outDir); err != nil {
 		return fmt.Errorf("resolving -out: %w", err)
 	}
-	if _, err := os.Stat(o.cronoqBin); err != nil && contains(o.systems, "cronoq") {
+	if _, err := os.Stat(o.cronoqBin); err != nil && !onlyNonCronoq(o.systems) {
 		return fmt.Errorf("cronoq binary: %w (run make build)", err)
 	}
 	if err := os.MkdirAll(o.outDir, 0o755); err != nil {

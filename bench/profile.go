@@ -22,6 +22,12 @@ type profiler interface {
 	DebugURLs() map[string]string
 }
 
+// debugClienter is a profiler whose servers need their own HTTP client
+// (TLS with a client certificate).
+type debugClienter interface {
+	DebugClient() *http.Client
+}
+
 // startProfiles records CPU profiles of sys's servers and of this process
 // (clients and workers) for d, writing <name>.cpu.pprof files into dir. It
 // returns at once; wait blocks until every profile is written.
@@ -36,20 +42,24 @@ func startProfiles(ctx context.Context, sys System, dir string, d time.Duration)
 	}
 	if p, ok := sys.(profiler); ok {
 		secs := max(1, int(d/time.Second))
+		hc := http.DefaultClient
+		if dc, ok := sys.(debugClienter); ok {
+			hc = dc.DebugClient()
+		}
 		for name, base := range p.DebugURLs() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := fetchTo(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, secs), filepath.Join(dir, name+".cpu.pprof"), d); err != nil {
+				if err := fetchTo(ctx, hc, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, secs), filepath.Join(dir, name+".cpu.pprof"), d); err != nil {
 					fail(fmt.Errorf("profiling %s: %w", name, err))
 					return
 				}
-				if err := fetchTo(ctx, base+"/metrics", filepath.Join(dir, name+".metrics.txt"), 0); err != nil {
+				if err := fetchTo(ctx, hc, base+"/metrics", filepath.Join(dir, name+".metrics.txt"), 0); err != nil {
 					fail(fmt.Errorf("reading the metrics of %s: %w", name, err))
 				}
 				// Allocations since the node started (go tool pprof
 				// -sample_index=alloc_space).
-				if err := fetchTo(ctx, base+"/debug/pprof/allocs", filepath.Join(dir, name+".allocs.pprof"), 0); err != nil {
+				if err := fetchTo(ctx, hc, base+"/debug/pprof/allocs", filepath.Join(dir, name+".allocs.pprof"), 0); err != nil {
 					fail(fmt.Errorf("reading the allocation profile of %s: %w", name, err))
 				}
 			}()
@@ -85,14 +95,14 @@ func startProfiles(ctx context.Context, sys System, dir string, d time.Duration)
 
 // fetchTo writes the body of a GET of url to path, allowing d more than
 // the usual 30 s for the answer.
-func fetchTo(ctx context.Context, url, path string, d time.Duration) error {
+func fetchTo(ctx context.Context, hc *http.Client, url, path string, d time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}

@@ -494,6 +494,7 @@ func renderTables(rep *Report) string {
 			w("Not run on %s: %s.\n\n", strings.Join(by[r], ", "), r)
 		}
 	}
+	w("%s", renderSecureAB(rep))
 	w("Fsync latency of this disk: p50 %.2f ms, p99 %.2f ms. River and asynq keep one copy of each task; cronoq keeps three.\n", rep.Fsync.P50ms, rep.Fsync.P99ms)
 	return b.String()
 }

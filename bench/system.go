@@ -12,7 +12,14 @@ import (
 )
 
 // The systems, in the order they are alternated.
-var allSystems = []string{"cronoq", "river", "asynq-always", "asynq-everysec", "raft"}
+var allSystems = []string{"cronoq", "cronoq-secure", "river", "asynq-always", "asynq-everysec", "raft"}
+
+// defaultSystems are those run without -systems: cronoq-secure is cronoq
+// with TLS and ACLs, for measuring their cost against cronoq.
+var defaultSystems = []string{"cronoq", "river", "asynq-always", "asynq-everysec", "raft"}
+
+// isCronoq reports whether the system is a cronoq cluster.
+func isCronoq(name string) bool { return name == "cronoq" || name == "cronoq-secure" }
 
 // PayloadSize is the size of every task's payload.
 const PayloadSize = 256
@@ -54,6 +61,8 @@ func newSystem(env *Env, name string) (System, error) {
 	switch name {
 	case "cronoq":
 		return &cronoqSys{env: env}, nil
+	case "cronoq-secure":
+		return &cronoqSys{env: env, secureTLS: true}, nil
 	case "river":
 		return &riverSys{env: env}, nil
 	case "asynq-always":
@@ -142,7 +151,7 @@ type FanOuter interface {
 
 // fanOutSkip says why a system does not run W4, "" for one that does.
 func fanOutSkip(name string) string {
-	if name == "cronoq" {
+	if isCronoq(name) {
 		return ""
 	}
 	return "no equivalent: the library has no task dependencies, so nothing can wait for spawned children"
