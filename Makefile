@@ -109,9 +109,13 @@ jepsen-build:
 	CGO_ENABLED=0 $(GO) build -trimpath -tags jepsenfaults -o $(JEPSEN_NODE) ./cmd/node
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(JEPSEN) ./jepsen/cmd/jepsen
 
-## jepsen-smoke: the fixed CI schedule, about three minutes.
+## jepsen-smoke: the fixed CI schedule, about three minutes, then a shorter
+## one with TLS (client certificates required), gossip encryption and ACLs
+## on (-secure); both must be valid.
 jepsen-smoke: jepsen-build
 	./jepsen/run-in-netns.sh 225s $(JEPSEN) run -bin $(JEPSEN_NODE) -schedule smoke -budget 215s -seed $(JEPSEN_SEED)
+	./jepsen/run-in-netns.sh 160s $(JEPSEN) run -bin $(JEPSEN_NODE) -schedule smoke-secure -secure \
+		-budget 150s -recovery 10s -seed $(JEPSEN_SEED)
 
 ## jepsen: a soak run of JEPSEN_DURATION faults (JEPSEN_LIMIT bounds the whole run).
 jepsen: jepsen-build

@@ -496,6 +496,22 @@ func Smoke(workers []string) Schedule {
 	}}
 }
 
+// SmokeSecure is the short CI schedule of the run with TLS, gossip
+// encryption and ACLs on: the faults that make the nodes and the clients
+// reconnect and re-verify (a partition, a leader kill, a paused leader, a
+// clock jump the leader's clock guard reads over TLS) and a whole-cluster
+// restart, after which the ACL state and the gossip keyring come back from
+// the data dirs.
+func SmokeSecure(workers []string) Schedule {
+	return Schedule{Name: "smoke-secure", Steps: []Step{
+		isolateLeaderWithWorker(workers[0], 5*time.Second),
+		killNode("kill-leader", pickLeader, 2*time.Second, 2, 3, 8),
+		pauseNode("pause-leader+zombie-worker", pickLeader, 4*time.Second, workers[1], 7),
+		clockJump(8*time.Second, 4*time.Second),
+		killAll(2 * time.Second),
+	}}
+}
+
 // Soak returns a random schedule of length d: the whole catalogue,
 // reshuffled every round, quiet about a quarter of the time.
 func Soak(workers []string, d time.Duration, r *rand.Rand) Schedule {
@@ -545,13 +561,15 @@ func Named(name string, workers []string, d time.Duration, r *rand.Rand) (Schedu
 	switch name {
 	case "smoke":
 		return Smoke(workers), nil
+	case "smoke-secure":
+		return SmokeSecure(workers), nil
 	case "soak":
 		return Soak(workers, d, r), nil
 	}
 	if s, ok := bugSchedules(workers)[name]; ok {
 		return s, nil
 	}
-	names := []string{"smoke", "soak"}
+	names := []string{"smoke", "smoke-secure", "soak"}
 	for n := range bugSchedules(workers) {
 		names = append(names, n)
 	}

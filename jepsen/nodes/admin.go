@@ -3,6 +3,7 @@ package nodes
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/cronoq/cronoq/client"
 )
 
 // RaftStatus is GET /admin/raft.
@@ -44,14 +47,40 @@ var ErrNoAdmin = errors.New("admin API not available (binary built without -tags
 // Admin is a client of the nodes' admin API. Its connections leave from
 // 127.0.0.1, which no partition ever names.
 type Admin struct {
-	httpc *http.Client
+	httpc  *http.Client
+	scheme string // "http" or "https"
+	token  string
 }
 
 // NewAdmin returns an admin client with a short per-request timeout.
-func NewAdmin() *Admin {
+func NewAdmin() *Admin { return NewAdminTLS(nil, "") }
+
+// NewAdminTLS returns an admin client that, when cfg is set, speaks HTTPS
+// with cfg (the admin API is served on the node's API listener, which then
+// wants the client certificate of cfg), and sends token (when set) as the
+// ACL token of every request.
+func NewAdminTLS(cfg *tls.Config, token string) *Admin {
 	d := &net.Dialer{Timeout: time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}}
 	tr := &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 2, IdleConnTimeout: 5 * time.Second}
-	return &Admin{httpc: &http.Client{Transport: tr, Timeout: 3 * time.Second}}
+	a := &Admin{httpc: &http.Client{Transport: tr, Timeout: 3 * time.Second}, scheme: "http", token: token}
+	if cfg != nil {
+		tr.TLSClientConfig = cfg.Clone()
+		tr.TLSHandshakeTimeout = 2 * time.Second
+		a.scheme = "https"
+	}
+	return a
+}
+
+// newRequest builds a request for path on the node at addr.
+func (a *Admin) newRequest(ctx context.Context, method, addr, path string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, a.scheme+"://"+addr+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if a.token != "" {
+		req.Header.Set(client.HeaderToken, a.token)
+	}
+	return req, nil
 }
 
 func (a *Admin) do(ctx context.Context, method, addr, path string, body any, out any) error {
@@ -63,7 +92,7 @@ func (a *Admin) do(ctx context.Context, method, addr, path string, body any, out
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, rd)
+	req, err := a.newRequest(ctx, method, addr, path, rd)
 	if err != nil {
 		return err
 	}
@@ -100,7 +129,7 @@ func (a *Admin) Raft(ctx context.Context, addr string) (RaftStatus, error) {
 // Health returns GET /v1/health.
 func (a *Admin) Health(ctx context.Context, addr string) (Health, error) {
 	var h Health
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/health", nil)
+	req, err := a.newRequest(ctx, http.MethodGet, addr, "/v1/health", nil)
 	if err != nil {
 		return h, err
 	}

@@ -6,6 +6,7 @@ package workload
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -36,6 +37,11 @@ type Env struct {
 	TTL time.Duration
 	// Seed feeds every random choice of the workloads.
 	Seed uint64
+	// TLS, when set, is the client TLS configuration every connection to
+	// the nodes uses (the CA, the client certificate, the server name).
+	TLS *tls.Config
+	// Token, when set, is the ACL token every call carries.
+	Token string
 
 	mu      sync.Mutex
 	clients map[string]*client.Client
@@ -65,8 +71,8 @@ func (e *Env) Client(ip string, node Node) (*client.Client, error) {
 	if c, ok := e.clients[k]; ok {
 		return c, nil
 	}
-	c, err := client.New([]string{node.Addr}, client.WithLocalAddr(ip), client.WithTimeout(2*time.Second),
-		client.WithBackoff(50*time.Millisecond, 400*time.Millisecond), client.WithWaitPoll(2*time.Second))
+	c, err := client.New([]string{node.Addr}, e.secure(client.WithLocalAddr(ip), client.WithTimeout(2*time.Second),
+		client.WithBackoff(50*time.Millisecond, 400*time.Millisecond), client.WithWaitPoll(2*time.Second))...)
 	if err != nil {
 		return nil, err
 	}
@@ -89,8 +95,8 @@ func (e *Env) ClientAll(ip string) (*client.Client, error) {
 	for i, n := range e.Nodes {
 		addrs[i] = n.Addr
 	}
-	c, err := client.New(addrs, client.WithLocalAddr(ip), client.WithTimeout(3*time.Second),
-		client.WithBackoff(50*time.Millisecond, 500*time.Millisecond), client.WithWaitPoll(2*time.Second))
+	c, err := client.New(addrs, e.secure(client.WithLocalAddr(ip), client.WithTimeout(3*time.Second),
+		client.WithBackoff(50*time.Millisecond, 500*time.Millisecond), client.WithWaitPoll(2*time.Second))...)
 	if err != nil {
 		return nil, err
 	}
@@ -111,12 +117,27 @@ func (e *Env) ReadClient(ip string, node Node) (*client.Client, error) {
 	}
 	hc, ok := e.readers[ip]
 	if !ok {
-		hc = h2c(ip)
+		hc = e.httpClient(ip)
 		e.readers[ip] = hc
 	}
 	e.mu.Unlock()
+	// hc dials TLS itself and carries the token: WithTLS and WithToken
+	// are not needed (WithTLS excludes WithHTTPClient).
 	return client.New([]string{node.Addr}, client.WithHTTPClient(hc), client.WithTimeout(2*time.Second),
 		client.WithBackoff(50*time.Millisecond, 400*time.Millisecond), client.WithWaitPoll(2*time.Second))
+}
+
+// secure adds the TLS and token options of e to opts.
+func (e *Env) secure(opts ...client.Option) []client.Option {
+	if e.TLS != nil {
+		opts = append(opts, client.WithTLS(client.TLSConfig{
+			CAPool: e.TLS.RootCAs, Certificate: &e.TLS.Certificates[0], ServerName: e.TLS.ServerName,
+		}))
+	}
+	if e.Token != "" {
+		opts = append(opts, client.WithToken(e.Token))
+	}
+	return opts
 }
 
 // Close closes every SDK client.
@@ -153,14 +174,34 @@ func (e *Env) NodeByAddr(addr string) (Node, bool) {
 	return Node{}, false
 }
 
-// h2c returns an HTTP client speaking HTTP/2 without TLS from ip, for the
-// generated worker-stream client.
-func h2c(ip string) *http.Client {
+// httpClient returns an HTTP client speaking HTTP/2 with prior knowledge
+// from ip, for the generated worker-stream client and the register's
+// readers: without TLS (h2c), or, when e.TLS is set, over TLS connections
+// it opens itself (ALPN h2), as the SDK does, so that URLs stay http://.
+// When e.Token is set every request carries it.
+func (e *Env) httpClient(ip string) *http.Client {
 	d := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	dial := d.DialContext
+	if e.TLS != nil {
+		cfg := e.TLS.Clone()
+		cfg.NextProtos = []string{"h2"}
+		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			raw, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			tc := tls.Client(raw, cfg)
+			if err := tc.HandshakeContext(ctx); err != nil {
+				_ = raw.Close()
+				return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
+			}
+			return tc, nil
+		}
+	}
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	tr := &http.Transport{
-		DialContext:         d.DialContext,
+		DialContext:         dial,
 		Protocols:           &p,
 		MaxIdleConnsPerHost: 2,
 		IdleConnTimeout:     10 * time.Second,
@@ -169,8 +210,26 @@ func h2c(ip string) *http.Client {
 			PingTimeout:     2 * time.Second,
 		},
 	}
+	if e.Token != "" {
+		return &http.Client{Transport: &tokenTransport{base: tr, token: e.Token}}
+	}
 	return &http.Client{Transport: tr}
 }
+
+// tokenTransport sets the ACL token header on every request.
+type tokenTransport struct {
+	base  *http.Transport
+	token string
+}
+
+func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	r := req.Clone(req.Context())
+	r.Header.Set(client.HeaderToken, t.token)
+	return t.base.RoundTrip(r)
+}
+
+// CloseIdleConnections closes the transport's idle connections.
+func (t *tokenTransport) CloseIdleConnections() { t.base.CloseIdleConnections() }
 
 // Outcome classifies an SDK error for the history.
 //   - nil: ok

@@ -86,7 +86,7 @@ func (r *Register) client(ip string) *http.Client {
 	if c, ok := r.httpc[ip]; ok {
 		return c
 	}
-	c := h2c(ip)
+	c := r.env.httpClient(ip)
 	r.httpc[ip] = c
 	return c
 }

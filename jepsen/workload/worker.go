@@ -141,7 +141,7 @@ func NewWorker(env *Env, cfg WorkerConfig) *Worker {
 	w := &Worker{
 		cfg:     cfg,
 		env:     env,
-		httpc:   h2c(cfg.IP),
+		httpc:   env.httpClient(cfg.IP),
 		rng:     env.Rand(),
 		leases:  make(map[uint64]*wlease),
 		waiters: make(map[uint64]chan ackResult),

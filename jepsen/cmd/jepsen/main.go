@@ -51,7 +51,7 @@ func main() {
 
 func usage() {
 	fmt.Fprint(os.Stderr, `usage:
-  jepsen run [-bin bin/cronoq-jepsen] [-schedule smoke|soak|bug-NAME] [-duration 30m] [-seed N] [-results DIR] [-out DIR]
+  jepsen run [-bin bin/cronoq-jepsen] [-schedule smoke|smoke-secure|soak|bug-NAME] [-duration 30m] [-seed N] [-secure] [-results DIR] [-out DIR]
   jepsen check DIR
   jepsen selftest [-bin-dir bin] [-results DIR]
   jepsen cleanup [RESULTS_DIR]

@@ -43,6 +43,10 @@ type runOptions struct {
 	Budget     time.Duration `json:"budget"`
 	LogLevel   string        `json:"log_level"`
 	RegTimeout time.Duration `json:"register_check_timeout"`
+	// Secure runs the nodes with TLS (client certificates required),
+	// gossip encryption and ACLs, and every harness client with the
+	// client certificate and the management token.
+	Secure bool `json:"secure,omitempty"`
 }
 
 // runConfig is config.json.
@@ -89,7 +93,7 @@ func cmdRun(args []string) int {
 	var o runOptions
 	var seed int64
 	fs.StringVar(&o.Bin, "bin", "bin/cronoq-jepsen", "the cronoq binary (built with -tags jepsenfaults)")
-	fs.StringVar(&o.Schedule, "schedule", "smoke", "fault schedule: smoke, soak, or bug-ackearly|bug-noepoch|bug-stalelease|bug-cronrefire|bug-followerread|bug-depdone|bug-laneoverlap")
+	fs.StringVar(&o.Schedule, "schedule", "smoke", "fault schedule: smoke, smoke-secure, soak, or bug-ackearly|bug-noepoch|bug-stalelease|bug-cronrefire|bug-followerread|bug-depdone|bug-laneoverlap")
 	fs.DurationVar(&o.Duration, "duration", 30*time.Minute, "length of the fault phase of a soak")
 	fs.Int64Var(&seed, "seed", 0, "random seed (0: from the clock)")
 	fs.StringVar(&o.Results, "results", "jepsen/results", "folder that receives <UTC-time>-<seed>/")
@@ -102,6 +106,7 @@ func cmdRun(args []string) int {
 	fs.DurationVar(&o.Budget, "budget", 0, "wall-clock budget of the whole run; phases are cut short to fit (0: none)")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "node log level")
 	fs.DurationVar(&o.RegTimeout, "register-timeout", 15*time.Second, "porcupine time limit")
+	fs.BoolVar(&o.Secure, "secure", false, "TLS with client certificates, gossip encryption and ACLs on every node; every harness client uses the client certificate and the management token (material in the run's tls/)")
 	if err := fs.Parse(args); err != nil {
 		return exitHarness
 	}
@@ -208,7 +213,15 @@ func run(o runOptions) (int, error) {
 	for i, ip := range nodeIPs {
 		join[i] = fmt.Sprintf("%s:%d", ip, nodes.GossipPort)
 	}
+	var sec *secureSetup
 	cl := &nodes.Cluster{Admin: nodes.NewAdmin()}
+	if o.Secure {
+		sec, err = prepareSecure(context.Background(), bin, filepath.Join(dir, "tls"))
+		if err != nil {
+			return exitHarness, err
+		}
+		cl.Admin = nodes.NewAdminTLS(sec.Client, sec.Secret)
+	}
 	var nodeArgs [][]string
 	for i, ip := range nodeIPs {
 		id := fmt.Sprintf("n%d", i+1)
@@ -219,6 +232,9 @@ func run(o runOptions) (int, error) {
 			"-heartbeat-window", o.TTL.String(), "-hold-timeout", "2s", "-max-pending", "300",
 			"-shutdown-timeout", "5s", "-log-level", o.LogLevel}
 		args = append(args, optional...)
+		if sec != nil {
+			args = append(args, sec.agentArgs()...)
+		}
 		nodeArgs = append(nodeArgs, args)
 		cl.Nodes = append(cl.Nodes, nodes.New(spec, bin, args))
 	}
@@ -297,6 +313,19 @@ func run(o runOptions) (int, error) {
 		env.Nodes = append(env.Nodes, workload.Node{ID: n.ID, Addr: n.HTTPAddr()})
 	}
 	defer env.Close()
+	var secureNotes []string
+	if sec != nil {
+		env.TLS, env.Token = sec.Client, sec.Secret
+		actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+		secureNotes, err = waitSecure(actx, sec, env)
+		acancel()
+		if err != nil {
+			stopMonitor()
+			_ = rec.Close()
+			return exitHarness, fmt.Errorf("secure setup: %w", err)
+		}
+		phase(start, "secure: TLS with client certificates, gossip encryption, ACLs; every node knows the management token")
+	}
 	proc := func(i int) workload.Process {
 		return workload.Process{Name: fmt.Sprintf("c%d", i+1), IP: clientIPs[i]}
 	}
@@ -504,6 +533,9 @@ func run(o runOptions) (int, error) {
 		}
 		if harnessErr != nil {
 			sum.Notes = append(sum.Notes, "harness: "+harnessErr.Error())
+		}
+		if sec != nil {
+			sum.Notes = append(sum.Notes, "secure: nodes with TLS (client certificates required), gossip encryption and ACLs; every harness client with the client certificate and the management token; "+strings.Join(secureNotes, "; "))
 		}
 		_ = report.Write(dir, sum)
 		fmt.Print(report.Text(sum))
