@@ -214,14 +214,34 @@ func (c *Client) wait(ctx context.Context, what string, ref *cronoqv1.TaskRef) (
 }
 
 func (c *Client) cancel(ctx context.Context, what string, ref *cronoqv1.TaskRef) (bool, error) {
+	res, err := c.cancelTask(ctx, what, ref)
+	return res.Cancelled, err
+}
+
+func (c *Client) cancelTask(ctx context.Context, what string, ref *cronoqv1.TaskRef) (CancelResult, error) {
 	resp, err := unary(ctx, c, what, idempotent, &cronoqv1.CancelRequest{Ref: ref},
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.CancelRequest]) (*connect.Response[cronoqv1.CancelResponse], error) {
 			return ep.tasks.Cancel
 		})
 	if err != nil {
-		return false, err
+		return CancelResult{}, err
 	}
-	return resp.GetCancelled(), nil
+	return CancelResult{Cancelled: resp.GetCancelled(), LastLease: resp.GetLastLease()}, nil
+}
+
+// CancelResult is what CancelTask answers.
+type CancelResult struct {
+	// Cancelled is true when this call cancelled the task, false when it
+	// had already ended.
+	Cancelled bool
+	// LastLease is the highest lease ever granted to the task when the
+	// cancel took effect (0: it never ran): no later lease is granted.
+	LastLease uint64
+}
+
+// CancelTask is Cancel answering also the task's last lease.
+func (c *Client) CancelTask(ctx context.Context, id string) (CancelResult, error) {
+	return c.cancelTask(ctx, "cancelling task "+id, &cronoqv1.TaskRef{Id: id})
 }
 
 // Cancel cancels a task by id. cancelled is true when this call cancelled it,

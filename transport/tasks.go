@@ -245,7 +245,7 @@ func (t *taskService) Cancel(ctx context.Context, req *connect.Request[cronoqv1.
 		if err != nil {
 			return nil, err
 		}
-		return &cronoqv1.CancelResponse{Id: c.ID, Cancelled: c.Cancelled}, nil
+		return &cronoqv1.CancelResponse{Id: c.ID, Cancelled: c.Cancelled, LastLease: c.LastLease}, nil
 	}, func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.CancelRequest]) (*connect.Response[cronoqv1.CancelResponse], error) {
 		return ep.tasks.Cancel
 	})

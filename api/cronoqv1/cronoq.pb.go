@@ -1758,9 +1758,12 @@ func (x *CancelRequest) GetRef() *TaskRef {
 }
 
 type CancelResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Cancelled     bool                   `protobuf:"varint,2,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Cancelled bool                   `protobuf:"varint,2,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	// The highest lease ever granted to the task when the cancel took
+	// effect (0: it never ran). No lease above it is ever granted.
+	LastLease     uint64 `protobuf:"varint,3,opt,name=last_lease,json=lastLease,proto3" json:"last_lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1807,6 +1810,13 @@ func (x *CancelResponse) GetCancelled() bool {
 		return x.Cancelled
 	}
 	return false
+}
+
+func (x *CancelResponse) GetLastLease() uint64 {
+	if x != nil {
+		return x.LastLease
+	}
+	return 0
 }
 
 // Ends an external task that waits for its completion: success with an
@@ -8435,10 +8445,12 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\fWaitResponse\x12#\n" +
 	"\x04task\x18\x01 \x01(\v2\x0f.cronoq.v1.TaskR\x04task\"5\n" +
 	"\rCancelRequest\x12$\n" +
-	"\x03ref\x18\x01 \x01(\v2\x12.cronoq.v1.TaskRefR\x03ref\">\n" +
+	"\x03ref\x18\x01 \x01(\v2\x12.cronoq.v1.TaskRefR\x03ref\"]\n" +
 	"\x0eCancelResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
-	"\tcancelled\x18\x02 \x01(\bR\tcancelled\"\x9b\x01\n" +
+	"\tcancelled\x18\x02 \x01(\bR\tcancelled\x12\x1d\n" +
+	"\n" +
+	"last_lease\x18\x03 \x01(\x04R\tlastLease\"\x9b\x01\n" +
 	"\x0fCompleteRequest\x12$\n" +
 	"\x03ref\x18\x01 \x01(\v2\x12.cronoq.v1.TaskRefR\x03ref\x120\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x16.cronoq.v1.OutcomeKindR\aoutcome\x12\x16\n" +

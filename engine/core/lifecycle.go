@@ -270,14 +270,14 @@ func (c *Core) Cancel(now time.Time, req ReqID, ref TaskRef) {
 		return
 	}
 	if t.status.Terminal() {
-		c.reply(req, Cancelled{ID: t.id})
+		c.reply(req, Cancelled{ID: t.id, LastLease: t.lastLease})
 		return
 	}
 	if t.status == fsm.StatusRunning {
 		c.abort(t, reasonCancelAbort)
 	}
 	c.finish(t, fsm.StatusCancelled, nil, msgCancelled)
-	c.reply(req, Cancelled{ID: t.id, Cancelled: true})
+	c.reply(req, Cancelled{ID: t.id, Cancelled: true, LastLease: t.lastLease})
 }
 
 // Attach waits for a task to end. The reply (held, so it follows everything

@@ -187,6 +187,9 @@ type Grant struct {
 type Cancelled struct {
 	ID        string
 	Cancelled bool
+	// LastLease is the highest lease ever granted to the task when the
+	// cancel was applied (0: it never ran): no later lease exists.
+	LastLease uint64
 }
 
 // ScheduleSpec creates or replaces a recurring schedule.

@@ -28,6 +28,9 @@ type cancelObs struct {
 	pair      history.Pair
 	typ       history.Type
 	cancelled bool
+	// lastLease is the task's highest lease when the cancel took effect,
+	// as the cluster answered it (nil in a history without it).
+	lastLease *uint64
 }
 
 func terminalOutcome(o string) bool { return o == "success" || o == "permanent" }
@@ -115,6 +118,7 @@ func Queue(ops []history.Op, _ Params) *Result {
 			c := cancelObs{pair: p, typ: p.Type()}
 			if c.typ == history.OK && p.Completion.Value != nil && p.Completion.Value.Cancelled != nil {
 				c.cancelled = *p.Completion.Value.Cancelled
+				c.lastLease = p.Completion.Value.LastLease
 			}
 			cancels[v.ID] = append(cancels[v.ID], c)
 		}
@@ -415,7 +419,16 @@ func Queue(ops []history.Op, _ Params) *Result {
 				}
 			}
 			for _, cn := range cancels[id] {
-				if cn.typ == history.OK && cn.cancelled && cn.pair.End() < g.op.Time && g.token > issued.maxBefore(cn.pair.Start()) {
+				// The cancel's answer names the task's last lease when
+				// it took effect: a grant above it came after. Without
+				// it, a grant above every token read before the cancel
+				// was sent, read after its answer, is taken to be later
+				// (which a grant racing the cancel can also be).
+				after := g.token > issued.maxBefore(cn.pair.Start())
+				if cn.lastLease != nil {
+					after = g.token > *cn.lastLease
+				}
+				if cn.typ == history.OK && cn.cancelled && cn.pair.End() < g.op.Time && after {
 					r.fail("Q6", []int64{cn.pair.Completion.Index, g.op.Index}, "task %s: lease %d granted after the task was cancelled", id, g.token)
 				}
 			}

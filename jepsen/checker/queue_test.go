@@ -192,3 +192,32 @@ func TestQueueLateReadGrantIsValid(t *testing.T) {
 	}
 	require.NotEqual(t, Invalid, r.Valid, "%+v", r.Anomalies)
 }
+
+// A grant that raced a cancel (issued while the cancel was in flight, read
+// after its answer) is within the last lease the cancel answered; one
+// above it was granted after the cancel took effect.
+func TestQueueCancelAnswersTheLastLease(t *testing.T) {
+	build := func(lastLease, granted uint64) *Result {
+		h := &hb{}
+		h.submit("c1", "p-c1-1", "A")
+		h.grant("w2", "Z", "p-zz-1", 10, 1) // read before the cancel was sent
+		h.invoke("c1", "cancel", &history.Value{Pool: q, ID: "A", Key: "p-c1-1"})
+		h.complete("c1", "cancel", history.OK, &history.Value{ID: "A", Cancelled: ptr(true), LastLease: &lastLease})
+		h.grant("w1", "A", "p-c1-1", granted, 1)
+		a := succeeded("A", "p-c1-1", 0, 1)
+		a.Status, a.Output = "cancelled", ""
+		h.final(a, succeeded("Z", "p-zz-1", 10, 1))
+		return Queue(h.ops, Params{})
+	}
+	q6 := func(r *Result) bool {
+		for _, a := range r.Anomalies {
+			if a.Invariant == "Q6" {
+				return true
+			}
+		}
+		return false
+	}
+	require.False(t, q6(build(11, 11)), "lease 11 was granted before the cancel took effect")
+	require.True(t, q6(build(0, 11)), "the task had no lease when cancelled: lease 11 came after")
+	require.True(t, q6(build(11, 12)), "lease 12 is above the last lease the cancel answered")
+}

@@ -64,7 +64,10 @@ type Value struct {
 	Status    string `json:"status,omitempty"`
 	Found     *bool  `json:"found,omitempty"`
 	Cancelled *bool  `json:"cancelled,omitempty"`
-	Worker    string `json:"worker,omitempty"`
+	// LastLease is what a cancel answered: the task's highest lease when
+	// the cancel took effect (0: it never ran).
+	LastLease *uint64 `json:"last_lease,omitempty"`
+	Worker    string  `json:"worker,omitempty"`
 	// Code is the error kind a node answered with (stale_lease, ...).
 	Code string `json:"code,omitempty"`
 

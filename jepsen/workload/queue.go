@@ -186,11 +186,11 @@ func (q *Queue) cancel(ctx context.Context, p Process, n Node, id, key string) {
 	}
 	done := q.env.Rec.Invoke(p.Name, "cancel", n.ID, &history.Value{Pool: QueuePool, ID: id, Key: key})
 	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	cancelled, err := c.Cancel(actx, id)
+	res, err := c.CancelTask(actx, id)
 	cancel()
 	switch {
 	case err == nil:
-		done(history.OK, &history.Value{ID: id, Key: key, Cancelled: boolp(cancelled)}, nil)
+		done(history.OK, &history.Value{ID: id, Key: key, Cancelled: boolp(res.Cancelled), LastLease: &res.LastLease}, nil)
 	case errors.Is(err, client.ErrNotFound):
 		done(history.Fail, &history.Value{ID: id, Key: key, Code: "not_found"}, err)
 	default:
