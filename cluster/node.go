@@ -33,6 +33,15 @@ const (
 	raftLogCacheSize  = 512
 	snapshotsRetained = 2
 	raftMaxPool       = 3
+	// raftMaxRPCsInFlight 1 turns off raft's pipelined replication, which
+	// deadlocks when a follower refuses an entry while two are in flight
+	// (a full or failing disk): pipelineDecode stops reading on the refusal
+	// while the transport's decoder and the next send wait on unbuffered
+	// channels (replication.go pipelineReplicate and pipelineDecode,
+	// net_transport.go netPipeline), so the leader never replicates to that
+	// follower again and its raft never shuts down. Each follower then gets
+	// one AppendEntries at a time, carrying every entry appended meanwhile.
+	raftMaxRPCsInFlight = 1
 )
 
 // Node is one cronoq server: a raft peer, a gossip member and, while it
@@ -206,6 +215,7 @@ func (n *Node) open() error {
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:                  stream,
 		MaxPool:                 raftMaxPool,
+		MaxRPCsInFlight:         raftMaxRPCsInFlight,
 		Timeout:                 cfg.RaftIOTimeout,
 		Logger:                  n.logger.Named("raft-net"),
 		MsgpackUseNewTimeFormat: true,
