@@ -33,15 +33,6 @@ const (
 	raftLogCacheSize  = 512
 	snapshotsRetained = 2
 	raftMaxPool       = 3
-	// raftMaxRPCsInFlight 1 turns off raft's pipelined replication, which
-	// deadlocks when a follower refuses an entry while two are in flight
-	// (a full or failing disk): pipelineDecode stops reading on the refusal
-	// while the transport's decoder and the next send wait on unbuffered
-	// channels (replication.go pipelineReplicate and pipelineDecode,
-	// net_transport.go netPipeline), so the leader never replicates to that
-	// follower again and its raft never shuts down. Each follower then gets
-	// one AppendEntries at a time, carrying every entry appended meanwhile.
-	raftMaxRPCsInFlight = 1
 )
 
 // Node is one cronoq server: a raft peer, a gossip member and, while it
@@ -215,7 +206,6 @@ func (n *Node) open() error {
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:                  stream,
 		MaxPool:                 raftMaxPool,
-		MaxRPCsInFlight:         raftMaxRPCsInFlight,
 		Timeout:                 cfg.RaftIOTimeout,
 		Logger:                  n.logger.Named("raft-net"),
 		MsgpackUseNewTimeFormat: true,
@@ -237,7 +227,7 @@ func (n *Node) open() error {
 		conf := raft.Configuration{Servers: []raft.Server{{
 			Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(n.raftAddr),
 		}}}
-		if err := raft.BootstrapCluster(rc, logs, stable, snaps, n.trans, conf); err != nil {
+		if err := raft.BootstrapCluster(rc, logs, stable, snaps, pipelineTransport{n.trans}, conf); err != nil {
 			return fmt.Errorf("bootstrapping dev node: %w", err)
 		}
 		hasState = true
@@ -249,7 +239,7 @@ func (n *Node) open() error {
 		n.logger.Error("FATAL: this node cannot apply the raft log and stops applying it until it runs a release that can",
 			"index", h.Index, "needs_log_version", h.Need, "log_version", h.Version, "error", h.Err)
 	})
-	r, err := newRaft(logPath, rc, rfsm, logs, stable, snaps, n.trans)
+	r, err := newRaft(logPath, rc, rfsm, logs, stable, snaps, pipelineTransport{n.trans})
 	if err != nil {
 		return fmt.Errorf("starting raft: %w", err)
 	}
