@@ -43,7 +43,9 @@ type drainedPipeline struct {
 	out  chan raft.AppendFuture
 	stop chan struct{}
 	done chan struct{}
-	once sync.Once
+
+	once     sync.Once
+	closeErr error
 }
 
 func newDrainedPipeline(p raft.AppendPipeline) *drainedPipeline {
@@ -62,10 +64,12 @@ func (d *drainedPipeline) Consumer() <-chan raft.AppendFuture { return d.out }
 
 // Close closes the pipeline and waits for its goroutine.
 func (d *drainedPipeline) Close() error {
-	err := d.AppendPipeline.Close()
-	d.once.Do(func() { close(d.stop) })
+	d.once.Do(func() {
+		d.closeErr = d.AppendPipeline.Close()
+		close(d.stop)
+	})
 	<-d.done
-	return err
+	return d.closeErr
 }
 
 func (d *drainedPipeline) forward(in <-chan raft.AppendFuture) {
