@@ -277,8 +277,10 @@ func (f *memberFilter) Close() error {
 
 func (f *memberFilter) LocalAddr() raft.ServerAddress { return f.inner.LocalAddr() }
 
+// AppendEntriesPipeline returns the transport's pipeline, drained (see
+// pipelineTransport).
 func (f *memberFilter) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
-	return f.inner.AppendEntriesPipeline(id, target)
+	return pipelineTransport{f.inner}.AppendEntriesPipeline(id, target)
 }
 
 func (f *memberFilter) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {

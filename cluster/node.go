@@ -245,7 +245,7 @@ func (n *Node) open() error {
 		conf := raft.Configuration{Servers: []raft.Server{{
 			Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(n.raftAddr),
 		}}}
-		if err := raft.BootstrapCluster(rc, logs, stable, snaps, n.trans, conf); err != nil {
+		if err := raft.BootstrapCluster(rc, logs, stable, snaps, pipelineTransport{n.trans}, conf); err != nil {
 			return fmt.Errorf("bootstrapping dev node: %w", err)
 		}
 		hasState = true
