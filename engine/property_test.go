@@ -406,9 +406,10 @@ func (s *sim) randomConfig() core.Config {
 		cfg.Retention = time.Duration(5+r.IntN(30)) * time.Second
 	}
 	if r.IntN(8) == 0 {
-		// A cluster with a server of the release before dependencies: all
-		// of them are refused until the upgrade.
-		cfg.LogVersion = fsm.LogVersion - 1
+		// A cluster with a server of the release before flow control
+		// (format 3): keys, pool settings and the workflows that use them
+		// are refused until the upgrade.
+		cfg.LogVersion = 3
 	}
 	return cfg
 }

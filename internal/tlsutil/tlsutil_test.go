@@ -195,6 +195,7 @@ func TestHandshakes(t *testing.T) {
 	client := func(cert, key string) *tls.Config {
 		cfg, err := ClientConfig(ClientFiles{CAFile: ca.file, CertFile: cert, KeyFile: key, ServerName: ServerName})
 		require.NoError(t, err)
+		cfg.NextProtos = []string{"h2"} // as the SDK's dialer offers
 		return cfg
 	}
 
