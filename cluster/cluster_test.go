@@ -540,8 +540,11 @@ func TestMembership(t *testing.T) {
 	// Four voters: a killed follower shows failed within seconds and is
 	// removed after DeadServerTimeout (three voters remain).
 	victim := "n4"
-	c.stop(victim)
+	// Timed from the start of the stop: gossip may see the node fail while
+	// its shutdown is still returning, and DeadServerTimeout runs from
+	// that failure.
 	killedAt := time.Now()
+	c.stop(victim)
 	require.Eventually(t, func() bool {
 		m, _ := leader.Member(victim)
 		return m.Status == cluster.StatusFailed
