@@ -158,10 +158,9 @@ func (h *workflowService) Wait(ctx context.Context, req *connect.Request[cronoqv
 		return nil, s.apiError(err)
 	}
 	return route(ctx, s, readCall, req, func(ctx context.Context) (*cronoqv1.WaitWorkflowResponse, error) {
-		if r, _ := s.node.StaleRead(); true {
-			if err := needWorkflowPools(ctx, r, ref, acl.Read); err != nil {
-				return nil, err
-			}
+		pre, _ := s.node.StaleRead() // the leader's replica
+		if err := needWorkflowPools(ctx, pre, ref, acl.Read); err != nil {
+			return nil, err
 		}
 		wctx, cancel := ctx, context.CancelFunc(func() {})
 		if hold > 0 {
