@@ -531,11 +531,15 @@ func TestMembership(t *testing.T) {
 	c.start(cfg5)
 	require.Eventually(t, func() bool { return peerMap(t, leader)["n5"] }, 10*time.Second, 10*time.Millisecond, "n5 not promoted")
 	c.stop("n5")
-	require.Eventually(t, func() bool {
+	var seen string
+	if !assert.Eventually(t, func() bool {
 		_, in := peerMap(t, leader)["n5"]
 		m, _ := leader.Member("n5")
+		seen = fmt.Sprintf("in the configuration: %v, member status: %q", in, m.Status)
 		return !in && m.Status == cluster.StatusLeft
-	}, 10*time.Second, 10*time.Millisecond, "n5 did not leave")
+	}, 20*time.Second, 10*time.Millisecond) {
+		t.Fatalf("n5 did not leave (%s as %s sees it)", seen, leader.ID())
+	}
 
 	// Four voters: a killed follower shows failed within seconds and is
 	// removed after DeadServerTimeout (three voters remain).

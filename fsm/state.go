@@ -256,6 +256,9 @@ type State struct {
 	halted  *HaltError  // the entry it could not apply, once it met one
 	batch   CommitBatch // decode buffer, reused between entries
 	undo    []undo      // changes of the batch being applied, for rollback
+	index   uint64      // log index of the batch being applied
+	events  []Event     // status events of the batch being applied
+	sink    EventSink   // where the events of each applied batch go
 
 	// mu guards t: held for writing while an entry is applied or a View is
 	// taken, for reading by reads.
@@ -383,6 +386,7 @@ func (s *State) Apply(index, term uint64, data []byte) any {
 		if err := s.applyBatch(index, &s.batch); err != nil {
 			return err
 		}
+		s.flushEvents(index)
 		return nil
 	}
 	if typ&IgnoreUnknownFlag == 0 {
@@ -423,6 +427,7 @@ func (s *State) applyBatch(index uint64, b *CommitBatch) error {
 		return fmt.Errorf("commit batch of epoch %d at epoch %d: %w", b.Epoch, s.t.epoch, ErrStaleEpoch)
 	}
 	defer s.clearUndo()
+	s.index = index
 	for i := range b.Mutations {
 		if err := s.mutate(index, b.Time, &b.Mutations[i]); err != nil {
 			s.rollback()
@@ -438,8 +443,11 @@ func (s *State) clearUndo() {
 	s.undo = s.undo[:0]
 }
 
-// rollback undoes the changes of the current batch, last first.
+// rollback undoes the changes of the current batch, last first, and
+// drops its events.
 func (s *State) rollback() {
+	clear(s.events)
+	s.events = s.events[:0]
 	for i := len(s.undo) - 1; i >= 0; i-- {
 		u := &s.undo[i]
 		switch u.kind {
@@ -464,6 +472,7 @@ func (s *State) rollback() {
 
 func (s *State) setTask(old, new *Task) {
 	s.t.putTask(old, new)
+	s.taskEvent(s.index, old, new)
 	s.undo = append(s.undo, undo{kind: undoTask, oldT: old, newT: new})
 }
 
@@ -479,6 +488,7 @@ func (s *State) setTombstone(old, new *Tombstone) {
 
 func (s *State) setWorkflow(old, new *Workflow) {
 	s.t.putWorkflow(old, new)
+	s.workflowEvent(s.index, old, new)
 	s.undo = append(s.undo, undo{kind: undoWorkflow, oldW: old, newW: new})
 }
 
