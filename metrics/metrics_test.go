@@ -125,7 +125,7 @@ func TestCommitsAndState(t *testing.T) {
 	}
 
 	m.SetSource(fakeSource{counts: []count{{"p", "queued", 4}, {"p", "succeeded", 2}, {"p", "failed", 0}}, epoch: 7, leader: true, applied: 42,
-		ages:   map[string]time.Duration{"p": 90 * time.Second},
+		ages: map[string]time.Duration{"p": 90 * time.Second},
 		engine: EngineGauges{Inbox: 3, Requests: 5, Queued: 7, QueuedBytes: 4096, InFlight: 2, Saturated: true,
 			DesiredSlots: []PoolSlots{{"p", 9}, {"idle", 0}}}})
 	m.SetWorkerSource(func(fn func(pool string, streams, free int64)) { fn("p", 2, 12) })
