@@ -201,5 +201,3 @@ func attr(s tracetest.SpanStub, key string) attribute.Value {
 	}
 	return attribute.Value{}
 }
-
-
