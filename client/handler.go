@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 )
@@ -205,8 +206,9 @@ const (
 )
 
 // Report is the error recorded for the attempt: Error, then the stack
-// from the call that panicked on (the goroutine header and the recovery
-// frames left out), at most 8 frames and 2 KiB.
+// from the call that panicked on down to the handler's Work (the
+// goroutine header, the recovery frames and the worker's own frames left
+// out), at most 8 frames and 2 KiB.
 func (e *PanicError) Report() string {
 	excerpt := stackExcerpt(e.Stack)
 	if excerpt == "" {
@@ -216,9 +218,9 @@ func (e *PanicError) Report() string {
 }
 
 // stackExcerpt is the part of a goroutine's stack (runtime/debug.Stack)
-// from the frame that called panic on, up to panicFrames frames and
-// panicBytes bytes; the whole trace after its header when no panic frame
-// is found.
+// from the frame that called panic on, down to the worker's own frames,
+// at most panicFrames frames and panicBytes bytes. Without a panic frame
+// it keeps the frames after the goroutine header.
 func stackExcerpt(stack []byte) string {
 	lines := strings.Split(strings.TrimRight(string(stack), "\n"), "\n")
 	if len(lines) > 0 && strings.HasPrefix(lines[0], "goroutine ") {
@@ -232,8 +234,14 @@ func stackExcerpt(stack []byte) string {
 			break
 		}
 	}
-	lines = lines[:min(len(lines), 2*panicFrames)]
-	out := strings.Join(lines, "\n")
+	var frames []string
+	for i := 0; i+1 < len(lines) && len(frames) < 2*panicFrames; i += 2 {
+		if strings.HasPrefix(lines[i], workerFrames) || strings.HasPrefix(lines[i], "created by ") {
+			break
+		}
+		frames = append(frames, lines[i], lines[i+1])
+	}
+	out := strings.Join(frames, "\n")
 	if len(out) > panicBytes {
 		out = out[:panicBytes]
 		if i := strings.LastIndexByte(out, '\n'); i > 0 {
@@ -242,3 +250,6 @@ func stackExcerpt(stack []byte) string {
 	}
 	return out
 }
+
+// workerFrames begins the stack frames of the worker that runs a handler.
+var workerFrames = reflect.TypeFor[workerRun]().PkgPath() + ".(*workerRun)."
