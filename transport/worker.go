@@ -417,7 +417,11 @@ func (ws *workerStream) complete(comps []*cronoqv1.Completion) {
 			for i, c := range valid {
 				tr.startCompletion(comps[index[i]], c.Outcome, i)
 			}
-			ctx = tr.observe(ctx)
+			if len(tr.spans) == 0 {
+				tr = nil // none of them is traced
+			} else {
+				ctx = tr.observe(ctx)
+			}
 		}
 		errs := ws.s.node.Complete(ctx, valid)
 		for i, err := range errs {

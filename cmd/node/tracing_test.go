@@ -125,7 +125,9 @@ func TestTraceExport(t *testing.T) {
 		path     string
 		recorded bool
 	}{
-		{"host and port", func(r *otlpReceiver) traceConfig { return traceConfig{endpoint: r.hostPort(), insecure: true, ratio: 1} }, "/v1/traces", true},
+		{"host and port", func(r *otlpReceiver) traceConfig {
+			return traceConfig{endpoint: r.hostPort(), insecure: true, ratio: 1}
+		}, "/v1/traces", true},
 		{"url", func(r *otlpReceiver) traceConfig { return traceConfig{endpoint: r.srv.URL, ratio: 1} }, "/v1/traces", true},
 		{"url with path", func(r *otlpReceiver) traceConfig { return traceConfig{endpoint: r.srv.URL + "/otlp/traces", ratio: 1} }, "/otlp/traces", true},
 		{"ratio 0", func(r *otlpReceiver) traceConfig { return traceConfig{endpoint: r.srv.URL, ratio: 0} }, "", false},
