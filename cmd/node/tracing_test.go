@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
+	"github.com/cronoq/cronoq/client"
 )
 
 // otlpReceiver is an OTLP/HTTP trace receiver (protobuf), as a collector
@@ -223,4 +224,55 @@ func TestWorkerTraceFlagsRefused(t *testing.T) {
 		require.Equal(t, exitUsage, r.code, "%v: %s", tc.args, r.stderr)
 		require.Contains(t, r.stderr, tc.want, "%v", tc.args)
 	}
+}
+
+// TestAgentExportsSpans runs `cronoq agent -dev -otlp-endpoint`: a task
+// submitted with a traceparent is traced by the node, whose spans reach the
+// collector by the time the agent has stopped, named after the node.
+func TestAgentExportsSpans(t *testing.T) {
+	r := newOTLPReceiver(t)
+	flags, addr := agentPorts(t)
+	out := &syncWriter{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	code := make(chan int, 1)
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		code <- run(ctx, append([]string{"agent", "-dev", "-otlp-endpoint", r.srv.URL}, flags...),
+			stdio{Stdin: strings.NewReader(""), Stdout: out, Stderr: out})
+	}()
+	h := healthOK(t, addr, 10*time.Second, exited)
+
+	cl, err := client.New([]string{addr})
+	require.NoError(t, err)
+	defer cl.Close()
+	sctx, parent := remoteParent(t)
+	sctx, scancel := context.WithTimeout(sctx, 10*time.Second)
+	defer scancel()
+	sub, err := cl.Submit(sctx, client.TaskSpec{Template: client.Template{Pool: "p", Kind: "k"}})
+	require.NoError(t, err)
+
+	cancel()
+	select {
+	case c := <-code:
+		require.Equal(t, exitOK, c, out.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("agent did not stop")
+	}
+	require.Contains(t, out.String(), "tracing: exporting spans over OTLP/HTTP")
+	spans, _ := r.spans()
+	names := map[string]exported{}
+	for _, s := range spans {
+		names[s.span.GetName()] = s
+	}
+	submit, ok := names["cronoq.submit"]
+	require.True(t, ok, "spans: %v", spans)
+	require.Equal(t, parent.SpanID().String(), fmt.Sprintf("%x", submit.span.GetParentSpanId()))
+	require.Equal(t, sub.ID, spanAttr(submit.span, "cronoq.task.id"))
+	require.Equal(t, "cronoq", submit.resource["service.name"])
+	require.Equal(t, h["node"], submit.resource["service.instance.id"])
+	commit, ok := names["cronoq.commit"]
+	require.True(t, ok, "spans: %v", spans)
+	require.Equal(t, submit.span.GetSpanId(), commit.span.GetParentSpanId())
 }
