@@ -418,8 +418,9 @@ func jobFromGrant(g *cronoqv1.Grant, c *Client) *Job {
 
 // completionToProto turns what a handler returned into the completion sent
 // for its lease: nil error = success with output, carrying the children
-// and continuation the job spawned; *RetryableError = retryable with its
-// hint; *PermanentError = permanent; any other error = retryable. A
+// and continuation the job spawned; ErrCancelAttempt = cancelled;
+// *RetryableError = retryable with its hint; *PermanentError = permanent;
+// any other error = retryable (a *PanicError with its stack excerpt). A
 // failure drops the children. A child the wire cannot carry fails the
 // attempt permanently, naming it, rather than losing the children.
 func completionToProto(lease uint64, output []byte, err error, children []Step, then *Step) *cronoqv1.Completion {
@@ -439,7 +440,13 @@ func completionToProto(lease uint64, output []byte, err error, children []Step, 
 	c.Message = err.Error()
 	var perm *PermanentError
 	var retry *RetryableError
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		c.Message = pe.Report()
+	}
 	switch {
+	case errors.Is(err, ErrCancelAttempt):
+		c.Outcome = cronoqv1.OutcomeKind_OUTCOME_CANCELLED
 	case errors.As(err, &perm):
 		c.Outcome = cronoqv1.OutcomeKind_OUTCOME_PERMANENT
 	case errors.As(err, &retry):

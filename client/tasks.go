@@ -12,9 +12,10 @@ import (
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 )
 
-// withKeys gives every spec without a key a random one and converts them.
+// withKeys gives every spec without a key a random one and converts them,
+// with the trace context of ctx's span in the tags of those without one.
 // generated[i] reports whether spec i got its key here.
-func withKeys(specs []TaskSpec) ([]*cronoqv1.TaskSpec, []string, []bool, error) {
+func withKeys(ctx context.Context, specs []TaskSpec) ([]*cronoqv1.TaskSpec, []string, []bool, error) {
 	out := make([]*cronoqv1.TaskSpec, len(specs))
 	keys := make([]string, len(specs))
 	generated := make([]bool, len(specs))
@@ -30,6 +31,7 @@ func withKeys(specs []TaskSpec) ([]*cronoqv1.TaskSpec, []string, []bool, error) 
 			}
 			return nil, nil, nil, err
 		}
+		injectTrace(ctx, p)
 		out[i], keys[i] = p, s.Key
 	}
 	return out, keys, generated, nil
@@ -39,13 +41,15 @@ func withKeys(specs []TaskSpec) ([]*cronoqv1.TaskSpec, []string, []bool, error) 
 // submit is retried with that same key after an unknown outcome, a lost
 // connection, or a node that is not (or has no) leader, moving through the
 // addresses with backoff until ctx ends. Invalid, overloaded and not-found
-// answers are returned at once.
+// answers are returned at once. When ctx carries an OpenTelemetry span and
+// the spec's tags have no traceparent, the span's context is added to them
+// (TagTraceparent, TagTracestate): the task continues the caller's trace.
 //
 // Calls made while many others are in flight go out together (see
 // WithSubmitConcurrency).
 func (c *Client) Submit(ctx context.Context, spec TaskSpec) (Submitted, error) {
 	const what = "submitting task"
-	specs, keys, gen, err := withKeys([]TaskSpec{spec})
+	specs, keys, gen, err := withKeys(ctx, []TaskSpec{spec})
 	if err != nil {
 		return Submitted{}, fmt.Errorf("%s: %w", what, err)
 	}
@@ -77,7 +81,7 @@ func (c *Client) SubmitBatch(ctx context.Context, specs []TaskSpec) ([]Submitted
 	if len(specs) == 0 {
 		return nil, nil
 	}
-	ps, keys, gen, err := withKeys(specs)
+	ps, keys, gen, err := withKeys(ctx, specs)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -106,7 +110,7 @@ func (c *Client) EnqueueMany(ctx context.Context, specs []TaskSpec) ([]Submitted
 	if len(specs) == 0 {
 		return nil, nil, nil
 	}
-	ps, keys, gen, err := withKeys(specs)
+	ps, keys, gen, err := withKeys(ctx, specs)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", what, err)
 	}

@@ -15,6 +15,9 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cronoq/cronoq/api/apierr"
@@ -63,6 +66,14 @@ type WorkerConfig struct {
 	// the stream can take it, and the completions that finish while the
 	// stream is busy share the next message.
 	CompletionDelay time.Duration
+	// TracerProvider makes the spans of the attempts of traced tasks
+	// (those whose tags carry a traceparent): one span per attempt,
+	// "cronoq.attempt", a child of the node's dispatch span (else of the
+	// task's traceparent), around the handler, whose ctx carries it; the
+	// completion carries its context back to the node. Default: the
+	// global provider of go.opentelemetry.io/otel, which makes no spans
+	// until the program sets one.
+	TracerProvider trace.TracerProvider
 }
 
 // withDefaults returns a copy of cfg with defaults filled in.
@@ -84,6 +95,9 @@ func (cfg WorkerConfig) withDefaults(c *Client) WorkerConfig {
 	}
 	if cfg.CompletionBatch == 0 {
 		cfg.CompletionBatch = DefaultCompletionBatch
+	}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = otel.GetTracerProvider()
 	}
 	cfg.Handlers = maps.Clone(cfg.Handlers)
 	cfg.Labels = maps.Clone(cfg.Labels)
@@ -271,13 +285,15 @@ type taskResult struct {
 	lease  uint64
 	output []byte
 	err    error
+	span   trace.Span // the attempt's, when traced
 }
 
 // workerRun is the state of one Run; only the Run goroutine touches it.
 type workerRun struct {
-	w   *Worker
-	cfg WorkerConfig
-	log hclog.Logger
+	w      *Worker
+	cfg    WorkerConfig
+	log    hclog.Logger
+	tracer trace.Tracer
 
 	leases   map[uint64]*lease
 	runningN int
@@ -322,6 +338,7 @@ func newWorkerRun(w *Worker) *workerRun {
 		w:          w,
 		cfg:        w.cfg,
 		log:        w.log,
+		tracer:     w.cfg.TracerProvider.Tracer(tracerName),
 		leases:     make(map[uint64]*lease),
 		hbDue:      make(map[uint64]bool),
 		window:     defaultWindow,
@@ -591,13 +608,18 @@ func (r *workerRun) onGrant(g *cronoqv1.Grant) {
 
 	tctx, cancel := context.WithCancelCause(r.base)
 	l.cancel = cancel
+	tctx, span := r.startAttempt(tctx, g, job)
 	handler := r.cfg.Handlers[job.Task.Kind]
 	r.tasks.Add(1)
 	go func() {
 		defer r.tasks.Done()
 		out, err := r.execute(tctx, handler, job)
+		if cause := context.Cause(tctx); cause != nil && span != nil {
+			span.AddEvent("aborted", trace.WithAttributes(attribute.String("cronoq.abort.reason", cause.Error())))
+		}
+		endAttempt(span, err)
 		cancel(nil)
-		r.results <- taskResult{lease: job.Lease, output: out, err: err}
+		r.results <- taskResult{lease: job.Lease, output: out, err: err, span: span}
 	}()
 }
 
@@ -647,6 +669,7 @@ func (r *workerRun) onResult(res taskResult) {
 		children, then = l.job.children, l.job.then
 	}
 	l.done = completionToProto(l.id, res.output, res.err, children, then)
+	traceCompletion(res.span, l.done)
 	r.unsentQ = append(r.unsentQ, l.id)
 	if len(r.unsentQ) >= r.cfg.CompletionBatch || r.stopping || r.cfg.CompletionDelay == 0 {
 		r.flushNow = true

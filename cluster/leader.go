@@ -363,6 +363,9 @@ func (l raftLog) Append(data []byte) (engine.Pending, error) {
 	go func() {
 		defer n.futures.done()
 		p.err = n.applyError(f)
+		if p.err == nil {
+			p.index = f.Index()
+		}
 		close(p.done)
 	}()
 	return p, nil
@@ -391,9 +394,13 @@ func (n *Node) applyError(f raft.ApplyFuture) error {
 
 // pending is one appended entry.
 type pending struct {
-	done chan struct{}
-	err  error
+	done  chan struct{}
+	err   error
+	index uint64 // the entry's raft index, once applied
 }
+
+// Index returns the entry's raft index once Wait returned nil.
+func (p *pending) Index() uint64 { return p.index }
 
 // Wait implements engine.Pending.
 func (p *pending) Wait(ctx context.Context) error {

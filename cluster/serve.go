@@ -80,6 +80,19 @@ var (
 	ErrOutcomeUnknown     = engine.ErrOutcomeUnknown
 )
 
+// The tracing of the leader's operations: see WithCommitObserver.
+type (
+	EntryTrace     = engine.EntryTrace
+	CommitObserver = engine.CommitObserver
+)
+
+// WithCommitObserver returns a copy of ctx whose leader operations report
+// to fn the log entry that made their answer durable (for tracing; see
+// engine.WithCommitObserver).
+func WithCommitObserver(ctx context.Context, fn CommitObserver) context.Context {
+	return engine.WithCommitObserver(ctx, fn)
+}
+
 // Invalid returns an *InvalidError naming field.
 func Invalid(field, format string, args ...any) error { return core.Invalid(field, format, args...) }
 

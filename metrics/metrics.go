@@ -59,6 +59,16 @@ type EngineGauges struct {
 	QueuedBytes int  // and the size of their changes
 	InFlight    int  // entries appended and not applied yet
 	Saturated   bool // submits are refused until the write path drains
+	// DesiredSlots is the autoscaling signal of each pool: the worker
+	// slots it could use now (queued and running, at most its running
+	// cap).
+	DesiredSlots []PoolSlots
+}
+
+// PoolSlots is a number of worker slots of one pool.
+type PoolSlots struct {
+	Pool  string
+	Slots int
 }
 
 // Metrics is the metrics of one node. Its methods are safe for concurrent
@@ -334,6 +344,8 @@ var (
 		"Log entries appended by the leader's engine and not applied yet.", nil, nil)
 	descSaturated = prometheus.NewDesc(Namespace+"_engine_write_path_saturated",
 		"1 while the write path is past its threshold and submits are refused, else 0.", nil, nil)
+	descDesired = prometheus.NewDesc(Namespace+"_pool_desired_slots",
+		"Worker slots each pool could use now: its running attempts and its queued tasks ready to run, at most its max_running; reported by the leader (the autoscaling signal).", []string{"pool"}, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -351,6 +363,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descWriteBytes
 	ch <- descInFlight
 	ch <- descSaturated
+	ch <- descDesired
 }
 
 // Collect implements prometheus.Collector.
@@ -393,6 +406,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			{descInFlight, float64(g.InFlight)}, {descSaturated, saturated},
 		} {
 			ch <- prometheus.MustNewConstMetric(v.d, prometheus.GaugeValue, v.n)
+		}
+		for _, p := range g.DesiredSlots {
+			ch <- prometheus.MustNewConstMetric(descDesired, prometheus.GaugeValue, float64(p.Slots), p.Pool)
 		}
 	}
 }

@@ -125,8 +125,9 @@ func TestCommitsAndState(t *testing.T) {
 	}
 
 	m.SetSource(fakeSource{counts: []count{{"p", "queued", 4}, {"p", "succeeded", 2}, {"p", "failed", 0}}, epoch: 7, leader: true, applied: 42,
-		ages:   map[string]time.Duration{"p": 90 * time.Second},
-		engine: EngineGauges{Inbox: 3, Requests: 5, Queued: 7, QueuedBytes: 4096, InFlight: 2, Saturated: true}})
+		ages: map[string]time.Duration{"p": 90 * time.Second},
+		engine: EngineGauges{Inbox: 3, Requests: 5, Queued: 7, QueuedBytes: 4096, InFlight: 2, Saturated: true,
+			DesiredSlots: []PoolSlots{{"p", 9}, {"idle", 0}}}})
 	m.SetWorkerSource(func(fn func(pool string, streams, free int64)) { fn("p", 2, 12) })
 	out = scrape(t, m)
 	for _, want := range []string{
@@ -145,6 +146,8 @@ func TestCommitsAndState(t *testing.T) {
 		"cronoq_engine_write_queue_bytes 4096",
 		"cronoq_engine_entries_in_flight 2",
 		"cronoq_engine_write_path_saturated 1",
+		`cronoq_pool_desired_slots{pool="p"} 9`,
+		`cronoq_pool_desired_slots{pool="idle"} 0`,
 	} {
 		require.Contains(t, out, want)
 	}

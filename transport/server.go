@@ -39,6 +39,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
 	"github.com/cronoq/cronoq/cluster"
@@ -121,6 +122,11 @@ type Config struct {
 	// TLSVerifyIncoming requires every client of the API (health and
 	// metrics included) to present a certificate of the CA.
 	TLSVerifyIncoming bool
+	// TracerProvider, when set, traces the tasks whose tags carry a W3C
+	// traceparent: spans of their submit, dispatches and completions and
+	// of the commits of each (see tracing.go). Nil (the default) traces
+	// nothing.
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -169,6 +175,8 @@ type Server struct {
 	// grantDepOutputs is the budget of inline dependency outputs of one
 	// Grants message (grantDependencyOutputs; tests lower it).
 	grantDepOutputs int
+	// tr makes the spans of traced tasks; nil when tracing is off.
+	tr *tracing
 
 	baseCtx    context.Context
 	cancelBase context.CancelFunc
@@ -201,6 +209,7 @@ func New(cfg Config) (*Server, error) {
 		done:    make(chan struct{}),
 
 		grantDepOutputs: grantDependencyOutputs,
+		tr:              newTracing(cfg.TracerProvider, cfg.Backend.ID()),
 	}
 	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
 	if s.m != nil {

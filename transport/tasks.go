@@ -48,7 +48,12 @@ func (s *Server) submit(ctx context.Context, mode cluster.SubmitMode, ps []*cron
 		// Every item refused here: nothing for the leader.
 		return results, nil
 	}
+	tr, traced := s.tr.startSubmits(mode, specs)
+	if tr != nil {
+		ctx = tr.observe(ctx)
+	}
 	res, err := s.node.Submit(ctx, mode, specs)
+	tr.endSubmits(traced, res, err)
 	if err != nil {
 		return nil, err
 	}

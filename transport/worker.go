@@ -305,7 +305,13 @@ func (ws *workerStream) poll() {
 			}
 		}
 		slots = min(slots, maxSlots)
-		grants, err := ws.s.node.Poll(ws.ctx, cluster.Offer{Worker: ws.worker, Pool: ws.pool, Labels: ws.labels, Slots: slots})
+		ctx := ws.ctx
+		var tr *traced
+		if ws.s.tr != nil {
+			tr = ws.s.tr.newTraced(1)
+			ctx = tr.observe(ctx)
+		}
+		grants, err := ws.s.node.Poll(ctx, cluster.Offer{Worker: ws.worker, Pool: ws.pool, Labels: ws.labels, Slots: slots})
 		if err != nil {
 			if ws.ctx.Err() == nil {
 				ws.cancel(err)
@@ -327,12 +333,18 @@ func (ws *workerStream) poll() {
 			if t, ok := state.Get(g.ID); ok {
 				grant.Task = taskToProto(t)
 				grant.Dependencies = dependencies(state, t.DependsOn(), &budget)
+				if tr != nil {
+					tr.startDispatch(t, grant, ws.worker)
+				}
 			} else {
 				grant.Task = &cronoqv1.Task{Id: g.ID}
 			}
 			out.Grants[i] = grant
 		}
 		ws.emit(&cronoqv1.ServerMessage{Msg: &cronoqv1.ServerMessage_Grants{Grants: out}})
+		if tr != nil {
+			tr.endSpans()
+		}
 	}
 }
 
@@ -381,6 +393,7 @@ func (ws *workerStream) complete(comps []*cronoqv1.Completion) {
 	ack := &cronoqv1.CompleteAck{Results: make([]*cronoqv1.LeaseResult, len(comps))}
 	valid := make([]cluster.Completion, 0, len(comps))
 	at := make([]*cronoqv1.LeaseResult, 0, len(comps))
+	index := make([]int, 0, len(comps)) // valid[j] is comps[index[j]]
 	for i, c := range comps {
 		res := &cronoqv1.LeaseResult{Lease: c.GetLease()}
 		ack.Results[i] = res
@@ -394,10 +407,28 @@ func (ws *workerStream) complete(comps []*cronoqv1.Completion) {
 		}
 		valid = append(valid, cluster.Completion{Lease: c.GetLease(), Outcome: out})
 		at = append(at, res)
+		index = append(index, i)
 	}
 	if len(valid) > 0 {
-		for i, err := range ws.s.node.Complete(ws.reqCtx, valid) {
+		ctx := ws.reqCtx
+		var tr *traced
+		if ws.s.tr != nil {
+			tr = ws.s.tr.newTraced(len(valid))
+			for i, c := range valid {
+				tr.startCompletion(comps[index[i]], c.Outcome, i)
+			}
+			if len(tr.spans) == 0 {
+				tr = nil // none of them is traced
+			} else {
+				ctx = tr.observe(ctx)
+			}
+		}
+		errs := ws.s.node.Complete(ctx, valid)
+		for i, err := range errs {
 			at[i].Code, at[i].Error = ws.s.itemError(err)
+		}
+		if tr != nil {
+			tr.endCompletions(errs)
 		}
 	}
 	ws.emit(&cronoqv1.ServerMessage{Msg: &cronoqv1.ServerMessage_CompleteAck{CompleteAck: ack}})

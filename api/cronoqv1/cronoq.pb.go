@@ -2726,7 +2726,11 @@ type PoolInfo struct {
 	BlockedLanes []string `protobuf:"bytes,11,rep,name=blocked_lanes,json=blockedLanes,proto3" json:"blocked_lanes,omitempty"`
 	Lanes        int64    `protobuf:"varint,12,opt,name=lanes,proto3" json:"lanes,omitempty"`
 	// Queued tasks held back by their lane or concurrency key.
-	Waiting       int64 `protobuf:"varint,13,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	Waiting int64 `protobuf:"varint,13,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// The autoscaling signal: the worker slots the pool could use now, its
+	// running attempts and its queued tasks ready to run, at most its
+	// max_running (the leader's view, as cronoq_pool_desired_slots).
+	DesiredSlots  int64 `protobuf:"varint,14,opt,name=desired_slots,json=desiredSlots,proto3" json:"desired_slots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2848,6 +2852,13 @@ func (x *PoolInfo) GetLanes() int64 {
 func (x *PoolInfo) GetWaiting() int64 {
 	if x != nil {
 		return x.Waiting
+	}
+	return 0
+}
+
+func (x *PoolInfo) GetDesiredSlots() int64 {
+	if x != nil {
+		return x.DesiredSlots
 	}
 	return 0
 }
@@ -5365,8 +5376,12 @@ type Completion struct {
 	// With a success: tasks to insert with the completion, in the task's
 	// workflow (created when it has none), and a continuation that depends
 	// on all of them. Refused together with the completion.
-	Children      []*WorkflowStep `protobuf:"bytes,6,rep,name=children,proto3" json:"children,omitempty"`
-	Then          *WorkflowStep   `protobuf:"bytes,7,opt,name=then,proto3" json:"then,omitempty"`
+	Children []*WorkflowStep `protobuf:"bytes,6,rep,name=children,proto3" json:"children,omitempty"`
+	Then     *WorkflowStep   `protobuf:"bytes,7,opt,name=then,proto3" json:"then,omitempty"`
+	// W3C trace context of the attempt (its span), when the task is traced:
+	// the node's span of the completion continues it.
+	Traceparent   string `protobuf:"bytes,8,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate    string `protobuf:"bytes,9,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5448,6 +5463,20 @@ func (x *Completion) GetThen() *WorkflowStep {
 		return x.Then
 	}
 	return nil
+}
+
+func (x *Completion) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *Completion) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
 }
 
 type Complete struct {
@@ -5761,7 +5790,12 @@ type Grant struct {
 	Lease   uint64                 `protobuf:"varint,2,opt,name=lease,proto3" json:"lease,omitempty"`
 	Attempt uint32                 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// One per dependency of the task, in its depends_on order.
-	Dependencies  []*DependencyResult `protobuf:"bytes,4,rep,name=dependencies,proto3" json:"dependencies,omitempty"`
+	Dependencies []*DependencyResult `protobuf:"bytes,4,rep,name=dependencies,proto3" json:"dependencies,omitempty"`
+	// W3C trace context of the node's dispatch span, when the task is
+	// traced (it carries a traceparent tag) and the node traces: the
+	// worker's span of the attempt continues it, else the task's tag.
+	Traceparent   string `protobuf:"bytes,5,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate    string `protobuf:"bytes,6,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5822,6 +5856,20 @@ func (x *Grant) GetDependencies() []*DependencyResult {
 		return x.Dependencies
 	}
 	return nil
+}
+
+func (x *Grant) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *Grant) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
 }
 
 type Grants struct {
@@ -8527,7 +8575,7 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"leaseGrace\x1aE\n" +
 	"\x17MaxPendingPerClassEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xf7\x03\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x9c\x04\n" +
 	"\bPoolInfo\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x127\n" +
 	"\x06counts\x18\x02 \x03(\v2\x1f.cronoq.v1.PoolInfo.CountsEntryR\x06counts\x12E\n" +
@@ -8544,7 +8592,8 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"replicated\x12#\n" +
 	"\rblocked_lanes\x18\v \x03(\tR\fblockedLanes\x12\x14\n" +
 	"\x05lanes\x18\f \x01(\x03R\x05lanes\x12\x18\n" +
-	"\awaiting\x18\r \x01(\x03R\awaiting\x1a9\n" +
+	"\awaiting\x18\r \x01(\x03R\awaiting\x12#\n" +
+	"\rdesired_slots\x18\x0e \x01(\x03R\fdesiredSlots\x1a9\n" +
 	"\vCountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x12\n" +
@@ -8741,7 +8790,7 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x04Poll\x12\x14\n" +
 	"\x05slots\x18\x01 \x01(\x05R\x05slots\"#\n" +
 	"\tHeartbeat\x12\x16\n" +
-	"\x06leases\x18\x01 \x03(\x04R\x06leases\"\xa4\x02\n" +
+	"\x06leases\x18\x01 \x03(\x04R\x06leases\"\xe6\x02\n" +
 	"\n" +
 	"Completion\x12\x14\n" +
 	"\x05lease\x18\x01 \x01(\x04R\x05lease\x120\n" +
@@ -8751,7 +8800,11 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x123\n" +
 	"\bchildren\x18\x06 \x03(\v2\x17.cronoq.v1.WorkflowStepR\bchildren\x12+\n" +
-	"\x04then\x18\a \x01(\v2\x17.cronoq.v1.WorkflowStepR\x04then\"C\n" +
+	"\x04then\x18\a \x01(\v2\x17.cronoq.v1.WorkflowStepR\x04then\x12 \n" +
+	"\vtraceparent\x18\b \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\t \x01(\tR\n" +
+	"tracestate\"C\n" +
 	"\bComplete\x127\n" +
 	"\vcompletions\x18\x01 \x03(\v2\x15.cronoq.v1.CompletionR\vcompletions\"\xd0\x01\n" +
 	"\rWorkerMessage\x12(\n" +
@@ -8770,12 +8823,16 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x06status\x18\x03 \x01(\x0e2\x11.cronoq.v1.StatusR\x06status\x12\x16\n" +
 	"\x06output\x18\x04 \x01(\fR\x06output\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12%\n" +
-	"\x0eoutput_omitted\x18\x06 \x01(\bR\routputOmitted\"\x9d\x01\n" +
+	"\x0eoutput_omitted\x18\x06 \x01(\bR\routputOmitted\"\xdf\x01\n" +
 	"\x05Grant\x12#\n" +
 	"\x04task\x18\x01 \x01(\v2\x0f.cronoq.v1.TaskR\x04task\x12\x14\n" +
 	"\x05lease\x18\x02 \x01(\x04R\x05lease\x12\x18\n" +
 	"\aattempt\x18\x03 \x01(\rR\aattempt\x12?\n" +
-	"\fdependencies\x18\x04 \x03(\v2\x1b.cronoq.v1.DependencyResultR\fdependencies\"2\n" +
+	"\fdependencies\x18\x04 \x03(\v2\x1b.cronoq.v1.DependencyResultR\fdependencies\x12 \n" +
+	"\vtraceparent\x18\x05 \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\x06 \x01(\tR\n" +
+	"tracestate\"2\n" +
 	"\x06Grants\x12(\n" +
 	"\x06grants\x18\x01 \x03(\v2\x10.cronoq.v1.GrantR\x06grants\"M\n" +
 	"\vLeaseResult\x12\x14\n" +

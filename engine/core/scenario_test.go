@@ -958,6 +958,14 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			lines = append(lines, fmtPoolInfo(pi))
 		}
 		return strings.Join(lines, "\n")
+	case "desired-slots":
+		var lines []string
+		infos := h.core.Pools()
+		for i, ps := range h.core.DesiredSlotsByPool() {
+			require.Equal(t, ps.Desired, infos[i].DesiredSlots, "pool %s: Pools and DesiredSlotsByPool disagree", ps.Pool)
+			lines = append(lines, fmt.Sprintf("pool %s desired=%d", ps.Pool, ps.Desired))
+		}
+		return strings.Join(lines, "\n")
 	case "delete":
 		h.core.Delete(h.now, h.req(d), h.ref(d))
 	case "set-kind":
