@@ -27,7 +27,9 @@
 //
 // Do runs one attempt and records its outcome; a loop whose attempts are
 // not one call records them itself with Succeeded and Failed (Failed returns
-// the backoff to wait). A loop woken by events rather than a timer asks
+// the backoff to wait). A loop that stops running for a while (it runs only
+// on the leader, say) calls Reset, so that its old failures do not keep it
+// degraded. A loop woken by events rather than a timer asks
 // Ready before each attempt and skips it while its backoff runs. An attempt
 // that did not happen (nothing to do, the loop shutting down) is not
 // reported at all. A loop that ends for good (one per subscription, say)
@@ -341,6 +343,16 @@ func (l *Loop) Failed(err error) time.Duration {
 		f(Attempt{Loop: l.name, At: now, Err: err, Failures: failures, Backoff: d})
 	}
 	return d
+}
+
+// Reset ends the loop's run of failures without a success: for a loop
+// that stops running for a while (the node no longer leads, the condition
+// it watched cleared), so that its old failures do not keep it degraded.
+// Its counters and last success stay; the next attempt is not delayed.
+func (l *Loop) Reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failures, l.lastErr, l.backoff, l.next = 0, "", 0, time.Time{}
 }
 
 // backoff is the wait after n consecutive failures: p.Min doubled n-1

@@ -145,6 +145,14 @@ func TestStatusThresholdRecovery(t *testing.T) {
 	require.Equal(t, loophealth.Attempt{Loop: "sweep", At: t0.Add(2 * time.Second), Err: attempts[2].Err, Failures: 2, Backoff: 2 * time.Second}, attempts[2])
 	require.Equal(t, loophealth.Attempt{Loop: "sweep", At: at.Add(5 * time.Second)}, attempts[4])
 
+	for range 3 {
+		l.Failed(errors.New("again"))
+	}
+	require.True(t, l.Status().Degraded)
+	l.Reset()
+	require.Equal(t, loophealth.Status{Name: "sweep", FailuresTotal: 6, Runs: 8, LastFailure: at.Add(5 * time.Second), LastSuccess: at.Add(5 * time.Second)}, l.Status())
+	require.True(t, l.Ready(), "a reset loop may run at once")
+
 	other.Remove()
 	require.Equal(t, []string{"sweep"}, names(s.Statuses()))
 	_, ok := s.Loop("other")
