@@ -29,12 +29,23 @@
 // not one call records them itself with Succeeded and Failed (Failed returns
 // the backoff to wait). A loop that stops running for a while (it runs only
 // on the leader, say) calls Reset, so that its old failures do not keep it
-// degraded. A loop woken by events rather than a timer asks
-// Ready before each attempt and skips it while its backoff runs. An attempt
-// that did not happen (nothing to do, the loop shutting down) is not
-// reported at all. A loop that ends for good (one per subscription, say)
-// calls Remove; registering a name again returns the loop already there,
-// with its history.
+// degraded. A loop woken by events rather than a timer asks Ready before
+// each attempt and skips it while its backoff runs. An attempt that did not
+// happen (nothing to do, the loop shutting down) is not reported at all. A
+// loop that ends for good (one per subscription, say) calls Remove;
+// registering a name again returns the loop already there, with its
+// history.
+//
+// # In a node
+//
+// A cronoq node's set is cluster.Node.Loops(), configured by
+// cluster.Config.Loops. A loop registered there shows in the node's Health
+// (a reason "loop NAME: N consecutive failures (backing off D): ERROR" once
+// it is degraded), under "loops" in GET /v1/health, and in the node's
+// /metrics as cronoq_loop_failures_total, cronoq_loop_consecutive_failures,
+// cronoq_loop_backoff_seconds and cronoq_loop_degraded, labelled
+// loop="NAME". A loop that runs only on the leader makes no attempt on a
+// follower and calls Reset when its term ends.
 //
 // # Tests
 //
