@@ -78,8 +78,9 @@ func (n *Node) monitorLeadership() {
 // engine start), then reconcile membership periodically and on events, and
 // re-establish when the engine stops by itself (a failed commit). A failed
 // establishment, a failed engine and a failed reconciliation are each
-// tried again after their loop's backoff (see package loophealth). The
-// engine is stopped when the loop returns.
+// tried again after their loop's backoff (see package loophealth), the
+// term serving transfer requests meanwhile. The engine is stopped when the
+// loop returns.
 func (n *Node) leaderLoop(ctx context.Context) {
 	defer n.revoke()
 	rs := newReconcileState()
@@ -97,14 +98,10 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		version versionSync
 	)
 	for {
-		if engDone == nil {
-			if !engLoop.Ready() {
-				// The last engine of this node failed: wait out its
-				// backoff before starting another.
-				if !engLoop.Sleep(ctx, engLoop.Next(0)) {
-					return
-				}
-			}
+		// Establish, unless the last establishment or engine of the term
+		// failed and its backoff runs: the wait below ends with it, and
+		// leaves the term answering transfers meanwhile.
+		if engDone == nil && lead.Ready() && engLoop.Ready() {
 			err := lead.Injected()
 			if err == nil {
 				eng, err = n.establish(ctx)
@@ -118,44 +115,51 @@ func (n *Node) leaderLoop(ctx context.Context) {
 				n.revoke()
 				if n.transfer(ctx, "", "") == nil {
 					// Someone else takes over; the term ends shortly.
-					wait = 2 * n.cfg.ElectionTimeout
+					if !sleepCtx(ctx, 2*n.cfg.ElectionTimeout) {
+						return
+					}
 				} else if errors.Is(err, ErrDiskFull) {
 					// Alone with a full disk: establish again once the
-					// space is back, not before.
+					// space is back, not before, and then at once.
 					if !n.waitDiskSpace(ctx) {
 						return
 					}
+					lead.Reset()
 					continue
 				}
-				if !lead.Sleep(ctx, wait) {
-					return
+			} else {
+				lead.Succeeded()
+				engDone = eng.Done()
+				version = versionSync{}
+			}
+		}
+
+		var wait time.Duration
+		if engDone != nil {
+			if rec.Ready() && ctx.Err() == nil {
+				err := rec.Injected()
+				if err == nil {
+					err = n.reconcile(ctx, rs)
 				}
-				continue
+				switch {
+				case err == nil:
+					rec.Succeeded()
+				case ctx.Err() == nil:
+					backoff := rec.Failed(err)
+					n.logger.Warn("reconcile failed", "error", err, "retry_in", backoff)
+				}
 			}
-			lead.Succeeded()
-			engDone = eng.Done()
-			version = versionSync{}
+			version.sync(ctx, n, eng)
+			n.initialManagement(ctx, eng)
+			// The next pass: after ReconcileInterval, or what is left of
+			// the backoff of a failing reconciliation.
+			wait = rec.Next(n.cfg.ReconcileInterval)
+		} else {
+			// Not established: the next attempt once both backoffs ran.
+			wait = max(lead.Next(0), engLoop.Next(0))
 		}
 
-		if rec.Ready() && ctx.Err() == nil {
-			err := rec.Injected()
-			if err == nil {
-				err = n.reconcile(ctx, rs)
-			}
-			switch {
-			case err == nil:
-				rec.Succeeded()
-			case ctx.Err() == nil:
-				wait := rec.Failed(err)
-				n.logger.Warn("reconcile failed", "error", err, "retry_in", wait)
-			}
-		}
-		version.sync(ctx, n, eng)
-		n.initialManagement(ctx, eng)
-
-		// The next pass: after ReconcileInterval, or what is left of the
-		// backoff of a failing reconciliation.
-		tick := rec.Timer(rec.Next(n.cfg.ReconcileInterval))
+		tick := rec.Timer(wait)
 		select {
 		case <-ctx.Done():
 			tick.Stop()
@@ -167,8 +171,8 @@ func (n *Node) leaderLoop(ctx context.Context) {
 			n.revoke()
 			engDone = nil
 			if n.engineFailed(ctx, err) {
-				wait := engLoop.Failed(fmt.Errorf("engine stopped: %w", err))
-				n.logger.Error("engine stopped while leading: re-establishing", "error", err, "in", wait)
+				backoff := engLoop.Failed(fmt.Errorf("engine stopped: %w", err))
+				n.logger.Error("engine stopped while leading: re-establishing", "error", err, "in", backoff)
 			} else {
 				n.logger.Warn("engine stopped while leading: re-establishing", "error", err)
 			}
@@ -188,6 +192,10 @@ func (n *Node) leaderLoop(ctx context.Context) {
 			engDone = nil
 			res, err := n.restore(ctx, req)
 			req.resp <- restoreOutcome{res: res, err: err}
+			// A new state: its first engine does not wait for the
+			// failures of the old one's.
+			lead.Reset()
+			engLoop.Reset()
 		}
 		tick.Stop()
 	}
