@@ -122,7 +122,7 @@ func New(cfg Config) (*Node, error) {
 	n.futures.init()
 	n.faults = newFaults(&n.cfg)
 	n.installClockGuard()
-	n.loops = newLoopSet(time.Now)
+	n.loops = newLoopSet(n.cfg)
 	n.plaintext = cfg.plaintextExposure()
 	return n, nil
 }
@@ -327,6 +327,11 @@ func (n *Node) open() error {
 		f := n.raft.GetConfiguration()
 		return f.Configuration(), f.Error()
 	}, n.admittedByGossip)
+	if m := cfg.Metrics; m != nil {
+		if err := m.Registry().Register(n.loops.set); err != nil {
+			return fmt.Errorf("registering the loop series: %w", err)
+		}
+	}
 
 	ok = true
 	n.logger.Info("node started", "raft_addr", n.raftAddr, "gossip_addr", n.gossipAddr,
@@ -484,6 +489,9 @@ func (n *Node) shutdown(ctx context.Context) error {
 	}
 	if n.leaderWatch != nil {
 		n.leaderWatch.stop()
+	}
+	if m := n.cfg.Metrics; m != nil {
+		m.Registry().Unregister(n.loops.set)
 	}
 	select {
 	case <-drain:

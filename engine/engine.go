@@ -7,7 +7,9 @@
 // Several entries may be in flight at once. Any commit failure stops the
 // engine: a replicated log cannot retry an entry in place because later
 // entries may already be ahead of it. Whoever owns the engine (the cluster's
-// leadership loop) then re-establishes with a new epoch and a fresh core.
+// leadership loop) then re-establishes with a new epoch and a fresh core,
+// after a backoff while engines keep failing (the "engine" loop of the
+// node's loop health, which Config.OnCommit and Done/Err feed).
 //
 // Words used below: a step is the output of one core call (its mutations
 // and the actions they hold); an entry is one appended log entry, the commit

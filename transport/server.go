@@ -409,16 +409,44 @@ func (s *Server) Stop(ctx context.Context) error {
 // healthJSON is the body of GET /v1/health: the fields of `cronoq health`
 // plus details.
 type healthJSON struct {
-	Node           string   `json:"node"`
-	Leader         string   `json:"leader"`
-	Epoch          uint64   `json:"epoch"`
-	Status         string   `json:"status"`
-	Reasons        []string `json:"reasons,omitempty"`
-	LeaderHTTPAddr string   `json:"leader_http_addr,omitempty"`
-	RaftState      string   `json:"raft_state"`
-	Ready          bool     `json:"ready"`
-	AppliedIndex   uint64   `json:"applied_index"`
-	ShuttingDown   bool     `json:"shutting_down,omitempty"`
+	Node           string     `json:"node"`
+	Leader         string     `json:"leader"`
+	Epoch          uint64     `json:"epoch"`
+	Status         string     `json:"status"`
+	Reasons        []string   `json:"reasons,omitempty"`
+	LeaderHTTPAddr string     `json:"leader_http_addr,omitempty"`
+	RaftState      string     `json:"raft_state"`
+	Ready          bool       `json:"ready"`
+	AppliedIndex   uint64     `json:"applied_index"`
+	ShuttingDown   bool       `json:"shutting_down,omitempty"`
+	Loops          []loopJSON `json:"loops"`
+}
+
+// loopJSON is one background loop of the node in GET /v1/health.
+type loopJSON struct {
+	Name          string  `json:"name"`
+	Degraded      bool    `json:"degraded"`
+	Failures      int     `json:"consecutive_failures"`
+	FailuresTotal uint64  `json:"failures_total"`
+	Runs          uint64  `json:"runs"`
+	LastError     string  `json:"last_error,omitempty"`
+	LastSuccess   string  `json:"last_success,omitempty"` // RFC3339, UTC
+	BackoffSecs   float64 `json:"backoff_seconds,omitempty"`
+}
+
+func loopsJSON(loops []cluster.LoopStatus) []loopJSON {
+	out := make([]loopJSON, 0, len(loops))
+	for _, l := range loops {
+		j := loopJSON{
+			Name: l.Name, Degraded: l.Degraded, Failures: l.Failures, FailuresTotal: l.FailuresTotal,
+			Runs: l.Runs, LastError: l.LastError, BackoffSecs: l.Backoff.Seconds(),
+		}
+		if !l.LastSuccess.IsZero() {
+			j.LastSuccess = l.LastSuccess.UTC().Format(time.RFC3339Nano)
+		}
+		out = append(out, j)
+	}
+	return out
 }
 
 // health is the node's health, degraded while the server drains.
@@ -439,7 +467,7 @@ func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
 	body := healthJSON{
 		Node: h.Node, Leader: h.Leader, Epoch: h.Epoch, Status: h.Status, Reasons: h.Reasons,
 		LeaderHTTPAddr: h.LeaderHTTPAddr, RaftState: h.RaftState, Ready: h.Ready,
-		AppliedIndex: h.AppliedIndex, ShuttingDown: s.stopping(),
+		AppliedIndex: h.AppliedIndex, ShuttingDown: s.stopping(), Loops: loopsJSON(h.Loops),
 	}
 	code := http.StatusOK
 	if h.Leader == "" || h.Leader == h.Node && !h.Ready || h.Status == cluster.HealthFailed {

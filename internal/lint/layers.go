@@ -8,18 +8,20 @@ package lint
 //	   └──► client ──► api       (jepsen: client and api only)
 //	metrics: a leaf that cluster and transport feed
 //	internal/tlsutil: a leaf that cluster, transport and client use
+//	internal/loophealth: a leaf that the engine's driver, cluster and
+//	transport run their background loops with
 var Layers = []Layer{
 	// The replicated state imports nothing of cronoq.
 	{Pkg: "fsm/..."},
 	// The deterministic core (with its cron package): the state's types.
 	{Pkg: "engine/core/...", May: []string{"fsm"}},
 	// The driver and its in-memory log.
-	{Pkg: "engine/...", May: []string{"fsm", "engine/core/..."}},
+	{Pkg: "engine/...", May: []string{"fsm", "engine/core/...", "internal/loophealth/..."}},
 	// The cluster: raft, gossip, the leader's terms.
-	{Pkg: "cluster/...", May: []string{"fsm", "engine/...", "metrics", "internal/tlsutil"}},
+	{Pkg: "cluster/...", May: []string{"fsm", "engine/...", "metrics", "internal/tlsutil", "internal/loophealth/..."}},
 	// The API server reaches the engine only through the cluster, and of
 	// the state it reads only.
-	{Pkg: "transport/...", May: []string{"acl", "api/...", "cluster", "fsm", "metrics", "internal/tlsutil"}, Names: map[string][]string{
+	{Pkg: "transport/...", May: []string{"acl", "api/...", "cluster", "fsm", "metrics", "internal/tlsutil", "internal/loophealth/..."}, Names: map[string][]string{
 		"fsm": {
 			"Reader", "Task", "Schedule", "Template", "KV", "Backoff", "Instant", "InstantOf",
 			"Status", "Status*", "AllStatuses", "Priority", "Priority*", "Overlap*", "CatchUp*",
@@ -40,6 +42,8 @@ var Layers = []Layer{
 	{Pkg: "acl/..."},
 	// TLS configurations and certificates: a leaf of the standard library.
 	{Pkg: "internal/tlsutil"},
+	// Health and backoff of background loops, and its test clock.
+	{Pkg: "internal/loophealth/...", May: []string{"internal/loophealth"}},
 	{Pkg: "internal/lint"},
 	// The composition root and the test harness may wire anything.
 	{Pkg: "cmd/...", May: []string{"..."}},
