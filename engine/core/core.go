@@ -162,12 +162,12 @@ type task struct {
 	attempt     uint32
 	attemptBase uint32 // attempts started before an operator's retry: the budget counts from it
 	lease       uint64
-	lastLease  uint64
-	worker     string
-	startedAt  fsm.Instant
-	hbDeadline fsm.Instant
-	finishedAt fsm.Instant
-	gen        uint64 // bumped at every status change (validates ready timers)
+	lastLease   uint64
+	worker      string
+	startedAt   fsm.Instant
+	hbDeadline  fsm.Instant
+	finishedAt  fsm.Instant
+	gen         uint64 // bumped at every status change (validates ready timers)
 
 	waiters []ReqID
 
