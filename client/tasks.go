@@ -297,6 +297,53 @@ func (c *Client) Delete(ctx context.Context, ref TaskRef) (id string, deleted bo
 	return resp.GetId(), resp.GetDeleted(), nil
 }
 
+// RetryTask puts a task that ended failed, expired or cancelled back in the
+// queue, and returns it as stored then: the same id and key, a new attempt
+// budget (its attempts are counted from here; the ones before stay in
+// Attempts and in its attempt number), its output and end cleared, a
+// deadline that had passed dropped. An ordering lane it blocked runs it
+// first. Refused: a live or succeeded task (ErrNotRetryable); a member of
+// a workflow, an external task, a task whose dependencies did not succeed
+// (an *InvalidError naming it); an unknown task (ErrNotFound); a cluster
+// with a server older than the release that brought retries.
+//
+// A retry is not repeated after an attempt whose outcome is unknown (a
+// lost answer): the error then wraps ErrOutcomeUnknown, and a Get tells
+// whether the task runs again.
+func (c *Client) RetryTask(ctx context.Context, ref TaskRef) (*Task, error) {
+	what := "retrying task " + ref.String()
+	resp, err := unary(ctx, c, what, once, &cronoqv1.RetryRequest{Ref: &cronoqv1.TaskRef{Id: ref.ID, Key: ref.Key}},
+		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.RetryRequest]) (*connect.Response[cronoqv1.RetryResponse], error) {
+			return ep.tasks.Retry
+		})
+	if err != nil {
+		return nil, err
+	}
+	return taskFromProto(resp.GetTask()), nil
+}
+
+// CancelMany cancels the live tasks f selects (as Cancel does each: a
+// running attempt's worker is told to stop), in batches of a bounded size
+// committed one after the other, and returns how many it cancelled. The
+// tasks are those that match when the call reaches the leader; a task
+// that stops matching before its batch is left alone. It is repeated like
+// Cancel: after a lost answer the count is that of the last attempt.
+func (c *Client) CancelMany(ctx context.Context, f CancelFilter) (int64, error) {
+	const what = "cancelling tasks by filter"
+	req, err := cancelFilterToProto(f)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	resp, err := unary(ctx, c, what, idempotent, req,
+		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.CancelManyRequest]) (*connect.Response[cronoqv1.CancelManyResponse], error) {
+			return ep.tasks.CancelMany
+		})
+	if err != nil {
+		return 0, err
+	}
+	return resp.GetCancelled(), nil
+}
+
 // List lists tasks filtered by opt, ordered by id (decreasing with
 // ListOptions.NewestFirst). next is the cursor of the following page (pass
 // it as ListOptions.After, with the same filters and order), "" after the
