@@ -226,11 +226,13 @@ func (c *Client) cancelTask(ctx context.Context, what string, ref *cronoqv1.Task
 	if err != nil {
 		return CancelResult{}, err
 	}
-	return CancelResult{Cancelled: resp.GetCancelled(), LastLease: resp.GetLastLease()}, nil
+	return CancelResult{ID: resp.GetId(), Cancelled: resp.GetCancelled(), LastLease: resp.GetLastLease()}, nil
 }
 
 // CancelResult is what CancelTask answers.
 type CancelResult struct {
+	// ID is the task's id.
+	ID string
 	// Cancelled is true when this call cancelled the task, false when it
 	// had already ended.
 	Cancelled bool
@@ -255,6 +257,11 @@ func (c *Client) Cancel(ctx context.Context, id string) (cancelled bool, err err
 // CancelKey cancels a task by idempotency key.
 func (c *Client) CancelKey(ctx context.Context, key string) (cancelled bool, err error) {
 	return c.cancel(ctx, "cancelling task by key "+key, &cronoqv1.TaskRef{Key: key})
+}
+
+// CancelTaskKey is CancelKey answering also the task's id and last lease.
+func (c *Client) CancelTaskKey(ctx context.Context, key string) (CancelResult, error) {
+	return c.cancelTask(ctx, "cancelling task by key "+key, &cronoqv1.TaskRef{Key: key})
 }
 
 // Delete removes an ended task now, rather than at the end of its

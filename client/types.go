@@ -134,7 +134,7 @@ type Task struct {
 	// Parent is the task whose successful completion spawned it, if any.
 	Parent string
 	// BlocksLane says it ended without succeeding under its pool's
-	// ordering policy block: its lane waits until it is deleted.
+	// ordering policy block: its lane waits until it is retried or deleted.
 	BlocksLane bool
 	// Principal is the accessor of the ACL token that submitted it (empty
 	// without ACLs).

@@ -868,7 +868,7 @@ type Task struct {
 	// The task whose successful completion spawned it, if any.
 	Parent string `protobuf:"bytes,22,opt,name=parent,proto3" json:"parent,omitempty"`
 	// It ended without succeeding under the ordering policy block: its
-	// lane waits until it is deleted.
+	// lane waits until it is retried or deleted.
 	BlocksLane bool `protobuf:"varint,23,opt,name=blocks_lane,json=blocksLane,proto3" json:"blocks_lane,omitempty"`
 	// The accessor of the ACL token that submitted it (empty without ACLs).
 	Principal string `protobuf:"bytes,24,opt,name=principal,proto3" json:"principal,omitempty"`

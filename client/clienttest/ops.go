@@ -91,7 +91,7 @@ func (c *Cluster) retryLocked(t *task) error {
 	id, st := t.p.GetId(), t.p.GetStatus()
 	switch {
 	case st != cronoqv1.Status_STATUS_FAILED && st != cronoqv1.Status_STATUS_EXPIRED && st != cronoqv1.Status_STATUS_CANCELLED:
-		return apierr.NotRetryable(fmt.Sprintf("task %s is %s: only a task that ended failed, expired or cancelled can be retried: not retryable", id, statusName(st)))
+		return apierr.NotRetryable(fmt.Sprintf("task %s is %s, not retryable: only a task that ended failed, expired or cancelled can be retried", id, statusName(st)))
 	case t.wf != nil:
 		return invalid("id", "task %s is a member of workflow %s, which ended with it: it cannot be retried alone", id, t.wf.p.GetId())
 	case t.p.GetExternal():

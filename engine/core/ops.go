@@ -115,7 +115,7 @@ func (c *Core) Retry(now time.Time, req ReqID, ref TaskRef) {
 func (c *Core) checkRetry(t *task) error {
 	switch {
 	case !fsm.Retryable(t.status):
-		return fmt.Errorf("task %s is %s: only a task that ended failed, expired or cancelled can be retried: %w", t.id, t.status, ErrNotRetryable)
+		return fmt.Errorf("task %s is %s, %w: only a task that ended failed, expired or cancelled can be retried", t.id, t.status, ErrNotRetryable)
 	case t.inWorkflow() != nil:
 		return Invalid("id", "task %s is a member of workflow %s, which ended with it: it cannot be retried alone", t.id, t.inWorkflow().rec.ID)
 	case t.isExternal():
