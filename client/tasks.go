@@ -309,10 +309,13 @@ func (c *Client) Delete(ctx context.Context, ref TaskRef) (id string, deleted bo
 // budget (its attempts are counted from here; the ones before stay in
 // Attempts and in its attempt number), its output and end cleared, a
 // deadline that had passed dropped. An ordering lane it blocked runs it
-// first. Refused: a live or succeeded task (ErrNotRetryable); a member of
-// a workflow, an external task, a task whose dependencies did not succeed
-// (an *InvalidError naming it); an unknown task (ErrNotFound); a cluster
-// with a server older than the release that brought retries.
+// first; the tasks that depend on it and still wait for another dependency
+// wait for its new end. Refused: a live or succeeded task
+// (ErrNotRetryable); a member of a workflow, an external task, a task whose
+// dependencies did not succeed, a task whose end released a task that
+// depends on it (an *InvalidError naming it); an unknown task
+// (ErrNotFound); a cluster with a server older than the release that
+// brought retries.
 //
 // A retry is not repeated after an attempt whose outcome is unknown (a
 // lost answer): the error then wraps ErrOutcomeUnknown, and a Get tells

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
@@ -109,8 +110,35 @@ func (c *Cluster) retryLocked(t *task) error {
 			return invalid("id", "task %s depends on %s, which ended %s (retry it first)", id, dep, statusName(d.p.GetStatus()))
 		}
 	}
+	// A task its end released would have run before its dependency ended;
+	// the blocked ones wait for its new end.
+	var waiting []*task
+	ran := ""
+	for _, x := range c.tasks {
+		if !slices.Contains(x.p.GetDependsOn(), id) {
+			continue
+		}
+		switch st := x.p.GetStatus(); {
+		case st == cronoqv1.Status_STATUS_BLOCKED:
+			waiting = append(waiting, x)
+		case x.p.GetAttempt() > 0 || st == cronoqv1.Status_STATUS_SCHEDULED || st == cronoqv1.Status_STATUS_QUEUED ||
+			st == cronoqv1.Status_STATUS_RUNNING || st == cronoqv1.Status_STATUS_RETRYING ||
+			st == cronoqv1.Status_STATUS_SUCCEEDED || st == cronoqv1.Status_STATUS_FAILED:
+			if ran == "" || x.p.GetId() < ran {
+				ran = x.p.GetId()
+			}
+		}
+	}
+	if ran != "" {
+		return invalid("id", "task %s was released by the end of task %s, which can no longer be retried", ran, id)
+	}
 	if err := c.fitsLocked(t.pool(), 1); err != nil {
 		return err
+	}
+	slices.SortFunc(waiting, func(a, b *task) int { return strings.Compare(a.p.GetId(), b.p.GetId()) })
+	for _, x := range waiting {
+		t.dependents = append(t.dependents, x)
+		x.waitingOn++
 	}
 	now := c.now()
 	if dl := tsTime(t.p.GetDeadline()); !dl.IsZero() && !dl.After(now) {

@@ -23,8 +23,10 @@ blocked runs it first, then the tasks queued behind it.
 
 Refused: a live or succeeded task; a member of a workflow (its workflow has
 ended with it); an external task; a task whose dependencies did not succeed
-(retry them first); a cluster with a server that does not know retries yet
-(upgrade every server first). A retry whose answer was lost is not repeated:
+(retry them first); a task whose end released a task that depends on it; a
+cluster with a server that does not know retries yet (upgrade every server
+first). The tasks that depend on it and still wait for another dependency
+wait for its new end; those its end cancelled stay cancelled. A retry whose answer was lost is not repeated:
 'cronoq status' tells whether the task runs again.
 
 JSON output: the task object.`)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cronoq/cronoq/fsm"
@@ -43,13 +44,15 @@ type Retried struct {
 // (its attempts are counted from here, the ones before stay in its
 // history), its output and end cleared; a deadline that has passed is
 // dropped, one still ahead is kept. An ordering lane it blocked runs it
-// first; its dependents, which followed its end, are left as they are.
-// The reply (held) is a Retried.
+// first. The tasks that depend on it and are still blocked wait for its new
+// end; those its end cancelled stay cancelled. The reply (held) is a
+// Retried.
 //
 // Refused: a task that is live or succeeded (ErrNotRetryable), a member
-// of a workflow (its workflow has ended with it), an external task, and a
-// task whose dependencies have not all ended, or (under policy succeeded)
-// did not all succeed (*InvalidError); ErrNotFound for an unknown task;
+// of a workflow (its workflow has ended with it), an external task, a task
+// whose dependencies have not all ended, or (under policy succeeded) did
+// not all succeed, and a task whose end released a task that depends on it
+// (*InvalidError); ErrNotFound for an unknown task;
 // *VersionError while some server does not understand log format 6;
 // ErrOverloaded when its pool's or the cluster's pending bounds are full.
 func (c *Core) Retry(now time.Time, req ReqID, ref TaskRef) {
@@ -68,7 +71,8 @@ func (c *Core) Retry(now time.Time, req ReqID, ref TaskRef) {
 		c.fail(req, err)
 		return
 	}
-	if err := c.checkRetry(t); err != nil {
+	waiting, err := c.checkRetry(t)
+	if err != nil {
 		c.fail(req, err)
 		return
 	}
@@ -86,6 +90,12 @@ func (c *Core) Retry(now time.Time, req ReqID, ref TaskRef) {
 		t.flow.purgeHeld = false
 		for _, id := range t.flow.deps {
 			c.tasks[id].fl().liveDependents++ // live again (checkRetry found them all)
+		}
+		// The blocked tasks that depend on it wait for its new end, as a
+		// new leader would have them do (linkDeps).
+		for _, x := range waiting {
+			t.flow.dependents = append(t.flow.dependents, x)
+			x.flow.waitingOn++
 		}
 	}
 	if l := t.lane; l != nil && l.blockedBy == t {
@@ -111,31 +121,65 @@ func (c *Core) Retry(now time.Time, req ReqID, ref TaskRef) {
 	c.reply(req, Retried{ID: t.id})
 }
 
-// checkRetry refuses what Retry cannot put back in the queue.
-func (c *Core) checkRetry(t *task) error {
+// checkRetry refuses what Retry cannot put back in the queue, and returns
+// the blocked tasks that depend on t, in id order.
+func (c *Core) checkRetry(t *task) ([]*task, error) {
 	switch {
 	case !fsm.Retryable(t.status):
-		return fmt.Errorf("task %s is %s, %w: only a task that ended failed, expired or cancelled can be retried", t.id, t.status, ErrNotRetryable)
+		return nil, fmt.Errorf("task %s is %s, %w: only a task that ended failed, expired or cancelled can be retried", t.id, t.status, ErrNotRetryable)
 	case t.inWorkflow() != nil:
-		return Invalid("id", "task %s is a member of workflow %s, which ended with it: it cannot be retried alone", t.id, t.inWorkflow().rec.ID)
+		return nil, Invalid("id", "task %s is a member of workflow %s, which ended with it: it cannot be retried alone", t.id, t.inWorkflow().rec.ID)
 	case t.isExternal():
-		return Invalid("id", "task %s is external: no worker runs it", t.id)
+		return nil, Invalid("id", "task %s is external: no worker runs it", t.id)
 	}
 	if t.flow == nil {
-		return nil
+		// It never had dependencies nor dependents (linking either gives
+		// a task its flow).
+		return nil, nil
 	}
 	for _, id := range t.flow.deps {
 		d := c.tasks[id]
 		switch {
 		case d == nil:
-			return Invalid("id", "task %s depends on %s, which no longer exists", t.id, id)
+			return nil, Invalid("id", "task %s depends on %s, which no longer exists", t.id, id)
 		case !d.status.Terminal():
-			return Invalid("id", "task %s depends on %s, which is %s", t.id, id, d.status)
+			return nil, Invalid("id", "task %s depends on %s, which is %s", t.id, id, d.status)
 		case d.status != fsm.StatusSucceeded && t.flow.depPolicy == fsm.DepSucceeded:
-			return Invalid("id", "task %s depends on %s, which ended %s (retry it first)", t.id, id, d.status)
+			return nil, Invalid("id", "task %s depends on %s, which ended %s (retry it first)", t.id, id, d.status)
 		}
 	}
-	return nil
+	// A task that depends on it and was released by its end (it runs or
+	// ran) would have run before its dependency ended: refused. Blocked
+	// ones wait for it again; the others never ran and stay as they are.
+	var waiting []*task
+	ran := ""
+	for _, x := range c.tasks {
+		if x.flow == nil || !slices.Contains(x.flow.deps, t.id) {
+			continue
+		}
+		switch {
+		case x.status == fsm.StatusBlocked:
+			waiting = append(waiting, x)
+		case x.attempt > 0 || released(x.status):
+			if ran == "" || x.id < ran {
+				ran = x.id // map order must not reach the answer
+			}
+		}
+	}
+	if ran != "" {
+		return nil, Invalid("id", "task %s was released by the end of task %s, which can no longer be retried", ran, t.id)
+	}
+	slices.SortFunc(waiting, func(a, b *task) int { return strings.Compare(a.id, b.id) })
+	return waiting, nil
+}
+
+// released reports whether a task of status s has passed its dependencies.
+func released(s fsm.Status) bool {
+	switch s {
+	case fsm.StatusScheduled, fsm.StatusQueued, fsm.StatusRunning, fsm.StatusRetrying, fsm.StatusSucceeded, fsm.StatusFailed:
+		return true
+	}
+	return false
 }
 
 // TaskFilter selects the live tasks of a pool by status, and by kind.
