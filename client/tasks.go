@@ -230,11 +230,13 @@ func (c *Client) cancelTask(ctx context.Context, what string, ref *cronoqv1.Task
 	if err != nil {
 		return CancelResult{}, err
 	}
-	return CancelResult{Cancelled: resp.GetCancelled(), LastLease: resp.GetLastLease()}, nil
+	return CancelResult{ID: resp.GetId(), Cancelled: resp.GetCancelled(), LastLease: resp.GetLastLease()}, nil
 }
 
 // CancelResult is what CancelTask answers.
 type CancelResult struct {
+	// ID is the task's id.
+	ID string
 	// Cancelled is true when this call cancelled the task, false when it
 	// had already ended.
 	Cancelled bool
@@ -259,6 +261,11 @@ func (c *Client) Cancel(ctx context.Context, id string) (cancelled bool, err err
 // CancelKey cancels a task by idempotency key.
 func (c *Client) CancelKey(ctx context.Context, key string) (cancelled bool, err error) {
 	return c.cancel(ctx, "cancelling task by key "+key, &cronoqv1.TaskRef{Key: key})
+}
+
+// CancelTaskKey is CancelKey answering also the task's id and last lease.
+func (c *Client) CancelTaskKey(ctx context.Context, key string) (CancelResult, error) {
+	return c.cancelTask(ctx, "cancelling task by key "+key, &cronoqv1.TaskRef{Key: key})
 }
 
 // Delete removes an ended task now, rather than at the end of its
@@ -299,6 +306,56 @@ func (c *Client) Delete(ctx context.Context, ref TaskRef) (id string, deleted bo
 		return "", false, err
 	}
 	return resp.GetId(), resp.GetDeleted(), nil
+}
+
+// RetryTask puts a task that ended failed, expired or cancelled back in the
+// queue, and returns it as stored then: the same id and key, a new attempt
+// budget (its attempts are counted from here; the ones before stay in
+// Attempts and in its attempt number), its output and end cleared, a
+// deadline that had passed dropped. An ordering lane it blocked runs it
+// first; the tasks that depend on it and still wait for another dependency
+// wait for its new end. Refused: a live or succeeded task
+// (ErrNotRetryable); a member of a workflow, an external task, a task whose
+// dependencies did not succeed, a task whose end released a task that
+// depends on it (an *InvalidError naming it); an unknown task
+// (ErrNotFound); a cluster with a server older than the release that
+// brought retries.
+//
+// A retry is not repeated after an attempt whose outcome is unknown (a
+// lost answer): the error then wraps ErrOutcomeUnknown, and a Get tells
+// whether the task runs again.
+func (c *Client) RetryTask(ctx context.Context, ref TaskRef) (*Task, error) {
+	what := "retrying task " + ref.String()
+	resp, err := unary(ctx, c, what, once, &cronoqv1.RetryRequest{Ref: &cronoqv1.TaskRef{Id: ref.ID, Key: ref.Key}},
+		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.RetryRequest]) (*connect.Response[cronoqv1.RetryResponse], error) {
+			return ep.tasks.Retry
+		})
+	if err != nil {
+		return nil, err
+	}
+	return taskFromProto(resp.GetTask()), nil
+}
+
+// CancelMany cancels the live tasks f selects (as Cancel does each: a
+// running attempt's worker is told to stop), in batches of a bounded size
+// committed one after the other, and returns how many it cancelled. The
+// tasks are those that match when the call reaches the leader; a task
+// that stops matching before its batch is left alone. It is repeated like
+// Cancel: after a lost answer the count is that of the last attempt.
+func (c *Client) CancelMany(ctx context.Context, f CancelFilter) (int64, error) {
+	const what = "cancelling tasks by filter"
+	req, err := cancelFilterToProto(f)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	resp, err := unary(ctx, c, what, idempotent, req,
+		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.CancelManyRequest]) (*connect.Response[cronoqv1.CancelManyResponse], error) {
+			return ep.tasks.CancelMany
+		})
+	if err != nil {
+		return 0, err
+	}
+	return resp.GetCancelled(), nil
 }
 
 // List lists tasks filtered by opt, ordered by id (decreasing with

@@ -111,6 +111,14 @@ func deniedCalls(c rawClients, ids map[string]string) map[string]func(ctx contex
 			_, err := c.tasks.Delete(ctx, req(&cronoqv1.DeleteRequest{Ref: task}, tok))
 			return err
 		},
+		cronoqv1connect.TaskServiceRetryProcedure: func(ctx context.Context, tok string) error {
+			_, err := c.tasks.Retry(ctx, req(&cronoqv1.RetryRequest{Ref: task}, tok))
+			return err
+		},
+		cronoqv1connect.TaskServiceCancelManyProcedure: func(ctx context.Context, tok string) error {
+			_, err := c.tasks.CancelMany(ctx, req(&cronoqv1.CancelManyRequest{Pool: "etl", Statuses: []cronoqv1.Status{cronoqv1.Status_STATUS_QUEUED}}, tok))
+			return err
+		},
 		cronoqv1connect.PoolServiceListProcedure: func(ctx context.Context, tok string) error {
 			_, err := c.pools.List(ctx, req(&cronoqv1.ListPoolsRequest{}, tok))
 			return err

@@ -43,6 +43,8 @@ type Backend interface {
 	Pools(ctx context.Context) ([]cluster.PoolInfo, error)
 	Pool(ctx context.Context, name string) (cluster.PoolInfo, error)
 	Delete(ctx context.Context, ref cluster.TaskRef) (cluster.Deleted, error)
+	Retry(ctx context.Context, ref cluster.TaskRef) (cluster.Retried, error)
+	CancelMany(ctx context.Context, f cluster.TaskFilter) (int, error)
 	SetKind(ctx context.Context, ch cluster.KindChange) (fsm.KindSettings, error)
 	Kind(ctx context.Context, pool, kind string) (fsm.KindSettings, error)
 

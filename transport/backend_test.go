@@ -39,6 +39,8 @@ type fakeBackend struct {
 	setPool          func(ch cluster.PoolChange) (cluster.PoolInfo, error)
 	submitWorkflow   func(spec cluster.WorkflowSpec) (*cluster.WorkflowSubmitted, error)
 	cancelWorkflow   func(ref cluster.WorkflowRef) (cluster.CancelledWorkflow, error)
+	retry            func(ref cluster.TaskRef) (cluster.Retried, error)
+	cancelMany       func(f cluster.TaskFilter) (int, error)
 	// waitWorkflow runs under the call's context (nil: wait for it to end).
 	waitWorkflow func(ctx context.Context, ref cluster.WorkflowRef) (string, error)
 	// poll answers a worker's offer (nil: nothing is ever granted).
@@ -188,6 +190,20 @@ func (f *fakeBackend) Pool(context.Context, string) (cluster.PoolInfo, error) {
 }
 func (f *fakeBackend) Delete(context.Context, cluster.TaskRef) (cluster.Deleted, error) {
 	return cluster.Deleted{}, errors.New("not used")
+}
+func (f *fakeBackend) Retry(_ context.Context, ref cluster.TaskRef) (cluster.Retried, error) {
+	f.record("retry")
+	if f.retry == nil {
+		return cluster.Retried{}, errors.New("not used")
+	}
+	return f.retry(ref)
+}
+func (f *fakeBackend) CancelMany(_ context.Context, tf cluster.TaskFilter) (int, error) {
+	f.record("cancel-many")
+	if f.cancelMany == nil {
+		return 0, errors.New("not used")
+	}
+	return f.cancelMany(tf)
 }
 func (f *fakeBackend) SetKind(context.Context, cluster.KindChange) (fsm.KindSettings, error) {
 	return fsm.KindSettings{}, errors.New("not used")

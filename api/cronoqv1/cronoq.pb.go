@@ -202,6 +202,78 @@ func (DependencyPolicy) EnumDescriptor() ([]byte, []int) {
 	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{2}
 }
 
+// How an attempt ended.
+type AttemptOutcome int32
+
+const (
+	AttemptOutcome_ATTEMPT_OUTCOME_UNSPECIFIED AttemptOutcome = 0
+	// The worker reported success.
+	AttemptOutcome_ATTEMPT_OUTCOME_SUCCEEDED AttemptOutcome = 1
+	// A permanent failure, or a retryable one with no attempt left.
+	AttemptOutcome_ATTEMPT_OUTCOME_FAILED AttemptOutcome = 2
+	// A retryable failure: the task ran again.
+	AttemptOutcome_ATTEMPT_OUTCOME_RETRY AttemptOutcome = 3
+	// The task was cancelled, by a request or by its worker.
+	AttemptOutcome_ATTEMPT_OUTCOME_CANCELLED AttemptOutcome = 4
+	// The task's deadline passed while the attempt ran.
+	AttemptOutcome_ATTEMPT_OUTCOME_EXPIRED AttemptOutcome = 5
+	// The attempt ran past the task's timeout.
+	AttemptOutcome_ATTEMPT_OUTCOME_TIMEOUT AttemptOutcome = 6
+	// Its lease lapsed without a heartbeat (or was revoked).
+	AttemptOutcome_ATTEMPT_OUTCOME_LOST AttemptOutcome = 7
+)
+
+// Enum value maps for AttemptOutcome.
+var (
+	AttemptOutcome_name = map[int32]string{
+		0: "ATTEMPT_OUTCOME_UNSPECIFIED",
+		1: "ATTEMPT_OUTCOME_SUCCEEDED",
+		2: "ATTEMPT_OUTCOME_FAILED",
+		3: "ATTEMPT_OUTCOME_RETRY",
+		4: "ATTEMPT_OUTCOME_CANCELLED",
+		5: "ATTEMPT_OUTCOME_EXPIRED",
+		6: "ATTEMPT_OUTCOME_TIMEOUT",
+		7: "ATTEMPT_OUTCOME_LOST",
+	}
+	AttemptOutcome_value = map[string]int32{
+		"ATTEMPT_OUTCOME_UNSPECIFIED": 0,
+		"ATTEMPT_OUTCOME_SUCCEEDED":   1,
+		"ATTEMPT_OUTCOME_FAILED":      2,
+		"ATTEMPT_OUTCOME_RETRY":       3,
+		"ATTEMPT_OUTCOME_CANCELLED":   4,
+		"ATTEMPT_OUTCOME_EXPIRED":     5,
+		"ATTEMPT_OUTCOME_TIMEOUT":     6,
+		"ATTEMPT_OUTCOME_LOST":        7,
+	}
+)
+
+func (x AttemptOutcome) Enum() *AttemptOutcome {
+	p := new(AttemptOutcome)
+	*p = x
+	return p
+}
+
+func (x AttemptOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AttemptOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_cronoq_v1_cronoq_proto_enumTypes[3].Descriptor()
+}
+
+func (AttemptOutcome) Type() protoreflect.EnumType {
+	return &file_cronoq_v1_cronoq_proto_enumTypes[3]
+}
+
+func (x AttemptOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AttemptOutcome.Descriptor instead.
+func (AttemptOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{3}
+}
+
 type WorkflowStatus int32
 
 const (
@@ -244,11 +316,11 @@ func (x WorkflowStatus) String() string {
 }
 
 func (WorkflowStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_cronoq_v1_cronoq_proto_enumTypes[3].Descriptor()
+	return file_cronoq_v1_cronoq_proto_enumTypes[4].Descriptor()
 }
 
 func (WorkflowStatus) Type() protoreflect.EnumType {
-	return &file_cronoq_v1_cronoq_proto_enumTypes[3]
+	return &file_cronoq_v1_cronoq_proto_enumTypes[4]
 }
 
 func (x WorkflowStatus) Number() protoreflect.EnumNumber {
@@ -257,7 +329,7 @@ func (x WorkflowStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WorkflowStatus.Descriptor instead.
 func (WorkflowStatus) EnumDescriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{3}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{4}
 }
 
 type Overlap int32
@@ -290,11 +362,11 @@ func (x Overlap) String() string {
 }
 
 func (Overlap) Descriptor() protoreflect.EnumDescriptor {
-	return file_cronoq_v1_cronoq_proto_enumTypes[4].Descriptor()
+	return file_cronoq_v1_cronoq_proto_enumTypes[5].Descriptor()
 }
 
 func (Overlap) Type() protoreflect.EnumType {
-	return &file_cronoq_v1_cronoq_proto_enumTypes[4]
+	return &file_cronoq_v1_cronoq_proto_enumTypes[5]
 }
 
 func (x Overlap) Number() protoreflect.EnumNumber {
@@ -303,7 +375,7 @@ func (x Overlap) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Overlap.Descriptor instead.
 func (Overlap) EnumDescriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{4}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{5}
 }
 
 type CatchUp int32
@@ -339,11 +411,11 @@ func (x CatchUp) String() string {
 }
 
 func (CatchUp) Descriptor() protoreflect.EnumDescriptor {
-	return file_cronoq_v1_cronoq_proto_enumTypes[5].Descriptor()
+	return file_cronoq_v1_cronoq_proto_enumTypes[6].Descriptor()
 }
 
 func (CatchUp) Type() protoreflect.EnumType {
-	return &file_cronoq_v1_cronoq_proto_enumTypes[5]
+	return &file_cronoq_v1_cronoq_proto_enumTypes[6]
 }
 
 func (x CatchUp) Number() protoreflect.EnumNumber {
@@ -352,7 +424,7 @@ func (x CatchUp) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CatchUp.Descriptor instead.
 func (CatchUp) EnumDescriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{5}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{6}
 }
 
 type OutcomeKind int32
@@ -391,11 +463,11 @@ func (x OutcomeKind) String() string {
 }
 
 func (OutcomeKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_cronoq_v1_cronoq_proto_enumTypes[6].Descriptor()
+	return file_cronoq_v1_cronoq_proto_enumTypes[7].Descriptor()
 }
 
 func (OutcomeKind) Type() protoreflect.EnumType {
-	return &file_cronoq_v1_cronoq_proto_enumTypes[6]
+	return &file_cronoq_v1_cronoq_proto_enumTypes[7]
 }
 
 func (x OutcomeKind) Number() protoreflect.EnumNumber {
@@ -404,7 +476,7 @@ func (x OutcomeKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OutcomeKind.Descriptor instead.
 func (OutcomeKind) EnumDescriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{6}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{7}
 }
 
 type KV struct {
@@ -796,10 +868,15 @@ type Task struct {
 	// The task whose successful completion spawned it, if any.
 	Parent string `protobuf:"bytes,22,opt,name=parent,proto3" json:"parent,omitempty"`
 	// It ended without succeeding under the ordering policy block: its
-	// lane waits until it is deleted.
+	// lane waits until it is retried or deleted.
 	BlocksLane bool `protobuf:"varint,23,opt,name=blocks_lane,json=blocksLane,proto3" json:"blocks_lane,omitempty"`
 	// The accessor of the ACL token that submitted it (empty without ACLs).
-	Principal     string `protobuf:"bytes,24,opt,name=principal,proto3" json:"principal,omitempty"`
+	Principal string `protobuf:"bytes,24,opt,name=principal,proto3" json:"principal,omitempty"`
+	// Its last attempts that ended (at most 10), oldest first.
+	Attempts []*Attempt `protobuf:"bytes,25,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	// The attempts started before an operator last retried it
+	// (TaskService.Retry): its attempt budget counts from there.
+	AttemptBase   uint32 `protobuf:"varint,26,opt,name=attempt_base,json=attemptBase,proto3" json:"attempt_base,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1002,6 +1079,124 @@ func (x *Task) GetPrincipal() string {
 	return ""
 }
 
+func (x *Task) GetAttempts() []*Attempt {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+func (x *Task) GetAttemptBase() uint32 {
+	if x != nil {
+		return x.AttemptBase
+	}
+	return 0
+}
+
+// One ended attempt of a task.
+type Attempt struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Attempt uint32                 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The worker that held its lease.
+	Worker string `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	Lease  uint64 `protobuf:"varint,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	// The leader epoch that granted the lease.
+	Epoch      uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	StartedAt  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	Outcome    AttemptOutcome         `protobuf:"varint,7,opt,name=outcome,proto3,enum=cronoq.v1.AttemptOutcome" json:"outcome,omitempty"`
+	// At most 1 KiB: a longer error is cut and ends with "… (truncated)".
+	Error         string `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Attempt) Reset() {
+	*x = Attempt{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Attempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Attempt) ProtoMessage() {}
+
+func (x *Attempt) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
+func (*Attempt) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Attempt) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *Attempt) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *Attempt) GetLease() uint64 {
+	if x != nil {
+		return x.Lease
+	}
+	return 0
+}
+
+func (x *Attempt) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Attempt) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *Attempt) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *Attempt) GetOutcome() AttemptOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return AttemptOutcome_ATTEMPT_OUTCOME_UNSPECIFIED
+}
+
+func (x *Attempt) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type Submitted struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1012,7 +1207,7 @@ type Submitted struct {
 
 func (x *Submitted) Reset() {
 	*x = Submitted{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[5]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1219,7 @@ func (x *Submitted) String() string {
 func (*Submitted) ProtoMessage() {}
 
 func (x *Submitted) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[5]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1037,7 +1232,7 @@ func (x *Submitted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submitted.ProtoReflect.Descriptor instead.
 func (*Submitted) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{5}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Submitted) GetId() string {
@@ -1070,7 +1265,7 @@ type ReadMeta struct {
 
 func (x *ReadMeta) Reset() {
 	*x = ReadMeta{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[6]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1277,7 @@ func (x *ReadMeta) String() string {
 func (*ReadMeta) ProtoMessage() {}
 
 func (x *ReadMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[6]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1290,7 @@ func (x *ReadMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadMeta.ProtoReflect.Descriptor instead.
 func (*ReadMeta) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{6}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReadMeta) GetStale() bool {
@@ -1142,7 +1337,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[7]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1349,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[7]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1362,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{7}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SubmitRequest) GetSpec() *TaskSpec {
@@ -1186,7 +1381,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[8]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1393,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[8]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1406,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{8}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SubmitResponse) GetResult() *Submitted {
@@ -1230,7 +1425,7 @@ type SubmitBatchRequest struct {
 
 func (x *SubmitBatchRequest) Reset() {
 	*x = SubmitBatchRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[9]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1437,7 @@ func (x *SubmitBatchRequest) String() string {
 func (*SubmitBatchRequest) ProtoMessage() {}
 
 func (x *SubmitBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[9]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1450,7 @@ func (x *SubmitBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitBatchRequest.ProtoReflect.Descriptor instead.
 func (*SubmitBatchRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{9}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SubmitBatchRequest) GetSpecs() []*TaskSpec {
@@ -1274,7 +1469,7 @@ type SubmitBatchResponse struct {
 
 func (x *SubmitBatchResponse) Reset() {
 	*x = SubmitBatchResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[10]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1481,7 @@ func (x *SubmitBatchResponse) String() string {
 func (*SubmitBatchResponse) ProtoMessage() {}
 
 func (x *SubmitBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[10]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1494,7 @@ func (x *SubmitBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitBatchResponse.ProtoReflect.Descriptor instead.
 func (*SubmitBatchResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{10}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SubmitBatchResponse) GetResults() []*Submitted {
@@ -1318,7 +1513,7 @@ type EnqueueManyRequest struct {
 
 func (x *EnqueueManyRequest) Reset() {
 	*x = EnqueueManyRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[11]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1525,7 @@ func (x *EnqueueManyRequest) String() string {
 func (*EnqueueManyRequest) ProtoMessage() {}
 
 func (x *EnqueueManyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[11]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1538,7 @@ func (x *EnqueueManyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueManyRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueManyRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{11}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EnqueueManyRequest) GetSpecs() []*TaskSpec {
@@ -1365,7 +1560,7 @@ type ItemResult struct {
 
 func (x *ItemResult) Reset() {
 	*x = ItemResult{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[12]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1572,7 @@ func (x *ItemResult) String() string {
 func (*ItemResult) ProtoMessage() {}
 
 func (x *ItemResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[12]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1585,7 @@ func (x *ItemResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemResult.ProtoReflect.Descriptor instead.
 func (*ItemResult) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{12}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ItemResult) GetSubmitted() *Submitted {
@@ -1423,7 +1618,7 @@ type EnqueueManyResponse struct {
 
 func (x *EnqueueManyResponse) Reset() {
 	*x = EnqueueManyResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[13]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1630,7 @@ func (x *EnqueueManyResponse) String() string {
 func (*EnqueueManyResponse) ProtoMessage() {}
 
 func (x *EnqueueManyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[13]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1643,7 @@ func (x *EnqueueManyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueManyResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueManyResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{13}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *EnqueueManyResponse) GetResults() []*ItemResult {
@@ -1468,7 +1663,7 @@ type TaskRef struct {
 
 func (x *TaskRef) Reset() {
 	*x = TaskRef{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[14]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +1675,7 @@ func (x *TaskRef) String() string {
 func (*TaskRef) ProtoMessage() {}
 
 func (x *TaskRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[14]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +1688,7 @@ func (x *TaskRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRef.ProtoReflect.Descriptor instead.
 func (*TaskRef) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{14}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TaskRef) GetId() string {
@@ -1521,7 +1716,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[15]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1728,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[15]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1741,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{15}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetRequest) GetRef() *TaskRef {
@@ -1573,7 +1768,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[16]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1780,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[16]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1793,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{16}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetResponse) GetTask() *Task {
@@ -1627,7 +1822,7 @@ type WaitRequest struct {
 
 func (x *WaitRequest) Reset() {
 	*x = WaitRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[17]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1639,7 +1834,7 @@ func (x *WaitRequest) String() string {
 func (*WaitRequest) ProtoMessage() {}
 
 func (x *WaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[17]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1652,7 +1847,7 @@ func (x *WaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
 func (*WaitRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{17}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WaitRequest) GetRef() *TaskRef {
@@ -1678,7 +1873,7 @@ type WaitResponse struct {
 
 func (x *WaitResponse) Reset() {
 	*x = WaitResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[18]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1885,7 @@ func (x *WaitResponse) String() string {
 func (*WaitResponse) ProtoMessage() {}
 
 func (x *WaitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[18]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1898,7 @@ func (x *WaitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitResponse.ProtoReflect.Descriptor instead.
 func (*WaitResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{18}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WaitResponse) GetTask() *Task {
@@ -1722,7 +1917,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[19]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1734,7 +1929,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[19]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1747,7 +1942,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{19}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CancelRequest) GetRef() *TaskRef {
@@ -1770,7 +1965,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[20]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +1977,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[20]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +1990,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{20}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CancelResponse) GetId() string {
@@ -1833,7 +2028,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[21]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +2040,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[21]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +2053,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{21}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CompleteRequest) GetRef() *TaskRef {
@@ -1898,7 +2093,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[22]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +2105,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[22]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +2118,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{22}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CompleteResponse) GetTask() *Task {
@@ -1951,7 +2146,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[23]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2158,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[23]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2171,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{23}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListRequest) GetPools() []string {
@@ -2039,7 +2234,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[24]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2051,7 +2246,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[24]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2064,7 +2259,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{24}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListResponse) GetTasks() []*Task {
@@ -2097,7 +2292,7 @@ type CountsRequest struct {
 
 func (x *CountsRequest) Reset() {
 	*x = CountsRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[25]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2109,7 +2304,7 @@ func (x *CountsRequest) String() string {
 func (*CountsRequest) ProtoMessage() {}
 
 func (x *CountsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[25]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2122,7 +2317,7 @@ func (x *CountsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountsRequest.ProtoReflect.Descriptor instead.
 func (*CountsRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{25}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CountsRequest) GetStale() bool {
@@ -2142,7 +2337,7 @@ type PoolCounts struct {
 
 func (x *PoolCounts) Reset() {
 	*x = PoolCounts{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[26]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +2349,7 @@ func (x *PoolCounts) String() string {
 func (*PoolCounts) ProtoMessage() {}
 
 func (x *PoolCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[26]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +2362,7 @@ func (x *PoolCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolCounts.ProtoReflect.Descriptor instead.
 func (*PoolCounts) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{26}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PoolCounts) GetPool() string {
@@ -2194,7 +2389,7 @@ type CountsResponse struct {
 
 func (x *CountsResponse) Reset() {
 	*x = CountsResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[27]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2401,7 @@ func (x *CountsResponse) String() string {
 func (*CountsResponse) ProtoMessage() {}
 
 func (x *CountsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[27]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +2414,7 @@ func (x *CountsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountsResponse.ProtoReflect.Descriptor instead.
 func (*CountsResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{27}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CountsResponse) GetPools() []*PoolCounts {
@@ -2247,7 +2442,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[28]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2259,7 +2454,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[28]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2272,7 +2467,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{28}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *EventsRequest) GetPools() []string {
@@ -2305,7 +2500,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[29]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2317,7 +2512,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[29]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2330,7 +2525,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{29}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Event) GetTaskId() string {
@@ -2410,6 +2605,201 @@ func (x *Event) GetWorkflowStatus() WorkflowStatus {
 	return WorkflowStatus_WORKFLOW_STATUS_UNSPECIFIED
 }
 
+type RetryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ref           *TaskRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryRequest) Reset() {
+	*x = RetryRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryRequest) ProtoMessage() {}
+
+func (x *RetryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryRequest.ProtoReflect.Descriptor instead.
+func (*RetryRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *RetryRequest) GetRef() *TaskRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+type RetryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Task          *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryResponse) Reset() {
+	*x = RetryResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryResponse) ProtoMessage() {}
+
+func (x *RetryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryResponse.ProtoReflect.Descriptor instead.
+func (*RetryResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *RetryResponse) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+type CancelManyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pool  string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Live statuses only; at least one.
+	Statuses []Status `protobuf:"varint,2,rep,packed,name=statuses,proto3,enum=cronoq.v1.Status" json:"statuses,omitempty"`
+	// Empty: every kind.
+	Kinds         []string `protobuf:"bytes,3,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelManyRequest) Reset() {
+	*x = CancelManyRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelManyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelManyRequest) ProtoMessage() {}
+
+func (x *CancelManyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelManyRequest.ProtoReflect.Descriptor instead.
+func (*CancelManyRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *CancelManyRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *CancelManyRequest) GetStatuses() []Status {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *CancelManyRequest) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+type CancelManyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tasks this call cancelled.
+	Cancelled     int64 `protobuf:"varint,1,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelManyResponse) Reset() {
+	*x = CancelManyResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelManyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelManyResponse) ProtoMessage() {}
+
+func (x *CancelManyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelManyResponse.ProtoReflect.Descriptor instead.
+func (*CancelManyResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *CancelManyResponse) GetCancelled() int64 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
 type DeleteRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ref           *TaskRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
@@ -2419,7 +2809,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[30]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2431,7 +2821,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[30]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2444,7 +2834,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{30}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteRequest) GetRef() *TaskRef {
@@ -2464,7 +2854,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[31]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2476,7 +2866,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[31]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2489,7 +2879,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{31}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteResponse) GetId() string {
@@ -2518,7 +2908,7 @@ type KindRate struct {
 
 func (x *KindRate) Reset() {
 	*x = KindRate{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[32]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2530,7 +2920,7 @@ func (x *KindRate) String() string {
 func (*KindRate) ProtoMessage() {}
 
 func (x *KindRate) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[32]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2543,7 +2933,7 @@ func (x *KindRate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KindRate.ProtoReflect.Descriptor instead.
 func (*KindRate) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{32}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *KindRate) GetKind() string {
@@ -2593,7 +2983,7 @@ type PoolLimits struct {
 
 func (x *PoolLimits) Reset() {
 	*x = PoolLimits{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[33]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2605,7 +2995,7 @@ func (x *PoolLimits) String() string {
 func (*PoolLimits) ProtoMessage() {}
 
 func (x *PoolLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[33]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2618,7 +3008,7 @@ func (x *PoolLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolLimits.ProtoReflect.Descriptor instead.
 func (*PoolLimits) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{33}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PoolLimits) GetMaxRunning() int64 {
@@ -2737,7 +3127,7 @@ type PoolInfo struct {
 
 func (x *PoolInfo) Reset() {
 	*x = PoolInfo{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[34]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2749,7 +3139,7 @@ func (x *PoolInfo) String() string {
 func (*PoolInfo) ProtoMessage() {}
 
 func (x *PoolInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[34]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2762,7 +3152,7 @@ func (x *PoolInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolInfo.ProtoReflect.Descriptor instead.
 func (*PoolInfo) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{34}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PoolInfo) GetPool() string {
@@ -2871,7 +3261,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[35]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2883,7 +3273,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[35]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2896,7 +3286,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{35}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{40}
 }
 
 type ListPoolsResponse struct {
@@ -2908,7 +3298,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[36]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2920,7 +3310,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[36]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2933,7 +3323,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{36}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListPoolsResponse) GetPools() []*PoolInfo {
@@ -2952,7 +3342,7 @@ type GetPoolRequest struct {
 
 func (x *GetPoolRequest) Reset() {
 	*x = GetPoolRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[37]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2964,7 +3354,7 @@ func (x *GetPoolRequest) String() string {
 func (*GetPoolRequest) ProtoMessage() {}
 
 func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[37]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2977,7 +3367,7 @@ func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolRequest.ProtoReflect.Descriptor instead.
 func (*GetPoolRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{37}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetPoolRequest) GetPool() string {
@@ -2996,7 +3386,7 @@ type GetPoolResponse struct {
 
 func (x *GetPoolResponse) Reset() {
 	*x = GetPoolResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[38]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3008,7 +3398,7 @@ func (x *GetPoolResponse) String() string {
 func (*GetPoolResponse) ProtoMessage() {}
 
 func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[38]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3021,7 +3411,7 @@ func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolResponse.ProtoReflect.Descriptor instead.
 func (*GetPoolResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{38}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetPoolResponse) GetPool() *PoolInfo {
@@ -3055,7 +3445,7 @@ type SetPoolRequest struct {
 
 func (x *SetPoolRequest) Reset() {
 	*x = SetPoolRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[39]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3067,7 +3457,7 @@ func (x *SetPoolRequest) String() string {
 func (*SetPoolRequest) ProtoMessage() {}
 
 func (x *SetPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[39]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3080,7 +3470,7 @@ func (x *SetPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPoolRequest.ProtoReflect.Descriptor instead.
 func (*SetPoolRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{39}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SetPoolRequest) GetPool() string {
@@ -3190,7 +3580,7 @@ type SetPoolResponse struct {
 
 func (x *SetPoolResponse) Reset() {
 	*x = SetPoolResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[40]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3202,7 +3592,7 @@ func (x *SetPoolResponse) String() string {
 func (*SetPoolResponse) ProtoMessage() {}
 
 func (x *SetPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[40]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3215,7 +3605,7 @@ func (x *SetPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPoolResponse.ProtoReflect.Descriptor instead.
 func (*SetPoolResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{40}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SetPoolResponse) GetPool() *PoolInfo {
@@ -3243,7 +3633,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[41]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3255,7 +3645,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[41]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3268,7 +3658,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{41}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WorkerInfo) GetId() string {
@@ -3330,7 +3720,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[42]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3342,7 +3732,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[42]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3355,7 +3745,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{42}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListWorkersRequest) GetPool() string {
@@ -3374,7 +3764,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3386,7 +3776,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3399,7 +3789,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{43}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -3428,7 +3818,7 @@ type KindSettings struct {
 
 func (x *KindSettings) Reset() {
 	*x = KindSettings{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3440,7 +3830,7 @@ func (x *KindSettings) String() string {
 func (*KindSettings) ProtoMessage() {}
 
 func (x *KindSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3453,7 +3843,7 @@ func (x *KindSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KindSettings.ProtoReflect.Descriptor instead.
 func (*KindSettings) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{44}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *KindSettings) GetPool() string {
@@ -3522,7 +3912,7 @@ type SetKindRequest struct {
 
 func (x *SetKindRequest) Reset() {
 	*x = SetKindRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3534,7 +3924,7 @@ func (x *SetKindRequest) String() string {
 func (*SetKindRequest) ProtoMessage() {}
 
 func (x *SetKindRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3547,7 +3937,7 @@ func (x *SetKindRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKindRequest.ProtoReflect.Descriptor instead.
 func (*SetKindRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{45}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SetKindRequest) GetPool() string {
@@ -3608,7 +3998,7 @@ type SetKindResponse struct {
 
 func (x *SetKindResponse) Reset() {
 	*x = SetKindResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3620,7 +4010,7 @@ func (x *SetKindResponse) String() string {
 func (*SetKindResponse) ProtoMessage() {}
 
 func (x *SetKindResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3633,7 +4023,7 @@ func (x *SetKindResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKindResponse.ProtoReflect.Descriptor instead.
 func (*SetKindResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{46}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SetKindResponse) GetKind() *KindSettings {
@@ -3653,7 +4043,7 @@ type GetKindRequest struct {
 
 func (x *GetKindRequest) Reset() {
 	*x = GetKindRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3665,7 +4055,7 @@ func (x *GetKindRequest) String() string {
 func (*GetKindRequest) ProtoMessage() {}
 
 func (x *GetKindRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3678,7 +4068,7 @@ func (x *GetKindRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKindRequest.ProtoReflect.Descriptor instead.
 func (*GetKindRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{47}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetKindRequest) GetPool() string {
@@ -3704,7 +4094,7 @@ type GetKindResponse struct {
 
 func (x *GetKindResponse) Reset() {
 	*x = GetKindResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3716,7 +4106,7 @@ func (x *GetKindResponse) String() string {
 func (*GetKindResponse) ProtoMessage() {}
 
 func (x *GetKindResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3729,7 +4119,7 @@ func (x *GetKindResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKindResponse.ProtoReflect.Descriptor instead.
 func (*GetKindResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{48}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetKindResponse) GetKind() *KindSettings {
@@ -3757,7 +4147,7 @@ type WorkflowStep struct {
 
 func (x *WorkflowStep) Reset() {
 	*x = WorkflowStep{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3769,7 +4159,7 @@ func (x *WorkflowStep) String() string {
 func (*WorkflowStep) ProtoMessage() {}
 
 func (x *WorkflowStep) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3782,7 +4172,7 @@ func (x *WorkflowStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowStep.ProtoReflect.Descriptor instead.
 func (*WorkflowStep) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{49}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WorkflowStep) GetName() string {
@@ -3818,7 +4208,7 @@ type WorkflowSpec struct {
 
 func (x *WorkflowSpec) Reset() {
 	*x = WorkflowSpec{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3830,7 +4220,7 @@ func (x *WorkflowSpec) String() string {
 func (*WorkflowSpec) ProtoMessage() {}
 
 func (x *WorkflowSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3843,7 +4233,7 @@ func (x *WorkflowSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowSpec.ProtoReflect.Descriptor instead.
 func (*WorkflowSpec) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{50}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *WorkflowSpec) GetName() string {
@@ -3889,7 +4279,7 @@ type Workflow struct {
 
 func (x *Workflow) Reset() {
 	*x = Workflow{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3901,7 +4291,7 @@ func (x *Workflow) String() string {
 func (*Workflow) ProtoMessage() {}
 
 func (x *Workflow) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3914,7 +4304,7 @@ func (x *Workflow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workflow.ProtoReflect.Descriptor instead.
 func (*Workflow) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{51}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Workflow) GetId() string {
@@ -4004,7 +4394,7 @@ type WorkflowRef struct {
 
 func (x *WorkflowRef) Reset() {
 	*x = WorkflowRef{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4016,7 +4406,7 @@ func (x *WorkflowRef) String() string {
 func (*WorkflowRef) ProtoMessage() {}
 
 func (x *WorkflowRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4029,7 +4419,7 @@ func (x *WorkflowRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowRef.ProtoReflect.Descriptor instead.
 func (*WorkflowRef) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{52}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *WorkflowRef) GetId() string {
@@ -4056,7 +4446,7 @@ type StepTask struct {
 
 func (x *StepTask) Reset() {
 	*x = StepTask{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4068,7 +4458,7 @@ func (x *StepTask) String() string {
 func (*StepTask) ProtoMessage() {}
 
 func (x *StepTask) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4081,7 +4471,7 @@ func (x *StepTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepTask.ProtoReflect.Descriptor instead.
 func (*StepTask) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{53}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *StepTask) GetStep() string {
@@ -4107,7 +4497,7 @@ type SubmitWorkflowRequest struct {
 
 func (x *SubmitWorkflowRequest) Reset() {
 	*x = SubmitWorkflowRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4119,7 +4509,7 @@ func (x *SubmitWorkflowRequest) String() string {
 func (*SubmitWorkflowRequest) ProtoMessage() {}
 
 func (x *SubmitWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4132,7 +4522,7 @@ func (x *SubmitWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*SubmitWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{54}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SubmitWorkflowRequest) GetSpec() *WorkflowSpec {
@@ -4154,7 +4544,7 @@ type SubmitWorkflowResponse struct {
 
 func (x *SubmitWorkflowResponse) Reset() {
 	*x = SubmitWorkflowResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4166,7 +4556,7 @@ func (x *SubmitWorkflowResponse) String() string {
 func (*SubmitWorkflowResponse) ProtoMessage() {}
 
 func (x *SubmitWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4179,7 +4569,7 @@ func (x *SubmitWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*SubmitWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{55}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SubmitWorkflowResponse) GetId() string {
@@ -4219,7 +4609,7 @@ type GetWorkflowRequest struct {
 
 func (x *GetWorkflowRequest) Reset() {
 	*x = GetWorkflowRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4231,7 +4621,7 @@ func (x *GetWorkflowRequest) String() string {
 func (*GetWorkflowRequest) ProtoMessage() {}
 
 func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4244,7 +4634,7 @@ func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{56}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetWorkflowRequest) GetRef() *WorkflowRef {
@@ -4287,7 +4677,7 @@ type GetWorkflowResponse struct {
 
 func (x *GetWorkflowResponse) Reset() {
 	*x = GetWorkflowResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4299,7 +4689,7 @@ func (x *GetWorkflowResponse) String() string {
 func (*GetWorkflowResponse) ProtoMessage() {}
 
 func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4312,7 +4702,7 @@ func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*GetWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{57}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetWorkflowResponse) GetWorkflow() *Workflow {
@@ -4348,7 +4738,7 @@ type WaitWorkflowRequest struct {
 
 func (x *WaitWorkflowRequest) Reset() {
 	*x = WaitWorkflowRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4360,7 +4750,7 @@ func (x *WaitWorkflowRequest) String() string {
 func (*WaitWorkflowRequest) ProtoMessage() {}
 
 func (x *WaitWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4373,7 +4763,7 @@ func (x *WaitWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*WaitWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{58}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *WaitWorkflowRequest) GetRef() *WorkflowRef {
@@ -4401,7 +4791,7 @@ type WaitWorkflowResponse struct {
 
 func (x *WaitWorkflowResponse) Reset() {
 	*x = WaitWorkflowResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4413,7 +4803,7 @@ func (x *WaitWorkflowResponse) String() string {
 func (*WaitWorkflowResponse) ProtoMessage() {}
 
 func (x *WaitWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4426,7 +4816,7 @@ func (x *WaitWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*WaitWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{59}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *WaitWorkflowResponse) GetWorkflow() *Workflow {
@@ -4452,7 +4842,7 @@ type CancelWorkflowRequest struct {
 
 func (x *CancelWorkflowRequest) Reset() {
 	*x = CancelWorkflowRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4464,7 +4854,7 @@ func (x *CancelWorkflowRequest) String() string {
 func (*CancelWorkflowRequest) ProtoMessage() {}
 
 func (x *CancelWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4477,7 +4867,7 @@ func (x *CancelWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*CancelWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{60}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CancelWorkflowRequest) GetRef() *WorkflowRef {
@@ -4498,7 +4888,7 @@ type CancelWorkflowResponse struct {
 
 func (x *CancelWorkflowResponse) Reset() {
 	*x = CancelWorkflowResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4510,7 +4900,7 @@ func (x *CancelWorkflowResponse) String() string {
 func (*CancelWorkflowResponse) ProtoMessage() {}
 
 func (x *CancelWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4523,7 +4913,7 @@ func (x *CancelWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*CancelWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{61}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *CancelWorkflowResponse) GetId() string {
@@ -4552,7 +4942,7 @@ type ListWorkflowsRequest struct {
 
 func (x *ListWorkflowsRequest) Reset() {
 	*x = ListWorkflowsRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4564,7 +4954,7 @@ func (x *ListWorkflowsRequest) String() string {
 func (*ListWorkflowsRequest) ProtoMessage() {}
 
 func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4577,7 +4967,7 @@ func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{62}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListWorkflowsRequest) GetStatuses() []WorkflowStatus {
@@ -4620,7 +5010,7 @@ type ListWorkflowsResponse struct {
 
 func (x *ListWorkflowsResponse) Reset() {
 	*x = ListWorkflowsResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[63]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4632,7 +5022,7 @@ func (x *ListWorkflowsResponse) String() string {
 func (*ListWorkflowsResponse) ProtoMessage() {}
 
 func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[63]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4645,7 +5035,7 @@ func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{63}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListWorkflowsResponse) GetWorkflows() []*Workflow {
@@ -4698,7 +5088,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[64]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4710,7 +5100,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[64]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4723,7 +5113,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{64}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *Schedule) GetName() string {
@@ -4840,7 +5230,7 @@ type AddScheduleRequest struct {
 
 func (x *AddScheduleRequest) Reset() {
 	*x = AddScheduleRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[65]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4852,7 +5242,7 @@ func (x *AddScheduleRequest) String() string {
 func (*AddScheduleRequest) ProtoMessage() {}
 
 func (x *AddScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[65]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4865,7 +5255,7 @@ func (x *AddScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddScheduleRequest.ProtoReflect.Descriptor instead.
 func (*AddScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{65}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *AddScheduleRequest) GetSchedule() *Schedule {
@@ -4886,7 +5276,7 @@ type AddScheduleResponse struct {
 
 func (x *AddScheduleResponse) Reset() {
 	*x = AddScheduleResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[66]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4898,7 +5288,7 @@ func (x *AddScheduleResponse) String() string {
 func (*AddScheduleResponse) ProtoMessage() {}
 
 func (x *AddScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[66]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4911,7 +5301,7 @@ func (x *AddScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddScheduleResponse.ProtoReflect.Descriptor instead.
 func (*AddScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{66}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AddScheduleResponse) GetName() string {
@@ -4937,7 +5327,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[67]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4949,7 +5339,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[67]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4962,7 +5352,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{67}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListSchedulesRequest) GetStale() bool {
@@ -4981,7 +5371,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[68]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4993,7 +5383,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[68]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5006,7 +5396,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{68}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -5025,7 +5415,7 @@ type RemoveScheduleRequest struct {
 
 func (x *RemoveScheduleRequest) Reset() {
 	*x = RemoveScheduleRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[69]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5037,7 +5427,7 @@ func (x *RemoveScheduleRequest) String() string {
 func (*RemoveScheduleRequest) ProtoMessage() {}
 
 func (x *RemoveScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[69]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5050,7 +5440,7 @@ func (x *RemoveScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveScheduleRequest.ProtoReflect.Descriptor instead.
 func (*RemoveScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{69}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *RemoveScheduleRequest) GetName() string {
@@ -5070,7 +5460,7 @@ type RemoveScheduleResponse struct {
 
 func (x *RemoveScheduleResponse) Reset() {
 	*x = RemoveScheduleResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[70]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5082,7 +5472,7 @@ func (x *RemoveScheduleResponse) String() string {
 func (*RemoveScheduleResponse) ProtoMessage() {}
 
 func (x *RemoveScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[70]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5095,7 +5485,7 @@ func (x *RemoveScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveScheduleResponse.ProtoReflect.Descriptor instead.
 func (*RemoveScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{70}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *RemoveScheduleResponse) GetName() string {
@@ -5122,7 +5512,7 @@ type PauseScheduleRequest struct {
 
 func (x *PauseScheduleRequest) Reset() {
 	*x = PauseScheduleRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[71]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5134,7 +5524,7 @@ func (x *PauseScheduleRequest) String() string {
 func (*PauseScheduleRequest) ProtoMessage() {}
 
 func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[71]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5147,7 +5537,7 @@ func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PauseScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{71}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *PauseScheduleRequest) GetName() string {
@@ -5174,7 +5564,7 @@ type PauseScheduleResponse struct {
 
 func (x *PauseScheduleResponse) Reset() {
 	*x = PauseScheduleResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[72]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5186,7 +5576,7 @@ func (x *PauseScheduleResponse) String() string {
 func (*PauseScheduleResponse) ProtoMessage() {}
 
 func (x *PauseScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[72]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5199,7 +5589,7 @@ func (x *PauseScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PauseScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{72}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *PauseScheduleResponse) GetName() string {
@@ -5227,7 +5617,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[73]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5239,7 +5629,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[73]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5252,7 +5642,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{73}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *Hello) GetWorker() string {
@@ -5286,7 +5676,7 @@ type Poll struct {
 
 func (x *Poll) Reset() {
 	*x = Poll{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[74]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5298,7 +5688,7 @@ func (x *Poll) String() string {
 func (*Poll) ProtoMessage() {}
 
 func (x *Poll) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[74]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5311,7 +5701,7 @@ func (x *Poll) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Poll.ProtoReflect.Descriptor instead.
 func (*Poll) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{74}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *Poll) GetSlots() int32 {
@@ -5330,7 +5720,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[75]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5342,7 +5732,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[75]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5355,7 +5745,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{75}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *Heartbeat) GetLeases() []uint64 {
@@ -5388,7 +5778,7 @@ type Completion struct {
 
 func (x *Completion) Reset() {
 	*x = Completion{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[76]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5400,7 +5790,7 @@ func (x *Completion) String() string {
 func (*Completion) ProtoMessage() {}
 
 func (x *Completion) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[76]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5413,7 +5803,7 @@ func (x *Completion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Completion.ProtoReflect.Descriptor instead.
 func (*Completion) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{76}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *Completion) GetLease() uint64 {
@@ -5488,7 +5878,7 @@ type Complete struct {
 
 func (x *Complete) Reset() {
 	*x = Complete{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[77]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5500,7 +5890,7 @@ func (x *Complete) String() string {
 func (*Complete) ProtoMessage() {}
 
 func (x *Complete) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[77]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5513,7 +5903,7 @@ func (x *Complete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Complete.ProtoReflect.Descriptor instead.
 func (*Complete) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{77}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *Complete) GetCompletions() []*Completion {
@@ -5538,7 +5928,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[78]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5550,7 +5940,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[78]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5563,7 +5953,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{78}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *WorkerMessage) GetMsg() isWorkerMessage_Msg {
@@ -5648,7 +6038,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[79]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5660,7 +6050,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[79]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5673,7 +6063,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{79}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *Welcome) GetNode() string {
@@ -5714,7 +6104,7 @@ type DependencyResult struct {
 
 func (x *DependencyResult) Reset() {
 	*x = DependencyResult{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[80]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5726,7 +6116,7 @@ func (x *DependencyResult) String() string {
 func (*DependencyResult) ProtoMessage() {}
 
 func (x *DependencyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[80]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5739,7 +6129,7 @@ func (x *DependencyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DependencyResult.ProtoReflect.Descriptor instead.
 func (*DependencyResult) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{80}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *DependencyResult) GetId() string {
@@ -5802,7 +6192,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[81]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5814,7 +6204,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[81]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5827,7 +6217,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{81}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *Grant) GetTask() *Task {
@@ -5881,7 +6271,7 @@ type Grants struct {
 
 func (x *Grants) Reset() {
 	*x = Grants{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[82]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5893,7 +6283,7 @@ func (x *Grants) String() string {
 func (*Grants) ProtoMessage() {}
 
 func (x *Grants) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[82]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5906,7 +6296,7 @@ func (x *Grants) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grants.ProtoReflect.Descriptor instead.
 func (*Grants) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{82}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *Grants) GetGrants() []*Grant {
@@ -5928,7 +6318,7 @@ type LeaseResult struct {
 
 func (x *LeaseResult) Reset() {
 	*x = LeaseResult{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[83]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5940,7 +6330,7 @@ func (x *LeaseResult) String() string {
 func (*LeaseResult) ProtoMessage() {}
 
 func (x *LeaseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[83]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5953,7 +6343,7 @@ func (x *LeaseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResult.ProtoReflect.Descriptor instead.
 func (*LeaseResult) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{83}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *LeaseResult) GetLease() uint64 {
@@ -5986,7 +6376,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[84]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5998,7 +6388,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[84]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6011,7 +6401,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{84}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *HeartbeatAck) GetResults() []*LeaseResult {
@@ -6030,7 +6420,7 @@ type CompleteAck struct {
 
 func (x *CompleteAck) Reset() {
 	*x = CompleteAck{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[85]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6042,7 +6432,7 @@ func (x *CompleteAck) String() string {
 func (*CompleteAck) ProtoMessage() {}
 
 func (x *CompleteAck) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[85]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6055,7 +6445,7 @@ func (x *CompleteAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteAck.ProtoReflect.Descriptor instead.
 func (*CompleteAck) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{85}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *CompleteAck) GetResults() []*LeaseResult {
@@ -6075,7 +6465,7 @@ type Abort struct {
 
 func (x *Abort) Reset() {
 	*x = Abort{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[86]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6087,7 +6477,7 @@ func (x *Abort) String() string {
 func (*Abort) ProtoMessage() {}
 
 func (x *Abort) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[86]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6100,7 +6490,7 @@ func (x *Abort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Abort.ProtoReflect.Descriptor instead.
 func (*Abort) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{86}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *Abort) GetLease() uint64 {
@@ -6133,7 +6523,7 @@ type ServerMessage struct {
 
 func (x *ServerMessage) Reset() {
 	*x = ServerMessage{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[87]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6145,7 +6535,7 @@ func (x *ServerMessage) String() string {
 func (*ServerMessage) ProtoMessage() {}
 
 func (x *ServerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[87]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6158,7 +6548,7 @@ func (x *ServerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerMessage.ProtoReflect.Descriptor instead.
 func (*ServerMessage) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{87}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *ServerMessage) GetMsg() isServerMessage_Msg {
@@ -6261,7 +6651,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[88]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6273,7 +6663,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[88]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6286,7 +6676,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{88}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *Member) GetName() string {
@@ -6339,7 +6729,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[89]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6351,7 +6741,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[89]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6364,7 +6754,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{89}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{94}
 }
 
 type MembersResponse struct {
@@ -6376,7 +6766,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[90]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6388,7 +6778,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[90]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6401,7 +6791,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{90}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -6423,7 +6813,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[91]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6435,7 +6825,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[91]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6448,7 +6838,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{91}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *Peer) GetId() string {
@@ -6487,7 +6877,7 @@ type PeersRequest struct {
 
 func (x *PeersRequest) Reset() {
 	*x = PeersRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[92]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6499,7 +6889,7 @@ func (x *PeersRequest) String() string {
 func (*PeersRequest) ProtoMessage() {}
 
 func (x *PeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[92]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6512,7 +6902,7 @@ func (x *PeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeersRequest.ProtoReflect.Descriptor instead.
 func (*PeersRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{92}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{97}
 }
 
 type PeersResponse struct {
@@ -6524,7 +6914,7 @@ type PeersResponse struct {
 
 func (x *PeersResponse) Reset() {
 	*x = PeersResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[93]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6536,7 +6926,7 @@ func (x *PeersResponse) String() string {
 func (*PeersResponse) ProtoMessage() {}
 
 func (x *PeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[93]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6549,7 +6939,7 @@ func (x *PeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeersResponse.ProtoReflect.Descriptor instead.
 func (*PeersResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{93}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *PeersResponse) GetPeers() []*Peer {
@@ -6568,7 +6958,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[94]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6580,7 +6970,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[94]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6593,7 +6983,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{94}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *RemovePeerRequest) GetId() string {
@@ -6612,7 +7002,7 @@ type RemovePeerResponse struct {
 
 func (x *RemovePeerResponse) Reset() {
 	*x = RemovePeerResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[95]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6624,7 +7014,7 @@ func (x *RemovePeerResponse) String() string {
 func (*RemovePeerResponse) ProtoMessage() {}
 
 func (x *RemovePeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[95]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6637,7 +7027,7 @@ func (x *RemovePeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerResponse.ProtoReflect.Descriptor instead.
 func (*RemovePeerResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{95}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *RemovePeerResponse) GetRemoved() string {
@@ -6656,7 +7046,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[96]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6668,7 +7058,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[96]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6681,7 +7071,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{96}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -6700,7 +7090,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[97]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6712,7 +7102,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[97]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6725,7 +7115,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{97}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *TransferLeadershipResponse) GetLeader() string {
@@ -6743,7 +7133,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[98]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6755,7 +7145,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[98]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6768,7 +7158,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{98}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{103}
 }
 
 type HealthResponse struct {
@@ -6784,7 +7174,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[99]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6796,7 +7186,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[99]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6809,7 +7199,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{99}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *HealthResponse) GetNode() string {
@@ -6861,7 +7251,7 @@ type SnapshotSaveRequest struct {
 
 func (x *SnapshotSaveRequest) Reset() {
 	*x = SnapshotSaveRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[100]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6873,7 +7263,7 @@ func (x *SnapshotSaveRequest) String() string {
 func (*SnapshotSaveRequest) ProtoMessage() {}
 
 func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[100]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6886,7 +7276,7 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{100}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{105}
 }
 
 type SnapshotChunk struct {
@@ -6898,7 +7288,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[101]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6910,7 +7300,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[101]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6923,7 +7313,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{101}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -6956,7 +7346,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[102]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6968,7 +7358,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[102]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6981,7 +7371,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{102}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *SnapshotRestoreResponse) GetIndex() uint64 {
@@ -7084,7 +7474,7 @@ type KeyringNode struct {
 
 func (x *KeyringNode) Reset() {
 	*x = KeyringNode{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[103]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7096,7 +7486,7 @@ func (x *KeyringNode) String() string {
 func (*KeyringNode) ProtoMessage() {}
 
 func (x *KeyringNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[103]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7109,7 +7499,7 @@ func (x *KeyringNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyringNode.ProtoReflect.Descriptor instead.
 func (*KeyringNode) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{103}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *KeyringNode) GetNode() string {
@@ -7154,7 +7544,7 @@ type KeyringKey struct {
 
 func (x *KeyringKey) Reset() {
 	*x = KeyringKey{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[104]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7166,7 +7556,7 @@ func (x *KeyringKey) String() string {
 func (*KeyringKey) ProtoMessage() {}
 
 func (x *KeyringKey) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[104]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7179,7 +7569,7 @@ func (x *KeyringKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyringKey.ProtoReflect.Descriptor instead.
 func (*KeyringKey) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{104}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *KeyringKey) GetKey() string {
@@ -7219,7 +7609,7 @@ type KeyringResponse struct {
 
 func (x *KeyringResponse) Reset() {
 	*x = KeyringResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[105]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7231,7 +7621,7 @@ func (x *KeyringResponse) String() string {
 func (*KeyringResponse) ProtoMessage() {}
 
 func (x *KeyringResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[105]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7244,7 +7634,7 @@ func (x *KeyringResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyringResponse.ProtoReflect.Descriptor instead.
 func (*KeyringResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{105}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *KeyringResponse) GetNumNodes() int32 {
@@ -7276,7 +7666,7 @@ type KeyringListRequest struct {
 
 func (x *KeyringListRequest) Reset() {
 	*x = KeyringListRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[106]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7288,7 +7678,7 @@ func (x *KeyringListRequest) String() string {
 func (*KeyringListRequest) ProtoMessage() {}
 
 func (x *KeyringListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[106]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7301,7 +7691,7 @@ func (x *KeyringListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyringListRequest.ProtoReflect.Descriptor instead.
 func (*KeyringListRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{106}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{111}
 }
 
 type KeyringInstallRequest struct {
@@ -7313,7 +7703,7 @@ type KeyringInstallRequest struct {
 
 func (x *KeyringInstallRequest) Reset() {
 	*x = KeyringInstallRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[107]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7325,7 +7715,7 @@ func (x *KeyringInstallRequest) String() string {
 func (*KeyringInstallRequest) ProtoMessage() {}
 
 func (x *KeyringInstallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[107]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7338,7 +7728,7 @@ func (x *KeyringInstallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyringInstallRequest.ProtoReflect.Descriptor instead.
 func (*KeyringInstallRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{107}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *KeyringInstallRequest) GetKey() string {
@@ -7357,7 +7747,7 @@ type KeyringUseRequest struct {
 
 func (x *KeyringUseRequest) Reset() {
 	*x = KeyringUseRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[108]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7369,7 +7759,7 @@ func (x *KeyringUseRequest) String() string {
 func (*KeyringUseRequest) ProtoMessage() {}
 
 func (x *KeyringUseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[108]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7382,7 +7772,7 @@ func (x *KeyringUseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyringUseRequest.ProtoReflect.Descriptor instead.
 func (*KeyringUseRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{108}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *KeyringUseRequest) GetKey() string {
@@ -7401,7 +7791,7 @@ type KeyringRemoveRequest struct {
 
 func (x *KeyringRemoveRequest) Reset() {
 	*x = KeyringRemoveRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[109]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7413,7 +7803,7 @@ func (x *KeyringRemoveRequest) String() string {
 func (*KeyringRemoveRequest) ProtoMessage() {}
 
 func (x *KeyringRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[109]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7426,7 +7816,7 @@ func (x *KeyringRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyringRemoveRequest.ProtoReflect.Descriptor instead.
 func (*KeyringRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{109}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *KeyringRemoveRequest) GetKey() string {
@@ -7451,7 +7841,7 @@ type AclPolicy struct {
 
 func (x *AclPolicy) Reset() {
 	*x = AclPolicy{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[110]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7463,7 +7853,7 @@ func (x *AclPolicy) String() string {
 func (*AclPolicy) ProtoMessage() {}
 
 func (x *AclPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[110]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7476,7 +7866,7 @@ func (x *AclPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicy.ProtoReflect.Descriptor instead.
 func (*AclPolicy) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{110}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *AclPolicy) GetName() string {
@@ -7530,7 +7920,7 @@ type AclToken struct {
 
 func (x *AclToken) Reset() {
 	*x = AclToken{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[111]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7542,7 +7932,7 @@ func (x *AclToken) String() string {
 func (*AclToken) ProtoMessage() {}
 
 func (x *AclToken) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[111]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7555,7 +7945,7 @@ func (x *AclToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclToken.ProtoReflect.Descriptor instead.
 func (*AclToken) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{111}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *AclToken) GetAccessor() string {
@@ -7615,7 +8005,7 @@ type AclBootstrapRequest struct {
 
 func (x *AclBootstrapRequest) Reset() {
 	*x = AclBootstrapRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[112]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7627,7 +8017,7 @@ func (x *AclBootstrapRequest) String() string {
 func (*AclBootstrapRequest) ProtoMessage() {}
 
 func (x *AclBootstrapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[112]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7640,7 +8030,7 @@ func (x *AclBootstrapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBootstrapRequest.ProtoReflect.Descriptor instead.
 func (*AclBootstrapRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{112}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{117}
 }
 
 type AclBootstrapResponse struct {
@@ -7652,7 +8042,7 @@ type AclBootstrapResponse struct {
 
 func (x *AclBootstrapResponse) Reset() {
 	*x = AclBootstrapResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[113]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7664,7 +8054,7 @@ func (x *AclBootstrapResponse) String() string {
 func (*AclBootstrapResponse) ProtoMessage() {}
 
 func (x *AclBootstrapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[113]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7677,7 +8067,7 @@ func (x *AclBootstrapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBootstrapResponse.ProtoReflect.Descriptor instead.
 func (*AclBootstrapResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{113}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *AclBootstrapResponse) GetToken() *AclToken {
@@ -7696,7 +8086,7 @@ type AclPolicyApplyRequest struct {
 
 func (x *AclPolicyApplyRequest) Reset() {
 	*x = AclPolicyApplyRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[114]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7708,7 +8098,7 @@ func (x *AclPolicyApplyRequest) String() string {
 func (*AclPolicyApplyRequest) ProtoMessage() {}
 
 func (x *AclPolicyApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[114]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7721,7 +8111,7 @@ func (x *AclPolicyApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyApplyRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyApplyRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{114}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *AclPolicyApplyRequest) GetPolicy() *AclPolicy {
@@ -7740,7 +8130,7 @@ type AclPolicyApplyResponse struct {
 
 func (x *AclPolicyApplyResponse) Reset() {
 	*x = AclPolicyApplyResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[115]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7752,7 +8142,7 @@ func (x *AclPolicyApplyResponse) String() string {
 func (*AclPolicyApplyResponse) ProtoMessage() {}
 
 func (x *AclPolicyApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[115]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7765,7 +8155,7 @@ func (x *AclPolicyApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyApplyResponse.ProtoReflect.Descriptor instead.
 func (*AclPolicyApplyResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{115}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *AclPolicyApplyResponse) GetPolicy() *AclPolicy {
@@ -7783,7 +8173,7 @@ type AclPolicyListRequest struct {
 
 func (x *AclPolicyListRequest) Reset() {
 	*x = AclPolicyListRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[116]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7795,7 +8185,7 @@ func (x *AclPolicyListRequest) String() string {
 func (*AclPolicyListRequest) ProtoMessage() {}
 
 func (x *AclPolicyListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[116]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7808,7 +8198,7 @@ func (x *AclPolicyListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyListRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyListRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{116}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{121}
 }
 
 type AclPolicyListResponse struct {
@@ -7820,7 +8210,7 @@ type AclPolicyListResponse struct {
 
 func (x *AclPolicyListResponse) Reset() {
 	*x = AclPolicyListResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[117]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7832,7 +8222,7 @@ func (x *AclPolicyListResponse) String() string {
 func (*AclPolicyListResponse) ProtoMessage() {}
 
 func (x *AclPolicyListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[117]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7845,7 +8235,7 @@ func (x *AclPolicyListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyListResponse.ProtoReflect.Descriptor instead.
 func (*AclPolicyListResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{117}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *AclPolicyListResponse) GetPolicies() []*AclPolicy {
@@ -7864,7 +8254,7 @@ type AclPolicyGetRequest struct {
 
 func (x *AclPolicyGetRequest) Reset() {
 	*x = AclPolicyGetRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[118]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7876,7 +8266,7 @@ func (x *AclPolicyGetRequest) String() string {
 func (*AclPolicyGetRequest) ProtoMessage() {}
 
 func (x *AclPolicyGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[118]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7889,7 +8279,7 @@ func (x *AclPolicyGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyGetRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyGetRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{118}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *AclPolicyGetRequest) GetName() string {
@@ -7908,7 +8298,7 @@ type AclPolicyGetResponse struct {
 
 func (x *AclPolicyGetResponse) Reset() {
 	*x = AclPolicyGetResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[119]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7920,7 +8310,7 @@ func (x *AclPolicyGetResponse) String() string {
 func (*AclPolicyGetResponse) ProtoMessage() {}
 
 func (x *AclPolicyGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[119]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7933,7 +8323,7 @@ func (x *AclPolicyGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyGetResponse.ProtoReflect.Descriptor instead.
 func (*AclPolicyGetResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{119}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *AclPolicyGetResponse) GetPolicy() *AclPolicy {
@@ -7952,7 +8342,7 @@ type AclPolicyDeleteRequest struct {
 
 func (x *AclPolicyDeleteRequest) Reset() {
 	*x = AclPolicyDeleteRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[120]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7964,7 +8354,7 @@ func (x *AclPolicyDeleteRequest) String() string {
 func (*AclPolicyDeleteRequest) ProtoMessage() {}
 
 func (x *AclPolicyDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[120]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7977,7 +8367,7 @@ func (x *AclPolicyDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyDeleteRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{120}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *AclPolicyDeleteRequest) GetName() string {
@@ -7995,7 +8385,7 @@ type AclPolicyDeleteResponse struct {
 
 func (x *AclPolicyDeleteResponse) Reset() {
 	*x = AclPolicyDeleteResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[121]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8007,7 +8397,7 @@ func (x *AclPolicyDeleteResponse) String() string {
 func (*AclPolicyDeleteResponse) ProtoMessage() {}
 
 func (x *AclPolicyDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[121]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8020,7 +8410,7 @@ func (x *AclPolicyDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyDeleteResponse.ProtoReflect.Descriptor instead.
 func (*AclPolicyDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{121}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{126}
 }
 
 type AclTokenCreateRequest struct {
@@ -8034,7 +8424,7 @@ type AclTokenCreateRequest struct {
 
 func (x *AclTokenCreateRequest) Reset() {
 	*x = AclTokenCreateRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[122]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8046,7 +8436,7 @@ func (x *AclTokenCreateRequest) String() string {
 func (*AclTokenCreateRequest) ProtoMessage() {}
 
 func (x *AclTokenCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[122]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8059,7 +8449,7 @@ func (x *AclTokenCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenCreateRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenCreateRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{122}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *AclTokenCreateRequest) GetName() string {
@@ -8092,7 +8482,7 @@ type AclTokenCreateResponse struct {
 
 func (x *AclTokenCreateResponse) Reset() {
 	*x = AclTokenCreateResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[123]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8104,7 +8494,7 @@ func (x *AclTokenCreateResponse) String() string {
 func (*AclTokenCreateResponse) ProtoMessage() {}
 
 func (x *AclTokenCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[123]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8117,7 +8507,7 @@ func (x *AclTokenCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenCreateResponse.ProtoReflect.Descriptor instead.
 func (*AclTokenCreateResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{123}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *AclTokenCreateResponse) GetToken() *AclToken {
@@ -8135,7 +8525,7 @@ type AclTokenListRequest struct {
 
 func (x *AclTokenListRequest) Reset() {
 	*x = AclTokenListRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[124]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8147,7 +8537,7 @@ func (x *AclTokenListRequest) String() string {
 func (*AclTokenListRequest) ProtoMessage() {}
 
 func (x *AclTokenListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[124]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8160,7 +8550,7 @@ func (x *AclTokenListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenListRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenListRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{124}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{129}
 }
 
 type AclTokenListResponse struct {
@@ -8172,7 +8562,7 @@ type AclTokenListResponse struct {
 
 func (x *AclTokenListResponse) Reset() {
 	*x = AclTokenListResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[125]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8184,7 +8574,7 @@ func (x *AclTokenListResponse) String() string {
 func (*AclTokenListResponse) ProtoMessage() {}
 
 func (x *AclTokenListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[125]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8197,7 +8587,7 @@ func (x *AclTokenListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenListResponse.ProtoReflect.Descriptor instead.
 func (*AclTokenListResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{125}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *AclTokenListResponse) GetTokens() []*AclToken {
@@ -8216,7 +8606,7 @@ type AclTokenRevokeRequest struct {
 
 func (x *AclTokenRevokeRequest) Reset() {
 	*x = AclTokenRevokeRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[126]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8228,7 +8618,7 @@ func (x *AclTokenRevokeRequest) String() string {
 func (*AclTokenRevokeRequest) ProtoMessage() {}
 
 func (x *AclTokenRevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[126]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8241,7 +8631,7 @@ func (x *AclTokenRevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenRevokeRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenRevokeRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{126}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *AclTokenRevokeRequest) GetAccessor() string {
@@ -8259,7 +8649,7 @@ type AclTokenRevokeResponse struct {
 
 func (x *AclTokenRevokeResponse) Reset() {
 	*x = AclTokenRevokeResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[127]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8271,7 +8661,7 @@ func (x *AclTokenRevokeResponse) String() string {
 func (*AclTokenRevokeResponse) ProtoMessage() {}
 
 func (x *AclTokenRevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[127]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8284,7 +8674,7 @@ func (x *AclTokenRevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenRevokeResponse.ProtoReflect.Descriptor instead.
 func (*AclTokenRevokeResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{127}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{132}
 }
 
 // The token the call is made with (no token: the anonymous caller).
@@ -8296,7 +8686,7 @@ type AclTokenSelfRequest struct {
 
 func (x *AclTokenSelfRequest) Reset() {
 	*x = AclTokenSelfRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[128]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8308,7 +8698,7 @@ func (x *AclTokenSelfRequest) String() string {
 func (*AclTokenSelfRequest) ProtoMessage() {}
 
 func (x *AclTokenSelfRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[128]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8321,7 +8711,7 @@ func (x *AclTokenSelfRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenSelfRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenSelfRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{128}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{133}
 }
 
 type AclTokenSelfResponse struct {
@@ -8336,7 +8726,7 @@ type AclTokenSelfResponse struct {
 
 func (x *AclTokenSelfResponse) Reset() {
 	*x = AclTokenSelfResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[129]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8348,7 +8738,7 @@ func (x *AclTokenSelfResponse) String() string {
 func (*AclTokenSelfResponse) ProtoMessage() {}
 
 func (x *AclTokenSelfResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[129]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8361,7 +8751,7 @@ func (x *AclTokenSelfResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenSelfResponse.ProtoReflect.Descriptor instead.
 func (*AclTokenSelfResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{129}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *AclTokenSelfResponse) GetToken() *AclToken {
@@ -8419,7 +8809,7 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\n" +
 	"depends_on\x18\x06 \x03(\v2\x12.cronoq.v1.TaskRefR\tdependsOn\x12H\n" +
 	"\x11dependency_policy\x18\a \x01(\x0e2\x1b.cronoq.v1.DependencyPolicyR\x10dependencyPolicy\x12\x1a\n" +
-	"\bexternal\x18\b \x01(\bR\bexternal\"\x9b\a\n" +
+	"\bexternal\x18\b \x01(\bR\bexternal\"\xee\a\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x123\n" +
 	"\btemplate\x18\x02 \x01(\v2\x17.cronoq.v1.TaskTemplateR\btemplate\x12\x10\n" +
@@ -8450,7 +8840,20 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x06parent\x18\x16 \x01(\tR\x06parent\x12\x1f\n" +
 	"\vblocks_lane\x18\x17 \x01(\bR\n" +
 	"blocksLane\x12\x1c\n" +
-	"\tprincipal\x18\x18 \x01(\tR\tprincipal\"9\n" +
+	"\tprincipal\x18\x18 \x01(\tR\tprincipal\x12.\n" +
+	"\battempts\x18\x19 \x03(\v2\x12.cronoq.v1.AttemptR\battempts\x12!\n" +
+	"\fattempt_base\x18\x1a \x01(\rR\vattemptBase\"\xaa\x02\n" +
+	"\aAttempt\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\rR\aattempt\x12\x16\n" +
+	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x14\n" +
+	"\x05lease\x18\x03 \x01(\x04R\x05lease\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x129\n" +
+	"\n" +
+	"started_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
+	"\vfinished_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x123\n" +
+	"\aoutcome\x18\a \x01(\x0e2\x19.cronoq.v1.AttemptOutcomeR\aoutcome\x12\x14\n" +
+	"\x05error\x18\b \x01(\tR\x05error\"9\n" +
 	"\tSubmitted\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\xba\x01\n" +
@@ -8544,7 +8947,17 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\bworkflow\x18\t \x01(\tR\bworkflow\x12\x12\n" +
 	"\x04step\x18\n" +
 	" \x01(\tR\x04step\x12B\n" +
-	"\x0fworkflow_status\x18\v \x01(\x0e2\x19.cronoq.v1.WorkflowStatusR\x0eworkflowStatus\"5\n" +
+	"\x0fworkflow_status\x18\v \x01(\x0e2\x19.cronoq.v1.WorkflowStatusR\x0eworkflowStatus\"4\n" +
+	"\fRetryRequest\x12$\n" +
+	"\x03ref\x18\x01 \x01(\v2\x12.cronoq.v1.TaskRefR\x03ref\"4\n" +
+	"\rRetryResponse\x12#\n" +
+	"\x04task\x18\x01 \x01(\v2\x0f.cronoq.v1.TaskR\x04task\"l\n" +
+	"\x11CancelManyRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12-\n" +
+	"\bstatuses\x18\x02 \x03(\x0e2\x11.cronoq.v1.StatusR\bstatuses\x12\x14\n" +
+	"\x05kinds\x18\x03 \x03(\tR\x05kinds\"2\n" +
+	"\x12CancelManyResponse\x12\x1c\n" +
+	"\tcancelled\x18\x01 \x01(\x03R\tcancelled\"5\n" +
 	"\rDeleteRequest\x12$\n" +
 	"\x03ref\x18\x01 \x01(\v2\x12.cronoq.v1.TaskRefR\x03ref\":\n" +
 	"\x0eDeleteResponse\x12\x0e\n" +
@@ -8998,7 +9411,16 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"*O\n" +
 	"\x10DependencyPolicy\x12\x1f\n" +
 	"\x1bDEPENDENCY_POLICY_SUCCEEDED\x10\x00\x12\x1a\n" +
-	"\x16DEPENDENCY_POLICY_DONE\x10\x01*\xa8\x01\n" +
+	"\x16DEPENDENCY_POLICY_DONE\x10\x01*\xfa\x01\n" +
+	"\x0eAttemptOutcome\x12\x1f\n" +
+	"\x1bATTEMPT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x01\x12\x1a\n" +
+	"\x16ATTEMPT_OUTCOME_FAILED\x10\x02\x12\x19\n" +
+	"\x15ATTEMPT_OUTCOME_RETRY\x10\x03\x12\x1d\n" +
+	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x04\x12\x1b\n" +
+	"\x17ATTEMPT_OUTCOME_EXPIRED\x10\x05\x12\x1b\n" +
+	"\x17ATTEMPT_OUTCOME_TIMEOUT\x10\x06\x12\x18\n" +
+	"\x14ATTEMPT_OUTCOME_LOST\x10\a*\xa8\x01\n" +
 	"\x0eWorkflowStatus\x12\x1f\n" +
 	"\x1bWORKFLOW_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17WORKFLOW_STATUS_RUNNING\x10\x01\x12\x1d\n" +
@@ -9016,7 +9438,7 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x0fOUTCOME_SUCCESS\x10\x00\x12\x15\n" +
 	"\x11OUTCOME_RETRYABLE\x10\x01\x12\x15\n" +
 	"\x11OUTCOME_PERMANENT\x10\x02\x12\x15\n" +
-	"\x11OUTCOME_CANCELLED\x10\x032\xca\x05\n" +
+	"\x11OUTCOME_CANCELLED\x10\x032\xd1\x06\n" +
 	"\vTaskService\x12=\n" +
 	"\x06Submit\x12\x18.cronoq.v1.SubmitRequest\x1a\x19.cronoq.v1.SubmitResponse\x12L\n" +
 	"\vSubmitBatch\x12\x1d.cronoq.v1.SubmitBatchRequest\x1a\x1e.cronoq.v1.SubmitBatchResponse\x12L\n" +
@@ -9028,7 +9450,10 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x04List\x12\x16.cronoq.v1.ListRequest\x1a\x17.cronoq.v1.ListResponse\x12=\n" +
 	"\x06Counts\x12\x18.cronoq.v1.CountsRequest\x1a\x19.cronoq.v1.CountsResponse\x126\n" +
 	"\x06Events\x12\x18.cronoq.v1.EventsRequest\x1a\x10.cronoq.v1.Event0\x01\x12=\n" +
-	"\x06Delete\x12\x18.cronoq.v1.DeleteRequest\x1a\x19.cronoq.v1.DeleteResponse2\x9a\x03\n" +
+	"\x06Delete\x12\x18.cronoq.v1.DeleteRequest\x1a\x19.cronoq.v1.DeleteResponse\x12:\n" +
+	"\x05Retry\x12\x17.cronoq.v1.RetryRequest\x1a\x18.cronoq.v1.RetryResponse\x12I\n" +
+	"\n" +
+	"CancelMany\x12\x1c.cronoq.v1.CancelManyRequest\x1a\x1d.cronoq.v1.CancelManyResponse2\x9a\x03\n" +
 	"\vPoolService\x12A\n" +
 	"\x04List\x12\x1b.cronoq.v1.ListPoolsRequest\x1a\x1c.cronoq.v1.ListPoolsResponse\x12<\n" +
 	"\x03Get\x12\x19.cronoq.v1.GetPoolRequest\x1a\x1a.cronoq.v1.GetPoolResponse\x12<\n" +
@@ -9088,391 +9513,408 @@ func file_cronoq_v1_cronoq_proto_rawDescGZIP() []byte {
 	return file_cronoq_v1_cronoq_proto_rawDescData
 }
 
-var file_cronoq_v1_cronoq_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 134)
+var file_cronoq_v1_cronoq_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 139)
 var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(Priority)(0),                      // 0: cronoq.v1.Priority
 	(Status)(0),                        // 1: cronoq.v1.Status
 	(DependencyPolicy)(0),              // 2: cronoq.v1.DependencyPolicy
-	(WorkflowStatus)(0),                // 3: cronoq.v1.WorkflowStatus
-	(Overlap)(0),                       // 4: cronoq.v1.Overlap
-	(CatchUp)(0),                       // 5: cronoq.v1.CatchUp
-	(OutcomeKind)(0),                   // 6: cronoq.v1.OutcomeKind
-	(*KV)(nil),                         // 7: cronoq.v1.KV
-	(*Backoff)(nil),                    // 8: cronoq.v1.Backoff
-	(*TaskTemplate)(nil),               // 9: cronoq.v1.TaskTemplate
-	(*TaskSpec)(nil),                   // 10: cronoq.v1.TaskSpec
-	(*Task)(nil),                       // 11: cronoq.v1.Task
-	(*Submitted)(nil),                  // 12: cronoq.v1.Submitted
-	(*ReadMeta)(nil),                   // 13: cronoq.v1.ReadMeta
-	(*SubmitRequest)(nil),              // 14: cronoq.v1.SubmitRequest
-	(*SubmitResponse)(nil),             // 15: cronoq.v1.SubmitResponse
-	(*SubmitBatchRequest)(nil),         // 16: cronoq.v1.SubmitBatchRequest
-	(*SubmitBatchResponse)(nil),        // 17: cronoq.v1.SubmitBatchResponse
-	(*EnqueueManyRequest)(nil),         // 18: cronoq.v1.EnqueueManyRequest
-	(*ItemResult)(nil),                 // 19: cronoq.v1.ItemResult
-	(*EnqueueManyResponse)(nil),        // 20: cronoq.v1.EnqueueManyResponse
-	(*TaskRef)(nil),                    // 21: cronoq.v1.TaskRef
-	(*GetRequest)(nil),                 // 22: cronoq.v1.GetRequest
-	(*GetResponse)(nil),                // 23: cronoq.v1.GetResponse
-	(*WaitRequest)(nil),                // 24: cronoq.v1.WaitRequest
-	(*WaitResponse)(nil),               // 25: cronoq.v1.WaitResponse
-	(*CancelRequest)(nil),              // 26: cronoq.v1.CancelRequest
-	(*CancelResponse)(nil),             // 27: cronoq.v1.CancelResponse
-	(*CompleteRequest)(nil),            // 28: cronoq.v1.CompleteRequest
-	(*CompleteResponse)(nil),           // 29: cronoq.v1.CompleteResponse
-	(*ListRequest)(nil),                // 30: cronoq.v1.ListRequest
-	(*ListResponse)(nil),               // 31: cronoq.v1.ListResponse
-	(*CountsRequest)(nil),              // 32: cronoq.v1.CountsRequest
-	(*PoolCounts)(nil),                 // 33: cronoq.v1.PoolCounts
-	(*CountsResponse)(nil),             // 34: cronoq.v1.CountsResponse
-	(*EventsRequest)(nil),              // 35: cronoq.v1.EventsRequest
-	(*Event)(nil),                      // 36: cronoq.v1.Event
-	(*DeleteRequest)(nil),              // 37: cronoq.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 38: cronoq.v1.DeleteResponse
-	(*KindRate)(nil),                   // 39: cronoq.v1.KindRate
-	(*PoolLimits)(nil),                 // 40: cronoq.v1.PoolLimits
-	(*PoolInfo)(nil),                   // 41: cronoq.v1.PoolInfo
-	(*ListPoolsRequest)(nil),           // 42: cronoq.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),          // 43: cronoq.v1.ListPoolsResponse
-	(*GetPoolRequest)(nil),             // 44: cronoq.v1.GetPoolRequest
-	(*GetPoolResponse)(nil),            // 45: cronoq.v1.GetPoolResponse
-	(*SetPoolRequest)(nil),             // 46: cronoq.v1.SetPoolRequest
-	(*SetPoolResponse)(nil),            // 47: cronoq.v1.SetPoolResponse
-	(*WorkerInfo)(nil),                 // 48: cronoq.v1.WorkerInfo
-	(*ListWorkersRequest)(nil),         // 49: cronoq.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),        // 50: cronoq.v1.ListWorkersResponse
-	(*KindSettings)(nil),               // 51: cronoq.v1.KindSettings
-	(*SetKindRequest)(nil),             // 52: cronoq.v1.SetKindRequest
-	(*SetKindResponse)(nil),            // 53: cronoq.v1.SetKindResponse
-	(*GetKindRequest)(nil),             // 54: cronoq.v1.GetKindRequest
-	(*GetKindResponse)(nil),            // 55: cronoq.v1.GetKindResponse
-	(*WorkflowStep)(nil),               // 56: cronoq.v1.WorkflowStep
-	(*WorkflowSpec)(nil),               // 57: cronoq.v1.WorkflowSpec
-	(*Workflow)(nil),                   // 58: cronoq.v1.Workflow
-	(*WorkflowRef)(nil),                // 59: cronoq.v1.WorkflowRef
-	(*StepTask)(nil),                   // 60: cronoq.v1.StepTask
-	(*SubmitWorkflowRequest)(nil),      // 61: cronoq.v1.SubmitWorkflowRequest
-	(*SubmitWorkflowResponse)(nil),     // 62: cronoq.v1.SubmitWorkflowResponse
-	(*GetWorkflowRequest)(nil),         // 63: cronoq.v1.GetWorkflowRequest
-	(*GetWorkflowResponse)(nil),        // 64: cronoq.v1.GetWorkflowResponse
-	(*WaitWorkflowRequest)(nil),        // 65: cronoq.v1.WaitWorkflowRequest
-	(*WaitWorkflowResponse)(nil),       // 66: cronoq.v1.WaitWorkflowResponse
-	(*CancelWorkflowRequest)(nil),      // 67: cronoq.v1.CancelWorkflowRequest
-	(*CancelWorkflowResponse)(nil),     // 68: cronoq.v1.CancelWorkflowResponse
-	(*ListWorkflowsRequest)(nil),       // 69: cronoq.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),      // 70: cronoq.v1.ListWorkflowsResponse
-	(*Schedule)(nil),                   // 71: cronoq.v1.Schedule
-	(*AddScheduleRequest)(nil),         // 72: cronoq.v1.AddScheduleRequest
-	(*AddScheduleResponse)(nil),        // 73: cronoq.v1.AddScheduleResponse
-	(*ListSchedulesRequest)(nil),       // 74: cronoq.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),      // 75: cronoq.v1.ListSchedulesResponse
-	(*RemoveScheduleRequest)(nil),      // 76: cronoq.v1.RemoveScheduleRequest
-	(*RemoveScheduleResponse)(nil),     // 77: cronoq.v1.RemoveScheduleResponse
-	(*PauseScheduleRequest)(nil),       // 78: cronoq.v1.PauseScheduleRequest
-	(*PauseScheduleResponse)(nil),      // 79: cronoq.v1.PauseScheduleResponse
-	(*Hello)(nil),                      // 80: cronoq.v1.Hello
-	(*Poll)(nil),                       // 81: cronoq.v1.Poll
-	(*Heartbeat)(nil),                  // 82: cronoq.v1.Heartbeat
-	(*Completion)(nil),                 // 83: cronoq.v1.Completion
-	(*Complete)(nil),                   // 84: cronoq.v1.Complete
-	(*WorkerMessage)(nil),              // 85: cronoq.v1.WorkerMessage
-	(*Welcome)(nil),                    // 86: cronoq.v1.Welcome
-	(*DependencyResult)(nil),           // 87: cronoq.v1.DependencyResult
-	(*Grant)(nil),                      // 88: cronoq.v1.Grant
-	(*Grants)(nil),                     // 89: cronoq.v1.Grants
-	(*LeaseResult)(nil),                // 90: cronoq.v1.LeaseResult
-	(*HeartbeatAck)(nil),               // 91: cronoq.v1.HeartbeatAck
-	(*CompleteAck)(nil),                // 92: cronoq.v1.CompleteAck
-	(*Abort)(nil),                      // 93: cronoq.v1.Abort
-	(*ServerMessage)(nil),              // 94: cronoq.v1.ServerMessage
-	(*Member)(nil),                     // 95: cronoq.v1.Member
-	(*MembersRequest)(nil),             // 96: cronoq.v1.MembersRequest
-	(*MembersResponse)(nil),            // 97: cronoq.v1.MembersResponse
-	(*Peer)(nil),                       // 98: cronoq.v1.Peer
-	(*PeersRequest)(nil),               // 99: cronoq.v1.PeersRequest
-	(*PeersResponse)(nil),              // 100: cronoq.v1.PeersResponse
-	(*RemovePeerRequest)(nil),          // 101: cronoq.v1.RemovePeerRequest
-	(*RemovePeerResponse)(nil),         // 102: cronoq.v1.RemovePeerResponse
-	(*TransferLeadershipRequest)(nil),  // 103: cronoq.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 104: cronoq.v1.TransferLeadershipResponse
-	(*HealthRequest)(nil),              // 105: cronoq.v1.HealthRequest
-	(*HealthResponse)(nil),             // 106: cronoq.v1.HealthResponse
-	(*SnapshotSaveRequest)(nil),        // 107: cronoq.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),              // 108: cronoq.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil),    // 109: cronoq.v1.SnapshotRestoreResponse
-	(*KeyringNode)(nil),                // 110: cronoq.v1.KeyringNode
-	(*KeyringKey)(nil),                 // 111: cronoq.v1.KeyringKey
-	(*KeyringResponse)(nil),            // 112: cronoq.v1.KeyringResponse
-	(*KeyringListRequest)(nil),         // 113: cronoq.v1.KeyringListRequest
-	(*KeyringInstallRequest)(nil),      // 114: cronoq.v1.KeyringInstallRequest
-	(*KeyringUseRequest)(nil),          // 115: cronoq.v1.KeyringUseRequest
-	(*KeyringRemoveRequest)(nil),       // 116: cronoq.v1.KeyringRemoveRequest
-	(*AclPolicy)(nil),                  // 117: cronoq.v1.AclPolicy
-	(*AclToken)(nil),                   // 118: cronoq.v1.AclToken
-	(*AclBootstrapRequest)(nil),        // 119: cronoq.v1.AclBootstrapRequest
-	(*AclBootstrapResponse)(nil),       // 120: cronoq.v1.AclBootstrapResponse
-	(*AclPolicyApplyRequest)(nil),      // 121: cronoq.v1.AclPolicyApplyRequest
-	(*AclPolicyApplyResponse)(nil),     // 122: cronoq.v1.AclPolicyApplyResponse
-	(*AclPolicyListRequest)(nil),       // 123: cronoq.v1.AclPolicyListRequest
-	(*AclPolicyListResponse)(nil),      // 124: cronoq.v1.AclPolicyListResponse
-	(*AclPolicyGetRequest)(nil),        // 125: cronoq.v1.AclPolicyGetRequest
-	(*AclPolicyGetResponse)(nil),       // 126: cronoq.v1.AclPolicyGetResponse
-	(*AclPolicyDeleteRequest)(nil),     // 127: cronoq.v1.AclPolicyDeleteRequest
-	(*AclPolicyDeleteResponse)(nil),    // 128: cronoq.v1.AclPolicyDeleteResponse
-	(*AclTokenCreateRequest)(nil),      // 129: cronoq.v1.AclTokenCreateRequest
-	(*AclTokenCreateResponse)(nil),     // 130: cronoq.v1.AclTokenCreateResponse
-	(*AclTokenListRequest)(nil),        // 131: cronoq.v1.AclTokenListRequest
-	(*AclTokenListResponse)(nil),       // 132: cronoq.v1.AclTokenListResponse
-	(*AclTokenRevokeRequest)(nil),      // 133: cronoq.v1.AclTokenRevokeRequest
-	(*AclTokenRevokeResponse)(nil),     // 134: cronoq.v1.AclTokenRevokeResponse
-	(*AclTokenSelfRequest)(nil),        // 135: cronoq.v1.AclTokenSelfRequest
-	(*AclTokenSelfResponse)(nil),       // 136: cronoq.v1.AclTokenSelfResponse
-	nil,                                // 137: cronoq.v1.PoolCounts.ByStatusEntry
-	nil,                                // 138: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
-	nil,                                // 139: cronoq.v1.PoolInfo.CountsEntry
-	nil,                                // 140: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
-	(*durationpb.Duration)(nil),        // 141: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 142: google.protobuf.Timestamp
+	(AttemptOutcome)(0),                // 3: cronoq.v1.AttemptOutcome
+	(WorkflowStatus)(0),                // 4: cronoq.v1.WorkflowStatus
+	(Overlap)(0),                       // 5: cronoq.v1.Overlap
+	(CatchUp)(0),                       // 6: cronoq.v1.CatchUp
+	(OutcomeKind)(0),                   // 7: cronoq.v1.OutcomeKind
+	(*KV)(nil),                         // 8: cronoq.v1.KV
+	(*Backoff)(nil),                    // 9: cronoq.v1.Backoff
+	(*TaskTemplate)(nil),               // 10: cronoq.v1.TaskTemplate
+	(*TaskSpec)(nil),                   // 11: cronoq.v1.TaskSpec
+	(*Task)(nil),                       // 12: cronoq.v1.Task
+	(*Attempt)(nil),                    // 13: cronoq.v1.Attempt
+	(*Submitted)(nil),                  // 14: cronoq.v1.Submitted
+	(*ReadMeta)(nil),                   // 15: cronoq.v1.ReadMeta
+	(*SubmitRequest)(nil),              // 16: cronoq.v1.SubmitRequest
+	(*SubmitResponse)(nil),             // 17: cronoq.v1.SubmitResponse
+	(*SubmitBatchRequest)(nil),         // 18: cronoq.v1.SubmitBatchRequest
+	(*SubmitBatchResponse)(nil),        // 19: cronoq.v1.SubmitBatchResponse
+	(*EnqueueManyRequest)(nil),         // 20: cronoq.v1.EnqueueManyRequest
+	(*ItemResult)(nil),                 // 21: cronoq.v1.ItemResult
+	(*EnqueueManyResponse)(nil),        // 22: cronoq.v1.EnqueueManyResponse
+	(*TaskRef)(nil),                    // 23: cronoq.v1.TaskRef
+	(*GetRequest)(nil),                 // 24: cronoq.v1.GetRequest
+	(*GetResponse)(nil),                // 25: cronoq.v1.GetResponse
+	(*WaitRequest)(nil),                // 26: cronoq.v1.WaitRequest
+	(*WaitResponse)(nil),               // 27: cronoq.v1.WaitResponse
+	(*CancelRequest)(nil),              // 28: cronoq.v1.CancelRequest
+	(*CancelResponse)(nil),             // 29: cronoq.v1.CancelResponse
+	(*CompleteRequest)(nil),            // 30: cronoq.v1.CompleteRequest
+	(*CompleteResponse)(nil),           // 31: cronoq.v1.CompleteResponse
+	(*ListRequest)(nil),                // 32: cronoq.v1.ListRequest
+	(*ListResponse)(nil),               // 33: cronoq.v1.ListResponse
+	(*CountsRequest)(nil),              // 34: cronoq.v1.CountsRequest
+	(*PoolCounts)(nil),                 // 35: cronoq.v1.PoolCounts
+	(*CountsResponse)(nil),             // 36: cronoq.v1.CountsResponse
+	(*EventsRequest)(nil),              // 37: cronoq.v1.EventsRequest
+	(*Event)(nil),                      // 38: cronoq.v1.Event
+	(*RetryRequest)(nil),               // 39: cronoq.v1.RetryRequest
+	(*RetryResponse)(nil),              // 40: cronoq.v1.RetryResponse
+	(*CancelManyRequest)(nil),          // 41: cronoq.v1.CancelManyRequest
+	(*CancelManyResponse)(nil),         // 42: cronoq.v1.CancelManyResponse
+	(*DeleteRequest)(nil),              // 43: cronoq.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 44: cronoq.v1.DeleteResponse
+	(*KindRate)(nil),                   // 45: cronoq.v1.KindRate
+	(*PoolLimits)(nil),                 // 46: cronoq.v1.PoolLimits
+	(*PoolInfo)(nil),                   // 47: cronoq.v1.PoolInfo
+	(*ListPoolsRequest)(nil),           // 48: cronoq.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),          // 49: cronoq.v1.ListPoolsResponse
+	(*GetPoolRequest)(nil),             // 50: cronoq.v1.GetPoolRequest
+	(*GetPoolResponse)(nil),            // 51: cronoq.v1.GetPoolResponse
+	(*SetPoolRequest)(nil),             // 52: cronoq.v1.SetPoolRequest
+	(*SetPoolResponse)(nil),            // 53: cronoq.v1.SetPoolResponse
+	(*WorkerInfo)(nil),                 // 54: cronoq.v1.WorkerInfo
+	(*ListWorkersRequest)(nil),         // 55: cronoq.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),        // 56: cronoq.v1.ListWorkersResponse
+	(*KindSettings)(nil),               // 57: cronoq.v1.KindSettings
+	(*SetKindRequest)(nil),             // 58: cronoq.v1.SetKindRequest
+	(*SetKindResponse)(nil),            // 59: cronoq.v1.SetKindResponse
+	(*GetKindRequest)(nil),             // 60: cronoq.v1.GetKindRequest
+	(*GetKindResponse)(nil),            // 61: cronoq.v1.GetKindResponse
+	(*WorkflowStep)(nil),               // 62: cronoq.v1.WorkflowStep
+	(*WorkflowSpec)(nil),               // 63: cronoq.v1.WorkflowSpec
+	(*Workflow)(nil),                   // 64: cronoq.v1.Workflow
+	(*WorkflowRef)(nil),                // 65: cronoq.v1.WorkflowRef
+	(*StepTask)(nil),                   // 66: cronoq.v1.StepTask
+	(*SubmitWorkflowRequest)(nil),      // 67: cronoq.v1.SubmitWorkflowRequest
+	(*SubmitWorkflowResponse)(nil),     // 68: cronoq.v1.SubmitWorkflowResponse
+	(*GetWorkflowRequest)(nil),         // 69: cronoq.v1.GetWorkflowRequest
+	(*GetWorkflowResponse)(nil),        // 70: cronoq.v1.GetWorkflowResponse
+	(*WaitWorkflowRequest)(nil),        // 71: cronoq.v1.WaitWorkflowRequest
+	(*WaitWorkflowResponse)(nil),       // 72: cronoq.v1.WaitWorkflowResponse
+	(*CancelWorkflowRequest)(nil),      // 73: cronoq.v1.CancelWorkflowRequest
+	(*CancelWorkflowResponse)(nil),     // 74: cronoq.v1.CancelWorkflowResponse
+	(*ListWorkflowsRequest)(nil),       // 75: cronoq.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),      // 76: cronoq.v1.ListWorkflowsResponse
+	(*Schedule)(nil),                   // 77: cronoq.v1.Schedule
+	(*AddScheduleRequest)(nil),         // 78: cronoq.v1.AddScheduleRequest
+	(*AddScheduleResponse)(nil),        // 79: cronoq.v1.AddScheduleResponse
+	(*ListSchedulesRequest)(nil),       // 80: cronoq.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),      // 81: cronoq.v1.ListSchedulesResponse
+	(*RemoveScheduleRequest)(nil),      // 82: cronoq.v1.RemoveScheduleRequest
+	(*RemoveScheduleResponse)(nil),     // 83: cronoq.v1.RemoveScheduleResponse
+	(*PauseScheduleRequest)(nil),       // 84: cronoq.v1.PauseScheduleRequest
+	(*PauseScheduleResponse)(nil),      // 85: cronoq.v1.PauseScheduleResponse
+	(*Hello)(nil),                      // 86: cronoq.v1.Hello
+	(*Poll)(nil),                       // 87: cronoq.v1.Poll
+	(*Heartbeat)(nil),                  // 88: cronoq.v1.Heartbeat
+	(*Completion)(nil),                 // 89: cronoq.v1.Completion
+	(*Complete)(nil),                   // 90: cronoq.v1.Complete
+	(*WorkerMessage)(nil),              // 91: cronoq.v1.WorkerMessage
+	(*Welcome)(nil),                    // 92: cronoq.v1.Welcome
+	(*DependencyResult)(nil),           // 93: cronoq.v1.DependencyResult
+	(*Grant)(nil),                      // 94: cronoq.v1.Grant
+	(*Grants)(nil),                     // 95: cronoq.v1.Grants
+	(*LeaseResult)(nil),                // 96: cronoq.v1.LeaseResult
+	(*HeartbeatAck)(nil),               // 97: cronoq.v1.HeartbeatAck
+	(*CompleteAck)(nil),                // 98: cronoq.v1.CompleteAck
+	(*Abort)(nil),                      // 99: cronoq.v1.Abort
+	(*ServerMessage)(nil),              // 100: cronoq.v1.ServerMessage
+	(*Member)(nil),                     // 101: cronoq.v1.Member
+	(*MembersRequest)(nil),             // 102: cronoq.v1.MembersRequest
+	(*MembersResponse)(nil),            // 103: cronoq.v1.MembersResponse
+	(*Peer)(nil),                       // 104: cronoq.v1.Peer
+	(*PeersRequest)(nil),               // 105: cronoq.v1.PeersRequest
+	(*PeersResponse)(nil),              // 106: cronoq.v1.PeersResponse
+	(*RemovePeerRequest)(nil),          // 107: cronoq.v1.RemovePeerRequest
+	(*RemovePeerResponse)(nil),         // 108: cronoq.v1.RemovePeerResponse
+	(*TransferLeadershipRequest)(nil),  // 109: cronoq.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 110: cronoq.v1.TransferLeadershipResponse
+	(*HealthRequest)(nil),              // 111: cronoq.v1.HealthRequest
+	(*HealthResponse)(nil),             // 112: cronoq.v1.HealthResponse
+	(*SnapshotSaveRequest)(nil),        // 113: cronoq.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),              // 114: cronoq.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),    // 115: cronoq.v1.SnapshotRestoreResponse
+	(*KeyringNode)(nil),                // 116: cronoq.v1.KeyringNode
+	(*KeyringKey)(nil),                 // 117: cronoq.v1.KeyringKey
+	(*KeyringResponse)(nil),            // 118: cronoq.v1.KeyringResponse
+	(*KeyringListRequest)(nil),         // 119: cronoq.v1.KeyringListRequest
+	(*KeyringInstallRequest)(nil),      // 120: cronoq.v1.KeyringInstallRequest
+	(*KeyringUseRequest)(nil),          // 121: cronoq.v1.KeyringUseRequest
+	(*KeyringRemoveRequest)(nil),       // 122: cronoq.v1.KeyringRemoveRequest
+	(*AclPolicy)(nil),                  // 123: cronoq.v1.AclPolicy
+	(*AclToken)(nil),                   // 124: cronoq.v1.AclToken
+	(*AclBootstrapRequest)(nil),        // 125: cronoq.v1.AclBootstrapRequest
+	(*AclBootstrapResponse)(nil),       // 126: cronoq.v1.AclBootstrapResponse
+	(*AclPolicyApplyRequest)(nil),      // 127: cronoq.v1.AclPolicyApplyRequest
+	(*AclPolicyApplyResponse)(nil),     // 128: cronoq.v1.AclPolicyApplyResponse
+	(*AclPolicyListRequest)(nil),       // 129: cronoq.v1.AclPolicyListRequest
+	(*AclPolicyListResponse)(nil),      // 130: cronoq.v1.AclPolicyListResponse
+	(*AclPolicyGetRequest)(nil),        // 131: cronoq.v1.AclPolicyGetRequest
+	(*AclPolicyGetResponse)(nil),       // 132: cronoq.v1.AclPolicyGetResponse
+	(*AclPolicyDeleteRequest)(nil),     // 133: cronoq.v1.AclPolicyDeleteRequest
+	(*AclPolicyDeleteResponse)(nil),    // 134: cronoq.v1.AclPolicyDeleteResponse
+	(*AclTokenCreateRequest)(nil),      // 135: cronoq.v1.AclTokenCreateRequest
+	(*AclTokenCreateResponse)(nil),     // 136: cronoq.v1.AclTokenCreateResponse
+	(*AclTokenListRequest)(nil),        // 137: cronoq.v1.AclTokenListRequest
+	(*AclTokenListResponse)(nil),       // 138: cronoq.v1.AclTokenListResponse
+	(*AclTokenRevokeRequest)(nil),      // 139: cronoq.v1.AclTokenRevokeRequest
+	(*AclTokenRevokeResponse)(nil),     // 140: cronoq.v1.AclTokenRevokeResponse
+	(*AclTokenSelfRequest)(nil),        // 141: cronoq.v1.AclTokenSelfRequest
+	(*AclTokenSelfResponse)(nil),       // 142: cronoq.v1.AclTokenSelfResponse
+	nil,                                // 143: cronoq.v1.PoolCounts.ByStatusEntry
+	nil,                                // 144: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	nil,                                // 145: cronoq.v1.PoolInfo.CountsEntry
+	nil,                                // 146: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	(*durationpb.Duration)(nil),        // 147: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 148: google.protobuf.Timestamp
 }
 var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
-	141, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
-	141, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
+	147, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
+	147, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
 	0,   // 2: cronoq.v1.TaskTemplate.priority:type_name -> cronoq.v1.Priority
-	7,   // 3: cronoq.v1.TaskTemplate.labels:type_name -> cronoq.v1.KV
-	7,   // 4: cronoq.v1.TaskTemplate.tags:type_name -> cronoq.v1.KV
-	141, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
-	8,   // 6: cronoq.v1.TaskTemplate.backoff:type_name -> cronoq.v1.Backoff
-	9,   // 7: cronoq.v1.TaskSpec.template:type_name -> cronoq.v1.TaskTemplate
-	142, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
-	141, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
-	142, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
-	21,  // 11: cronoq.v1.TaskSpec.depends_on:type_name -> cronoq.v1.TaskRef
+	8,   // 3: cronoq.v1.TaskTemplate.labels:type_name -> cronoq.v1.KV
+	8,   // 4: cronoq.v1.TaskTemplate.tags:type_name -> cronoq.v1.KV
+	147, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
+	9,   // 6: cronoq.v1.TaskTemplate.backoff:type_name -> cronoq.v1.Backoff
+	10,  // 7: cronoq.v1.TaskSpec.template:type_name -> cronoq.v1.TaskTemplate
+	148, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
+	147, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
+	148, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
+	23,  // 11: cronoq.v1.TaskSpec.depends_on:type_name -> cronoq.v1.TaskRef
 	2,   // 12: cronoq.v1.TaskSpec.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
-	9,   // 13: cronoq.v1.Task.template:type_name -> cronoq.v1.TaskTemplate
+	10,  // 13: cronoq.v1.Task.template:type_name -> cronoq.v1.TaskTemplate
 	1,   // 14: cronoq.v1.Task.status:type_name -> cronoq.v1.Status
-	142, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
-	142, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	142, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	142, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	142, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	142, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
-	142, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
+	148, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
+	148, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	148, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	148, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	148, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	148, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
+	148, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
 	2,   // 22: cronoq.v1.Task.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
-	141, // 23: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
-	10,  // 24: cronoq.v1.SubmitRequest.spec:type_name -> cronoq.v1.TaskSpec
-	12,  // 25: cronoq.v1.SubmitResponse.result:type_name -> cronoq.v1.Submitted
-	10,  // 26: cronoq.v1.SubmitBatchRequest.specs:type_name -> cronoq.v1.TaskSpec
-	12,  // 27: cronoq.v1.SubmitBatchResponse.results:type_name -> cronoq.v1.Submitted
-	10,  // 28: cronoq.v1.EnqueueManyRequest.specs:type_name -> cronoq.v1.TaskSpec
-	12,  // 29: cronoq.v1.ItemResult.submitted:type_name -> cronoq.v1.Submitted
-	19,  // 30: cronoq.v1.EnqueueManyResponse.results:type_name -> cronoq.v1.ItemResult
-	21,  // 31: cronoq.v1.GetRequest.ref:type_name -> cronoq.v1.TaskRef
-	11,  // 32: cronoq.v1.GetResponse.task:type_name -> cronoq.v1.Task
-	13,  // 33: cronoq.v1.GetResponse.meta:type_name -> cronoq.v1.ReadMeta
-	21,  // 34: cronoq.v1.WaitRequest.ref:type_name -> cronoq.v1.TaskRef
-	141, // 35: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
-	11,  // 36: cronoq.v1.WaitResponse.task:type_name -> cronoq.v1.Task
-	21,  // 37: cronoq.v1.CancelRequest.ref:type_name -> cronoq.v1.TaskRef
-	21,  // 38: cronoq.v1.CompleteRequest.ref:type_name -> cronoq.v1.TaskRef
-	6,   // 39: cronoq.v1.CompleteRequest.outcome:type_name -> cronoq.v1.OutcomeKind
-	11,  // 40: cronoq.v1.CompleteResponse.task:type_name -> cronoq.v1.Task
-	1,   // 41: cronoq.v1.ListRequest.statuses:type_name -> cronoq.v1.Status
-	11,  // 42: cronoq.v1.ListResponse.tasks:type_name -> cronoq.v1.Task
-	13,  // 43: cronoq.v1.ListResponse.meta:type_name -> cronoq.v1.ReadMeta
-	137, // 44: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
-	33,  // 45: cronoq.v1.CountsResponse.pools:type_name -> cronoq.v1.PoolCounts
-	13,  // 46: cronoq.v1.CountsResponse.meta:type_name -> cronoq.v1.ReadMeta
-	1,   // 47: cronoq.v1.Event.status:type_name -> cronoq.v1.Status
-	142, // 48: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
-	3,   // 49: cronoq.v1.Event.workflow_status:type_name -> cronoq.v1.WorkflowStatus
-	21,  // 50: cronoq.v1.DeleteRequest.ref:type_name -> cronoq.v1.TaskRef
-	138, // 51: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
-	39,  // 52: cronoq.v1.PoolLimits.kind_rates:type_name -> cronoq.v1.KindRate
-	8,   // 53: cronoq.v1.PoolLimits.backoff:type_name -> cronoq.v1.Backoff
-	141, // 54: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
-	139, // 55: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
-	141, // 56: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
-	40,  // 57: cronoq.v1.PoolInfo.limits:type_name -> cronoq.v1.PoolLimits
-	41,  // 58: cronoq.v1.ListPoolsResponse.pools:type_name -> cronoq.v1.PoolInfo
-	41,  // 59: cronoq.v1.GetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
-	140, // 60: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
-	39,  // 61: cronoq.v1.SetPoolRequest.kind_rates:type_name -> cronoq.v1.KindRate
-	8,   // 62: cronoq.v1.SetPoolRequest.backoff:type_name -> cronoq.v1.Backoff
-	141, // 63: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
-	41,  // 64: cronoq.v1.SetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
-	7,   // 65: cronoq.v1.WorkerInfo.labels:type_name -> cronoq.v1.KV
-	142, // 66: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
-	48,  // 67: cronoq.v1.ListWorkersResponse.workers:type_name -> cronoq.v1.WorkerInfo
-	141, // 68: cronoq.v1.KindSettings.timeout:type_name -> google.protobuf.Duration
-	8,   // 69: cronoq.v1.KindSettings.backoff:type_name -> cronoq.v1.Backoff
-	141, // 70: cronoq.v1.SetKindRequest.timeout:type_name -> google.protobuf.Duration
-	8,   // 71: cronoq.v1.SetKindRequest.backoff:type_name -> cronoq.v1.Backoff
-	51,  // 72: cronoq.v1.SetKindResponse.kind:type_name -> cronoq.v1.KindSettings
-	51,  // 73: cronoq.v1.GetKindResponse.kind:type_name -> cronoq.v1.KindSettings
-	10,  // 74: cronoq.v1.WorkflowStep.spec:type_name -> cronoq.v1.TaskSpec
-	56,  // 75: cronoq.v1.WorkflowSpec.steps:type_name -> cronoq.v1.WorkflowStep
-	3,   // 76: cronoq.v1.Workflow.status:type_name -> cronoq.v1.WorkflowStatus
-	142, // 77: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
-	142, // 78: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
-	142, // 79: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
-	142, // 80: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
-	11,  // 81: cronoq.v1.Workflow.tasks:type_name -> cronoq.v1.Task
-	57,  // 82: cronoq.v1.SubmitWorkflowRequest.spec:type_name -> cronoq.v1.WorkflowSpec
-	60,  // 83: cronoq.v1.SubmitWorkflowResponse.tasks:type_name -> cronoq.v1.StepTask
-	59,  // 84: cronoq.v1.GetWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
-	58,  // 85: cronoq.v1.GetWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
-	13,  // 86: cronoq.v1.GetWorkflowResponse.meta:type_name -> cronoq.v1.ReadMeta
-	59,  // 87: cronoq.v1.WaitWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
-	141, // 88: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
-	58,  // 89: cronoq.v1.WaitWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
-	59,  // 90: cronoq.v1.CancelWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
-	3,   // 91: cronoq.v1.ListWorkflowsRequest.statuses:type_name -> cronoq.v1.WorkflowStatus
-	58,  // 92: cronoq.v1.ListWorkflowsResponse.workflows:type_name -> cronoq.v1.Workflow
-	13,  // 93: cronoq.v1.ListWorkflowsResponse.meta:type_name -> cronoq.v1.ReadMeta
-	9,   // 94: cronoq.v1.Schedule.task:type_name -> cronoq.v1.TaskTemplate
-	4,   // 95: cronoq.v1.Schedule.overlap:type_name -> cronoq.v1.Overlap
-	5,   // 96: cronoq.v1.Schedule.catch_up:type_name -> cronoq.v1.CatchUp
-	142, // 97: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	142, // 98: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
-	56,  // 99: cronoq.v1.Schedule.steps:type_name -> cronoq.v1.WorkflowStep
-	71,  // 100: cronoq.v1.AddScheduleRequest.schedule:type_name -> cronoq.v1.Schedule
-	142, // 101: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
-	71,  // 102: cronoq.v1.ListSchedulesResponse.schedules:type_name -> cronoq.v1.Schedule
-	7,   // 103: cronoq.v1.Hello.labels:type_name -> cronoq.v1.KV
-	6,   // 104: cronoq.v1.Completion.outcome:type_name -> cronoq.v1.OutcomeKind
-	141, // 105: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
-	56,  // 106: cronoq.v1.Completion.children:type_name -> cronoq.v1.WorkflowStep
-	56,  // 107: cronoq.v1.Completion.then:type_name -> cronoq.v1.WorkflowStep
-	83,  // 108: cronoq.v1.Complete.completions:type_name -> cronoq.v1.Completion
-	80,  // 109: cronoq.v1.WorkerMessage.hello:type_name -> cronoq.v1.Hello
-	81,  // 110: cronoq.v1.WorkerMessage.poll:type_name -> cronoq.v1.Poll
-	82,  // 111: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
-	84,  // 112: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
-	141, // 113: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
-	1,   // 114: cronoq.v1.DependencyResult.status:type_name -> cronoq.v1.Status
-	11,  // 115: cronoq.v1.Grant.task:type_name -> cronoq.v1.Task
-	87,  // 116: cronoq.v1.Grant.dependencies:type_name -> cronoq.v1.DependencyResult
-	88,  // 117: cronoq.v1.Grants.grants:type_name -> cronoq.v1.Grant
-	90,  // 118: cronoq.v1.HeartbeatAck.results:type_name -> cronoq.v1.LeaseResult
-	90,  // 119: cronoq.v1.CompleteAck.results:type_name -> cronoq.v1.LeaseResult
-	86,  // 120: cronoq.v1.ServerMessage.welcome:type_name -> cronoq.v1.Welcome
-	89,  // 121: cronoq.v1.ServerMessage.grants:type_name -> cronoq.v1.Grants
-	91,  // 122: cronoq.v1.ServerMessage.heartbeat_ack:type_name -> cronoq.v1.HeartbeatAck
-	92,  // 123: cronoq.v1.ServerMessage.complete_ack:type_name -> cronoq.v1.CompleteAck
-	93,  // 124: cronoq.v1.ServerMessage.abort:type_name -> cronoq.v1.Abort
-	95,  // 125: cronoq.v1.MembersResponse.members:type_name -> cronoq.v1.Member
-	98,  // 126: cronoq.v1.PeersResponse.peers:type_name -> cronoq.v1.Peer
-	111, // 127: cronoq.v1.KeyringResponse.keys:type_name -> cronoq.v1.KeyringKey
-	110, // 128: cronoq.v1.KeyringResponse.nodes:type_name -> cronoq.v1.KeyringNode
-	142, // 129: cronoq.v1.AclToken.created_at:type_name -> google.protobuf.Timestamp
-	118, // 130: cronoq.v1.AclBootstrapResponse.token:type_name -> cronoq.v1.AclToken
-	117, // 131: cronoq.v1.AclPolicyApplyRequest.policy:type_name -> cronoq.v1.AclPolicy
-	117, // 132: cronoq.v1.AclPolicyApplyResponse.policy:type_name -> cronoq.v1.AclPolicy
-	117, // 133: cronoq.v1.AclPolicyListResponse.policies:type_name -> cronoq.v1.AclPolicy
-	117, // 134: cronoq.v1.AclPolicyGetResponse.policy:type_name -> cronoq.v1.AclPolicy
-	118, // 135: cronoq.v1.AclTokenCreateResponse.token:type_name -> cronoq.v1.AclToken
-	118, // 136: cronoq.v1.AclTokenListResponse.tokens:type_name -> cronoq.v1.AclToken
-	118, // 137: cronoq.v1.AclTokenSelfResponse.token:type_name -> cronoq.v1.AclToken
-	14,  // 138: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
-	16,  // 139: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
-	18,  // 140: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
-	22,  // 141: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
-	24,  // 142: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
-	26,  // 143: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
-	28,  // 144: cronoq.v1.TaskService.Complete:input_type -> cronoq.v1.CompleteRequest
-	30,  // 145: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
-	32,  // 146: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
-	35,  // 147: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
-	37,  // 148: cronoq.v1.TaskService.Delete:input_type -> cronoq.v1.DeleteRequest
-	42,  // 149: cronoq.v1.PoolService.List:input_type -> cronoq.v1.ListPoolsRequest
-	44,  // 150: cronoq.v1.PoolService.Get:input_type -> cronoq.v1.GetPoolRequest
-	46,  // 151: cronoq.v1.PoolService.Set:input_type -> cronoq.v1.SetPoolRequest
-	49,  // 152: cronoq.v1.PoolService.Workers:input_type -> cronoq.v1.ListWorkersRequest
-	52,  // 153: cronoq.v1.PoolService.SetKind:input_type -> cronoq.v1.SetKindRequest
-	54,  // 154: cronoq.v1.PoolService.GetKind:input_type -> cronoq.v1.GetKindRequest
-	61,  // 155: cronoq.v1.WorkflowService.Submit:input_type -> cronoq.v1.SubmitWorkflowRequest
-	63,  // 156: cronoq.v1.WorkflowService.Get:input_type -> cronoq.v1.GetWorkflowRequest
-	65,  // 157: cronoq.v1.WorkflowService.Wait:input_type -> cronoq.v1.WaitWorkflowRequest
-	67,  // 158: cronoq.v1.WorkflowService.Cancel:input_type -> cronoq.v1.CancelWorkflowRequest
-	69,  // 159: cronoq.v1.WorkflowService.List:input_type -> cronoq.v1.ListWorkflowsRequest
-	72,  // 160: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
-	74,  // 161: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
-	76,  // 162: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
-	78,  // 163: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
-	85,  // 164: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
-	96,  // 165: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
-	99,  // 166: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
-	101, // 167: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
-	103, // 168: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
-	105, // 169: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
-	113, // 170: cronoq.v1.OperatorService.KeyringList:input_type -> cronoq.v1.KeyringListRequest
-	114, // 171: cronoq.v1.OperatorService.KeyringInstall:input_type -> cronoq.v1.KeyringInstallRequest
-	115, // 172: cronoq.v1.OperatorService.KeyringUse:input_type -> cronoq.v1.KeyringUseRequest
-	116, // 173: cronoq.v1.OperatorService.KeyringRemove:input_type -> cronoq.v1.KeyringRemoveRequest
-	107, // 174: cronoq.v1.OperatorService.SnapshotSave:input_type -> cronoq.v1.SnapshotSaveRequest
-	108, // 175: cronoq.v1.OperatorService.SnapshotRestore:input_type -> cronoq.v1.SnapshotChunk
-	119, // 176: cronoq.v1.AclService.Bootstrap:input_type -> cronoq.v1.AclBootstrapRequest
-	121, // 177: cronoq.v1.AclService.PolicyApply:input_type -> cronoq.v1.AclPolicyApplyRequest
-	123, // 178: cronoq.v1.AclService.PolicyList:input_type -> cronoq.v1.AclPolicyListRequest
-	125, // 179: cronoq.v1.AclService.PolicyGet:input_type -> cronoq.v1.AclPolicyGetRequest
-	127, // 180: cronoq.v1.AclService.PolicyDelete:input_type -> cronoq.v1.AclPolicyDeleteRequest
-	129, // 181: cronoq.v1.AclService.TokenCreate:input_type -> cronoq.v1.AclTokenCreateRequest
-	131, // 182: cronoq.v1.AclService.TokenList:input_type -> cronoq.v1.AclTokenListRequest
-	133, // 183: cronoq.v1.AclService.TokenRevoke:input_type -> cronoq.v1.AclTokenRevokeRequest
-	135, // 184: cronoq.v1.AclService.TokenSelf:input_type -> cronoq.v1.AclTokenSelfRequest
-	15,  // 185: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
-	17,  // 186: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
-	20,  // 187: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
-	23,  // 188: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
-	25,  // 189: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
-	27,  // 190: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
-	29,  // 191: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
-	31,  // 192: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
-	34,  // 193: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
-	36,  // 194: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
-	38,  // 195: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
-	43,  // 196: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
-	45,  // 197: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
-	47,  // 198: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
-	50,  // 199: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
-	53,  // 200: cronoq.v1.PoolService.SetKind:output_type -> cronoq.v1.SetKindResponse
-	55,  // 201: cronoq.v1.PoolService.GetKind:output_type -> cronoq.v1.GetKindResponse
-	62,  // 202: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
-	64,  // 203: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
-	66,  // 204: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
-	68,  // 205: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
-	70,  // 206: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
-	73,  // 207: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
-	75,  // 208: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
-	77,  // 209: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
-	79,  // 210: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
-	94,  // 211: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
-	97,  // 212: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
-	100, // 213: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
-	102, // 214: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
-	104, // 215: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
-	106, // 216: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
-	112, // 217: cronoq.v1.OperatorService.KeyringList:output_type -> cronoq.v1.KeyringResponse
-	112, // 218: cronoq.v1.OperatorService.KeyringInstall:output_type -> cronoq.v1.KeyringResponse
-	112, // 219: cronoq.v1.OperatorService.KeyringUse:output_type -> cronoq.v1.KeyringResponse
-	112, // 220: cronoq.v1.OperatorService.KeyringRemove:output_type -> cronoq.v1.KeyringResponse
-	108, // 221: cronoq.v1.OperatorService.SnapshotSave:output_type -> cronoq.v1.SnapshotChunk
-	109, // 222: cronoq.v1.OperatorService.SnapshotRestore:output_type -> cronoq.v1.SnapshotRestoreResponse
-	120, // 223: cronoq.v1.AclService.Bootstrap:output_type -> cronoq.v1.AclBootstrapResponse
-	122, // 224: cronoq.v1.AclService.PolicyApply:output_type -> cronoq.v1.AclPolicyApplyResponse
-	124, // 225: cronoq.v1.AclService.PolicyList:output_type -> cronoq.v1.AclPolicyListResponse
-	126, // 226: cronoq.v1.AclService.PolicyGet:output_type -> cronoq.v1.AclPolicyGetResponse
-	128, // 227: cronoq.v1.AclService.PolicyDelete:output_type -> cronoq.v1.AclPolicyDeleteResponse
-	130, // 228: cronoq.v1.AclService.TokenCreate:output_type -> cronoq.v1.AclTokenCreateResponse
-	132, // 229: cronoq.v1.AclService.TokenList:output_type -> cronoq.v1.AclTokenListResponse
-	134, // 230: cronoq.v1.AclService.TokenRevoke:output_type -> cronoq.v1.AclTokenRevokeResponse
-	136, // 231: cronoq.v1.AclService.TokenSelf:output_type -> cronoq.v1.AclTokenSelfResponse
-	185, // [185:232] is the sub-list for method output_type
-	138, // [138:185] is the sub-list for method input_type
-	138, // [138:138] is the sub-list for extension type_name
-	138, // [138:138] is the sub-list for extension extendee
-	0,   // [0:138] is the sub-list for field type_name
+	13,  // 23: cronoq.v1.Task.attempts:type_name -> cronoq.v1.Attempt
+	148, // 24: cronoq.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	148, // 25: cronoq.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	3,   // 26: cronoq.v1.Attempt.outcome:type_name -> cronoq.v1.AttemptOutcome
+	147, // 27: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
+	11,  // 28: cronoq.v1.SubmitRequest.spec:type_name -> cronoq.v1.TaskSpec
+	14,  // 29: cronoq.v1.SubmitResponse.result:type_name -> cronoq.v1.Submitted
+	11,  // 30: cronoq.v1.SubmitBatchRequest.specs:type_name -> cronoq.v1.TaskSpec
+	14,  // 31: cronoq.v1.SubmitBatchResponse.results:type_name -> cronoq.v1.Submitted
+	11,  // 32: cronoq.v1.EnqueueManyRequest.specs:type_name -> cronoq.v1.TaskSpec
+	14,  // 33: cronoq.v1.ItemResult.submitted:type_name -> cronoq.v1.Submitted
+	21,  // 34: cronoq.v1.EnqueueManyResponse.results:type_name -> cronoq.v1.ItemResult
+	23,  // 35: cronoq.v1.GetRequest.ref:type_name -> cronoq.v1.TaskRef
+	12,  // 36: cronoq.v1.GetResponse.task:type_name -> cronoq.v1.Task
+	15,  // 37: cronoq.v1.GetResponse.meta:type_name -> cronoq.v1.ReadMeta
+	23,  // 38: cronoq.v1.WaitRequest.ref:type_name -> cronoq.v1.TaskRef
+	147, // 39: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
+	12,  // 40: cronoq.v1.WaitResponse.task:type_name -> cronoq.v1.Task
+	23,  // 41: cronoq.v1.CancelRequest.ref:type_name -> cronoq.v1.TaskRef
+	23,  // 42: cronoq.v1.CompleteRequest.ref:type_name -> cronoq.v1.TaskRef
+	7,   // 43: cronoq.v1.CompleteRequest.outcome:type_name -> cronoq.v1.OutcomeKind
+	12,  // 44: cronoq.v1.CompleteResponse.task:type_name -> cronoq.v1.Task
+	1,   // 45: cronoq.v1.ListRequest.statuses:type_name -> cronoq.v1.Status
+	12,  // 46: cronoq.v1.ListResponse.tasks:type_name -> cronoq.v1.Task
+	15,  // 47: cronoq.v1.ListResponse.meta:type_name -> cronoq.v1.ReadMeta
+	143, // 48: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
+	35,  // 49: cronoq.v1.CountsResponse.pools:type_name -> cronoq.v1.PoolCounts
+	15,  // 50: cronoq.v1.CountsResponse.meta:type_name -> cronoq.v1.ReadMeta
+	1,   // 51: cronoq.v1.Event.status:type_name -> cronoq.v1.Status
+	148, // 52: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
+	4,   // 53: cronoq.v1.Event.workflow_status:type_name -> cronoq.v1.WorkflowStatus
+	23,  // 54: cronoq.v1.RetryRequest.ref:type_name -> cronoq.v1.TaskRef
+	12,  // 55: cronoq.v1.RetryResponse.task:type_name -> cronoq.v1.Task
+	1,   // 56: cronoq.v1.CancelManyRequest.statuses:type_name -> cronoq.v1.Status
+	23,  // 57: cronoq.v1.DeleteRequest.ref:type_name -> cronoq.v1.TaskRef
+	144, // 58: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	45,  // 59: cronoq.v1.PoolLimits.kind_rates:type_name -> cronoq.v1.KindRate
+	9,   // 60: cronoq.v1.PoolLimits.backoff:type_name -> cronoq.v1.Backoff
+	147, // 61: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
+	145, // 62: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
+	147, // 63: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
+	46,  // 64: cronoq.v1.PoolInfo.limits:type_name -> cronoq.v1.PoolLimits
+	47,  // 65: cronoq.v1.ListPoolsResponse.pools:type_name -> cronoq.v1.PoolInfo
+	47,  // 66: cronoq.v1.GetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
+	146, // 67: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	45,  // 68: cronoq.v1.SetPoolRequest.kind_rates:type_name -> cronoq.v1.KindRate
+	9,   // 69: cronoq.v1.SetPoolRequest.backoff:type_name -> cronoq.v1.Backoff
+	147, // 70: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
+	47,  // 71: cronoq.v1.SetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
+	8,   // 72: cronoq.v1.WorkerInfo.labels:type_name -> cronoq.v1.KV
+	148, // 73: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
+	54,  // 74: cronoq.v1.ListWorkersResponse.workers:type_name -> cronoq.v1.WorkerInfo
+	147, // 75: cronoq.v1.KindSettings.timeout:type_name -> google.protobuf.Duration
+	9,   // 76: cronoq.v1.KindSettings.backoff:type_name -> cronoq.v1.Backoff
+	147, // 77: cronoq.v1.SetKindRequest.timeout:type_name -> google.protobuf.Duration
+	9,   // 78: cronoq.v1.SetKindRequest.backoff:type_name -> cronoq.v1.Backoff
+	57,  // 79: cronoq.v1.SetKindResponse.kind:type_name -> cronoq.v1.KindSettings
+	57,  // 80: cronoq.v1.GetKindResponse.kind:type_name -> cronoq.v1.KindSettings
+	11,  // 81: cronoq.v1.WorkflowStep.spec:type_name -> cronoq.v1.TaskSpec
+	62,  // 82: cronoq.v1.WorkflowSpec.steps:type_name -> cronoq.v1.WorkflowStep
+	4,   // 83: cronoq.v1.Workflow.status:type_name -> cronoq.v1.WorkflowStatus
+	148, // 84: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
+	148, // 85: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
+	148, // 86: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
+	148, // 87: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
+	12,  // 88: cronoq.v1.Workflow.tasks:type_name -> cronoq.v1.Task
+	63,  // 89: cronoq.v1.SubmitWorkflowRequest.spec:type_name -> cronoq.v1.WorkflowSpec
+	66,  // 90: cronoq.v1.SubmitWorkflowResponse.tasks:type_name -> cronoq.v1.StepTask
+	65,  // 91: cronoq.v1.GetWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
+	64,  // 92: cronoq.v1.GetWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
+	15,  // 93: cronoq.v1.GetWorkflowResponse.meta:type_name -> cronoq.v1.ReadMeta
+	65,  // 94: cronoq.v1.WaitWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
+	147, // 95: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
+	64,  // 96: cronoq.v1.WaitWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
+	65,  // 97: cronoq.v1.CancelWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
+	4,   // 98: cronoq.v1.ListWorkflowsRequest.statuses:type_name -> cronoq.v1.WorkflowStatus
+	64,  // 99: cronoq.v1.ListWorkflowsResponse.workflows:type_name -> cronoq.v1.Workflow
+	15,  // 100: cronoq.v1.ListWorkflowsResponse.meta:type_name -> cronoq.v1.ReadMeta
+	10,  // 101: cronoq.v1.Schedule.task:type_name -> cronoq.v1.TaskTemplate
+	5,   // 102: cronoq.v1.Schedule.overlap:type_name -> cronoq.v1.Overlap
+	6,   // 103: cronoq.v1.Schedule.catch_up:type_name -> cronoq.v1.CatchUp
+	148, // 104: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	148, // 105: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
+	62,  // 106: cronoq.v1.Schedule.steps:type_name -> cronoq.v1.WorkflowStep
+	77,  // 107: cronoq.v1.AddScheduleRequest.schedule:type_name -> cronoq.v1.Schedule
+	148, // 108: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
+	77,  // 109: cronoq.v1.ListSchedulesResponse.schedules:type_name -> cronoq.v1.Schedule
+	8,   // 110: cronoq.v1.Hello.labels:type_name -> cronoq.v1.KV
+	7,   // 111: cronoq.v1.Completion.outcome:type_name -> cronoq.v1.OutcomeKind
+	147, // 112: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
+	62,  // 113: cronoq.v1.Completion.children:type_name -> cronoq.v1.WorkflowStep
+	62,  // 114: cronoq.v1.Completion.then:type_name -> cronoq.v1.WorkflowStep
+	89,  // 115: cronoq.v1.Complete.completions:type_name -> cronoq.v1.Completion
+	86,  // 116: cronoq.v1.WorkerMessage.hello:type_name -> cronoq.v1.Hello
+	87,  // 117: cronoq.v1.WorkerMessage.poll:type_name -> cronoq.v1.Poll
+	88,  // 118: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
+	90,  // 119: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
+	147, // 120: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
+	1,   // 121: cronoq.v1.DependencyResult.status:type_name -> cronoq.v1.Status
+	12,  // 122: cronoq.v1.Grant.task:type_name -> cronoq.v1.Task
+	93,  // 123: cronoq.v1.Grant.dependencies:type_name -> cronoq.v1.DependencyResult
+	94,  // 124: cronoq.v1.Grants.grants:type_name -> cronoq.v1.Grant
+	96,  // 125: cronoq.v1.HeartbeatAck.results:type_name -> cronoq.v1.LeaseResult
+	96,  // 126: cronoq.v1.CompleteAck.results:type_name -> cronoq.v1.LeaseResult
+	92,  // 127: cronoq.v1.ServerMessage.welcome:type_name -> cronoq.v1.Welcome
+	95,  // 128: cronoq.v1.ServerMessage.grants:type_name -> cronoq.v1.Grants
+	97,  // 129: cronoq.v1.ServerMessage.heartbeat_ack:type_name -> cronoq.v1.HeartbeatAck
+	98,  // 130: cronoq.v1.ServerMessage.complete_ack:type_name -> cronoq.v1.CompleteAck
+	99,  // 131: cronoq.v1.ServerMessage.abort:type_name -> cronoq.v1.Abort
+	101, // 132: cronoq.v1.MembersResponse.members:type_name -> cronoq.v1.Member
+	104, // 133: cronoq.v1.PeersResponse.peers:type_name -> cronoq.v1.Peer
+	117, // 134: cronoq.v1.KeyringResponse.keys:type_name -> cronoq.v1.KeyringKey
+	116, // 135: cronoq.v1.KeyringResponse.nodes:type_name -> cronoq.v1.KeyringNode
+	148, // 136: cronoq.v1.AclToken.created_at:type_name -> google.protobuf.Timestamp
+	124, // 137: cronoq.v1.AclBootstrapResponse.token:type_name -> cronoq.v1.AclToken
+	123, // 138: cronoq.v1.AclPolicyApplyRequest.policy:type_name -> cronoq.v1.AclPolicy
+	123, // 139: cronoq.v1.AclPolicyApplyResponse.policy:type_name -> cronoq.v1.AclPolicy
+	123, // 140: cronoq.v1.AclPolicyListResponse.policies:type_name -> cronoq.v1.AclPolicy
+	123, // 141: cronoq.v1.AclPolicyGetResponse.policy:type_name -> cronoq.v1.AclPolicy
+	124, // 142: cronoq.v1.AclTokenCreateResponse.token:type_name -> cronoq.v1.AclToken
+	124, // 143: cronoq.v1.AclTokenListResponse.tokens:type_name -> cronoq.v1.AclToken
+	124, // 144: cronoq.v1.AclTokenSelfResponse.token:type_name -> cronoq.v1.AclToken
+	16,  // 145: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
+	18,  // 146: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
+	20,  // 147: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
+	24,  // 148: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
+	26,  // 149: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
+	28,  // 150: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
+	30,  // 151: cronoq.v1.TaskService.Complete:input_type -> cronoq.v1.CompleteRequest
+	32,  // 152: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
+	34,  // 153: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
+	37,  // 154: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
+	43,  // 155: cronoq.v1.TaskService.Delete:input_type -> cronoq.v1.DeleteRequest
+	39,  // 156: cronoq.v1.TaskService.Retry:input_type -> cronoq.v1.RetryRequest
+	41,  // 157: cronoq.v1.TaskService.CancelMany:input_type -> cronoq.v1.CancelManyRequest
+	48,  // 158: cronoq.v1.PoolService.List:input_type -> cronoq.v1.ListPoolsRequest
+	50,  // 159: cronoq.v1.PoolService.Get:input_type -> cronoq.v1.GetPoolRequest
+	52,  // 160: cronoq.v1.PoolService.Set:input_type -> cronoq.v1.SetPoolRequest
+	55,  // 161: cronoq.v1.PoolService.Workers:input_type -> cronoq.v1.ListWorkersRequest
+	58,  // 162: cronoq.v1.PoolService.SetKind:input_type -> cronoq.v1.SetKindRequest
+	60,  // 163: cronoq.v1.PoolService.GetKind:input_type -> cronoq.v1.GetKindRequest
+	67,  // 164: cronoq.v1.WorkflowService.Submit:input_type -> cronoq.v1.SubmitWorkflowRequest
+	69,  // 165: cronoq.v1.WorkflowService.Get:input_type -> cronoq.v1.GetWorkflowRequest
+	71,  // 166: cronoq.v1.WorkflowService.Wait:input_type -> cronoq.v1.WaitWorkflowRequest
+	73,  // 167: cronoq.v1.WorkflowService.Cancel:input_type -> cronoq.v1.CancelWorkflowRequest
+	75,  // 168: cronoq.v1.WorkflowService.List:input_type -> cronoq.v1.ListWorkflowsRequest
+	78,  // 169: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
+	80,  // 170: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
+	82,  // 171: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
+	84,  // 172: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
+	91,  // 173: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
+	102, // 174: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
+	105, // 175: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
+	107, // 176: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
+	109, // 177: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
+	111, // 178: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
+	119, // 179: cronoq.v1.OperatorService.KeyringList:input_type -> cronoq.v1.KeyringListRequest
+	120, // 180: cronoq.v1.OperatorService.KeyringInstall:input_type -> cronoq.v1.KeyringInstallRequest
+	121, // 181: cronoq.v1.OperatorService.KeyringUse:input_type -> cronoq.v1.KeyringUseRequest
+	122, // 182: cronoq.v1.OperatorService.KeyringRemove:input_type -> cronoq.v1.KeyringRemoveRequest
+	113, // 183: cronoq.v1.OperatorService.SnapshotSave:input_type -> cronoq.v1.SnapshotSaveRequest
+	114, // 184: cronoq.v1.OperatorService.SnapshotRestore:input_type -> cronoq.v1.SnapshotChunk
+	125, // 185: cronoq.v1.AclService.Bootstrap:input_type -> cronoq.v1.AclBootstrapRequest
+	127, // 186: cronoq.v1.AclService.PolicyApply:input_type -> cronoq.v1.AclPolicyApplyRequest
+	129, // 187: cronoq.v1.AclService.PolicyList:input_type -> cronoq.v1.AclPolicyListRequest
+	131, // 188: cronoq.v1.AclService.PolicyGet:input_type -> cronoq.v1.AclPolicyGetRequest
+	133, // 189: cronoq.v1.AclService.PolicyDelete:input_type -> cronoq.v1.AclPolicyDeleteRequest
+	135, // 190: cronoq.v1.AclService.TokenCreate:input_type -> cronoq.v1.AclTokenCreateRequest
+	137, // 191: cronoq.v1.AclService.TokenList:input_type -> cronoq.v1.AclTokenListRequest
+	139, // 192: cronoq.v1.AclService.TokenRevoke:input_type -> cronoq.v1.AclTokenRevokeRequest
+	141, // 193: cronoq.v1.AclService.TokenSelf:input_type -> cronoq.v1.AclTokenSelfRequest
+	17,  // 194: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
+	19,  // 195: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
+	22,  // 196: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
+	25,  // 197: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
+	27,  // 198: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
+	29,  // 199: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
+	31,  // 200: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
+	33,  // 201: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
+	36,  // 202: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
+	38,  // 203: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
+	44,  // 204: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
+	40,  // 205: cronoq.v1.TaskService.Retry:output_type -> cronoq.v1.RetryResponse
+	42,  // 206: cronoq.v1.TaskService.CancelMany:output_type -> cronoq.v1.CancelManyResponse
+	49,  // 207: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
+	51,  // 208: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
+	53,  // 209: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
+	56,  // 210: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
+	59,  // 211: cronoq.v1.PoolService.SetKind:output_type -> cronoq.v1.SetKindResponse
+	61,  // 212: cronoq.v1.PoolService.GetKind:output_type -> cronoq.v1.GetKindResponse
+	68,  // 213: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
+	70,  // 214: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
+	72,  // 215: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
+	74,  // 216: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
+	76,  // 217: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
+	79,  // 218: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
+	81,  // 219: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
+	83,  // 220: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
+	85,  // 221: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
+	100, // 222: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
+	103, // 223: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
+	106, // 224: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
+	108, // 225: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
+	110, // 226: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
+	112, // 227: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
+	118, // 228: cronoq.v1.OperatorService.KeyringList:output_type -> cronoq.v1.KeyringResponse
+	118, // 229: cronoq.v1.OperatorService.KeyringInstall:output_type -> cronoq.v1.KeyringResponse
+	118, // 230: cronoq.v1.OperatorService.KeyringUse:output_type -> cronoq.v1.KeyringResponse
+	118, // 231: cronoq.v1.OperatorService.KeyringRemove:output_type -> cronoq.v1.KeyringResponse
+	114, // 232: cronoq.v1.OperatorService.SnapshotSave:output_type -> cronoq.v1.SnapshotChunk
+	115, // 233: cronoq.v1.OperatorService.SnapshotRestore:output_type -> cronoq.v1.SnapshotRestoreResponse
+	126, // 234: cronoq.v1.AclService.Bootstrap:output_type -> cronoq.v1.AclBootstrapResponse
+	128, // 235: cronoq.v1.AclService.PolicyApply:output_type -> cronoq.v1.AclPolicyApplyResponse
+	130, // 236: cronoq.v1.AclService.PolicyList:output_type -> cronoq.v1.AclPolicyListResponse
+	132, // 237: cronoq.v1.AclService.PolicyGet:output_type -> cronoq.v1.AclPolicyGetResponse
+	134, // 238: cronoq.v1.AclService.PolicyDelete:output_type -> cronoq.v1.AclPolicyDeleteResponse
+	136, // 239: cronoq.v1.AclService.TokenCreate:output_type -> cronoq.v1.AclTokenCreateResponse
+	138, // 240: cronoq.v1.AclService.TokenList:output_type -> cronoq.v1.AclTokenListResponse
+	140, // 241: cronoq.v1.AclService.TokenRevoke:output_type -> cronoq.v1.AclTokenRevokeResponse
+	142, // 242: cronoq.v1.AclService.TokenSelf:output_type -> cronoq.v1.AclTokenSelfResponse
+	194, // [194:243] is the sub-list for method output_type
+	145, // [145:194] is the sub-list for method input_type
+	145, // [145:145] is the sub-list for extension type_name
+	145, // [145:145] is the sub-list for extension extendee
+	0,   // [0:145] is the sub-list for field type_name
 }
 
 func init() { file_cronoq_v1_cronoq_proto_init() }
@@ -9480,15 +9922,15 @@ func file_cronoq_v1_cronoq_proto_init() {
 	if File_cronoq_v1_cronoq_proto != nil {
 		return
 	}
-	file_cronoq_v1_cronoq_proto_msgTypes[39].OneofWrappers = []any{}
-	file_cronoq_v1_cronoq_proto_msgTypes[45].OneofWrappers = []any{}
-	file_cronoq_v1_cronoq_proto_msgTypes[78].OneofWrappers = []any{
+	file_cronoq_v1_cronoq_proto_msgTypes[44].OneofWrappers = []any{}
+	file_cronoq_v1_cronoq_proto_msgTypes[50].OneofWrappers = []any{}
+	file_cronoq_v1_cronoq_proto_msgTypes[83].OneofWrappers = []any{
 		(*WorkerMessage_Hello)(nil),
 		(*WorkerMessage_Poll)(nil),
 		(*WorkerMessage_Heartbeat)(nil),
 		(*WorkerMessage_Complete)(nil),
 	}
-	file_cronoq_v1_cronoq_proto_msgTypes[87].OneofWrappers = []any{
+	file_cronoq_v1_cronoq_proto_msgTypes[92].OneofWrappers = []any{
 		(*ServerMessage_Welcome)(nil),
 		(*ServerMessage_Grants)(nil),
 		(*ServerMessage_HeartbeatAck)(nil),
@@ -9500,8 +9942,8 @@ func file_cronoq_v1_cronoq_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronoq_v1_cronoq_proto_rawDesc), len(file_cronoq_v1_cronoq_proto_rawDesc)),
-			NumEnums:      7,
-			NumMessages:   134,
+			NumEnums:      8,
+			NumMessages:   139,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

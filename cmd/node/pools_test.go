@@ -433,7 +433,7 @@ func TestSubmitKeysAndParked(t *testing.T) {
 	require.Equal(t, true, decodeObject(t, r.stdout)["blocks_lane"])
 	r = runCLI(t, "", "status", "T9", "-addr", addr)
 	requireOK(t, r)
-	require.Contains(t, r.stdout, "blocks lane:  yes (its lane waits until it is deleted: cronoq delete)\n")
+	require.Contains(t, r.stdout, "blocks lane:  yes (its lane waits until it is retried or deleted: cronoq retry, cronoq delete)\n")
 
 	f.PutTask(&cronoqv1.Task{Id: "T8", Template: &cronoqv1.TaskTemplate{Pool: "p", Kind: "k"}, Status: cronoqv1.Status_STATUS_PARKED})
 	r = runCLI(t, "", "list", "-status", "parked", "-addr", addr, "-o", "json")

@@ -28,7 +28,7 @@ var Layers = []Layer{
 			"ListQuery", "PoolCounts",
 			"Workflow", "WorkflowStatus", "WorkflowQuery", "StepTemplate", "DepPolicy", "DepSucceeded", "DepDone",
 			"Keys", "KindSettings", "Overflow*", "Ordering*", "Parse*",
-			"ACLToken", "ACLPolicy", "DelACL", "AnonymousPolicy",
+			"ACLToken", "ACLPolicy", "DelACL", "AnonymousPolicy", "Attempt",
 		},
 	}},
 	// The wire contract stands alone.
