@@ -98,7 +98,10 @@ func TestCancelByKeyAndFilter(t *testing.T) {
 
 	r := runCLI(t, "", "cancel", "-key", "key-T1", "-o", "json", "-addr", addr)
 	requireOK(t, r)
-	require.JSONEq(t, `{"id": "T1", "cancelled": true}`, r.stdout)
+	require.JSONEq(t, `{"id": "T1", "cancelled": 1}`, r.stdout)
+	r = runCLI(t, "", "cancel", "-key", "key-T1", "-o", "json", "-addr", addr)
+	requireOK(t, r)
+	require.JSONEq(t, `{"id": "T1", "cancelled": 0}`, r.stdout)
 	r = runCLI(t, "", "cancel", "-key", "key-T1", "-addr", addr)
 	requireOK(t, r)
 	require.Equal(t, "task T1 had already ended; nothing cancelled\n", r.stdout)

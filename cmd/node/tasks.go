@@ -240,8 +240,9 @@ leader are cancelled in batches of at most 500, each its own commit, and a
 task that stops matching before its batch comes is left alone. It needs
 write on the pool.
 
-JSON output: {"id": "...", "cancelled": true|false}; with -pool,
-{"cancelled": N}, the number of tasks this call cancelled.`)
+JSON output: {"id": "...", "cancelled": true|false}; with -key,
+{"id": "...", "cancelled": N} and with -pool {"cancelled": N}, the number
+of tasks this call cancelled (0 or 1 with -key).`)
 	cf := c.clientFlags()
 	var key, pool string
 	var sts, kinds []string
@@ -270,6 +271,16 @@ JSON output: {"id": "...", "cancelled": true|false}; with -pool,
 	}
 	if res.ID == "" {
 		res.ID = id
+	}
+	if cf.out.json() && id == "" {
+		n := 0
+		if res.Cancelled {
+			n = 1
+		}
+		return writeJSON(s.Stdout, struct {
+			ID        string `json:"id"`
+			Cancelled int    `json:"cancelled"`
+		}{res.ID, n})
 	}
 	if cf.out.json() {
 		return writeJSON(s.Stdout, struct {
