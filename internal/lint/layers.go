@@ -41,6 +41,8 @@ var Layers = []Layer{
 	// TLS configurations and certificates: a leaf of the standard library.
 	{Pkg: "internal/tlsutil"},
 	{Pkg: "internal/lint"},
+	// gRPC-Go stubs over the API's messages, for tests only.
+	{Pkg: "internal/grpcstubs", May: []string{"api/..."}},
 	// The composition root and the test harness may wire anything.
 	{Pkg: "cmd/...", May: []string{"..."}},
 	{Pkg: "internal/testcluster", May: []string{"..."}},
