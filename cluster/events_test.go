@@ -73,8 +73,8 @@ func TestEventHubSubscriptions(t *testing.T) {
 		history       int
 		before, after []int
 		from          func(*EventHub) uint64 // the cursor to resume after
-		max           int                      // events per Next
-		want          [][]string               // each Next's answer
+		max           int                    // events per Next
+		want          [][]string             // each Next's answer
 	}{
 		{
 			name: "live: only what comes after", history: 8,
