@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
@@ -29,7 +30,8 @@ func collect(t *testing.T, sub *cluster.EventSub, n int) []cluster.Event {
 
 // Every node derives the same events, with the same cursors, in the same
 // order, from the entries it applies, and serves them whether it leads or
-// not; a subscriber may resume after any cursor on any node.
+// not; a subscriber may resume after any cursor on any node, and is told
+// of a gap when a snapshot replaces the replica.
 func TestEventsOnEveryNode(t *testing.T) {
 	t.Parallel()
 	c := newTestCluster(t)
@@ -66,5 +68,21 @@ func TestEventsOnEveryNode(t *testing.T) {
 		sub := n.Subscribe(want[1].Cursor)
 		require.Equal(t, want[2:], collect(t, sub, tasks-2), "resumed on %s", n.ID())
 		sub.Close()
+	}
+
+	// A restored backup replaces every replica: each subscriber is told
+	// it may have missed events.
+	var file bytes.Buffer
+	_, err := c.Client().SnapshotSave(ctx, &file)
+	require.NoError(t, err)
+	restoreFile(ctx, t, c.Client(), file.Bytes())
+	for i, sub := range subs {
+		for {
+			_, gap, err := sub.Next(ctx, make([]cluster.Event, 0, 64))
+			require.NoError(t, err, "node %s", nodes[i].ID())
+			if gap {
+				break
+			}
+		}
 	}
 }
