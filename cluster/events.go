@@ -256,9 +256,6 @@ func (s *EventSub) Close() {
 // it, leader or not.
 func (n *Node) Subscribe(after uint64) *EventSub { return n.events.Subscribe(after) }
 
-// Events returns the node's event hub.
-func (n *Node) Events() *EventHub { return n.events }
-
 // eventFSM is the raft FSM of a node: the state's, telling the event hub
 // when a snapshot replaced the state.
 type eventFSM struct {

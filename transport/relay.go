@@ -193,6 +193,10 @@ func (s *Server) relayTo(ctx context.Context, down *workerDown, t target, first 
 	if err != nil {
 		return false, upErr(err)
 	}
+	// Name the leader, as a forwarded answer does, so that a client may
+	// connect there next time.
+	down.ResponseHeader().Set(apierr.HeaderLeader, t.id)
+	down.ResponseHeader().Set(apierr.HeaderLeaderAddr, t.addr)
 	if err := down.Send(welcome); err != nil {
 		return true, nil // the worker went away
 	}

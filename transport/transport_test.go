@@ -329,6 +329,7 @@ func TestCluster(t *testing.T) {
 		msg, err := stream.Receive()
 		require.NoError(t, err)
 		require.Equal(t, leader.ID, msg.GetWelcome().GetNode(), "the leader welcomes the worker")
+		require.Equal(t, leader.Addr(), stream.ResponseHeader().Get(apierr.HeaderLeaderAddr), "the relaying node names the leader")
 		require.NoError(t, stream.CloseRequest())
 		_, err = stream.Receive()
 		require.ErrorIs(t, err, io.EOF, "the worker closing its side ends the stream cleanly")
