@@ -246,4 +246,3 @@ func (w *grpcWorker) complete(lease uint64, output string) {
 	require.Len(w.t, res, 1)
 	require.Empty(w.t, res[0].GetCode(), "%s", res[0].GetError())
 }
-
