@@ -2307,7 +2307,9 @@ type Event struct {
 	Attempt uint32                 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	Message string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
 	At      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=at,proto3" json:"at,omitempty"`
-	// Set on a marker sent when this subscriber fell behind and events were dropped.
+	// Set on a marker sent when this subscriber missed events: it fell
+	// behind the node's history of events, resumed from a cursor older than
+	// that history, or the node's replica was replaced by a snapshot.
 	Lagged         bool           `protobuf:"varint,8,opt,name=lagged,proto3" json:"lagged,omitempty"`
 	Workflow       string         `protobuf:"bytes,9,opt,name=workflow,proto3" json:"workflow,omitempty"`
 	Step           string         `protobuf:"bytes,10,opt,name=step,proto3" json:"step,omitempty"`
