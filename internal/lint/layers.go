@@ -29,6 +29,7 @@ var Layers = []Layer{
 			"Workflow", "WorkflowStatus", "WorkflowQuery", "StepTemplate", "DepPolicy", "DepSucceeded", "DepDone",
 			"Keys", "KindSettings", "Overflow*", "Ordering*", "Parse*",
 			"ACLToken", "ACLPolicy", "DelACL", "AnonymousPolicy", "Attempt",
+			"Subscription", "Event",
 		},
 	}},
 	// The wire contract stands alone.
