@@ -4,8 +4,8 @@
 // safety (dependencies, cancels, spawns, statuses), ordering lanes (one
 // task of a key at a time, in submit order), durable subscriptions (every
 // terminal event delivered and acknowledged, in log order), equal
-// replicated state on
-// every node, and whether the run did enough to mean anything (vacuity).
+// replicated state on every node, and whether the run did enough to mean
+// anything (vacuity).
 package checker
 
 import (
