@@ -164,6 +164,9 @@ var (
 	format5TemplateFields = []string{"Principal"}
 )
 
+// The additions of log format 6: the subscription kinds.
+var format6Kinds = []string{"PutSubscription", "DelSubscription", "AckSubscription", "StallSubscription"}
+
 // format5Schedule reports whether sc carries a principal, in its template
 // or in one of its steps.
 func format5Schedule(sc *Schedule) bool {
@@ -240,6 +243,8 @@ func kindName(m *Mutation) string {
 // 1.
 func wantMutationVersion(m *Mutation) uint16 {
 	switch {
+	case contains(format6Kinds, kindName(m)):
+		return 6
 	case contains(format5Kinds, kindName(m)):
 		return 5
 	case m.Insert != nil && m.Insert.Principal != "":
@@ -282,9 +287,22 @@ func wantVersion(b *CommitBatch) uint16 {
 	return v
 }
 
+// dropFormat6 makes b a batch of format 5 at most: it removes the
+// subscription mutations.
+func dropFormat6(b *CommitBatch) {
+	ms := b.Mutations[:0]
+	for _, m := range b.Mutations {
+		if !contains(format6Kinds, kindName(&m)) {
+			ms = append(ms, m)
+		}
+	}
+	b.Mutations = ms
+}
+
 // dropFormat5 makes b a batch of format 4 at most: it removes the ACL
 // mutations and clears the principals.
 func dropFormat5(b *CommitBatch) {
+	dropFormat6(b)
 	ms := b.Mutations[:0]
 	for _, m := range b.Mutations {
 		if contains(format5Kinds, kindName(&m)) {
@@ -586,6 +604,54 @@ func goldenV5State(t testing.TB) *State {
 	return h.s
 }
 
+// goldenSubscription returns a subscription with every field set.
+func goldenSubscription() *Subscription {
+	return &Subscription{
+		Name: "billing", Pools: []string{"etl", "pay"}, Statuses: []Status{StatusSucceeded, StatusFailed},
+		Kinds: []string{"charge"}, Webhook: "https://hooks.example/cronoq", Secret: "s3cret",
+		AckTimeout: 30 * time.Second, MaxDeliveries: 5, Acked: MakeCursor(7, 1),
+		Stalled: true, StallReason: "event 7.2 sent 5 times without an ack", StalledAt: baseTime + 9,
+		CreatedAt: baseTime, CreateIndex: 3, ModifyIndex: 12,
+	}
+}
+
+// goldenSubscriptionEvent returns a held event with every field set.
+func goldenSubscriptionEvent() *SubscriptionEvent {
+	return &SubscriptionEvent{
+		Subscription: "billing", Cursor: MakeCursor(8, 2), TaskID: "01J00000000000000000000009", Pool: "pay",
+		Kind: "charge", Status: StatusFailed, Attempt: 3, Message: "card declined", At: baseTime + 4,
+		Workflow: "wf-1", Step: "charge",
+	}
+}
+
+// goldenV6Batch returns a batch of log format 6: one mutation of every
+// kind format 6 added, every field set.
+func goldenV6Batch() *CommitBatch {
+	return &CommitBatch{Epoch: 5, Time: baseTime, Mutations: []Mutation{
+		{PutSubscription: goldenSubscription()},
+		{AckSubscription: &AckSubscription{Name: "billing", Cursor: MakeCursor(9, 0)}},
+		{StallSubscription: &StallSubscription{Name: "billing", Reason: "sent 5 times", At: baseTime + 1}},
+		{DelSubscription: &DelSubscription{Name: "billing"}},
+	}}
+}
+
+// goldenV6State returns a small state with the records of log format 6:
+// two subscriptions, and the events of a task's life that each holds
+// (one takes every event, the other the failures of pool "pay"), one of
+// them acked.
+func goldenV6State(t testing.TB) *State {
+	h := newHarness(t)
+	all := &Subscription{Name: "all", AckTimeout: 30 * time.Second, MaxDeliveries: 10, CreatedAt: baseTime}
+	fails := &Subscription{Name: "fails", Pools: []string{"pay"}, Statuses: []Status{StatusFailed},
+		Webhook: "https://hooks.example/x", Secret: "k", AckTimeout: time.Minute, MaxDeliveries: 3}
+	h.ok(Mutation{PutSubscription: all}, Mutation{PutSubscription: fails}, insert("a", "pay", ""))
+	failed := finish("a", lease(1, 1), StatusFailed)
+	failed.Finish.Error = "declined"
+	h.ok(start("a", 1, lease(1, 1)), failed)
+	h.ok(Mutation{AckSubscription: &AckSubscription{Name: "all", Cursor: MakeCursor(2, 0)}})
+	return h.s
+}
+
 // goldenV4State returns a small state with the records of log format 4: a
 // pool's settings and a parked task with keys.
 func goldenV4State(t testing.TB) *State {
@@ -804,6 +870,39 @@ func TestFormatIsStable(t *testing.T) {
 	got, ok := restored.ACLTokenBySecret(sha256.Sum256([]byte("secret")))
 	require.True(t, ok)
 	require.Equal(t, goldenACLToken().Accessor, got.Accessor)
+
+	// Log format 6, pinned the same way.
+	v6, err := EncodeCommitBatch(goldenV6Batch())
+	require.NoError(t, err)
+	require.Len(t, v6, goldenV6BatchLen)
+	require.Equal(t, goldenV6BatchSHA256, sha256Hex(v6))
+	require.True(t, bytes.HasSuffix(v6, []byte{0xa1, 'v', 0x06}))
+	require.Equal(t, goldenSubscriptionHex, hex.EncodeToString(recordBody(goldenSubscription())))
+	require.Equal(t, goldenSubscriptionEventHex, hex.EncodeToString(recordBody(goldenSubscriptionEvent())))
+
+	// A whole snapshot of format 6: header (version 6, applied index 4),
+	// records, and an end marker of ten counts (1 task, 0 schedules, 0
+	// tombstones, 0 workflows, 0 pools, 0 ACL policies, 0 ACL tokens, no
+	// bootstrap, 2 subscriptions, 3 events held: two of "all" after its
+	// ack, the failure of "fails").
+	snap6 := snapshotBytes(t, goldenV6State(t))
+	require.Equal(t, "43525153"+"0006"+"0000000000000001"+"0000000000000001"+"0000000000000004",
+		hex.EncodeToString(snap6[:30]))
+	require.Equal(t, "ff"+"0000000000000001"+strings.Repeat("0000000000000000", 7)+"0000000000000002"+"0000000000000003",
+		hex.EncodeToString(snap6[len(snap6)-81:]))
+	require.Len(t, snap6, goldenV6SnapshotLen)
+	require.Equal(t, goldenV6SnapshotSHA256, sha256Hex(snap6))
+
+	_, v, err = DecodeEntry(v6)
+	require.NoError(t, err)
+	want6 := goldenV6Batch()
+	want6.Version = 6
+	require.Equal(t, want6, v)
+	restored = New()
+	require.NoError(t, restored.Restore(bytes.NewReader(snap6)))
+	require.Equal(t, snap6, snapshotBytes(t, restored))
+	require.Len(t, restored.SubscriptionEvents("all", 0, 0), 2)
+	require.Equal(t, []string{"all", "fails"}, restored.SubscriptionsHolding("a"))
 }
 
 // TestGoldenBatchesCoverEveryKind holds the golden batches of
@@ -819,9 +918,16 @@ func TestGoldenBatchesCoverEveryKind(t *testing.T) {
 		return out
 	}
 	old, v3, v4, v5 := kinds(goldenBatch()), kinds(goldenV3Batch()), kinds(goldenV4Batch()), kinds(goldenV5Batch())
+	v6 := kinds(goldenV6Batch())
 	for i := 0; i < numMutationKinds; i++ {
 		name := reflect.TypeOf(Mutation{}).Field(i).Name
 		switch {
+		case contains(format6Kinds, name):
+			require.Contains(t, v6, name)
+			require.NotContains(t, old, name)
+			require.NotContains(t, v3, name)
+			require.NotContains(t, v4, name)
+			require.NotContains(t, v5, name)
 		case contains(format5Kinds, name):
 			require.Contains(t, v5, name)
 			require.NotContains(t, old, name)
@@ -906,6 +1012,19 @@ func TestGoldenBatchesCoverEveryKind(t *testing.T) {
 		}
 	}
 	require.Len(t, dels, 2, "a policy delete and a token delete")
+	for _, m := range goldenV6Batch().Mutations {
+		switch {
+		case m.PutSubscription != nil:
+			requireFieldsSet(t, m.PutSubscription)
+		case m.DelSubscription != nil:
+			requireFieldsSet(t, m.DelSubscription)
+		case m.AckSubscription != nil:
+			requireFieldsSet(t, m.AckSubscription)
+		case m.StallSubscription != nil:
+			requireFieldsSet(t, m.StallSubscription)
+		}
+	}
+	requireFieldsSet(t, goldenSubscriptionEvent())
 }
 
 // requireFieldsSet requires the named fields (every field when none is
@@ -988,14 +1107,16 @@ func TestCodecRoundTrip(t *testing.T) {
 	versions := map[uint16]int{}
 	for round := 0; round < 300; round++ {
 		b := randBatch(r, round%10 == 0)
-		switch round % 3 {
+		switch round % 4 {
 		case 1:
-			// Most random batches hold something of formats 3 and 4:
-			// every third is kept to the earlier formats, and every third
-			// to format 3.
+			// Most random batches hold something of the newer formats:
+			// every fourth is kept to the earlier formats, every fourth
+			// to format 3 and every fourth to format 4.
 			dropFormat3(b)
 		case 2:
 			dropFormat4(b)
+		case 3:
+			dropFormat5(b)
 		}
 		data, err := EncodeCommitBatch(b)
 		require.NoError(t, err)
@@ -1015,7 +1136,7 @@ func TestCodecRoundTrip(t *testing.T) {
 			require.Equal(t, b, v, "round %d, %+v", round, w)
 		}
 	}
-	for _, v := range []uint16{0, 2, 3, 4} {
+	for _, v := range []uint16{0, 2, 3, 4, 6} {
 		require.Greater(t, versions[v], 10, "batches of format %d were drawn: %v", v, versions)
 	}
 }
@@ -1029,7 +1150,7 @@ func TestSnapshotRecordsRoundTrip(t *testing.T) {
 		for _, v := range []interface {
 			msgp.Marshaler
 			msgp.Unmarshaler
-		}{new(Task), new(Schedule), new(Tombstone), new(Workflow)} {
+		}{new(Task), new(Schedule), new(Tombstone), new(Workflow), new(Subscription), new(SubscriptionEvent)} {
 			fillValue(r, reflect.ValueOf(v).Elem(), all)
 			body := recordBody(v)
 			for _, w := range append([]rewrite{{}}, intRewrites...) {
@@ -1630,6 +1751,8 @@ func TestVersions(t *testing.T) {
 		name := kindName(&m)
 		var want uint16
 		switch name {
+		case "PutSubscription", "DelSubscription", "AckSubscription", "StallSubscription":
+			want = 6
 		case "PutACLPolicy", "PutACLToken", "DelACL":
 			want = 5
 		case "Admit", "PutPool":
@@ -1745,7 +1868,11 @@ func TestVersions(t *testing.T) {
 	require.Equal(t, uint16(5), (&Mutation{DelACL: &DelACL{}}).Version())
 	require.Equal(t, uint16(5), (&Task{Template: Template{Principal: "a"}}).Version())
 	require.Equal(t, uint16(5), (&Schedule{Steps: []StepTemplate{{Name: "a", Template: Template{Principal: "a"}}}}).Version())
-	require.Equal(t, uint16(5), uint16(LogVersion))
+	for _, m := range []Mutation{{PutSubscription: &Subscription{}}, {DelSubscription: &DelSubscription{}}, {AckSubscription: &AckSubscription{}}, {StallSubscription: &StallSubscription{}}} {
+		require.Equal(t, uint16(6), m.Version(), kindName(&m))
+	}
+	require.Equal(t, uint16(6), (&Subscription{}).Version())
+	require.Equal(t, uint16(6), uint16(LogVersion))
 	require.Equal(t, uint16(LogVersion), New().Version())
 	require.Equal(t, uint16(1), NewVersion(1).Version())
 	require.Equal(t, uint16(2), NewVersion(2).Version())
@@ -1901,4 +2028,17 @@ const (
 	goldenACLTokenHex      = "88a161d92437643363386330612d376234302d346130652d396431632d356438663365306239613131a168c4202bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25ba16ea4726f6f74a17092a365746ca36f7073a16dc3a162c3a26361d317979cfe362a0000a263690b"
 	goldenV5SnapshotLen    = 496
 	goldenV5SnapshotSHA256 = "1dec8326295e38bd3da22695322ea06268a94bfc3acb0bb92a910ec083fb50c0"
+)
+
+// Pins of log format 6.
+const (
+	goldenV6BatchLen      = 294
+	goldenV6BatchSHA256   = "f54d8dce160c6de12a81f805c6e9316a3543188f37b0378a3a528457dd83d6d2"
+	goldenSubscriptionHex = "8fa16ea762696c6c696e67a17092a365746ca3706179a27374920506a16b91a6636861726765a27768bc68747470733a2f2f686f6f6b732e6578616d706c652f63726f6e6f71" +
+		"a3736563a6733363726574a361746fd300000006fc23ac00a26d6405a361636bce07000001a2736cc3a27372d9256576656e7420372e322073656e7420352074696d657320776974686f757420616e2061636b" +
+		"a27361d317979cfe362a0009a26361d317979cfe362a0000a2636903a26d690c"
+	goldenSubscriptionEventHex = "8ba3737562a762696c6c696e67a163ce08000002a26964ba30314a3030303030303030303030303030303030303030303039a170a3706179a16ba6636861726765" +
+		"a2737406a16103a16dad63617264206465636c696e6564a26174d317979cfe362a0004a27766a477662d31a27370a6636861726765"
+	goldenV6SnapshotLen    = 579
+	goldenV6SnapshotSHA256 = "d566e00989a0601c3bd6c173c6a018390b840c3efcb63cd140888a17d0a3b390"
 )
