@@ -49,6 +49,10 @@ type Source interface {
 	// not be delivered Config.StallAfter times in a row (reason: the last
 	// error). Its events are kept and delivery goes on.
 	Stall(ctx context.Context, name, reason string) error
+	// Changed returns a channel closed at the next change of the
+	// subscriptions or of the events they hold (nil: none, the deliverer
+	// polls).
+	Changed() <-chan struct{}
 }
 
 // Attempt describes one POST, for metrics.
@@ -258,25 +262,28 @@ func (d *Deliverer) Status() []Status {
 
 // manage keeps one worker per webhook subscription: it starts the new
 // ones, stops those removed or whose address or secret changed, and
-// passes wake-ups on.
+// passes the source's changes and Notify's wake-ups on.
 func (d *Deliverer) manage(ctx context.Context) {
 	defer close(d.done)
 	defer d.stopAll()
 	t := time.NewTicker(d.cfg.Poll)
 	defer t.Stop()
 	for {
+		changed := d.src.Changed() // taken before reading: no change is missed
 		d.reconcile(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			continue
 		case <-d.wake:
-			d.mu.Lock()
-			for _, w := range d.subs {
-				w.notify()
-			}
-			d.mu.Unlock()
+		case <-changed:
 		}
+		d.mu.Lock()
+		for _, w := range d.subs {
+			w.notify()
+		}
+		d.mu.Unlock()
 	}
 }
 

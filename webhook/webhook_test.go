@@ -106,6 +106,8 @@ type fakeSource struct {
 	early     []string // acks of cursors the receiver had not accepted
 	stalls    []string
 	listFails int
+	changed   chan struct{}
+	quiet     bool // emit does not signal a change (Notify or polls must)
 }
 
 type fakeSub struct {
@@ -113,24 +115,41 @@ type fakeSub struct {
 	events []Event
 }
 
-func newFakeSource() *fakeSource { return &fakeSource{subs: map[string]*fakeSub{}} }
+func newFakeSource() *fakeSource {
+	return &fakeSource{subs: map[string]*fakeSub{}, changed: make(chan struct{})}
+}
+
+// change closes the current change channel; f.mu is held.
+func (f *fakeSource) change() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+func (f *fakeSource) Changed() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.changed
+}
 
 func (f *fakeSource) add(s Subscription) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.subs[s.Name] = &fakeSub{Subscription: s}
+	f.change()
 }
 
 func (f *fakeSource) remove(name string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.subs, name)
+	f.change()
 }
 
 func (f *fakeSource) setURL(name, url string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.subs[name].URL = url
+	f.change()
 }
 
 // emit stores n new events for name, with cursors as the log makes them
@@ -146,6 +165,10 @@ func (f *fakeSource) emit(name string, index uint64, n int) []uint64 {
 		s.events = append(s.events, Event{TaskID: fmt.Sprintf("task-%d-%d", index, i), Pool: "p", Kind: "k",
 			Status: "succeeded", Attempt: 1, At: time.Unix(0, int64(c)).UTC(), Cursor: c})
 	}
+	if f.quiet {
+		return cs
+	}
+	f.change()
 	return cs
 }
 
@@ -220,7 +243,10 @@ func (f *fakeSource) Ack(_ context.Context, name string, cursor uint64) error {
 		}
 		return errors.New("outcome unknown: leadership lost")
 	}
-	s.Acked = max(s.Acked, cursor)
+	if cursor > s.Acked {
+		s.Acked = cursor
+		f.change()
+	}
 	return nil
 }
 
@@ -648,4 +674,30 @@ func TestStopEndsARequestInFlight(t *testing.T) {
 	d.Stop()
 	require.Less(t, time.Since(t0), 5*time.Second)
 	New(cfg, src).Stop() // never started
+}
+
+// TestWakesOnChangeAndNotify: with polls far apart, a change of the source
+// or a Notify has the waiting subscription send at once.
+func TestWakesOnChangeAndNotify(t *testing.T) {
+	src := newFakeSource()
+	rcv := newReceiver(t, map[string]string{"a": "k"}, func(int) mode { return answerOK })
+	src.accepted = rcv.acceptedMax
+	src.add(Subscription{Name: "a", URL: rcv.url(), Secret: "k"})
+	cfg := testConfig()
+	cfg.Poll = time.Hour
+	d := New(cfg, src)
+	require.NoError(t, d.Start(context.Background()))
+	defer d.Stop()
+	require.Eventually(t, func() bool { return len(d.Status()) == 1 }, 5*time.Second, 5*time.Millisecond)
+
+	first := src.emit("a", 1, 2) // signals a change
+	require.Eventually(t, func() bool { return src.acked("a") == first[1] }, 5*time.Second, 5*time.Millisecond)
+
+	src.mu.Lock()
+	src.quiet = true
+	src.mu.Unlock()
+	second := src.emit("a", 2, 2)
+	d.Notify()
+	require.Eventually(t, func() bool { return src.acked("a") == second[1] }, 5*time.Second, 5*time.Millisecond)
+	require.Equal(t, append(first, second...), rcv.firstSeen("a"))
 }
