@@ -27,6 +27,10 @@ type Subscription struct {
 	Secret string
 	// Acked is the durable cursor: every event up to it is delivered.
 	Acked uint64
+	// Stalled: its first undelivered event went out as many times as the
+	// subscription allows without being delivered (the state says so; a
+	// delivery clears it). Delivery goes on.
+	Stalled bool
 }
 
 // Source is what the deliverer reads and writes: the replicated state of
@@ -39,16 +43,17 @@ type Source interface {
 	// Events returns, in cursor order, up to max stored events of the
 	// subscription whose cursor is above after.
 	Events(name string, after uint64, max int) ([]Event, error)
+	// Sent reports that the events of the subscription after cursor
+	// after, up to upTo, are about to go out: the subscription counts the
+	// attempts at its first undelivered event, and stalls after as many
+	// as it allows. It must not block.
+	Sent(name string, after, upTo uint64)
 	// Ack records through the log that every event of the subscription up
 	// to cursor is delivered, and returns once the entry is applied. An
 	// error may leave the outcome unknown: the deliverer sends again from
 	// the durable cursor, so a receiver may see events twice, never miss
 	// one.
 	Ack(ctx context.Context, name string, cursor uint64) error
-	// Stall records through the log that the subscription's events could
-	// not be delivered Config.StallAfter times in a row (reason: the last
-	// error). Its events are kept and delivery goes on.
-	Stall(ctx context.Context, name, reason string) error
 	// Changed returns a channel closed at the next change of the
 	// subscriptions or of the events they hold (nil: none, the deliverer
 	// polls).
@@ -73,7 +78,6 @@ const (
 	DefaultMaxBytes   = 1 << 20
 	DefaultMinBackoff = 500 * time.Millisecond
 	DefaultMaxBackoff = time.Minute
-	DefaultStallAfter = 10
 	DefaultPoll       = time.Second
 )
 
@@ -94,9 +98,6 @@ type Config struct {
 	// it doubles with each failure in a row from MinBackoff (500ms) up to
 	// MaxBackoff (1m), and is jittered to between half and all of it.
 	MinBackoff, MaxBackoff time.Duration
-	// StallAfter is how many failures in a row mark the subscription
-	// stalled (10). Delivery goes on at MaxBackoff.
-	StallAfter int
 	// Poll is how often a subscription with nothing to send looks for new
 	// events without being woken by Notify (1s).
 	Poll time.Duration
@@ -134,9 +135,6 @@ func (c Config) WithDefaults() Config {
 		c.MaxBackoff = DefaultMaxBackoff
 	}
 	c.MaxBackoff = max(c.MaxBackoff, c.MinBackoff)
-	if c.StallAfter <= 0 {
-		c.StallAfter = DefaultStallAfter
-	}
 	if c.Poll <= 0 {
 		c.Poll = DefaultPoll
 	}
@@ -180,7 +178,7 @@ type Status struct {
 	Failures  int
 	LastError string
 	LastOK    time.Time // last acknowledged delivery (zero: none yet)
-	Stalled   bool      // marked stalled by this deliverer
+	Stalled   bool      // the state marks the subscription stalled
 }
 
 // Deliverer runs one goroutine per webhook subscription while its node
@@ -398,7 +396,6 @@ func (w *worker) run(ctx context.Context) {
 	log := d.logger.With("subscription", name)
 	cursor := w.sub.Acked
 	failures := 0 // in a row
-	stalled := false
 	failed := func(what string, err error) bool {
 		failures++
 		err = fmt.Errorf("%s: %w", what, err)
@@ -406,20 +403,6 @@ func (w *worker) run(ctx context.Context) {
 		w.st.Failures, w.st.LastError = failures, err.Error()
 		w.mu.Unlock()
 		log.Warn("webhook delivery failed", "failures", failures, "error", err)
-		if failures >= d.cfg.StallAfter && !stalled {
-			if serr := d.src.Stall(ctx, name, err.Error()); serr != nil {
-				if ctx.Err() == nil {
-					log.Warn("marking the subscription stalled", "error", serr)
-				}
-			} else {
-				stalled = true
-				w.mu.Lock()
-				w.st.Stalled = true
-				w.mu.Unlock()
-				log.Error("webhook subscription stalled: its events are kept until delivered or the subscription is removed",
-					"failures", failures, "error", err)
-			}
-		}
 		return sleepCtx(ctx, d.backoff(failures))
 	}
 	for ctx.Err() == nil {
@@ -432,6 +415,13 @@ func (w *worker) run(ctx context.Context) {
 			return
 		}
 		cursor = max(cursor, s.Acked)
+		w.mu.Lock()
+		if s.Stalled && !w.st.Stalled {
+			log.Error("webhook subscription stalled: its events are kept until delivered or the subscription is removed",
+				"failures", failures, "last_error", w.st.LastError)
+		}
+		w.st.Stalled = s.Stalled
+		w.mu.Unlock()
 		evs, err := d.src.Events(name, cursor, d.cfg.BatchSize)
 		if err != nil {
 			if !failed("reading the subscription's events", err) {
@@ -451,6 +441,7 @@ func (w *worker) run(ctx context.Context) {
 			continue
 		}
 		evs = evs[:n]
+		d.src.Sent(name, cursor, evs[n-1].Cursor)
 		if err := w.post(ctx, body, n); err != nil {
 			if ctx.Err() != nil {
 				return
@@ -476,12 +467,12 @@ func (w *worker) run(ctx context.Context) {
 			}
 		}
 		cursor = last
-		failures, stalled = 0, false
+		failures = 0
 		w.mu.Lock()
 		w.st.Cursor = last
 		w.st.Delivered += uint64(n)
 		w.st.Batches++
-		w.st.Failures, w.st.LastError, w.st.Stalled = 0, "", false
+		w.st.Failures, w.st.LastError = 0, ""
 		w.st.LastOK = d.cfg.Now()
 		w.mu.Unlock()
 	}
