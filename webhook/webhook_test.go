@@ -108,8 +108,8 @@ type fakeSource struct {
 	// stallAfter, when > 0, stalls a subscription once its head was sent
 	// that many times without an ack, as the engine does.
 	stallAfter int
-	changed   chan struct{}
-	quiet     bool // emit does not signal a change (Notify or polls must)
+	changed    chan struct{}
+	quiet      bool // emit does not signal a change (Notify or polls must)
 }
 
 type fakeSub struct {
@@ -467,7 +467,7 @@ func TestDeliversEverythingInOrderThroughFailures(t *testing.T) {
 func TestResumesFromDurableCursorAfterLeaderChange(t *testing.T) {
 	src := newFakeSource()
 	var (
-		mu     sync.Mutex
+		mu         sync.Mutex
 		secondTerm bool
 	)
 	rcv := newReceiver(t, map[string]string{"a": "k"}, func(n int) mode {
