@@ -154,8 +154,11 @@ func (n *Node) Health() Health {
 			h.Reasons = append(h.Reasons, r)
 		}
 	}
+	loops := make([]LoopStatus, 0, len(n.loops.all()))
 	for _, g := range n.loops.all() {
-		st := g.status()
+		loops = append(loops, g.status())
+	}
+	for _, st := range append(loops, n.webhookLoops()...) {
 		h.Loops = append(h.Loops, st)
 		if st.Failures > 0 {
 			h.Reasons = append(h.Reasons, fmt.Sprintf("loop %s: %d consecutive failures: %s", st.Name, st.Failures, st.LastError))

@@ -46,8 +46,8 @@ type Source interface {
 	// Sent reports that the events of the subscription after cursor
 	// after, up to upTo, are about to go out: the subscription counts the
 	// attempts at its first undelivered event, and stalls after as many
-	// as it allows. It must not block.
-	Sent(name string, after, upTo uint64)
+	// as it allows. An error (the term ended) fails the attempt.
+	Sent(ctx context.Context, name string, after, upTo uint64) error
 	// Ack records through the log that every event of the subscription up
 	// to cursor is delivered, and returns once the entry is applied. An
 	// error may leave the outcome unknown: the deliverer sends again from
@@ -107,6 +107,9 @@ type Config struct {
 	Now func() time.Time
 	// Observe, when set, sees every attempt. It must not block.
 	Observe func(Attempt)
+	// Delivered, when set, sees every delivery once acknowledged: the
+	// subscription and its number of events. It must not block.
+	Delivered func(subscription string, events int)
 }
 
 // WithDefaults returns a copy of c with every zero field set to its
@@ -441,7 +444,12 @@ func (w *worker) run(ctx context.Context) {
 			continue
 		}
 		evs = evs[:n]
-		d.src.Sent(name, cursor, evs[n-1].Cursor)
+		if err := d.src.Sent(ctx, name, cursor, evs[n-1].Cursor); err != nil {
+			if ctx.Err() != nil || !failed("reporting the send", err) {
+				return
+			}
+			continue
+		}
 		if err := w.post(ctx, body, n); err != nil {
 			if ctx.Err() != nil {
 				return
@@ -475,6 +483,9 @@ func (w *worker) run(ctx context.Context) {
 		w.st.Failures, w.st.LastError = 0, ""
 		w.st.LastOK = d.cfg.Now()
 		w.mu.Unlock()
+		if d.cfg.Delivered != nil {
+			d.cfg.Delivered(name, n)
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -256,12 +257,15 @@ func (f *fakeSource) Ack(_ context.Context, name string, cursor uint64) error {
 	return nil
 }
 
-func (f *fakeSource) Sent(name string, after, upTo uint64) {
+func (f *fakeSource) Sent(_ context.Context, name string, after, upTo uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s, ok := f.subs[name]
-	if !ok || upTo <= after {
-		return
+	if !ok {
+		return errors.New("no such subscription")
+	}
+	if upTo <= after {
+		return nil
 	}
 	s.sends++
 	if after <= s.Acked {
@@ -272,6 +276,7 @@ func (f *fakeSource) Sent(name string, after, upTo uint64) {
 		s.stalls++
 		f.change()
 	}
+	return nil
 }
 
 // mode is how the receiver answers one request.
@@ -432,7 +437,17 @@ func TestDeliversEverythingInOrderThroughFailures(t *testing.T) {
 	src.accepted = rcv.acceptedMax
 	src.add(Subscription{Name: "a", URL: rcv.url(), Secret: "secret-a"})
 	src.add(Subscription{Name: "b", URL: rcv.url(), Secret: "secret-b"})
-	d := New(testConfig(), src)
+	var delivered, okAttempts, failedAttempts atomic.Int64
+	cfg := testConfig()
+	cfg.Delivered = func(_ string, n int) { delivered.Add(int64(n)) }
+	cfg.Observe = func(a Attempt) {
+		if a.Err == nil {
+			okAttempts.Add(1)
+		} else {
+			failedAttempts.Add(1)
+		}
+	}
+	d := New(cfg, src)
 	require.NoError(t, d.Start(context.Background()))
 	defer d.Stop()
 
@@ -458,7 +473,9 @@ func TestDeliversEverythingInOrderThroughFailures(t *testing.T) {
 		require.Positive(t, rcv.modes[m], "mode %d exercised", m)
 	}
 	require.Zero(t, rcv.redirected, "redirects are not followed")
+	require.Equal(t, int64(rcv.requests), okAttempts.Load()+failedAttempts.Load(), "every attempt observed")
 	rcv.mu.Unlock()
+	require.Equal(t, int64(60), delivered.Load(), "each event counted delivered once")
 }
 
 // TestResumesFromDurableCursorAfterLeaderChange: a deliverer stopped mid

@@ -1,0 +1,209 @@
+package cluster_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cronoq/cronoq/client"
+	"github.com/cronoq/cronoq/cluster"
+	"github.com/cronoq/cronoq/fsm"
+	"github.com/cronoq/cronoq/internal/testcluster"
+	"github.com/cronoq/cronoq/webhook"
+)
+
+// hookReceiver is the endpoint of the webhook test: it answers by a
+// script of failures, checks every request's signature, and checks at
+// every request that no node's durable cursor is past what it accepted
+// with a 2xx.
+type hookReceiver struct {
+	t      *testing.T
+	secret []byte
+	c      *testcluster.Cluster
+
+	mu       sync.Mutex
+	n        int
+	down     bool // every request fails with a 500
+	badSig   []string
+	early    []string
+	accepted []webhook.Event // every event of a 2xx answer, in arrival order
+	maxAcc   uint64
+	modes    map[string]int
+}
+
+// script: 500, no answer before the client's timeout, 2xx, connection
+// closed, 500, 2xx, ...
+var hookScript = []string{"500", "timeout", "ok", "hangup", "500", "ok"}
+
+func (r *hookReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	if err := webhook.VerifySignature(r.secret, body, req.Header.Get(webhook.HeaderSignature)); err != nil {
+		r.badSig = append(r.badSig, err.Error())
+	}
+	for _, n := range r.c.Live() {
+		if s, ok := n.Node.Subscriptions().Subscription("hook"); ok && s.Acked > r.maxAcc {
+			r.early = append(r.early, fmt.Sprintf("%s acked cursor %d, the receiver accepted up to %d", n.ID, s.Acked, r.maxAcc))
+		}
+	}
+	mode := hookScript[r.n%len(hookScript)]
+	if r.down {
+		mode = "500"
+	}
+	r.n++
+	r.modes[mode]++
+	r.mu.Unlock()
+
+	var p webhook.Payload
+	if err := json.Unmarshal(body, &p); err != nil || p.Subscription != "hook" || req.Header.Get(webhook.HeaderSubscription) != "hook" {
+		r.t.Errorf("bad request %q: %v", body, err)
+		return
+	}
+	switch mode {
+	case "500":
+		http.Error(w, "try later", http.StatusInternalServerError)
+	case "timeout":
+		<-req.Context().Done()
+	case "hangup":
+		if c, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			_ = c.Close()
+		}
+	default:
+		r.mu.Lock()
+		for _, e := range p.Events {
+			r.accepted = append(r.accepted, e)
+			r.maxAcc = max(r.maxAcc, e.Cursor)
+		}
+		r.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}
+}
+
+func (r *hookReceiver) setDown(down bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.down = down
+}
+
+// firstSeen returns the events accepted, each cursor once, in the order
+// first accepted.
+func (r *hookReceiver) firstSeen() []webhook.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[uint64]bool{}
+	var out []webhook.Event
+	for _, e := range r.accepted {
+		if !seen[e.Cursor] {
+			seen[e.Cursor] = true
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestWebhookDeliveryAcrossLeaderKill: a webhook subscription against an
+// endpoint that fails, times out, hangs up and answers 500s. Every
+// cancelled task's event arrives, in cursor order, every signature
+// verifies, no cursor is acknowledged before the endpoint accepted it, and
+// nothing is lost when the leader is stopped with deliveries pending: the
+// next leader continues from the durable cursor.
+func TestWebhookDeliveryAcrossLeaderKill(t *testing.T) {
+	t.Parallel()
+	var c *testcluster.Cluster
+	c = testcluster.New(t, 3, testcluster.Configure(func(_ int, cfg *cluster.Config) {
+		cfg.Webhook = webhook.Config{Timeout: 300 * time.Millisecond, MinBackoff: 10 * time.Millisecond,
+			MaxBackoff: 100 * time.Millisecond, Poll: 50 * time.Millisecond, BatchSize: 3}
+	}))
+	rcv := &hookReceiver{t: t, secret: []byte("s3cret"), c: c, modes: map[string]int{}}
+	srv := httptest.NewServer(rcv)
+	t.Cleanup(srv.Close)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	leader, _ := c.Leader()
+	_, err := leader.Node.CreateSubscription(ctx, cluster.SubscriptionSpec{Name: "hook", Pools: []string{"p"},
+		Statuses: []fsm.Status{fsm.StatusCancelled}, Webhook: srv.URL + "/cronoq", Secret: "s3cret", MaxDeliveries: 1000})
+	require.NoError(t, err)
+
+	cl := c.Client()
+	var ids []string
+	endTasks := func(n int) {
+		t.Helper()
+		for range n {
+			sub, err := cl.Submit(ctx, client.TaskSpec{Template: client.Template{Pool: "p", Kind: "k"}})
+			require.NoError(t, err)
+			cancelled, err := cl.Cancel(ctx, sub.ID)
+			require.NoError(t, err)
+			require.True(t, cancelled)
+			ids = append(ids, sub.ID)
+		}
+	}
+
+	// The first leader gets some events through, then the endpoint goes
+	// down and the leader is stopped with the rest pending.
+	endTasks(12)
+	require.Eventually(t, func() bool { return len(rcv.firstSeen()) >= 3 }, 30*time.Second, 10*time.Millisecond)
+	rcv.setDown(true)
+	require.Eventually(t, func() bool {
+		s, ok := leader.Node.Subscriptions().Subscription("hook")
+		return ok && s.Acked > 0
+	}, 30*time.Second, 10*time.Millisecond)
+	pending := leader.Node.Subscriptions().SubscriptionPending("hook")
+	require.Positive(t, pending, "events still pending when the leader stops")
+	c.Stop(leader.ID)
+	rcv.setDown(false)
+
+	// The next leader delivers the rest, and what comes after.
+	next, _ := c.Leader()
+	require.NotEqual(t, leader.ID, next.ID)
+	endTasks(9)
+	require.Eventually(t, func() bool {
+		s, ok := next.Node.Subscriptions().Subscription("hook")
+		return ok && next.Node.Subscriptions().SubscriptionPending("hook") == 0 && s.Acked > 0 && len(rcv.firstSeen()) == len(ids)
+	}, 60*time.Second, 20*time.Millisecond, "every event delivered and acknowledged")
+
+	got := rcv.firstSeen()
+	var gotIDs []string
+	for i, e := range got {
+		gotIDs = append(gotIDs, e.TaskID)
+		require.Equal(t, "cancelled", e.Status)
+		require.Equal(t, "p", e.Pool)
+		require.Equal(t, "k", e.Kind)
+		if i > 0 {
+			require.Greater(t, e.Cursor, got[i-1].Cursor, "first deliveries in cursor order")
+		}
+	}
+	require.Equal(t, ids, gotIDs, "every task's event, in the order the tasks ended")
+
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	require.Empty(t, rcv.badSig, "every signature verifies")
+	require.Empty(t, rcv.early, "no cursor acknowledged before the endpoint accepted it")
+	for _, m := range []string{"500", "timeout", "hangup", "ok"} {
+		require.Positive(t, rcv.modes[m], "the endpoint answered %s at least once", m)
+	}
+
+	h := next.Node.Health()
+	var loop *cluster.LoopStatus
+	for i := range h.Loops {
+		if h.Loops[i].Name == "webhook:hook" {
+			loop = &h.Loops[i]
+		}
+	}
+	require.NotNil(t, loop, "health lists the webhook's loop: %+v", h.Loops)
+	require.Positive(t, loop.Runs)
+	require.False(t, loop.LastOK.IsZero())
+	require.False(t, strings.Contains(strings.Join(h.Reasons, ";"), "subscription hook stalled"))
+}
