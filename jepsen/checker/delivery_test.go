@@ -200,9 +200,9 @@ func TestDeliveryCursorIdentity(t *testing.T) {
 func TestDeliveryFilterAndExistence(t *testing.T) {
 	d := newDelHist()
 	d.task("t1", "succeeded")
-	d.read(subT, 1, ev(5, "t1", "running"))                                              // not a terminal status
+	d.read(subT, 1, ev(5, "t1", "running"))                                                // not a terminal status
 	d.read(subE, 1, history.EventState{Cursor: 6, ID: "t9", Pool: "wf", Status: "queued"}) // another pool, unknown task
-	d.read(subE, 1, ev(10, "t1", "failed"))                                               // it succeeded
+	d.read(subE, 1, ev(10, "t1", "failed"))                                                // it succeeded
 	r := d.end(false)
 	require.Equal(t, Invalid, r.Valid)
 	require.Equal(t, int64(4), r.AnomalyCount["D4"], "%+v", r.Anomalies)
