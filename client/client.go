@@ -88,6 +88,8 @@ type endpoint struct {
 	operator  cronoqv1connect.OperatorServiceClient
 	pools     cronoqv1connect.PoolServiceClient
 	acl       cronoqv1connect.AclServiceClient
+
+	subscriptions cronoqv1connect.SubscriptionServiceClient
 }
 
 type options struct {
@@ -344,6 +346,8 @@ func (c *Client) endpointFor(addr string) *endpoint {
 		operator:  cronoqv1connect.NewOperatorServiceClient(c.httpc, base, opts...),
 		pools:     cronoqv1connect.NewPoolServiceClient(c.httpc, base, opts...),
 		acl:       cronoqv1connect.NewAclServiceClient(c.httpc, base, opts...),
+
+		subscriptions: cronoqv1connect.NewSubscriptionServiceClient(c.httpc, base, opts...),
 	}
 	c.endpoints[addr] = ep
 	return ep

@@ -357,6 +357,7 @@ func eventFromProto(p *cronoqv1.Event) Event {
 		Message: p.GetMessage(),
 		At:      timeFromProto(p.GetAt()),
 		Lagged:  p.GetLagged(),
+		Cursor:  p.GetCursor(),
 
 		Workflow:       p.GetWorkflow(),
 		Step:           p.GetStep(),

@@ -236,6 +236,9 @@ type Event struct {
 	Workflow       string
 	Step           string
 	WorkflowStatus string
+	// Cursor is where the event is in the log (set by ReadSubscription):
+	// cursors grow with the log, and Ack takes one.
+	Cursor uint64
 	// Lagged marks a gap: events were dropped before this point (the
 	// subscriber fell behind, or the stream was re-established).
 	Lagged bool

@@ -61,33 +61,42 @@ func (n *Node) AckSubscription(ctx context.Context, name string, cursor uint64) 
 
 // SubscriptionFeed is what the consumer of a subscription on the leader
 // needs from the current term: where to report its sends, the redeliveries
-// the engine decides, and the end of the term (the consumer then
-// reconnects to the next leader).
-type SubscriptionFeed struct {
-	eng          *engine.Engine
-	Redeliveries <-chan uint64
-	Done         <-chan struct{}
-	cancel       func()
+// the engine decides (the cursor after which the events go out again), and
+// the end of the term (the consumer then reconnects to the next leader).
+type SubscriptionFeed interface {
+	// Sent reports that the events after cursor after, up to upTo, go out
+	// to the consumer now.
+	Sent(ctx context.Context, after, upTo uint64) error
+	Redeliveries() <-chan uint64
+	Done() <-chan struct{}
+	// Close ends the feed.
+	Close()
 }
 
-// Sent reports that the events after cursor after, up to upTo, go out to
-// the consumer now.
-func (f *SubscriptionFeed) Sent(ctx context.Context, name string, after, upTo uint64) error {
-	if err := f.eng.SubscriptionSent(ctx, name, after, upTo); err != nil {
-		return fmt.Errorf("reporting the send of subscription %q: %w", name, err)
+type subFeed struct {
+	eng    *engine.Engine
+	name   string
+	redel  <-chan uint64
+	cancel func()
+}
+
+func (f *subFeed) Sent(ctx context.Context, after, upTo uint64) error {
+	if err := f.eng.SubscriptionSent(ctx, f.name, after, upTo); err != nil {
+		return fmt.Errorf("reporting the send of subscription %q: %w", f.name, err)
 	}
 	return nil
 }
 
-// Close ends the watch of the redeliveries.
-func (f *SubscriptionFeed) Close() { f.cancel() }
+func (f *subFeed) Redeliveries() <-chan uint64 { return f.redel }
+func (f *subFeed) Done() <-chan struct{}       { return f.eng.Done() }
+func (f *subFeed) Close()                      { f.cancel() }
 
 // FeedSubscription returns the feed of the current term for a consumer of
 // subscription name (leader only: else a *NotLeaderError).
-func (n *Node) FeedSubscription(name string) (*SubscriptionFeed, error) {
-	return lead(n, func(e *engine.Engine) (*SubscriptionFeed, error) {
+func (n *Node) FeedSubscription(name string) (SubscriptionFeed, error) {
+	return lead(n, func(e *engine.Engine) (SubscriptionFeed, error) {
 		ch, cancel := e.WatchRedeliveries(name)
-		return &SubscriptionFeed{eng: e, Redeliveries: ch, Done: e.Done(), cancel: cancel}, nil
+		return &subFeed{eng: e, name: name, redel: ch, cancel: cancel}, nil
 	})
 }
 

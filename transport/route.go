@@ -42,6 +42,8 @@ type endpoint struct {
 	pools     cronoqv1connect.PoolServiceClient
 	operator  cronoqv1connect.OperatorServiceClient
 	acl       cronoqv1connect.AclServiceClient
+
+	subscriptions cronoqv1connect.SubscriptionServiceClient
 }
 
 // newForwarder returns a forwarder dialing from the IP of selfAddr (no
@@ -128,6 +130,8 @@ func (f *forwarder) endpoint(addr string) *endpoint {
 		pools:     cronoqv1connect.NewPoolServiceClient(f.httpc, base, opts...),
 		operator:  cronoqv1connect.NewOperatorServiceClient(f.httpc, base, opts...),
 		acl:       cronoqv1connect.NewAclServiceClient(f.httpc, base, opts...),
+
+		subscriptions: cronoqv1connect.NewSubscriptionServiceClient(f.httpc, base, opts...),
 	}
 	f.endpoints[addr] = ep
 	return ep

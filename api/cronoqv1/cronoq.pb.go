@@ -2299,8 +2299,12 @@ type Event struct {
 	Workflow       string         `protobuf:"bytes,9,opt,name=workflow,proto3" json:"workflow,omitempty"`
 	Step           string         `protobuf:"bytes,10,opt,name=step,proto3" json:"step,omitempty"`
 	WorkflowStatus WorkflowStatus `protobuf:"varint,11,opt,name=workflow_status,json=workflowStatus,proto3,enum=cronoq.v1.WorkflowStatus" json:"workflow_status,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Where the event is in the log: the log index of the entry that made
+	// the transition and its place in that entry. Cursors grow with the log;
+	// a subscription acks up to one.
+	Cursor        uint64 `protobuf:"varint,12,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Event) Reset() {
@@ -2408,6 +2412,13 @@ func (x *Event) GetWorkflowStatus() WorkflowStatus {
 		return x.WorkflowStatus
 	}
 	return WorkflowStatus_WORKFLOW_STATUS_UNSPECIFIED
+}
+
+func (x *Event) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
 }
 
 type DeleteRequest struct {
@@ -8337,6 +8348,706 @@ func (x *AclTokenSelfResponse) GetEnabled() bool {
 	return false
 }
 
+// A durable subscription: from its creation on, every task status event its
+// filter takes is kept in the replicated state, in log order, until a
+// consumer acks it or the subscription is removed. Events sent and not
+// acked within ack_timeout are sent again, up to max_deliveries times; then
+// the subscription stalls (its events are kept; an ack clears it).
+type Subscription struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Task events of these pools, statuses and kinds only (each empty: any).
+	Pools    []string `protobuf:"bytes,2,rep,name=pools,proto3" json:"pools,omitempty"`
+	Statuses []Status `protobuf:"varint,3,rep,packed,name=statuses,proto3,enum=cronoq.v1.Status" json:"statuses,omitempty"`
+	Kinds    []string `protobuf:"bytes,4,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// The URL the leader posts the events to (none when empty).
+	Webhook string `protobuf:"bytes,5,opt,name=webhook,proto3" json:"webhook,omitempty"`
+	// Whether the webhook has a signing secret (never returned itself).
+	HasSecret bool `protobuf:"varint,6,opt,name=has_secret,json=hasSecret,proto3" json:"has_secret,omitempty"`
+	// Unset when creating: 30s.
+	AckTimeout *durationpb.Duration `protobuf:"bytes,7,opt,name=ack_timeout,json=ackTimeout,proto3" json:"ack_timeout,omitempty"`
+	// 0 when creating: 10.
+	MaxDeliveries uint32 `protobuf:"varint,8,opt,name=max_deliveries,json=maxDeliveries,proto3" json:"max_deliveries,omitempty"`
+	// The cursor up to which (inclusive) its events were acked; 0: none.
+	Acked       uint64                 `protobuf:"varint,9,opt,name=acked,proto3" json:"acked,omitempty"`
+	Stalled     bool                   `protobuf:"varint,10,opt,name=stalled,proto3" json:"stalled,omitempty"`
+	StallReason string                 `protobuf:"bytes,11,opt,name=stall_reason,json=stallReason,proto3" json:"stall_reason,omitempty"`
+	StalledAt   *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=stalled_at,json=stalledAt,proto3" json:"stalled_at,omitempty"`
+	// Events it holds, not acked yet.
+	Pending       uint64                 `protobuf:"varint,13,opt,name=pending,proto3" json:"pending,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreateIndex   uint64                 `protobuf:"varint,15,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64                 `protobuf:"varint,16,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Subscription) Reset() {
+	*x = Subscription{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[130]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Subscription) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Subscription) ProtoMessage() {}
+
+func (x *Subscription) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[130]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Subscription.ProtoReflect.Descriptor instead.
+func (*Subscription) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{130}
+}
+
+func (x *Subscription) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Subscription) GetPools() []string {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
+func (x *Subscription) GetStatuses() []Status {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *Subscription) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+func (x *Subscription) GetWebhook() string {
+	if x != nil {
+		return x.Webhook
+	}
+	return ""
+}
+
+func (x *Subscription) GetHasSecret() bool {
+	if x != nil {
+		return x.HasSecret
+	}
+	return false
+}
+
+func (x *Subscription) GetAckTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.AckTimeout
+	}
+	return nil
+}
+
+func (x *Subscription) GetMaxDeliveries() uint32 {
+	if x != nil {
+		return x.MaxDeliveries
+	}
+	return 0
+}
+
+func (x *Subscription) GetAcked() uint64 {
+	if x != nil {
+		return x.Acked
+	}
+	return 0
+}
+
+func (x *Subscription) GetStalled() bool {
+	if x != nil {
+		return x.Stalled
+	}
+	return false
+}
+
+func (x *Subscription) GetStallReason() string {
+	if x != nil {
+		return x.StallReason
+	}
+	return ""
+}
+
+func (x *Subscription) GetStalledAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StalledAt
+	}
+	return nil
+}
+
+func (x *Subscription) GetPending() uint64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *Subscription) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Subscription) GetCreateIndex() uint64 {
+	if x != nil {
+		return x.CreateIndex
+	}
+	return 0
+}
+
+func (x *Subscription) GetModifyIndex() uint64 {
+	if x != nil {
+		return x.ModifyIndex
+	}
+	return 0
+}
+
+type CreateSubscriptionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its name, filter, webhook, ack_timeout and max_deliveries are read; the
+	// other fields are ignored.
+	Subscription *Subscription `protobuf:"bytes,1,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	// Signs the posts of the webhook.
+	Secret        string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSubscriptionRequest) Reset() {
+	*x = CreateSubscriptionRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[131]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSubscriptionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSubscriptionRequest) ProtoMessage() {}
+
+func (x *CreateSubscriptionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[131]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSubscriptionRequest.ProtoReflect.Descriptor instead.
+func (*CreateSubscriptionRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{131}
+}
+
+func (x *CreateSubscriptionRequest) GetSubscription() *Subscription {
+	if x != nil {
+		return x.Subscription
+	}
+	return nil
+}
+
+func (x *CreateSubscriptionRequest) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+type CreateSubscriptionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Subscription  *Subscription          `protobuf:"bytes,1,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSubscriptionResponse) Reset() {
+	*x = CreateSubscriptionResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[132]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSubscriptionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSubscriptionResponse) ProtoMessage() {}
+
+func (x *CreateSubscriptionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[132]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSubscriptionResponse.ProtoReflect.Descriptor instead.
+func (*CreateSubscriptionResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{132}
+}
+
+func (x *CreateSubscriptionResponse) GetSubscription() *Subscription {
+	if x != nil {
+		return x.Subscription
+	}
+	return nil
+}
+
+type ListSubscriptionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSubscriptionsRequest) Reset() {
+	*x = ListSubscriptionsRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[133]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSubscriptionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSubscriptionsRequest) ProtoMessage() {}
+
+func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[133]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSubscriptionsRequest.ProtoReflect.Descriptor instead.
+func (*ListSubscriptionsRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{133}
+}
+
+type ListSubscriptionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Subscriptions []*Subscription        `protobuf:"bytes,1,rep,name=subscriptions,proto3" json:"subscriptions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSubscriptionsResponse) Reset() {
+	*x = ListSubscriptionsResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[134]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSubscriptionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSubscriptionsResponse) ProtoMessage() {}
+
+func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[134]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSubscriptionsResponse.ProtoReflect.Descriptor instead.
+func (*ListSubscriptionsResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{134}
+}
+
+func (x *ListSubscriptionsResponse) GetSubscriptions() []*Subscription {
+	if x != nil {
+		return x.Subscriptions
+	}
+	return nil
+}
+
+type GetSubscriptionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSubscriptionRequest) Reset() {
+	*x = GetSubscriptionRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[135]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSubscriptionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSubscriptionRequest) ProtoMessage() {}
+
+func (x *GetSubscriptionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[135]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSubscriptionRequest.ProtoReflect.Descriptor instead.
+func (*GetSubscriptionRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{135}
+}
+
+func (x *GetSubscriptionRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type GetSubscriptionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Subscription  *Subscription          `protobuf:"bytes,1,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSubscriptionResponse) Reset() {
+	*x = GetSubscriptionResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[136]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSubscriptionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSubscriptionResponse) ProtoMessage() {}
+
+func (x *GetSubscriptionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[136]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSubscriptionResponse.ProtoReflect.Descriptor instead.
+func (*GetSubscriptionResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{136}
+}
+
+func (x *GetSubscriptionResponse) GetSubscription() *Subscription {
+	if x != nil {
+		return x.Subscription
+	}
+	return nil
+}
+
+type RemoveSubscriptionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveSubscriptionRequest) Reset() {
+	*x = RemoveSubscriptionRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[137]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveSubscriptionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveSubscriptionRequest) ProtoMessage() {}
+
+func (x *RemoveSubscriptionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[137]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveSubscriptionRequest.ProtoReflect.Descriptor instead.
+func (*RemoveSubscriptionRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{137}
+}
+
+func (x *RemoveSubscriptionRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RemoveSubscriptionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Removed       bool                   `protobuf:"varint,2,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveSubscriptionResponse) Reset() {
+	*x = RemoveSubscriptionResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[138]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveSubscriptionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveSubscriptionResponse) ProtoMessage() {}
+
+func (x *RemoveSubscriptionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[138]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveSubscriptionResponse.ProtoReflect.Descriptor instead.
+func (*RemoveSubscriptionResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{138}
+}
+
+func (x *RemoveSubscriptionResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RemoveSubscriptionResponse) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
+}
+
+type ReadSubscriptionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Start after this cursor; 0 (or a cursor before it): after the
+	// subscription's acked cursor.
+	After         uint64 `protobuf:"varint,2,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadSubscriptionRequest) Reset() {
+	*x = ReadSubscriptionRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[139]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadSubscriptionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadSubscriptionRequest) ProtoMessage() {}
+
+func (x *ReadSubscriptionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[139]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadSubscriptionRequest.ProtoReflect.Descriptor instead.
+func (*ReadSubscriptionRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{139}
+}
+
+func (x *ReadSubscriptionRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReadSubscriptionRequest) GetAfter() uint64 {
+	if x != nil {
+		return x.After
+	}
+	return 0
+}
+
+type AckSubscriptionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Ack every event up to this cursor (inclusive).
+	Cursor        uint64 `protobuf:"varint,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckSubscriptionRequest) Reset() {
+	*x = AckSubscriptionRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[140]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckSubscriptionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckSubscriptionRequest) ProtoMessage() {}
+
+func (x *AckSubscriptionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[140]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckSubscriptionRequest.ProtoReflect.Descriptor instead.
+func (*AckSubscriptionRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{140}
+}
+
+func (x *AckSubscriptionRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AckSubscriptionRequest) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+type AckSubscriptionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The subscription's acked cursor now (an ack of an older cursor
+	// changes nothing).
+	Acked         uint64 `protobuf:"varint,2,opt,name=acked,proto3" json:"acked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckSubscriptionResponse) Reset() {
+	*x = AckSubscriptionResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[141]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckSubscriptionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckSubscriptionResponse) ProtoMessage() {}
+
+func (x *AckSubscriptionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[141]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckSubscriptionResponse.ProtoReflect.Descriptor instead.
+func (*AckSubscriptionResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{141}
+}
+
+func (x *AckSubscriptionResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AckSubscriptionResponse) GetAcked() uint64 {
+	if x != nil {
+		return x.Acked
+	}
+	return 0
+}
+
 var File_cronoq_v1_cronoq_proto protoreflect.FileDescriptor
 
 const file_cronoq_v1_cronoq_proto_rawDesc = "" +
@@ -8483,7 +9194,7 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x05pools\x18\x01 \x03(\v2\x15.cronoq.v1.PoolCountsR\x05pools\x12'\n" +
 	"\x04meta\x18\x02 \x01(\v2\x13.cronoq.v1.ReadMetaR\x04meta\"%\n" +
 	"\rEventsRequest\x12\x14\n" +
-	"\x05pools\x18\x01 \x03(\tR\x05pools\"\xdf\x02\n" +
+	"\x05pools\x18\x01 \x03(\tR\x05pools\"\xf7\x02\n" +
 	"\x05Event\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x12\n" +
@@ -8496,7 +9207,8 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\bworkflow\x18\t \x01(\tR\bworkflow\x12\x12\n" +
 	"\x04step\x18\n" +
 	" \x01(\tR\x04step\x12B\n" +
-	"\x0fworkflow_status\x18\v \x01(\x0e2\x19.cronoq.v1.WorkflowStatusR\x0eworkflowStatus\"5\n" +
+	"\x0fworkflow_status\x18\v \x01(\x0e2\x19.cronoq.v1.WorkflowStatusR\x0eworkflowStatus\x12\x16\n" +
+	"\x06cursor\x18\f \x01(\x04R\x06cursor\"5\n" +
 	"\rDeleteRequest\x12$\n" +
 	"\x03ref\x18\x01 \x01(\v2\x12.cronoq.v1.TaskRefR\x03ref\":\n" +
 	"\x0eDeleteResponse\x12\x0e\n" +
@@ -8921,7 +9633,55 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x14AclTokenSelfResponse\x12)\n" +
 	"\x05token\x18\x01 \x01(\v2\x13.cronoq.v1.AclTokenR\x05token\x12\x1c\n" +
 	"\tanonymous\x18\x02 \x01(\bR\tanonymous\x12\x18\n" +
-	"\aenabled\x18\x03 \x01(\bR\aenabled*D\n" +
+	"\aenabled\x18\x03 \x01(\bR\aenabled\"\xc2\x04\n" +
+	"\fSubscription\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05pools\x18\x02 \x03(\tR\x05pools\x12-\n" +
+	"\bstatuses\x18\x03 \x03(\x0e2\x11.cronoq.v1.StatusR\bstatuses\x12\x14\n" +
+	"\x05kinds\x18\x04 \x03(\tR\x05kinds\x12\x18\n" +
+	"\awebhook\x18\x05 \x01(\tR\awebhook\x12\x1d\n" +
+	"\n" +
+	"has_secret\x18\x06 \x01(\bR\thasSecret\x12:\n" +
+	"\vack_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"ackTimeout\x12%\n" +
+	"\x0emax_deliveries\x18\b \x01(\rR\rmaxDeliveries\x12\x14\n" +
+	"\x05acked\x18\t \x01(\x04R\x05acked\x12\x18\n" +
+	"\astalled\x18\n" +
+	" \x01(\bR\astalled\x12!\n" +
+	"\fstall_reason\x18\v \x01(\tR\vstallReason\x129\n" +
+	"\n" +
+	"stalled_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tstalledAt\x12\x18\n" +
+	"\apending\x18\r \x01(\x04R\apending\x129\n" +
+	"\n" +
+	"created_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
+	"\fcreate_index\x18\x0f \x01(\x04R\vcreateIndex\x12!\n" +
+	"\fmodify_index\x18\x10 \x01(\x04R\vmodifyIndex\"p\n" +
+	"\x19CreateSubscriptionRequest\x12;\n" +
+	"\fsubscription\x18\x01 \x01(\v2\x17.cronoq.v1.SubscriptionR\fsubscription\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"Y\n" +
+	"\x1aCreateSubscriptionResponse\x12;\n" +
+	"\fsubscription\x18\x01 \x01(\v2\x17.cronoq.v1.SubscriptionR\fsubscription\"\x1a\n" +
+	"\x18ListSubscriptionsRequest\"Z\n" +
+	"\x19ListSubscriptionsResponse\x12=\n" +
+	"\rsubscriptions\x18\x01 \x03(\v2\x17.cronoq.v1.SubscriptionR\rsubscriptions\",\n" +
+	"\x16GetSubscriptionRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"V\n" +
+	"\x17GetSubscriptionResponse\x12;\n" +
+	"\fsubscription\x18\x01 \x01(\v2\x17.cronoq.v1.SubscriptionR\fsubscription\"/\n" +
+	"\x19RemoveSubscriptionRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"J\n" +
+	"\x1aRemoveSubscriptionResponse\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aremoved\x18\x02 \x01(\bR\aremoved\"C\n" +
+	"\x17ReadSubscriptionRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05after\x18\x02 \x01(\x04R\x05after\"D\n" +
+	"\x16AckSubscriptionRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\x04R\x06cursor\"C\n" +
+	"\x17AckSubscriptionResponse\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05acked\x18\x02 \x01(\x04R\x05acked*D\n" +
 	"\bPriority\x12\x13\n" +
 	"\x0fPRIORITY_NORMAL\x10\x00\x12\x11\n" +
 	"\rPRIORITY_HIGH\x10\x01\x12\x10\n" +
@@ -9017,7 +9777,14 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\vTokenCreate\x12 .cronoq.v1.AclTokenCreateRequest\x1a!.cronoq.v1.AclTokenCreateResponse\x12L\n" +
 	"\tTokenList\x12\x1e.cronoq.v1.AclTokenListRequest\x1a\x1f.cronoq.v1.AclTokenListResponse\x12R\n" +
 	"\vTokenRevoke\x12 .cronoq.v1.AclTokenRevokeRequest\x1a!.cronoq.v1.AclTokenRevokeResponse\x12L\n" +
-	"\tTokenSelf\x12\x1e.cronoq.v1.AclTokenSelfRequest\x1a\x1f.cronoq.v1.AclTokenSelfResponseB0Z.github.com/cronoq/cronoq/api/cronoqv1;cronoqv1b\x06proto3"
+	"\tTokenSelf\x12\x1e.cronoq.v1.AclTokenSelfRequest\x1a\x1f.cronoq.v1.AclTokenSelfResponse2\xf2\x03\n" +
+	"\x13SubscriptionService\x12U\n" +
+	"\x06Create\x12$.cronoq.v1.CreateSubscriptionRequest\x1a%.cronoq.v1.CreateSubscriptionResponse\x12Q\n" +
+	"\x04List\x12#.cronoq.v1.ListSubscriptionsRequest\x1a$.cronoq.v1.ListSubscriptionsResponse\x12L\n" +
+	"\x03Get\x12!.cronoq.v1.GetSubscriptionRequest\x1a\".cronoq.v1.GetSubscriptionResponse\x12U\n" +
+	"\x06Remove\x12$.cronoq.v1.RemoveSubscriptionRequest\x1a%.cronoq.v1.RemoveSubscriptionResponse\x12>\n" +
+	"\x04Read\x12\".cronoq.v1.ReadSubscriptionRequest\x1a\x10.cronoq.v1.Event0\x01\x12L\n" +
+	"\x03Ack\x12!.cronoq.v1.AckSubscriptionRequest\x1a\".cronoq.v1.AckSubscriptionResponseB0Z.github.com/cronoq/cronoq/api/cronoqv1;cronoqv1b\x06proto3"
 
 var (
 	file_cronoq_v1_cronoq_proto_rawDescOnce sync.Once
@@ -9032,7 +9799,7 @@ func file_cronoq_v1_cronoq_proto_rawDescGZIP() []byte {
 }
 
 var file_cronoq_v1_cronoq_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 134)
+var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 146)
 var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(Priority)(0),                      // 0: cronoq.v1.Priority
 	(Status)(0),                        // 1: cronoq.v1.Status
@@ -9171,38 +9938,50 @@ var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(*AclTokenRevokeResponse)(nil),     // 134: cronoq.v1.AclTokenRevokeResponse
 	(*AclTokenSelfRequest)(nil),        // 135: cronoq.v1.AclTokenSelfRequest
 	(*AclTokenSelfResponse)(nil),       // 136: cronoq.v1.AclTokenSelfResponse
-	nil,                                // 137: cronoq.v1.PoolCounts.ByStatusEntry
-	nil,                                // 138: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
-	nil,                                // 139: cronoq.v1.PoolInfo.CountsEntry
-	nil,                                // 140: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
-	(*durationpb.Duration)(nil),        // 141: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 142: google.protobuf.Timestamp
+	(*Subscription)(nil),               // 137: cronoq.v1.Subscription
+	(*CreateSubscriptionRequest)(nil),  // 138: cronoq.v1.CreateSubscriptionRequest
+	(*CreateSubscriptionResponse)(nil), // 139: cronoq.v1.CreateSubscriptionResponse
+	(*ListSubscriptionsRequest)(nil),   // 140: cronoq.v1.ListSubscriptionsRequest
+	(*ListSubscriptionsResponse)(nil),  // 141: cronoq.v1.ListSubscriptionsResponse
+	(*GetSubscriptionRequest)(nil),     // 142: cronoq.v1.GetSubscriptionRequest
+	(*GetSubscriptionResponse)(nil),    // 143: cronoq.v1.GetSubscriptionResponse
+	(*RemoveSubscriptionRequest)(nil),  // 144: cronoq.v1.RemoveSubscriptionRequest
+	(*RemoveSubscriptionResponse)(nil), // 145: cronoq.v1.RemoveSubscriptionResponse
+	(*ReadSubscriptionRequest)(nil),    // 146: cronoq.v1.ReadSubscriptionRequest
+	(*AckSubscriptionRequest)(nil),     // 147: cronoq.v1.AckSubscriptionRequest
+	(*AckSubscriptionResponse)(nil),    // 148: cronoq.v1.AckSubscriptionResponse
+	nil,                                // 149: cronoq.v1.PoolCounts.ByStatusEntry
+	nil,                                // 150: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	nil,                                // 151: cronoq.v1.PoolInfo.CountsEntry
+	nil,                                // 152: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	(*durationpb.Duration)(nil),        // 153: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 154: google.protobuf.Timestamp
 }
 var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
-	141, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
-	141, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
+	153, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
+	153, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
 	0,   // 2: cronoq.v1.TaskTemplate.priority:type_name -> cronoq.v1.Priority
 	7,   // 3: cronoq.v1.TaskTemplate.labels:type_name -> cronoq.v1.KV
 	7,   // 4: cronoq.v1.TaskTemplate.tags:type_name -> cronoq.v1.KV
-	141, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
+	153, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
 	8,   // 6: cronoq.v1.TaskTemplate.backoff:type_name -> cronoq.v1.Backoff
 	9,   // 7: cronoq.v1.TaskSpec.template:type_name -> cronoq.v1.TaskTemplate
-	142, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
-	141, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
-	142, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
+	154, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
+	153, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
+	154, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
 	21,  // 11: cronoq.v1.TaskSpec.depends_on:type_name -> cronoq.v1.TaskRef
 	2,   // 12: cronoq.v1.TaskSpec.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
 	9,   // 13: cronoq.v1.Task.template:type_name -> cronoq.v1.TaskTemplate
 	1,   // 14: cronoq.v1.Task.status:type_name -> cronoq.v1.Status
-	142, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
-	142, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	142, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	142, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	142, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	142, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
-	142, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
+	154, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
+	154, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	154, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	154, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	154, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	154, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
+	154, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
 	2,   // 22: cronoq.v1.Task.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
-	141, // 23: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
+	153, // 23: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
 	10,  // 24: cronoq.v1.SubmitRequest.spec:type_name -> cronoq.v1.TaskSpec
 	12,  // 25: cronoq.v1.SubmitResponse.result:type_name -> cronoq.v1.Submitted
 	10,  // 26: cronoq.v1.SubmitBatchRequest.specs:type_name -> cronoq.v1.TaskSpec
@@ -9214,7 +9993,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	11,  // 32: cronoq.v1.GetResponse.task:type_name -> cronoq.v1.Task
 	13,  // 33: cronoq.v1.GetResponse.meta:type_name -> cronoq.v1.ReadMeta
 	21,  // 34: cronoq.v1.WaitRequest.ref:type_name -> cronoq.v1.TaskRef
-	141, // 35: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
+	153, // 35: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
 	11,  // 36: cronoq.v1.WaitResponse.task:type_name -> cronoq.v1.Task
 	21,  // 37: cronoq.v1.CancelRequest.ref:type_name -> cronoq.v1.TaskRef
 	21,  // 38: cronoq.v1.CompleteRequest.ref:type_name -> cronoq.v1.TaskRef
@@ -9223,43 +10002,43 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	1,   // 41: cronoq.v1.ListRequest.statuses:type_name -> cronoq.v1.Status
 	11,  // 42: cronoq.v1.ListResponse.tasks:type_name -> cronoq.v1.Task
 	13,  // 43: cronoq.v1.ListResponse.meta:type_name -> cronoq.v1.ReadMeta
-	137, // 44: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
+	149, // 44: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
 	33,  // 45: cronoq.v1.CountsResponse.pools:type_name -> cronoq.v1.PoolCounts
 	13,  // 46: cronoq.v1.CountsResponse.meta:type_name -> cronoq.v1.ReadMeta
 	1,   // 47: cronoq.v1.Event.status:type_name -> cronoq.v1.Status
-	142, // 48: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
+	154, // 48: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
 	3,   // 49: cronoq.v1.Event.workflow_status:type_name -> cronoq.v1.WorkflowStatus
 	21,  // 50: cronoq.v1.DeleteRequest.ref:type_name -> cronoq.v1.TaskRef
-	138, // 51: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	150, // 51: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
 	39,  // 52: cronoq.v1.PoolLimits.kind_rates:type_name -> cronoq.v1.KindRate
 	8,   // 53: cronoq.v1.PoolLimits.backoff:type_name -> cronoq.v1.Backoff
-	141, // 54: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
-	139, // 55: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
-	141, // 56: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
+	153, // 54: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
+	151, // 55: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
+	153, // 56: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
 	40,  // 57: cronoq.v1.PoolInfo.limits:type_name -> cronoq.v1.PoolLimits
 	41,  // 58: cronoq.v1.ListPoolsResponse.pools:type_name -> cronoq.v1.PoolInfo
 	41,  // 59: cronoq.v1.GetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
-	140, // 60: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	152, // 60: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
 	39,  // 61: cronoq.v1.SetPoolRequest.kind_rates:type_name -> cronoq.v1.KindRate
 	8,   // 62: cronoq.v1.SetPoolRequest.backoff:type_name -> cronoq.v1.Backoff
-	141, // 63: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
+	153, // 63: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
 	41,  // 64: cronoq.v1.SetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
 	7,   // 65: cronoq.v1.WorkerInfo.labels:type_name -> cronoq.v1.KV
-	142, // 66: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
+	154, // 66: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
 	48,  // 67: cronoq.v1.ListWorkersResponse.workers:type_name -> cronoq.v1.WorkerInfo
-	141, // 68: cronoq.v1.KindSettings.timeout:type_name -> google.protobuf.Duration
+	153, // 68: cronoq.v1.KindSettings.timeout:type_name -> google.protobuf.Duration
 	8,   // 69: cronoq.v1.KindSettings.backoff:type_name -> cronoq.v1.Backoff
-	141, // 70: cronoq.v1.SetKindRequest.timeout:type_name -> google.protobuf.Duration
+	153, // 70: cronoq.v1.SetKindRequest.timeout:type_name -> google.protobuf.Duration
 	8,   // 71: cronoq.v1.SetKindRequest.backoff:type_name -> cronoq.v1.Backoff
 	51,  // 72: cronoq.v1.SetKindResponse.kind:type_name -> cronoq.v1.KindSettings
 	51,  // 73: cronoq.v1.GetKindResponse.kind:type_name -> cronoq.v1.KindSettings
 	10,  // 74: cronoq.v1.WorkflowStep.spec:type_name -> cronoq.v1.TaskSpec
 	56,  // 75: cronoq.v1.WorkflowSpec.steps:type_name -> cronoq.v1.WorkflowStep
 	3,   // 76: cronoq.v1.Workflow.status:type_name -> cronoq.v1.WorkflowStatus
-	142, // 77: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
-	142, // 78: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
-	142, // 79: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
-	142, // 80: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
+	154, // 77: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
+	154, // 78: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
+	154, // 79: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
+	154, // 80: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
 	11,  // 81: cronoq.v1.Workflow.tasks:type_name -> cronoq.v1.Task
 	57,  // 82: cronoq.v1.SubmitWorkflowRequest.spec:type_name -> cronoq.v1.WorkflowSpec
 	60,  // 83: cronoq.v1.SubmitWorkflowResponse.tasks:type_name -> cronoq.v1.StepTask
@@ -9267,7 +10046,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	58,  // 85: cronoq.v1.GetWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
 	13,  // 86: cronoq.v1.GetWorkflowResponse.meta:type_name -> cronoq.v1.ReadMeta
 	59,  // 87: cronoq.v1.WaitWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
-	141, // 88: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
+	153, // 88: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
 	58,  // 89: cronoq.v1.WaitWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
 	59,  // 90: cronoq.v1.CancelWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
 	3,   // 91: cronoq.v1.ListWorkflowsRequest.statuses:type_name -> cronoq.v1.WorkflowStatus
@@ -9276,15 +10055,15 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	9,   // 94: cronoq.v1.Schedule.task:type_name -> cronoq.v1.TaskTemplate
 	4,   // 95: cronoq.v1.Schedule.overlap:type_name -> cronoq.v1.Overlap
 	5,   // 96: cronoq.v1.Schedule.catch_up:type_name -> cronoq.v1.CatchUp
-	142, // 97: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	142, // 98: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
+	154, // 97: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	154, // 98: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
 	56,  // 99: cronoq.v1.Schedule.steps:type_name -> cronoq.v1.WorkflowStep
 	71,  // 100: cronoq.v1.AddScheduleRequest.schedule:type_name -> cronoq.v1.Schedule
-	142, // 101: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
+	154, // 101: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
 	71,  // 102: cronoq.v1.ListSchedulesResponse.schedules:type_name -> cronoq.v1.Schedule
 	7,   // 103: cronoq.v1.Hello.labels:type_name -> cronoq.v1.KV
 	6,   // 104: cronoq.v1.Completion.outcome:type_name -> cronoq.v1.OutcomeKind
-	141, // 105: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
+	153, // 105: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
 	56,  // 106: cronoq.v1.Completion.children:type_name -> cronoq.v1.WorkflowStep
 	56,  // 107: cronoq.v1.Completion.then:type_name -> cronoq.v1.WorkflowStep
 	83,  // 108: cronoq.v1.Complete.completions:type_name -> cronoq.v1.Completion
@@ -9292,7 +10071,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	81,  // 110: cronoq.v1.WorkerMessage.poll:type_name -> cronoq.v1.Poll
 	82,  // 111: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
 	84,  // 112: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
-	141, // 113: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
+	153, // 113: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
 	1,   // 114: cronoq.v1.DependencyResult.status:type_name -> cronoq.v1.Status
 	11,  // 115: cronoq.v1.Grant.task:type_name -> cronoq.v1.Task
 	87,  // 116: cronoq.v1.Grant.dependencies:type_name -> cronoq.v1.DependencyResult
@@ -9308,7 +10087,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	98,  // 126: cronoq.v1.PeersResponse.peers:type_name -> cronoq.v1.Peer
 	111, // 127: cronoq.v1.KeyringResponse.keys:type_name -> cronoq.v1.KeyringKey
 	110, // 128: cronoq.v1.KeyringResponse.nodes:type_name -> cronoq.v1.KeyringNode
-	142, // 129: cronoq.v1.AclToken.created_at:type_name -> google.protobuf.Timestamp
+	154, // 129: cronoq.v1.AclToken.created_at:type_name -> google.protobuf.Timestamp
 	118, // 130: cronoq.v1.AclBootstrapResponse.token:type_name -> cronoq.v1.AclToken
 	117, // 131: cronoq.v1.AclPolicyApplyRequest.policy:type_name -> cronoq.v1.AclPolicy
 	117, // 132: cronoq.v1.AclPolicyApplyResponse.policy:type_name -> cronoq.v1.AclPolicy
@@ -9317,105 +10096,125 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	118, // 135: cronoq.v1.AclTokenCreateResponse.token:type_name -> cronoq.v1.AclToken
 	118, // 136: cronoq.v1.AclTokenListResponse.tokens:type_name -> cronoq.v1.AclToken
 	118, // 137: cronoq.v1.AclTokenSelfResponse.token:type_name -> cronoq.v1.AclToken
-	14,  // 138: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
-	16,  // 139: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
-	18,  // 140: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
-	22,  // 141: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
-	24,  // 142: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
-	26,  // 143: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
-	28,  // 144: cronoq.v1.TaskService.Complete:input_type -> cronoq.v1.CompleteRequest
-	30,  // 145: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
-	32,  // 146: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
-	35,  // 147: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
-	37,  // 148: cronoq.v1.TaskService.Delete:input_type -> cronoq.v1.DeleteRequest
-	42,  // 149: cronoq.v1.PoolService.List:input_type -> cronoq.v1.ListPoolsRequest
-	44,  // 150: cronoq.v1.PoolService.Get:input_type -> cronoq.v1.GetPoolRequest
-	46,  // 151: cronoq.v1.PoolService.Set:input_type -> cronoq.v1.SetPoolRequest
-	49,  // 152: cronoq.v1.PoolService.Workers:input_type -> cronoq.v1.ListWorkersRequest
-	52,  // 153: cronoq.v1.PoolService.SetKind:input_type -> cronoq.v1.SetKindRequest
-	54,  // 154: cronoq.v1.PoolService.GetKind:input_type -> cronoq.v1.GetKindRequest
-	61,  // 155: cronoq.v1.WorkflowService.Submit:input_type -> cronoq.v1.SubmitWorkflowRequest
-	63,  // 156: cronoq.v1.WorkflowService.Get:input_type -> cronoq.v1.GetWorkflowRequest
-	65,  // 157: cronoq.v1.WorkflowService.Wait:input_type -> cronoq.v1.WaitWorkflowRequest
-	67,  // 158: cronoq.v1.WorkflowService.Cancel:input_type -> cronoq.v1.CancelWorkflowRequest
-	69,  // 159: cronoq.v1.WorkflowService.List:input_type -> cronoq.v1.ListWorkflowsRequest
-	72,  // 160: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
-	74,  // 161: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
-	76,  // 162: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
-	78,  // 163: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
-	85,  // 164: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
-	96,  // 165: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
-	99,  // 166: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
-	101, // 167: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
-	103, // 168: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
-	105, // 169: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
-	113, // 170: cronoq.v1.OperatorService.KeyringList:input_type -> cronoq.v1.KeyringListRequest
-	114, // 171: cronoq.v1.OperatorService.KeyringInstall:input_type -> cronoq.v1.KeyringInstallRequest
-	115, // 172: cronoq.v1.OperatorService.KeyringUse:input_type -> cronoq.v1.KeyringUseRequest
-	116, // 173: cronoq.v1.OperatorService.KeyringRemove:input_type -> cronoq.v1.KeyringRemoveRequest
-	107, // 174: cronoq.v1.OperatorService.SnapshotSave:input_type -> cronoq.v1.SnapshotSaveRequest
-	108, // 175: cronoq.v1.OperatorService.SnapshotRestore:input_type -> cronoq.v1.SnapshotChunk
-	119, // 176: cronoq.v1.AclService.Bootstrap:input_type -> cronoq.v1.AclBootstrapRequest
-	121, // 177: cronoq.v1.AclService.PolicyApply:input_type -> cronoq.v1.AclPolicyApplyRequest
-	123, // 178: cronoq.v1.AclService.PolicyList:input_type -> cronoq.v1.AclPolicyListRequest
-	125, // 179: cronoq.v1.AclService.PolicyGet:input_type -> cronoq.v1.AclPolicyGetRequest
-	127, // 180: cronoq.v1.AclService.PolicyDelete:input_type -> cronoq.v1.AclPolicyDeleteRequest
-	129, // 181: cronoq.v1.AclService.TokenCreate:input_type -> cronoq.v1.AclTokenCreateRequest
-	131, // 182: cronoq.v1.AclService.TokenList:input_type -> cronoq.v1.AclTokenListRequest
-	133, // 183: cronoq.v1.AclService.TokenRevoke:input_type -> cronoq.v1.AclTokenRevokeRequest
-	135, // 184: cronoq.v1.AclService.TokenSelf:input_type -> cronoq.v1.AclTokenSelfRequest
-	15,  // 185: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
-	17,  // 186: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
-	20,  // 187: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
-	23,  // 188: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
-	25,  // 189: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
-	27,  // 190: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
-	29,  // 191: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
-	31,  // 192: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
-	34,  // 193: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
-	36,  // 194: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
-	38,  // 195: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
-	43,  // 196: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
-	45,  // 197: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
-	47,  // 198: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
-	50,  // 199: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
-	53,  // 200: cronoq.v1.PoolService.SetKind:output_type -> cronoq.v1.SetKindResponse
-	55,  // 201: cronoq.v1.PoolService.GetKind:output_type -> cronoq.v1.GetKindResponse
-	62,  // 202: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
-	64,  // 203: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
-	66,  // 204: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
-	68,  // 205: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
-	70,  // 206: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
-	73,  // 207: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
-	75,  // 208: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
-	77,  // 209: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
-	79,  // 210: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
-	94,  // 211: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
-	97,  // 212: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
-	100, // 213: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
-	102, // 214: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
-	104, // 215: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
-	106, // 216: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
-	112, // 217: cronoq.v1.OperatorService.KeyringList:output_type -> cronoq.v1.KeyringResponse
-	112, // 218: cronoq.v1.OperatorService.KeyringInstall:output_type -> cronoq.v1.KeyringResponse
-	112, // 219: cronoq.v1.OperatorService.KeyringUse:output_type -> cronoq.v1.KeyringResponse
-	112, // 220: cronoq.v1.OperatorService.KeyringRemove:output_type -> cronoq.v1.KeyringResponse
-	108, // 221: cronoq.v1.OperatorService.SnapshotSave:output_type -> cronoq.v1.SnapshotChunk
-	109, // 222: cronoq.v1.OperatorService.SnapshotRestore:output_type -> cronoq.v1.SnapshotRestoreResponse
-	120, // 223: cronoq.v1.AclService.Bootstrap:output_type -> cronoq.v1.AclBootstrapResponse
-	122, // 224: cronoq.v1.AclService.PolicyApply:output_type -> cronoq.v1.AclPolicyApplyResponse
-	124, // 225: cronoq.v1.AclService.PolicyList:output_type -> cronoq.v1.AclPolicyListResponse
-	126, // 226: cronoq.v1.AclService.PolicyGet:output_type -> cronoq.v1.AclPolicyGetResponse
-	128, // 227: cronoq.v1.AclService.PolicyDelete:output_type -> cronoq.v1.AclPolicyDeleteResponse
-	130, // 228: cronoq.v1.AclService.TokenCreate:output_type -> cronoq.v1.AclTokenCreateResponse
-	132, // 229: cronoq.v1.AclService.TokenList:output_type -> cronoq.v1.AclTokenListResponse
-	134, // 230: cronoq.v1.AclService.TokenRevoke:output_type -> cronoq.v1.AclTokenRevokeResponse
-	136, // 231: cronoq.v1.AclService.TokenSelf:output_type -> cronoq.v1.AclTokenSelfResponse
-	185, // [185:232] is the sub-list for method output_type
-	138, // [138:185] is the sub-list for method input_type
-	138, // [138:138] is the sub-list for extension type_name
-	138, // [138:138] is the sub-list for extension extendee
-	0,   // [0:138] is the sub-list for field type_name
+	1,   // 138: cronoq.v1.Subscription.statuses:type_name -> cronoq.v1.Status
+	153, // 139: cronoq.v1.Subscription.ack_timeout:type_name -> google.protobuf.Duration
+	154, // 140: cronoq.v1.Subscription.stalled_at:type_name -> google.protobuf.Timestamp
+	154, // 141: cronoq.v1.Subscription.created_at:type_name -> google.protobuf.Timestamp
+	137, // 142: cronoq.v1.CreateSubscriptionRequest.subscription:type_name -> cronoq.v1.Subscription
+	137, // 143: cronoq.v1.CreateSubscriptionResponse.subscription:type_name -> cronoq.v1.Subscription
+	137, // 144: cronoq.v1.ListSubscriptionsResponse.subscriptions:type_name -> cronoq.v1.Subscription
+	137, // 145: cronoq.v1.GetSubscriptionResponse.subscription:type_name -> cronoq.v1.Subscription
+	14,  // 146: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
+	16,  // 147: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
+	18,  // 148: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
+	22,  // 149: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
+	24,  // 150: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
+	26,  // 151: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
+	28,  // 152: cronoq.v1.TaskService.Complete:input_type -> cronoq.v1.CompleteRequest
+	30,  // 153: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
+	32,  // 154: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
+	35,  // 155: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
+	37,  // 156: cronoq.v1.TaskService.Delete:input_type -> cronoq.v1.DeleteRequest
+	42,  // 157: cronoq.v1.PoolService.List:input_type -> cronoq.v1.ListPoolsRequest
+	44,  // 158: cronoq.v1.PoolService.Get:input_type -> cronoq.v1.GetPoolRequest
+	46,  // 159: cronoq.v1.PoolService.Set:input_type -> cronoq.v1.SetPoolRequest
+	49,  // 160: cronoq.v1.PoolService.Workers:input_type -> cronoq.v1.ListWorkersRequest
+	52,  // 161: cronoq.v1.PoolService.SetKind:input_type -> cronoq.v1.SetKindRequest
+	54,  // 162: cronoq.v1.PoolService.GetKind:input_type -> cronoq.v1.GetKindRequest
+	61,  // 163: cronoq.v1.WorkflowService.Submit:input_type -> cronoq.v1.SubmitWorkflowRequest
+	63,  // 164: cronoq.v1.WorkflowService.Get:input_type -> cronoq.v1.GetWorkflowRequest
+	65,  // 165: cronoq.v1.WorkflowService.Wait:input_type -> cronoq.v1.WaitWorkflowRequest
+	67,  // 166: cronoq.v1.WorkflowService.Cancel:input_type -> cronoq.v1.CancelWorkflowRequest
+	69,  // 167: cronoq.v1.WorkflowService.List:input_type -> cronoq.v1.ListWorkflowsRequest
+	72,  // 168: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
+	74,  // 169: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
+	76,  // 170: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
+	78,  // 171: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
+	85,  // 172: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
+	96,  // 173: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
+	99,  // 174: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
+	101, // 175: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
+	103, // 176: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
+	105, // 177: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
+	113, // 178: cronoq.v1.OperatorService.KeyringList:input_type -> cronoq.v1.KeyringListRequest
+	114, // 179: cronoq.v1.OperatorService.KeyringInstall:input_type -> cronoq.v1.KeyringInstallRequest
+	115, // 180: cronoq.v1.OperatorService.KeyringUse:input_type -> cronoq.v1.KeyringUseRequest
+	116, // 181: cronoq.v1.OperatorService.KeyringRemove:input_type -> cronoq.v1.KeyringRemoveRequest
+	107, // 182: cronoq.v1.OperatorService.SnapshotSave:input_type -> cronoq.v1.SnapshotSaveRequest
+	108, // 183: cronoq.v1.OperatorService.SnapshotRestore:input_type -> cronoq.v1.SnapshotChunk
+	119, // 184: cronoq.v1.AclService.Bootstrap:input_type -> cronoq.v1.AclBootstrapRequest
+	121, // 185: cronoq.v1.AclService.PolicyApply:input_type -> cronoq.v1.AclPolicyApplyRequest
+	123, // 186: cronoq.v1.AclService.PolicyList:input_type -> cronoq.v1.AclPolicyListRequest
+	125, // 187: cronoq.v1.AclService.PolicyGet:input_type -> cronoq.v1.AclPolicyGetRequest
+	127, // 188: cronoq.v1.AclService.PolicyDelete:input_type -> cronoq.v1.AclPolicyDeleteRequest
+	129, // 189: cronoq.v1.AclService.TokenCreate:input_type -> cronoq.v1.AclTokenCreateRequest
+	131, // 190: cronoq.v1.AclService.TokenList:input_type -> cronoq.v1.AclTokenListRequest
+	133, // 191: cronoq.v1.AclService.TokenRevoke:input_type -> cronoq.v1.AclTokenRevokeRequest
+	135, // 192: cronoq.v1.AclService.TokenSelf:input_type -> cronoq.v1.AclTokenSelfRequest
+	138, // 193: cronoq.v1.SubscriptionService.Create:input_type -> cronoq.v1.CreateSubscriptionRequest
+	140, // 194: cronoq.v1.SubscriptionService.List:input_type -> cronoq.v1.ListSubscriptionsRequest
+	142, // 195: cronoq.v1.SubscriptionService.Get:input_type -> cronoq.v1.GetSubscriptionRequest
+	144, // 196: cronoq.v1.SubscriptionService.Remove:input_type -> cronoq.v1.RemoveSubscriptionRequest
+	146, // 197: cronoq.v1.SubscriptionService.Read:input_type -> cronoq.v1.ReadSubscriptionRequest
+	147, // 198: cronoq.v1.SubscriptionService.Ack:input_type -> cronoq.v1.AckSubscriptionRequest
+	15,  // 199: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
+	17,  // 200: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
+	20,  // 201: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
+	23,  // 202: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
+	25,  // 203: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
+	27,  // 204: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
+	29,  // 205: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
+	31,  // 206: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
+	34,  // 207: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
+	36,  // 208: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
+	38,  // 209: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
+	43,  // 210: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
+	45,  // 211: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
+	47,  // 212: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
+	50,  // 213: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
+	53,  // 214: cronoq.v1.PoolService.SetKind:output_type -> cronoq.v1.SetKindResponse
+	55,  // 215: cronoq.v1.PoolService.GetKind:output_type -> cronoq.v1.GetKindResponse
+	62,  // 216: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
+	64,  // 217: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
+	66,  // 218: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
+	68,  // 219: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
+	70,  // 220: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
+	73,  // 221: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
+	75,  // 222: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
+	77,  // 223: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
+	79,  // 224: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
+	94,  // 225: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
+	97,  // 226: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
+	100, // 227: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
+	102, // 228: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
+	104, // 229: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
+	106, // 230: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
+	112, // 231: cronoq.v1.OperatorService.KeyringList:output_type -> cronoq.v1.KeyringResponse
+	112, // 232: cronoq.v1.OperatorService.KeyringInstall:output_type -> cronoq.v1.KeyringResponse
+	112, // 233: cronoq.v1.OperatorService.KeyringUse:output_type -> cronoq.v1.KeyringResponse
+	112, // 234: cronoq.v1.OperatorService.KeyringRemove:output_type -> cronoq.v1.KeyringResponse
+	108, // 235: cronoq.v1.OperatorService.SnapshotSave:output_type -> cronoq.v1.SnapshotChunk
+	109, // 236: cronoq.v1.OperatorService.SnapshotRestore:output_type -> cronoq.v1.SnapshotRestoreResponse
+	120, // 237: cronoq.v1.AclService.Bootstrap:output_type -> cronoq.v1.AclBootstrapResponse
+	122, // 238: cronoq.v1.AclService.PolicyApply:output_type -> cronoq.v1.AclPolicyApplyResponse
+	124, // 239: cronoq.v1.AclService.PolicyList:output_type -> cronoq.v1.AclPolicyListResponse
+	126, // 240: cronoq.v1.AclService.PolicyGet:output_type -> cronoq.v1.AclPolicyGetResponse
+	128, // 241: cronoq.v1.AclService.PolicyDelete:output_type -> cronoq.v1.AclPolicyDeleteResponse
+	130, // 242: cronoq.v1.AclService.TokenCreate:output_type -> cronoq.v1.AclTokenCreateResponse
+	132, // 243: cronoq.v1.AclService.TokenList:output_type -> cronoq.v1.AclTokenListResponse
+	134, // 244: cronoq.v1.AclService.TokenRevoke:output_type -> cronoq.v1.AclTokenRevokeResponse
+	136, // 245: cronoq.v1.AclService.TokenSelf:output_type -> cronoq.v1.AclTokenSelfResponse
+	139, // 246: cronoq.v1.SubscriptionService.Create:output_type -> cronoq.v1.CreateSubscriptionResponse
+	141, // 247: cronoq.v1.SubscriptionService.List:output_type -> cronoq.v1.ListSubscriptionsResponse
+	143, // 248: cronoq.v1.SubscriptionService.Get:output_type -> cronoq.v1.GetSubscriptionResponse
+	145, // 249: cronoq.v1.SubscriptionService.Remove:output_type -> cronoq.v1.RemoveSubscriptionResponse
+	36,  // 250: cronoq.v1.SubscriptionService.Read:output_type -> cronoq.v1.Event
+	148, // 251: cronoq.v1.SubscriptionService.Ack:output_type -> cronoq.v1.AckSubscriptionResponse
+	199, // [199:252] is the sub-list for method output_type
+	146, // [146:199] is the sub-list for method input_type
+	146, // [146:146] is the sub-list for extension type_name
+	146, // [146:146] is the sub-list for extension extendee
+	0,   // [0:146] is the sub-list for field type_name
 }
 
 func init() { file_cronoq_v1_cronoq_proto_init() }
@@ -9444,9 +10243,9 @@ func file_cronoq_v1_cronoq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronoq_v1_cronoq_proto_rawDesc), len(file_cronoq_v1_cronoq_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   134,
+			NumMessages:   146,
 			NumExtensions: 0,
-			NumServices:   7,
+			NumServices:   8,
 		},
 		GoTypes:           file_cronoq_v1_cronoq_proto_goTypes,
 		DependencyIndexes: file_cronoq_v1_cronoq_proto_depIdxs,
