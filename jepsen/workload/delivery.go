@@ -189,11 +189,10 @@ func (d *Delivery) Setup(ctx context.Context) error {
 // subOutcome classifies an answer of the subscription API: a refusal of
 // the request itself is definite, anything else may have taken effect.
 func subOutcome(err error) history.Type {
+	if err == nil {
+		return history.OK
+	}
 	switch connect.CodeOf(err) {
-	case 0:
-		if err == nil {
-			return history.OK
-		}
 	case connect.CodeInvalidArgument, connect.CodeNotFound, connect.CodeFailedPrecondition, connect.CodePermissionDenied:
 		return history.Fail
 	}
