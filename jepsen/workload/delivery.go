@@ -222,7 +222,9 @@ type subRecv struct {
 // stream runs one read session on a random node for at most life: it
 // processes and acks what comes, and ends early when it discards a read,
 // the stream fails or ctx ends. Whatever it processed is acked before it
-// returns (if the ack fails it stays pending for the next session).
+// returns (if the ack fails it stays pending for the next session). After
+// a failed stream it waits a little, so that a cluster down is not
+// hammered.
 func (c *consumer) stream(ctx context.Context, life time.Duration) {
 	n := c.node()
 	c.session++
@@ -254,12 +256,16 @@ func (c *consumer) stream(ctx context.Context, life time.Duration) {
 			}
 		}
 	}()
+	failed := false
 	defer func() {
 		cancel()
 		_ = st.Close()
 		wg.Wait()
 		if len(c.pending) > 0 {
 			c.ack(context.WithoutCancel(ctx))
+		}
+		if failed {
+			sleepCtx(ctx, time.Duration(100+c.rnd.IntN(200))*time.Millisecond)
 		}
 	}()
 	tick := time.NewTicker(subAckAfter)
@@ -274,6 +280,7 @@ func (c *consumer) stream(ctx context.Context, life time.Duration) {
 			}
 		case r, ok := <-in:
 			if !ok || r.err != nil {
+				failed = sctx.Err() == nil
 				return
 			}
 			evs := []history.EventState{eventState(r.ev)}
