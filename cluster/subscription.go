@@ -106,7 +106,7 @@ func (n *Node) stalledReasons() []string {
 	var out []string
 	for _, s := range n.state.Subscriptions() {
 		if s.Stalled {
-			out = append(out, fmt.Sprintf("subscription %s stalled since %s (%d events not acked): %s",
+			out = append(out, fmt.Sprintf("subscription %s stalled since %s, pending events: %d; %s; its events are kept until acked",
 				s.Name, s.StalledAt.Time().Format(time.RFC3339), n.state.SubscriptionPending(s.Name), s.StallReason))
 		}
 	}

@@ -323,7 +323,23 @@ func TestRestoreRejectsBadSubscriptionRecords(t *testing.T) {
 // and counts agree with the events held, and that a snapshot restores to
 // the same state.
 func TestSubscriptionsRandom(t *testing.T) {
-	r := &prng{s: 16}
+	require.Greater(t, subscriptionOps(t, 16, 400), 100)
+}
+
+// FuzzSubscriptionOps runs the random entries of TestSubscriptionsRandom
+// from the fuzzer's seeds.
+func FuzzSubscriptionOps(f *testing.F) {
+	f.Add(uint64(16))
+	f.Add(uint64(1))
+	f.Fuzz(func(t *testing.T, seed uint64) {
+		subscriptionOps(t, seed, 60)
+	})
+}
+
+// subscriptionOps applies rounds random entries drawn from seed (see
+// TestSubscriptionsRandom) and returns how many were accepted.
+func subscriptionOps(t *testing.T, seed uint64, rounds int) int {
+	r := &prng{s: seed}
 	h := newHarness(t)
 	twin := newHarness(t)
 	var log sinkLog
@@ -332,7 +348,7 @@ func TestSubscriptionsRandom(t *testing.T) {
 	names := []string{"a", "b", "c"}
 	var leases uint64
 	accepted := 0
-	for round := 0; round < 400; round++ {
+	for round := 0; round < rounds; round++ {
 		var ms []Mutation
 		for i := 0; i < 1+r.intn(6); i++ {
 			id := taskID(r.intn(30))
@@ -381,6 +397,7 @@ func TestSubscriptionsRandom(t *testing.T) {
 		}
 		snap := snapshotBytes(t, h.s)
 		require.Equal(t, snap, snapshotBytes(t, twin.s), "round %d", round)
+		checkIndexes(t, h.s.View())
 		holding := map[string][]string{}
 		for _, sub := range h.s.Subscriptions() {
 			evs := h.s.SubscriptionEvents(sub.Name, 0, 0)
@@ -406,8 +423,7 @@ func TestSubscriptionsRandom(t *testing.T) {
 			require.Equal(t, snap[30:], snapshotBytes(t, restored)[30:])
 		}
 	}
-	require.Greater(t, accepted, 100)
-	require.NotEmpty(t, log.events)
+	return accepted
 }
 
 // endV6 writes the end marker of log format 6 for a snapshot of

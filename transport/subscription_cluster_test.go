@@ -117,6 +117,8 @@ func TestSubscriptionAcrossLeaderKill(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "ends", sub.Name)
 	require.Equal(t, 2*time.Second, sub.AckTimeout)
+	require.NotZero(t, sub.CreateIndex, "as recorded")
+	require.False(t, sub.CreatedAt.IsZero())
 	runWorker(t, c.Client(followers[1]), "sub", map[string]client.Handler{"echo": client.HandlerFunc(echo)})
 
 	// The consumer reads through the follower that stays up.

@@ -59,7 +59,13 @@ func (h *subscriptionService) Create(ctx context.Context, req *connect.Request[c
 		if err != nil {
 			return nil, err
 		}
-		return &cronoqv1.CreateSubscriptionResponse{Subscription: subscriptionToProto(&rec, h.s.node.Subscriptions().SubscriptionPending(rec.Name))}, nil
+		// The answer comes once the record is applied here: show it as
+		// recorded, indexes included.
+		r := h.s.node.Subscriptions()
+		if applied, ok := r.Subscription(rec.Name); ok {
+			rec = *applied
+		}
+		return &cronoqv1.CreateSubscriptionResponse{Subscription: subscriptionToProto(&rec, r.SubscriptionPending(rec.Name))}, nil
 	}, func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.CreateSubscriptionRequest]) (*connect.Response[cronoqv1.CreateSubscriptionResponse], error) {
 		return ep.subscriptions.Create
 	})
