@@ -207,3 +207,56 @@ func TestWebhookDeliveryAcrossLeaderKill(t *testing.T) {
 	require.False(t, loop.LastOK.IsZero())
 	require.False(t, strings.Contains(strings.Join(h.Reasons, ";"), "subscription hook stalled"))
 }
+
+// TestWebhookStallsAndRecovers: an endpoint that keeps failing makes the
+// leader degraded (the webhook's loop), and, once the first undelivered
+// event went out the subscription's delivery limit within its ack
+// timeouts, stalls the subscription through the log; the first delivery
+// clears both.
+func TestWebhookStallsAndRecovers(t *testing.T) {
+	t.Parallel()
+	c := testcluster.New(t, 1, testcluster.Configure(func(_ int, cfg *cluster.Config) {
+		cfg.Webhook = webhook.Config{Timeout: 200 * time.Millisecond, MinBackoff: 10 * time.Millisecond,
+			MaxBackoff: 50 * time.Millisecond, Poll: 50 * time.Millisecond}
+	}))
+	rcv := &hookReceiver{t: t, secret: []byte("k"), c: c, modes: map[string]int{}, down: true}
+	srv := httptest.NewServer(rcv)
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	leader, _ := c.Leader()
+	_, err := leader.Node.CreateSubscription(ctx, cluster.SubscriptionSpec{Name: "hook", Statuses: []fsm.Status{fsm.StatusCancelled},
+		Webhook: srv.URL, Secret: "k", AckTimeout: 300 * time.Millisecond, MaxDeliveries: 3})
+	require.NoError(t, err)
+	cl := c.Client()
+	sub, err := cl.Submit(ctx, client.TaskSpec{Template: client.Template{Pool: "p", Kind: "k"}})
+	require.NoError(t, err)
+	_, err = cl.Cancel(ctx, sub.ID)
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool {
+		s, ok := leader.Node.Subscriptions().Subscription("hook")
+		return ok && s.Stalled
+	}, 30*time.Second, 10*time.Millisecond, "the subscription stalls")
+	h := leader.Node.Health()
+	require.Equal(t, cluster.HealthDegraded, h.Status)
+	reasons := strings.Join(h.Reasons, "\n")
+	require.Contains(t, reasons, "loop webhook:hook:")
+	require.Contains(t, reasons, "500 Internal Server Error")
+	require.Contains(t, reasons, "subscription hook stalled")
+	require.Equal(t, 1, leader.Node.Subscriptions().SubscriptionPending("hook"), "the event is kept")
+
+	rcv.setDown(false)
+	require.Eventually(t, func() bool {
+		s, ok := leader.Node.Subscriptions().Subscription("hook")
+		return ok && !s.Stalled && leader.Node.Subscriptions().SubscriptionPending("hook") == 0
+	}, 30*time.Second, 10*time.Millisecond, "delivered: the stall is cleared")
+	require.Eventually(t, func() bool { return leader.Node.Health().Status == cluster.HealthOK }, 10*time.Second, 10*time.Millisecond)
+	got := rcv.firstSeen()
+	require.Len(t, got, 1)
+	require.Equal(t, sub.ID, got[0].TaskID)
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	require.Empty(t, rcv.badSig)
+	require.Empty(t, rcv.early)
+}
