@@ -121,8 +121,7 @@ func (r *hookReceiver) firstSeen() []webhook.Event {
 // next leader continues from the durable cursor.
 func TestWebhookDeliveryAcrossLeaderKill(t *testing.T) {
 	t.Parallel()
-	var c *testcluster.Cluster
-	c = testcluster.New(t, 3, testcluster.Configure(func(_ int, cfg *cluster.Config) {
+	c := testcluster.New(t, 3, testcluster.Configure(func(_ int, cfg *cluster.Config) {
 		cfg.Webhook = webhook.Config{Timeout: 300 * time.Millisecond, MinBackoff: 10 * time.Millisecond,
 			MaxBackoff: 100 * time.Millisecond, Poll: 50 * time.Millisecond, BatchSize: 3}
 	}))
