@@ -15,6 +15,28 @@
 // idempotency key, cancels, deletes, schedule and pool changes) are retried
 // until their ctx ends; others only when the node refused them before doing
 // anything.
+//
+// # Handlers
+//
+// A Worker runs each attempt with the Handler of its task's kind. What the
+// handler returns ends the attempt: output and nil succeed; a plain error
+// or Retryable fails it retryably (retried per the task's retry policy);
+// Permanent fails the task; Cancel (or an error wrapping ErrCancelAttempt)
+// ends the task cancelled. A panic is recovered and reported as a
+// retryable failure whose error is the panic value and an excerpt of the
+// stack from the panicking call (PanicError); the worker keeps running.
+// See Handler and docs/workers.md.
+//
+// # Tracing
+//
+// A task whose tags carry a W3C traceparent (TagTraceparent) continues
+// that trace. Submit, SubmitBatch, EnqueueMany and SubmitWorkflow add the
+// OpenTelemetry span of their ctx to the tags of the specs without one; a
+// Worker makes a span of each attempt of a traced task with
+// WorkerConfig.TracerProvider (the global provider by default), a child of
+// the node's dispatch span, hands it to the handler in its ctx, and sends
+// its context back with the completion; the children a handler spawns
+// continue it. See docs/tracing.md.
 package client
 
 import (

@@ -183,7 +183,63 @@ func taskFromProto(p *cronoqv1.Task) *Task {
 		Parent:           p.GetParent(),
 		BlocksLane:       p.GetBlocksLane(),
 		Principal:        p.GetPrincipal(),
+		Attempts:         attemptsFromProto(p.GetAttempts()),
+		AttemptBase:      int(p.GetAttemptBase()),
 	}
+}
+
+// attemptOutcomeNames are the names of the outcomes of an attempt.
+var attemptOutcomeNames = map[cronoqv1.AttemptOutcome]string{
+	cronoqv1.AttemptOutcome_ATTEMPT_OUTCOME_SUCCEEDED: AttemptSucceeded,
+	cronoqv1.AttemptOutcome_ATTEMPT_OUTCOME_FAILED:    AttemptFailed,
+	cronoqv1.AttemptOutcome_ATTEMPT_OUTCOME_RETRY:     AttemptRetry,
+	cronoqv1.AttemptOutcome_ATTEMPT_OUTCOME_CANCELLED: AttemptCancelled,
+	cronoqv1.AttemptOutcome_ATTEMPT_OUTCOME_EXPIRED:   AttemptExpired,
+	cronoqv1.AttemptOutcome_ATTEMPT_OUTCOME_TIMEOUT:   AttemptTimeout,
+	cronoqv1.AttemptOutcome_ATTEMPT_OUTCOME_LOST:      AttemptLost,
+}
+
+func attemptsFromProto(ps []*cronoqv1.Attempt) []Attempt {
+	if len(ps) == 0 {
+		return nil
+	}
+	out := make([]Attempt, len(ps))
+	for i, p := range ps {
+		outcome, ok := attemptOutcomeNames[p.GetOutcome()]
+		if !ok {
+			outcome = "unknown"
+		}
+		out[i] = Attempt{
+			Attempt:    int(p.GetAttempt()),
+			Worker:     p.GetWorker(),
+			Lease:      p.GetLease(),
+			Epoch:      p.GetEpoch(),
+			StartedAt:  timeFromProto(p.GetStartedAt()),
+			FinishedAt: timeFromProto(p.GetFinishedAt()),
+			Outcome:    outcome,
+			Error:      p.GetError(),
+		}
+	}
+	return out
+}
+
+// cancelFilterToProto converts the filter of CancelMany.
+func cancelFilterToProto(f CancelFilter) (*cronoqv1.CancelManyRequest, error) {
+	if f.Pool == "" {
+		return nil, &InvalidError{Field: "pool", Reason: "a pool is required"}
+	}
+	if len(f.Statuses) == 0 {
+		return nil, &InvalidError{Field: "statuses", Reason: "at least one status is required"}
+	}
+	req := &cronoqv1.CancelManyRequest{Pool: f.Pool, Kinds: f.Kinds}
+	for _, s := range f.Statuses {
+		st, err := statusToProto(s)
+		if err != nil {
+			return nil, err
+		}
+		req.Statuses = append(req.Statuses, st)
+	}
+	return req, nil
 }
 
 func submittedFromProto(p *cronoqv1.Submitted, key string, generatedKey bool) Submitted {
@@ -356,8 +412,8 @@ func eventFromProto(p *cronoqv1.Event) Event {
 		Attempt: int(p.GetAttempt()),
 		Message: p.GetMessage(),
 		At:      timeFromProto(p.GetAt()),
-		Lagged:  p.GetLagged(),
 		Cursor:  p.GetCursor(),
+		Lagged:  p.GetLagged(),
 
 		Workflow:       p.GetWorkflow(),
 		Step:           p.GetStep(),
@@ -419,8 +475,9 @@ func jobFromGrant(g *cronoqv1.Grant, c *Client) *Job {
 
 // completionToProto turns what a handler returned into the completion sent
 // for its lease: nil error = success with output, carrying the children
-// and continuation the job spawned; *RetryableError = retryable with its
-// hint; *PermanentError = permanent; any other error = retryable. A
+// and continuation the job spawned; ErrCancelAttempt = cancelled;
+// *RetryableError = retryable with its hint; *PermanentError = permanent;
+// any other error = retryable (a *PanicError with its stack excerpt). A
 // failure drops the children. A child the wire cannot carry fails the
 // attempt permanently, naming it, rather than losing the children.
 func completionToProto(lease uint64, output []byte, err error, children []Step, then *Step) *cronoqv1.Completion {
@@ -440,7 +497,13 @@ func completionToProto(lease uint64, output []byte, err error, children []Step, 
 	c.Message = err.Error()
 	var perm *PermanentError
 	var retry *RetryableError
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		c.Message = pe.Report()
+	}
 	switch {
+	case errors.Is(err, ErrCancelAttempt):
+		c.Outcome = cronoqv1.OutcomeKind_OUTCOME_CANCELLED
 	case errors.As(err, &perm):
 		c.Outcome = cronoqv1.OutcomeKind_OUTCOME_PERMANENT
 	case errors.As(err, &retry):

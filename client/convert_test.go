@@ -2,6 +2,8 @@ package client
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,6 +161,9 @@ func TestCompletionToProto(t *testing.T) {
 		{"retryable", Retryable(base, 250*time.Millisecond), cronoqv1.OutcomeKind_OUTCOME_RETRYABLE, 250 * time.Millisecond},
 		{"wrapped permanent", errors.Join(errors.New("ctx"), Permanent(base)), cronoqv1.OutcomeKind_OUTCOME_PERMANENT, 0},
 		{"panic", &PanicError{Value: "boom"}, cronoqv1.OutcomeKind_OUTCOME_RETRYABLE, 0},
+		{"cancel", Cancel("moot"), cronoqv1.OutcomeKind_OUTCOME_CANCELLED, 0},
+		{"cancel without reason", Cancel(""), cronoqv1.OutcomeKind_OUTCOME_CANCELLED, 0},
+		{"wrapped cancel", fmt.Errorf("closed: %w", ErrCancelAttempt), cronoqv1.OutcomeKind_OUTCOME_CANCELLED, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := completionToProto(5, []byte("out"), tc.err, nil, nil)
@@ -171,9 +176,46 @@ func TestCompletionToProto(t *testing.T) {
 			} else {
 				require.Nil(t, c.GetOutput())
 				require.Equal(t, tc.err.Error(), c.GetMessage())
+				require.NotEmpty(t, c.GetMessage())
 			}
 		})
 	}
+}
+
+// TestStackExcerpt cuts a panicking goroutine's stack to the frames of the
+// handler: from the call that panicked on, without the goroutine header,
+// the recovery frames or the worker's own, at most panicFrames frames and
+// panicBytes bytes.
+func TestStackExcerpt(t *testing.T) {
+	t.Parallel()
+	frame := func(fn string) string { return fn + "(...)\n\t/src/" + fn + ".go:10 +0x1f\n" }
+	recovery := "goroutine 7 [running]:\n" + frame("runtime/debug.Stack") + frame("github.com/cronoq/cronoq/client.(*workerRun).execute.func1") +
+		"panic({0x1, 0x2})\n\t/usr/lib/go/src/runtime/panic.go:787 +0x132\n"
+	worker := frame("github.com/cronoq/cronoq/client.(*workerRun).execute") + "created by github.com/cronoq/cronoq/client.(*workerRun).onGrant in goroutine 3\n\t/src/worker.go:1 +0x2\n"
+
+	got := stackExcerpt([]byte(recovery + frame("app.parse") + frame("app.Handle") + worker))
+	require.Equal(t, strings.TrimSuffix(frame("app.parse")+frame("app.Handle"), "\n"), got)
+
+	var deep strings.Builder
+	for i := range 20 {
+		deep.WriteString(frame(fmt.Sprintf("app.f%d", i)))
+	}
+	got = stackExcerpt([]byte(recovery + deep.String() + worker))
+	require.Len(t, strings.Split(got, "\n"), 2*panicFrames)
+	require.True(t, strings.HasPrefix(got, "app.f0("))
+
+	long := frame("app." + strings.Repeat("x", panicBytes))
+	got = stackExcerpt([]byte(recovery + frame("app.short") + long + worker))
+	require.Equal(t, strings.TrimSuffix(frame("app.short"), "\n"), got, "cut at a line end under the byte cap")
+
+	// No panic frame: the frames after the header.
+	got = stackExcerpt([]byte("goroutine 1 [running]:\n" + frame("app.a")))
+	require.Equal(t, strings.TrimSuffix(frame("app.a"), "\n"), got)
+
+	pe := &PanicError{Value: 42, Stack: []byte(recovery + frame("app.a"))}
+	require.Equal(t, "panic: 42", pe.Error())
+	require.Equal(t, "panic: 42\n"+strings.TrimSuffix(frame("app.a"), "\n"), pe.Report())
+	require.Equal(t, "panic: 42", (&PanicError{Value: 42}).Report())
 }
 
 func TestItemError(t *testing.T) {

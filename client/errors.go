@@ -44,6 +44,9 @@ var (
 	ErrPermissionDenied = errors.New("cronoq: permission denied")
 	// ErrACLBootstrapped: the ACL bootstrap was done already.
 	ErrACLBootstrapped = errors.New("cronoq: ACL bootstrap already done")
+	// ErrNotRetryable: RetryTask on a task that is live or succeeded (only
+	// a task that ended failed, expired or cancelled can be retried).
+	ErrNotRetryable = errors.New("cronoq: task not retryable")
 	// ErrDiskFull: the leader's data directory has no space left; the call
 	// was not executed and is not retried by the SDK. The node takes writes
 	// again once space is freed.
@@ -123,6 +126,8 @@ func kindError(kind, msg string) error {
 		return ErrACLBootstrapped
 	case apierr.KindDiskFull:
 		return ErrDiskFull
+	case apierr.KindNotRetryable:
+		return ErrNotRetryable
 	case apierr.KindInvalid:
 		if f, r, ok := apierr.ParseInvalid(msg); ok {
 			return &InvalidError{Field: f, Reason: r}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"time"
 )
 
@@ -80,11 +82,25 @@ func (j *Job) Spawn(children ...Step) { j.children = append(j.children, children
 func (j *Job) Then(step Step) { j.then = &step }
 
 // Handler runs attempts of one task kind. Work returns the task's output, or
-// an error: Retryable(err, after) and plain errors are retryable failures,
-// Permanent(err) fails the task without further attempts. A panic is a
-// retryable failure carrying the panic message. ctx is cancelled when the
-// attempt is aborted (cancelled task, timeout, lost lease); the result of an
-// aborted attempt is dropped.
+// an error that says how the attempt ended:
+//
+//   - Retryable(err, after) and plain errors are retryable failures: the
+//     task is tried again after its backoff (or after) while it has
+//     attempts left, else it ends failed.
+//   - Permanent(err) fails the task without further attempts.
+//   - Cancel(reason), or any error wrapping ErrCancelAttempt, ends the task
+//     cancelled, without further attempts, with reason as its error (for
+//     work that turns out to be moot: the order was withdrawn, the
+//     account closed).
+//
+// A panic in Work is recovered: the attempt is a retryable failure whose
+// error is "panic: " and the panic value, followed by an excerpt of the
+// stack from the panicking call (a PanicError); the worker logs the whole
+// stack and keeps running its other attempts.
+//
+// ctx is cancelled when the attempt is aborted (cancelled task, timeout,
+// lost lease); the result of an aborted attempt is dropped. When the task
+// is traced (a traceparent tag), ctx carries the span of the attempt.
 type Handler interface {
 	Work(ctx context.Context, job *Job) ([]byte, error)
 }
@@ -149,10 +165,91 @@ func Permanent(err error) error {
 	return &PermanentError{Err: err}
 }
 
-// PanicError is the failure reported for a handler that panicked.
+// ErrCancelAttempt reports an attempt as cancelled: a handler that returns
+// it (or an error wrapping it, such as Cancel's) ends the task cancelled,
+// without further attempts.
+var ErrCancelAttempt = errors.New("attempt cancelled by its handler")
+
+// CancelError is the error of Cancel: it wraps ErrCancelAttempt.
+type CancelError struct {
+	Reason string
+}
+
+func (e *CancelError) Error() string {
+	if e.Reason == "" {
+		return ErrCancelAttempt.Error()
+	}
+	return e.Reason
+}
+
+// Is reports that a CancelError is an ErrCancelAttempt.
+func (e *CancelError) Is(target error) bool { return target == ErrCancelAttempt }
+
+// Cancel returns the error a handler returns to end its task cancelled,
+// with reason as the task's error.
+func Cancel(reason string) error { return &CancelError{Reason: reason} }
+
+// PanicError is the failure reported for a handler that panicked: a
+// retryable failure. The completion's message is Error and an excerpt of
+// Stack (see Report).
 type PanicError struct {
 	Value any
 	Stack []byte
 }
 
 func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// Maximum size of the stack excerpt of a PanicError's report.
+const (
+	panicFrames = 8
+	panicBytes  = 2 << 10
+)
+
+// Report is the error recorded for the attempt: Error, then the stack
+// from the call that panicked on down to the handler's Work (the
+// goroutine header, the recovery frames and the worker's own frames left
+// out), at most 8 frames and 2 KiB.
+func (e *PanicError) Report() string {
+	excerpt := stackExcerpt(e.Stack)
+	if excerpt == "" {
+		return e.Error()
+	}
+	return e.Error() + "\n" + excerpt
+}
+
+// stackExcerpt is the part of a goroutine's stack (runtime/debug.Stack)
+// from the frame that called panic on, down to the worker's own frames,
+// at most panicFrames frames and panicBytes bytes. Without a panic frame
+// it keeps the frames after the goroutine header.
+func stackExcerpt(stack []byte) string {
+	lines := strings.Split(strings.TrimRight(string(stack), "\n"), "\n")
+	if len(lines) > 0 && strings.HasPrefix(lines[0], "goroutine ") {
+		lines = lines[1:]
+	}
+	// Frames are two lines: the function, then its file and line. The
+	// panicking call is the frame after runtime's panic.
+	for i := 0; i+1 < len(lines); i += 2 {
+		if strings.HasPrefix(lines[i], "panic(") {
+			lines = lines[i+2:]
+			break
+		}
+	}
+	var frames []string
+	for i := 0; i+1 < len(lines) && len(frames) < 2*panicFrames; i += 2 {
+		if strings.HasPrefix(lines[i], workerFrames) || strings.HasPrefix(lines[i], "created by ") {
+			break
+		}
+		frames = append(frames, lines[i], lines[i+1])
+	}
+	out := strings.Join(frames, "\n")
+	if len(out) > panicBytes {
+		out = out[:panicBytes]
+		if i := strings.LastIndexByte(out, '\n'); i > 0 {
+			out = out[:i]
+		}
+	}
+	return out
+}
+
+// workerFrames begins the stack frames of the worker that runs a handler.
+var workerFrames = reflect.TypeFor[workerRun]().PkgPath() + ".(*workerRun)."

@@ -64,6 +64,12 @@ type Pool struct {
 	// Waiting counts the queued tasks held back by their lane or their
 	// concurrency key.
 	Waiting int64
+	// DesiredSlots is the autoscaling signal: the worker slots the pool
+	// could use now, its running attempts and its queued tasks ready to
+	// run, at most Limits.MaxRunning when it is set. Tasks waiting for
+	// their run time, a backoff, dependencies, a lane or a concurrency key
+	// are not counted. The leader exports it as cronoq_pool_desired_slots.
+	DesiredSlots int64
 }
 
 // PoolLimits are the settings of a pool. Zero limits mean none.
@@ -259,6 +265,7 @@ func poolFromProto(p *cronoqv1.PoolInfo) Pool {
 		BlockedLanes:    p.GetBlockedLanes(),
 		Lanes:           p.GetLanes(),
 		Waiting:         p.GetWaiting(),
+		DesiredSlots:    p.GetDesiredSlots(),
 	}
 	maps.Copy(out.Counts, p.GetCounts())
 	return out

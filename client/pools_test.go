@@ -120,6 +120,7 @@ func TestPools(t *testing.T) {
 		Limits:          PoolLimits{Overflow: OverflowReject, Ordering: OrderingContinue},
 		BlockedLanes:    []string{"acct-1"},
 		Lanes:           2,
+		DesiredSlots:    2,
 	}, p)
 
 	// A pool nobody used is described with the settings it would get.

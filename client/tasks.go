@@ -12,9 +12,10 @@ import (
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 )
 
-// withKeys gives every spec without a key a random one and converts them.
+// withKeys gives every spec without a key a random one and converts them,
+// with the trace context of ctx's span in the tags of those without one.
 // generated[i] reports whether spec i got its key here.
-func withKeys(specs []TaskSpec) ([]*cronoqv1.TaskSpec, []string, []bool, error) {
+func withKeys(ctx context.Context, specs []TaskSpec) ([]*cronoqv1.TaskSpec, []string, []bool, error) {
 	out := make([]*cronoqv1.TaskSpec, len(specs))
 	keys := make([]string, len(specs))
 	generated := make([]bool, len(specs))
@@ -30,6 +31,7 @@ func withKeys(specs []TaskSpec) ([]*cronoqv1.TaskSpec, []string, []bool, error) 
 			}
 			return nil, nil, nil, err
 		}
+		injectTrace(ctx, p)
 		out[i], keys[i] = p, s.Key
 	}
 	return out, keys, generated, nil
@@ -39,13 +41,15 @@ func withKeys(specs []TaskSpec) ([]*cronoqv1.TaskSpec, []string, []bool, error) 
 // submit is retried with that same key after an unknown outcome, a lost
 // connection, or a node that is not (or has no) leader, moving through the
 // addresses with backoff until ctx ends. Invalid, overloaded and not-found
-// answers are returned at once.
+// answers are returned at once. When ctx carries an OpenTelemetry span and
+// the spec's tags have no traceparent, the span's context is added to them
+// (TagTraceparent, TagTracestate): the task continues the caller's trace.
 //
 // Calls made while many others are in flight go out together (see
 // WithSubmitConcurrency).
 func (c *Client) Submit(ctx context.Context, spec TaskSpec) (Submitted, error) {
 	const what = "submitting task"
-	specs, keys, gen, err := withKeys([]TaskSpec{spec})
+	specs, keys, gen, err := withKeys(ctx, []TaskSpec{spec})
 	if err != nil {
 		return Submitted{}, fmt.Errorf("%s: %w", what, err)
 	}
@@ -77,7 +81,7 @@ func (c *Client) SubmitBatch(ctx context.Context, specs []TaskSpec) ([]Submitted
 	if len(specs) == 0 {
 		return nil, nil
 	}
-	ps, keys, gen, err := withKeys(specs)
+	ps, keys, gen, err := withKeys(ctx, specs)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -106,7 +110,7 @@ func (c *Client) EnqueueMany(ctx context.Context, specs []TaskSpec) ([]Submitted
 	if len(specs) == 0 {
 		return nil, nil, nil
 	}
-	ps, keys, gen, err := withKeys(specs)
+	ps, keys, gen, err := withKeys(ctx, specs)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -226,11 +230,13 @@ func (c *Client) cancelTask(ctx context.Context, what string, ref *cronoqv1.Task
 	if err != nil {
 		return CancelResult{}, err
 	}
-	return CancelResult{Cancelled: resp.GetCancelled(), LastLease: resp.GetLastLease()}, nil
+	return CancelResult{ID: resp.GetId(), Cancelled: resp.GetCancelled(), LastLease: resp.GetLastLease()}, nil
 }
 
 // CancelResult is what CancelTask answers.
 type CancelResult struct {
+	// ID is the task's id.
+	ID string
 	// Cancelled is true when this call cancelled the task, false when it
 	// had already ended.
 	Cancelled bool
@@ -255,6 +261,11 @@ func (c *Client) Cancel(ctx context.Context, id string) (cancelled bool, err err
 // CancelKey cancels a task by idempotency key.
 func (c *Client) CancelKey(ctx context.Context, key string) (cancelled bool, err error) {
 	return c.cancel(ctx, "cancelling task by key "+key, &cronoqv1.TaskRef{Key: key})
+}
+
+// CancelTaskKey is CancelKey answering also the task's id and last lease.
+func (c *Client) CancelTaskKey(ctx context.Context, key string) (CancelResult, error) {
+	return c.cancelTask(ctx, "cancelling task by key "+key, &cronoqv1.TaskRef{Key: key})
 }
 
 // Delete removes an ended task now, rather than at the end of its
@@ -297,6 +308,56 @@ func (c *Client) Delete(ctx context.Context, ref TaskRef) (id string, deleted bo
 	return resp.GetId(), resp.GetDeleted(), nil
 }
 
+// RetryTask puts a task that ended failed, expired or cancelled back in the
+// queue, and returns it as stored then: the same id and key, a new attempt
+// budget (its attempts are counted from here; the ones before stay in
+// Attempts and in its attempt number), its output and end cleared, a
+// deadline that had passed dropped. An ordering lane it blocked runs it
+// first; the tasks that depend on it and still wait for another dependency
+// wait for its new end. Refused: a live or succeeded task
+// (ErrNotRetryable); a member of a workflow, an external task, a task whose
+// dependencies did not succeed, a task whose end released a task that
+// depends on it (an *InvalidError naming it); an unknown task
+// (ErrNotFound); a cluster with a server older than the release that
+// brought retries.
+//
+// A retry is not repeated after an attempt whose outcome is unknown (a
+// lost answer): the error then wraps ErrOutcomeUnknown, and a Get tells
+// whether the task runs again.
+func (c *Client) RetryTask(ctx context.Context, ref TaskRef) (*Task, error) {
+	what := "retrying task " + ref.String()
+	resp, err := unary(ctx, c, what, once, &cronoqv1.RetryRequest{Ref: &cronoqv1.TaskRef{Id: ref.ID, Key: ref.Key}},
+		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.RetryRequest]) (*connect.Response[cronoqv1.RetryResponse], error) {
+			return ep.tasks.Retry
+		})
+	if err != nil {
+		return nil, err
+	}
+	return taskFromProto(resp.GetTask()), nil
+}
+
+// CancelMany cancels the live tasks f selects (as Cancel does each: a
+// running attempt's worker is told to stop), in batches of a bounded size
+// committed one after the other, and returns how many it cancelled. The
+// tasks are those that match when the call reaches the leader; a task
+// that stops matching before its batch is left alone. It is repeated like
+// Cancel: after a lost answer the count is that of the last attempt.
+func (c *Client) CancelMany(ctx context.Context, f CancelFilter) (int64, error) {
+	const what = "cancelling tasks by filter"
+	req, err := cancelFilterToProto(f)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	resp, err := unary(ctx, c, what, idempotent, req,
+		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.CancelManyRequest]) (*connect.Response[cronoqv1.CancelManyResponse], error) {
+			return ep.tasks.CancelMany
+		})
+	if err != nil {
+		return 0, err
+	}
+	return resp.GetCancelled(), nil
+}
+
 // List lists tasks filtered by opt, ordered by id (decreasing with
 // ListOptions.NewestFirst). next is the cursor of the following page (pass
 // it as ListOptions.After, with the same filters and order), "" after the
@@ -337,11 +398,15 @@ func (c *Client) Counts(ctx context.Context) (map[string]map[string]int64, error
 const eventsBuffer = 64
 
 // Events subscribes to status events of the given pools (all pools when
-// none). The channel closes when ctx ends or the Client is closed. A lost
-// stream is re-established through the addresses with backoff; an event with
-// Lagged set marks each gap (the node dropped events for a slow subscriber,
-// or the stream was re-established). If the subscription fails in a way
-// retrying cannot fix, a last event carries Err before the channel closes.
+// none). Any node serves them, from its own replica, in log order, each
+// once it is durable. The channel closes when ctx ends or the Client is
+// closed. A lost stream is re-established through the addresses with
+// backoff, resuming after the last event received (Event.Cursor). An event
+// with Lagged set marks each gap: the node dropped events for a slow
+// subscriber, or the stream was re-established on a node that no longer
+// held (or never had) the events since. If the subscription fails in a
+// way retrying cannot fix, a last event carries Err before the channel
+// closes.
 func (c *Client) Events(ctx context.Context, pools ...string) (<-chan Event, error) {
 	c.mu.Lock()
 	if c.closed {
@@ -374,19 +439,48 @@ func (c *Client) runEvents(ctx context.Context, pools []string, ch chan<- Event)
 			return false
 		}
 	}
-	gapMarked := false
+	var (
+		cursor    uint64 // of the last event delivered: a new stream resumes after it
+		gapMarked bool   // a gap was marked and no event delivered since
+		// unsure: the stream was lost after cursor, and the next one may
+		// not resume after it (a node of an older release does not):
+		// a gap is marked unless it does.
+		unsure bool
+	)
+	lag := func() bool {
+		if gapMarked {
+			return true
+		}
+		gapMarked = true
+		return emit(Event{Lagged: true})
+	}
 	for n := 0; ; {
-		addr, err := c.pick(false)
+		addr, err := c.pick(true)
 		if err != nil {
 			return
 		}
 		received := false
-		stream, err := c.endpointFor(addr).tasks.Events(ctx, connect.NewRequest(&cronoqv1.EventsRequest{Pools: pools}))
+		stream, err := c.endpointFor(addr).tasks.Events(ctx, connect.NewRequest(&cronoqv1.EventsRequest{Pools: pools, AfterCursor: cursor}))
 		if err == nil {
 			for stream.Receive() {
-				n, gapMarked, received = 0, false, true
+				n, received = 0, true
 				c.succeeded(addr)
-				if !emit(eventFromProto(stream.Msg())) {
+				ev := eventFromProto(stream.Msg())
+				if unsure && !ev.Lagged && ev.Cursor == 0 && !lag() {
+					_ = stream.Close()
+					return
+				}
+				unsure = false
+				if ev.Lagged {
+					if !lag() {
+						_ = stream.Close()
+						return
+					}
+					continue
+				}
+				gapMarked = false
+				cursor = max(cursor, ev.Cursor)
+				if !emit(ev) {
 					_ = stream.Close()
 					return
 				}
@@ -405,13 +499,17 @@ func (c *Client) runEvents(ctx context.Context, pools []string, ch chan<- Event)
 			emit(Event{Err: fmt.Errorf("subscribing to events: %w", err)})
 			return
 		}
-		// A node that refused the subscription had not started it; any other
-		// end may have lost events.
-		if !gapMarked && (received || classify(ctx, err) != notExecuted) {
-			if !emit(Event{Lagged: true}) {
-				return
+		// A node that refused the subscription had not started it; any
+		// other end may have lost events: the next stream resumes after
+		// the last one received, if any, else they are lost.
+		if received || classify(ctx, err) != notExecuted {
+			if cursor == 0 {
+				if !lag() {
+					return
+				}
+			} else {
+				unsure = true
 			}
-			gapMarked = true
 		}
 		hint := ""
 		var ae *APIError
@@ -419,7 +517,7 @@ func (c *Client) runEvents(ctx context.Context, pools []string, ch chan<- Event)
 			hint = ae.LeaderAddr
 		}
 		c.failed(addr, hint, false)
-		c.log.Debug("event stream lost, resubscribing", "addr", addr, "error", err)
+		c.log.Debug("event stream lost, resubscribing", "addr", addr, "after_cursor", cursor, "error", err)
 		n++
 		if sleep(ctx, c.backoff(n)) != nil {
 			return

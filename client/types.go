@@ -134,11 +134,54 @@ type Task struct {
 	// Parent is the task whose successful completion spawned it, if any.
 	Parent string
 	// BlocksLane says it ended without succeeding under its pool's
-	// ordering policy block: its lane waits until it is deleted.
+	// ordering policy block: its lane waits until it is retried or deleted.
 	BlocksLane bool
 	// Principal is the accessor of the ACL token that submitted it (empty
 	// without ACLs).
 	Principal string
+	// Attempts is the history of its last attempts that ended (at most
+	// 10), oldest first. Clusters of an older log format keep none.
+	Attempts []Attempt
+	// AttemptBase is the attempts started before an operator last retried
+	// it (RetryTask): its attempt budget counts from there.
+	AttemptBase int
+}
+
+// Attempt is one ended attempt of a task.
+type Attempt struct {
+	Attempt int
+	// Worker is the id of the worker that held its lease.
+	Worker string
+	// Lease is its fencing token; Epoch the leader epoch that granted it.
+	Lease      uint64
+	Epoch      uint64
+	StartedAt  time.Time
+	FinishedAt time.Time
+	// Outcome is how it ended: one of the AttemptSucceeded... values.
+	Outcome string
+	// Error is its error, at most 1 KiB: a longer one is cut and ends with
+	// "… (truncated)".
+	Error string
+}
+
+// The outcomes of an attempt (Attempt.Outcome).
+const (
+	AttemptSucceeded = "succeeded" // the worker reported success
+	AttemptFailed    = "failed"    // a permanent failure, or a retryable one with no attempt left
+	AttemptRetry     = "retry"     // a retryable failure: the task ran again
+	AttemptCancelled = "cancelled" // the task was cancelled, by a request or by its worker
+	AttemptExpired   = "expired"   // the task's deadline passed while it ran
+	AttemptTimeout   = "timeout"   // the attempt ran past the task's timeout
+	AttemptLost      = "lost"      // its lease lapsed without a heartbeat
+)
+
+// CancelFilter selects the live tasks CancelMany cancels: those of Pool
+// with one of Statuses (live statuses, at least one) and, when Kinds is
+// not empty, one of Kinds.
+type CancelFilter struct {
+	Pool     string
+	Statuses []string
+	Kinds    []string
 }
 
 // Terminal reports whether the task has ended (succeeded, failed, cancelled
@@ -236,11 +279,12 @@ type Event struct {
 	Workflow       string
 	Step           string
 	WorkflowStatus string
-	// Cursor is where the event is in the log (set by ReadSubscription):
-	// cursors grow with the log, and Ack takes one.
+	// Cursor orders the events: every node gives an event the same
+	// cursor, growing with the log. 0 on a Lagged marker. Ack takes one.
 	Cursor uint64
 	// Lagged marks a gap: events were dropped before this point (the
-	// subscriber fell behind, or the stream was re-established).
+	// subscriber fell behind, or the stream was re-established on a node
+	// that did not hold the events since the last one received).
 	Lagged bool
 	// Err is set on the last value before the channel closes when the
 	// subscription ended on an error that retrying cannot fix.

@@ -15,6 +15,9 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cronoq/cronoq/api/apierr"
@@ -63,6 +66,14 @@ type WorkerConfig struct {
 	// the stream can take it, and the completions that finish while the
 	// stream is busy share the next message.
 	CompletionDelay time.Duration
+	// TracerProvider makes the spans of the attempts of traced tasks
+	// (those whose tags carry a traceparent): one span per attempt,
+	// "cronoq.attempt", a child of the node's dispatch span (else of the
+	// task's traceparent), around the handler, whose ctx carries it; the
+	// completion carries its context back to the node. Default: the
+	// global provider of go.opentelemetry.io/otel, which makes no spans
+	// until the program sets one.
+	TracerProvider trace.TracerProvider
 }
 
 // withDefaults returns a copy of cfg with defaults filled in.
@@ -84,6 +95,9 @@ func (cfg WorkerConfig) withDefaults(c *Client) WorkerConfig {
 	}
 	if cfg.CompletionBatch == 0 {
 		cfg.CompletionBatch = DefaultCompletionBatch
+	}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = otel.GetTracerProvider()
 	}
 	cfg.Handlers = maps.Clone(cfg.Handlers)
 	cfg.Labels = maps.Clone(cfg.Labels)
@@ -265,19 +279,24 @@ type connEvent struct {
 	gen int
 	msg *cronoqv1.ServerMessage
 	err error
+	// leader is the leader's address a node that relays the stream named
+	// (with the first message).
+	leader string
 }
 
 type taskResult struct {
 	lease  uint64
 	output []byte
 	err    error
+	span   trace.Span // the attempt's, when traced
 }
 
 // workerRun is the state of one Run; only the Run goroutine touches it.
 type workerRun struct {
-	w   *Worker
-	cfg WorkerConfig
-	log hclog.Logger
+	w      *Worker
+	cfg    WorkerConfig
+	log    hclog.Logger
+	tracer trace.Tracer
 
 	leases   map[uint64]*lease
 	runningN int
@@ -322,6 +341,7 @@ func newWorkerRun(w *Worker) *workerRun {
 		w:          w,
 		cfg:        w.cfg,
 		log:        w.log,
+		tracer:     w.cfg.TracerProvider.Tracer(tracerName),
 		leases:     make(map[uint64]*lease),
 		hbDue:      make(map[uint64]bool),
 		window:     defaultWindow,
@@ -431,10 +451,14 @@ func (r *workerRun) connect(life context.Context) {
 	go func() {
 		defer conn.wg.Done()
 		defer func() { _ = stream.CloseResponse() }()
-		for {
+		for first := true; ; first = false {
 			msg, err := stream.Receive()
+			ev := connEvent{gen: conn.gen, msg: msg, err: err}
+			if first && err == nil {
+				ev.leader = stream.ResponseHeader().Get(apierr.HeaderLeaderAddr)
+			}
 			select {
-			case r.events <- connEvent{gen: conn.gen, msg: msg, err: err}:
+			case r.events <- ev:
 			case <-cctx.Done():
 				return
 			}
@@ -515,7 +539,9 @@ func (r *workerRun) connFailed(err error) {
 	r.unsentQ = append(resend, r.unsentQ...)
 	clear(r.hbDue)
 	r.offered = 0
-	r.w.c.failed(addr, hint, false)
+	// An address that did not answer is not followed again as a leader
+	// hint until it answers (a relaying node names the leader).
+	r.w.c.failed(addr, hint, !answered(err))
 	r.failures++
 	var wait time.Duration
 	if hint == "" || hint == r.lastHint {
@@ -536,7 +562,7 @@ func (r *workerRun) onConnEvent(ev connEvent) {
 	}
 	switch m := ev.msg.GetMsg().(type) {
 	case *cronoqv1.ServerMessage_Welcome:
-		r.onWelcome(m.Welcome)
+		r.onWelcome(m.Welcome, ev.leader)
 	case *cronoqv1.ServerMessage_Grants:
 		for _, g := range m.Grants.GetGrants() {
 			r.onGrant(g)
@@ -553,11 +579,14 @@ func (r *workerRun) onConnEvent(ev connEvent) {
 	}
 }
 
-func (r *workerRun) onWelcome(wl *cronoqv1.Welcome) {
+// onWelcome starts using a stream the node at r.conn.addr welcomed; leader
+// is the leader's address when that node relays the stream to it (the next
+// stream goes straight there, saving the relay).
+func (r *workerRun) onWelcome(wl *cronoqv1.Welcome, leader string) {
 	r.conn.welcomed = true
 	r.welcomeT.Stop()
 	r.failures, r.lastHint = 0, ""
-	r.w.c.succeeded(r.conn.addr)
+	r.w.c.succeededVia(r.conn.addr, leader)
 	if w := wl.GetHeartbeatWindow().AsDuration(); w > 0 {
 		r.window = w
 	}
@@ -591,13 +620,18 @@ func (r *workerRun) onGrant(g *cronoqv1.Grant) {
 
 	tctx, cancel := context.WithCancelCause(r.base)
 	l.cancel = cancel
+	tctx, span := r.startAttempt(tctx, g, job)
 	handler := r.cfg.Handlers[job.Task.Kind]
 	r.tasks.Add(1)
 	go func() {
 		defer r.tasks.Done()
 		out, err := r.execute(tctx, handler, job)
+		if cause := context.Cause(tctx); cause != nil && span != nil {
+			span.AddEvent("aborted", trace.WithAttributes(attribute.String("cronoq.abort.reason", cause.Error())))
+		}
+		endAttempt(span, err)
 		cancel(nil)
-		r.results <- taskResult{lease: job.Lease, output: out, err: err}
+		r.results <- taskResult{lease: job.Lease, output: out, err: err, span: span}
 	}()
 }
 
@@ -647,6 +681,7 @@ func (r *workerRun) onResult(res taskResult) {
 		children, then = l.job.children, l.job.then
 	}
 	l.done = completionToProto(l.id, res.output, res.err, children, then)
+	traceCompletion(res.span, l.done)
 	r.unsentQ = append(r.unsentQ, l.id)
 	if len(r.unsentQ) >= r.cfg.CompletionBatch || r.stopping || r.cfg.CompletionDelay == 0 {
 		r.flushNow = true

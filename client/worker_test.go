@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -99,7 +101,13 @@ func TestWorkerOutcomes(t *testing.T) {
 		"perm": HandlerFunc(func(context.Context, *Job) ([]byte, error) {
 			return nil, Permanent(errors.New("bad input"))
 		}),
-		"panic": HandlerFunc(func(context.Context, *Job) ([]byte, error) { panic("boom") }),
+		"panic": HandlerFunc(func(context.Context, *Job) ([]byte, error) { panicky("boom"); return nil, nil }),
+		"cancel": HandlerFunc(func(context.Context, *Job) ([]byte, error) {
+			return []byte("ignored"), Cancel("order withdrawn")
+		}),
+		"cancelwrapped": HandlerFunc(func(context.Context, *Job) ([]byte, error) {
+			return nil, fmt.Errorf("account closed: %w", ErrCancelAttempt)
+		}),
 		"typed": Typed(func(_ context.Context, _ *Job, a args) ([]byte, error) {
 			return []byte{byte(a.N)}, nil
 		}),
@@ -109,7 +117,7 @@ func TestWorkerOutcomes(t *testing.T) {
 	stop := runWorker(t, w)
 
 	ids := map[string]string{}
-	for _, k := range []string{"ok", "retry", "plain", "perm", "panic", "typed", "badtyped", "unknown"} {
+	for _, k := range []string{"ok", "retry", "plain", "perm", "panic", "cancel", "cancelwrapped", "typed", "badtyped", "unknown"} {
 		payload := []byte("x")
 		switch k {
 		case "typed":
@@ -149,8 +157,22 @@ func TestWorkerOutcomes(t *testing.T) {
 	require.Nil(t, got["plain"].GetRetryAfter())
 	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_PERMANENT, got["perm"].GetOutcome())
 	require.Equal(t, "bad input", got["perm"].GetMessage())
+	// A panic is a retryable failure: the panic value, then the stack from
+	// the call that panicked on (not the worker's recovery frames).
 	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_RETRYABLE, got["panic"].GetOutcome())
-	require.Equal(t, "panic: boom", got["panic"].GetMessage())
+	msg := got["panic"].GetMessage()
+	require.True(t, strings.HasPrefix(msg, "panic: boom\n"), "message %q", msg)
+	lines := strings.Split(msg, "\n")
+	require.Contains(t, lines[1], "client.panicky(", "the panicking frame comes first: %q", msg)
+	require.Contains(t, msg, "worker_test.go:")
+	require.NotContains(t, msg, "runtime/debug.Stack")
+	require.NotContains(t, msg, "goroutine ")
+	require.LessOrEqual(t, len(lines), 1+2*panicFrames)
+	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_CANCELLED, got["cancel"].GetOutcome())
+	require.Equal(t, "order withdrawn", got["cancel"].GetMessage())
+	require.Empty(t, got["cancel"].GetOutput())
+	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_CANCELLED, got["cancelwrapped"].GetOutcome())
+	require.Equal(t, "account closed: attempt cancelled by its handler", got["cancelwrapped"].GetMessage())
 	require.Equal(t, []byte{7}, got["typed"].GetOutput())
 	require.Equal(t, cronoqv1.OutcomeKind_OUTCOME_PERMANENT, got["badtyped"].GetOutcome())
 	require.Contains(t, got["badtyped"].GetMessage(), "decoding payload")
@@ -164,6 +186,12 @@ func TestWorkerOutcomes(t *testing.T) {
 	require.GreaterOrEqual(t, fc.Node(0).Requests(cronoqv1connect.WorkerServiceConnectProcedure), 1, "asked the follower first")
 	require.NoError(t, stop())
 }
+
+// panicky panics with v, a frame of its own that the stack excerpt of a
+// handler's panic must start with.
+//
+//go:noinline
+func panicky(v any) { panic(v) }
 
 func TestWorkerAbortCancelsAttempt(t *testing.T) {
 	t.Parallel()

@@ -14,6 +14,7 @@ import (
 // SubmitWorkflow submits a workflow: its steps are inserted atomically,
 // each blocked until the steps it depends on end. A spec without a key
 // gets a random one, and the submit is retried with that key like Submit.
+// Steps continue the trace of ctx's span as Submit's task does.
 func (c *Client) SubmitWorkflow(ctx context.Context, spec WorkflowSpec) (*WorkflowSubmitted, error) {
 	what := "submitting workflow"
 	if spec.Name != "" {
@@ -29,6 +30,7 @@ func (c *Client) SubmitWorkflow(ctx context.Context, spec WorkflowSpec) (*Workfl
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", what, prefixInvalid(fmt.Sprintf("steps[%d].", i), err))
 		}
+		injectTrace(ctx, ps.GetSpec())
 		req.Spec.Steps = append(req.Spec.Steps, ps)
 	}
 	resp, err := unary(ctx, c, what, idempotent, req,

@@ -50,25 +50,35 @@ type ACLReader interface {
 
 // initialManagement bootstraps ACLs with the configured initial management
 // token while the replicated state says they never were. A failure (a
-// server too old for ACLs, a lost term) is logged and tried again on the
-// next round of the leader loop.
+// server too old for ACLs, a lost term) is logged and tried again on a
+// later round of the leader loop, once its backoff has passed.
 func (n *Node) initialManagement(ctx context.Context, eng *engine.Engine) {
+	l := n.loops.aclInit
 	secret := n.cfg.ACLInitialManagement
-	if secret == "" || eng == nil || n.state.ACLBootstrapIndex() != 0 {
+	if secret == "" || eng == nil || n.state.ACLBootstrapIndex() != 0 || !l.Ready() {
 		return
 	}
 	accessor, err := generateNodeID()
-	if err != nil {
-		n.logger.Warn("making the initial management token", "error", err)
-		return
+	if err == nil {
+		err = l.Injected()
 	}
-	h := sha256.Sum256([]byte(secret))
-	tok := fsm.ACLToken{Accessor: accessor, SecretHash: h[:], Name: "initial management token"}
-	if _, err := eng.ACLBootstrap(ctx, tok); err != nil {
-		if !errors.Is(err, core.ErrACLBootstrapped) {
-			n.logger.Warn("making the initial management token", "error", err)
+	if err == nil {
+		h := sha256.Sum256([]byte(secret))
+		tok := fsm.ACLToken{Accessor: accessor, SecretHash: h[:], Name: "initial management token"}
+		_, err = eng.ACLBootstrap(ctx, tok)
+		switch {
+		case errors.Is(err, core.ErrACLBootstrapped):
+			l.Succeeded() // someone bootstrapped them meanwhile
+			return
+		case err != nil && (ctx.Err() != nil || errors.Is(err, engine.ErrStopped)):
+			return // the term or its engine ended: no attempt
 		}
+	}
+	if err != nil {
+		wait := l.Failed(err)
+		n.logger.Warn("making the initial management token", "error", err, "retry_in", wait)
 		return
 	}
+	l.Succeeded()
 	n.logger.Info("ACLs bootstrapped with the initial management token", "accessor", accessor)
 }

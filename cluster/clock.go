@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/cronoq/cronoq/engine"
 	"github.com/cronoq/cronoq/metrics"
 )
 
@@ -284,7 +286,9 @@ func (n *Node) clockReason() string {
 }
 
 // clockLoop runs the leader's rounds every ClockCheckInterval until
-// shutdown.
+// shutdown. A round fails when the engine could not be told that the hold
+// changed (it is told again on the next round); rounds back off while
+// they fail.
 func (n *Node) clockLoop() {
 	defer n.loopsWG.Done()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -296,25 +300,39 @@ func (n *Node) clockLoop() {
 		case <-ctx.Done():
 		}
 	}()
-	t := time.NewTicker(n.cfg.ClockCheckInterval)
-	defer t.Stop()
+	l := n.loops.clock
+	untold := false // the engine may not know the last change of the hold
 	for {
-		select {
-		case <-ctx.Done():
+		if !l.Sleep(ctx, l.Next(n.cfg.ClockCheckInterval)) {
 			return
-		case <-t.C:
 		}
-		n.checkClock(ctx)
+		err := l.Injected()
+		if err == nil {
+			changed := n.checkClock(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			if changed || untold {
+				err = n.tellEngineClock(ctx)
+				untold = err != nil
+			}
+		}
+		if err != nil {
+			wait := l.Failed(err)
+			n.logger.Warn("clock check failed", "error", err, "retry_in", wait)
+			continue
+		}
+		l.Succeeded()
 	}
 }
 
 // checkClock runs one round: while this node leads, has a ClockReader and
-// other voters, it reads their clocks and judges its own.
-func (n *Node) checkClock(ctx context.Context) {
+// other voters, it reads their clocks and judges its own. It reports
+// whether the hold changed.
+func (n *Node) checkClock(ctx context.Context) bool {
 	var (
-		changed bool
-		reader  *ClockReader
-		voters  []raft.ServerID
+		reader *ClockReader
+		voters []raft.ServerID
 	)
 	if n.raft.State() == raft.Leader {
 		reader = n.clockReader.Load()
@@ -327,25 +345,29 @@ func (n *Node) checkClock(ctx context.Context) {
 		}
 	}
 	if reader == nil || len(voters) < 2 {
-		changed = n.clock.disarm()
-	} else {
-		start := time.Now()
-		samples := n.readClocks(ctx, *reader, voters)
-		if ctx.Err() != nil {
-			return
-		}
-		changed = n.clock.judged(judgeClock(n.cfg.MaxClockSkew, len(voters), samples), start)
+		return n.clock.disarm()
 	}
-	if !changed {
-		return
+	start := time.Now()
+	samples := n.readClocks(ctx, *reader, voters)
+	if ctx.Err() != nil {
+		return false
 	}
-	if eng, err := n.engine(); err == nil {
-		rctx, cancel := context.WithTimeout(ctx, n.cfg.ClockCheckInterval)
-		defer cancel()
-		if err := eng.RecheckClock(rctx); err != nil {
-			n.logger.Debug("telling the engine about the clock hold", "error", err)
-		}
+	return n.clock.judged(judgeClock(n.cfg.MaxClockSkew, len(voters), samples), start)
+}
+
+// tellEngineClock makes the leader's engine read the hold again (a
+// follower has no engine: the next one reads it as it starts).
+func (n *Node) tellEngineClock(ctx context.Context) error {
+	eng, err := n.engine()
+	if err != nil {
+		return nil
 	}
+	rctx, cancel := context.WithTimeout(ctx, n.cfg.ClockCheckInterval)
+	defer cancel()
+	if err := eng.RecheckClock(rctx); err != nil && !errors.Is(err, engine.ErrStopped) && ctx.Err() == nil {
+		return fmt.Errorf("telling the engine about the clock hold: %w", err)
+	}
+	return nil
 }
 
 // readClocks reads the clock of every voter but this node, at once.

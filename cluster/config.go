@@ -11,6 +11,7 @@ import (
 
 	"github.com/cronoq/cronoq/engine"
 	"github.com/cronoq/cronoq/fsm"
+	"github.com/cronoq/cronoq/internal/loophealth"
 	"github.com/cronoq/cronoq/internal/tlsutil"
 	"github.com/cronoq/cronoq/metrics"
 	"github.com/cronoq/cronoq/webhook"
@@ -172,8 +173,16 @@ type Config struct {
 	// acknowledged writes on a crash.
 	NoSync bool
 	// DiskProbeInterval is how often a node whose data directory is full
-	// checks whether space is back (by writing a probe file). Default 5s.
+	// checks whether space is back (by writing a probe file), at first:
+	// it backs off while the disk stays full. Default 5s.
 	DiskProbeInterval time.Duration
+	// Loops configures the health of the node's background loops (see
+	// Health and package loophealth): Threshold, the consecutive failures
+	// that make a loop degraded (3); MinBackoff, the first backoff of the
+	// loops that have no interval of their own (1s); MaxBackoff, the cap
+	// of every loop's backoff but join's (1m). Clock, Rand, OnAttempt and
+	// Fault are for tests.
+	Loops loophealth.Options
 }
 
 // WithDefaults returns a copy of c with every unset field set to its default.
@@ -220,6 +229,7 @@ func (c Config) WithDefaults() Config {
 		c.MaxClockSkew = time.Second
 	}
 	setDur(&c.ClockCheckInterval, time.Second)
+	c.Loops = c.Loops.WithDefaults()
 
 	setDur(&c.HeartbeatTimeout, rd.HeartbeatTimeout)
 	setDur(&c.ElectionTimeout, rd.ElectionTimeout)
@@ -283,6 +293,8 @@ func (c Config) WithTestTimings() Config {
 	c.GossipSuspicionMult = 3
 	c.GossipDeadNodeReclaimTime = time.Second
 	c.DiskProbeInterval = 100 * time.Millisecond
+	c.Loops.MinBackoff = 50 * time.Millisecond
+	c.Loops.MaxBackoff = time.Second
 	return c
 }
 

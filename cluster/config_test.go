@@ -32,6 +32,11 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, rd.SnapshotThreshold, c.SnapshotThreshold)
 	require.Equal(t, rd.TrailingLogs, c.TrailingLogs)
 	require.NotNil(t, c.Logger)
+	require.Equal(t, 3, c.Loops.Threshold)
+	require.Equal(t, time.Second, c.Loops.MinBackoff)
+	require.Equal(t, time.Minute, c.Loops.MaxBackoff)
+	require.NotNil(t, c.Loops.Clock)
+	require.Nil(t, c.Loops.Fault, "no faults outside tests")
 	c.Join[0] = "b"
 	require.Equal(t, "a", in.Join[0], "the join list is copied")
 	require.NoError(t, c.Validate())

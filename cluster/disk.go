@@ -169,12 +169,12 @@ func (d *diskState) clearLocked(how string) {
 
 // probe writes (and removes) a file the size of the failed write, plus
 // margin, in the raft directory; when that fits the condition clears. It
-// reports whether the condition is clear.
-func (d *diskState) probe() bool {
+// returns nil when the condition is clear, else why the probe failed.
+func (d *diskState) probe() error {
 	d.mu.Lock()
 	if d.full == nil {
 		d.mu.Unlock()
-		return true
+		return nil
 	}
 	size := min(max(minProbeBytes, 2*d.failed), maxProbeBytes)
 	d.mu.Unlock()
@@ -184,16 +184,16 @@ func (d *diskState) probe() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.full == nil {
-		return true
+		return nil
 	}
 	if err != nil {
 		if !isNoSpace(err) {
 			d.logger.Warn("disk space probe failed", "dir", d.probeDir, "error", err)
 		}
-		return false
+		return fmt.Errorf("probing for %d bytes of space in %s: %w", size, d.probeDir, err)
 	}
 	d.clearLocked(fmt.Sprintf("a %d-byte probe file fits", size))
-	return true
+	return nil
 }
 
 // writeProbe writes size bytes to path, syncs them and removes the file.
@@ -229,13 +229,13 @@ func writeProbe(path string, size int) (err error) {
 const heldElectionTimeout = 24 * time.Hour
 
 // probeLoop probes the disk while the condition holds, every
-// DiskProbeInterval, until the node shuts down. While the condition holds
-// the node does not stand for election: raft's heartbeat and election
-// timeouts are lengthened, and restored once space is back.
+// DiskProbeInterval at first and less often (its backoff) while the probes
+// keep finding no space, until the node shuts down. While the condition
+// holds the node does not stand for election: raft's heartbeat and
+// election timeouts are lengthened, and restored once space is back.
 func (n *Node) probeLoop() {
 	defer n.loopsWG.Done()
-	t := time.NewTicker(n.cfg.DiskProbeInterval)
-	defer t.Stop()
+	l := n.loops.disk
 	held := false
 	for {
 		changed := n.disk.watch()
@@ -245,6 +245,9 @@ func (n *Node) probeLoop() {
 			held = full
 		}
 		if !full {
+			// Space is back, by a probe or a log write: the probes'
+			// failures are over.
+			l.Reset()
 			select {
 			case <-n.shutdownCh:
 				return
@@ -252,11 +255,18 @@ func (n *Node) probeLoop() {
 			}
 			continue
 		}
+		t := l.Timer(l.Next(n.cfg.DiskProbeInterval))
 		select {
 		case <-n.shutdownCh:
+			t.Stop()
 			return
-		case <-t.C:
-			n.disk.probe()
+		case <-changed:
+			// Cleared by a log write (or set again): no probe needed now.
+			t.Stop()
+		case <-t.C():
+			if err := l.Do(n.disk.probe); err != nil {
+				n.logger.Debug("disk space probe", "error", err, "next_in", l.Next(0))
+			}
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -117,6 +118,8 @@ func TestDiskFullSingleNode(t *testing.T) {
 	cfg := c.Config("n1")
 	cfg.BootstrapExpect = 1
 	cfg.DataDir = filepath.Join(mnt, "n1")
+	rec := newLoopRecorder()
+	rec.install(&cfg)
 	tn := c.Start(cfg)
 	n := tn.Node
 	c.Leader()
@@ -151,6 +154,15 @@ func TestDiskFullSingleNode(t *testing.T) {
 	require.Equal(t, raft.Follower.String(), n.RaftStats()["state"], "raft steps down on a failed log write; the node stays down")
 	requireTasksPresent(t, n, acked)
 
+	// The space probes fail, back off, and say so after the disk reason.
+	require.Eventually(t, func() bool {
+		return loopStatus(t, n, cluster.LoopDiskProbe).Failures >= 4
+	}, 20*time.Second, 10*time.Millisecond, "the probes did not fail four times: %+v", loopStatus(t, n, cluster.LoopDiskProbe))
+	h = n.Health()
+	require.True(t, strings.HasPrefix(h.Reasons[0], want), "reasons: %q", h.Reasons)
+	require.Contains(t, loopReason(h, cluster.LoopDiskProbe), "no space left on device", "reasons: %q", h.Reasons)
+	requireBackoffGrows(t, rec.failures(cluster.LoopDiskProbe, syscall.ENOSPC), cfg.DiskProbeInterval, cfg.Loops.MaxBackoff)
+
 	// Space comes back: the node clears the condition by itself and serves.
 	growFS(t, mnt, "96m")
 	require.Eventually(t, func() bool {
@@ -158,6 +170,7 @@ func TestDiskFullSingleNode(t *testing.T) {
 		return err == nil && n.DiskFull() == nil
 	}, 20*time.Second, 20*time.Millisecond, "the node did not take writes again")
 	require.Equal(t, cluster.HealthOK, n.Health().Status, "%q", n.Health().Reasons)
+	require.Zero(t, loopStatus(t, n, cluster.LoopDiskProbe).Failures)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	res, err := n.Submit(ctx, cluster.SubmitOne, payloadSpec("after"))

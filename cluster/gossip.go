@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/cronoq/cronoq/internal/loophealth"
 )
 
 // publishMeta encodes m and makes it the metadata memberlist serves.
@@ -22,23 +24,18 @@ func (n *Node) publishMeta(m nodeMeta) error {
 }
 
 // metaLoop keeps this node's gossip metadata current: whether it has raft
-// state, and its applied index while it is not a voter.
+// state, and its applied index while it is not a voter. It refreshes every
+// MetaRefreshInterval, and backs off while refreshing fails.
 func (n *Node) metaLoop() {
 	defer n.loopsWG.Done()
-	t := time.NewTicker(n.cfg.MetaRefreshInterval)
-	defer t.Stop()
+	l := n.loops.meta
 	for {
-		select {
-		case <-n.shutdownCh:
+		if !n.sleepOrShutdown(l, l.Next(n.cfg.MetaRefreshInterval)) {
 			return
-		case <-t.C:
 		}
-		if err := n.refreshMeta(); err != nil {
-			n.loops.meta.fail(err)
+		if err := l.Do(n.refreshMeta); err != nil {
 			n.logger.Debug("refreshing gossip metadata", "error", err)
-			continue
 		}
-		n.loops.meta.ok()
 	}
 }
 
@@ -81,72 +78,91 @@ func (n *Node) refreshMeta() error {
 }
 
 // bootstrapLoop bootstraps raft once bootstrap-expect is satisfied (see
-// decideBootstrap), re-deciding on every membership event and periodically.
+// decideBootstrap), re-deciding on every membership event and every
+// MetaRefreshInterval. A failed bootstrap is tried again after its backoff,
+// not before.
 func (n *Node) bootstrapLoop() {
 	defer n.loopsWG.Done()
-	t := time.NewTicker(n.cfg.MetaRefreshInterval)
-	defer t.Stop()
+	l := n.loops.bootstrap
 	for {
 		hasState := n.raft.LastIndex() > 0
 		d := decideBootstrap(n.id, n.cfg.BootstrapExpect, hasState, n.Members())
 		if d.Final {
 			n.logger.Debug("not bootstrapping", "reason", d.Reason)
-			n.loops.bootstrap.ok()
+			l.Reset() // the node has raft state now: nothing left to fail
 			return
 		}
-		if len(d.Servers) > 0 {
+		switch {
+		case len(d.Servers) == 0:
+			n.logger.Debug("waiting to bootstrap", "reason", d.Reason)
+		case l.Ready():
 			n.logger.Info("bootstrapping raft", "servers", fmt.Sprint(d.Servers))
-			err := n.await(context.Background(), n.raft.BootstrapCluster(raft.Configuration{Servers: d.Servers}))
-			if err == nil || errors.Is(err, raft.ErrCantBootstrap) {
-				n.loops.bootstrap.ok()
+			err := l.Do(func() error {
+				err := n.await(context.Background(), n.raft.BootstrapCluster(raft.Configuration{Servers: d.Servers}))
+				if errors.Is(err, raft.ErrCantBootstrap) {
+					return nil // some state came in meanwhile: nothing to do
+				}
+				return err
+			})
+			if err == nil {
 				if err := n.refreshMeta(); err != nil {
 					n.logger.Warn("refreshing gossip metadata after bootstrap", "error", err)
 				}
 				return
 			}
-			n.loops.bootstrap.fail(err)
-			n.logger.Error("bootstrapping raft failed", "error", err)
-		} else {
-			n.logger.Debug("waiting to bootstrap", "reason", d.Reason)
+			n.logger.Error("bootstrapping raft failed", "error", err, "retry_in", l.Status().Backoff)
 		}
+		t := l.Timer(l.Next(n.cfg.MetaRefreshInterval))
 		select {
 		case <-n.shutdownCh:
+			t.Stop()
 			return
 		case <-n.bootstrapCh:
-		case <-t.C:
+			t.Stop()
+		case <-t.C():
 		}
 	}
 }
 
-// joinLoop joins the gossip pool through addrs, retrying with backoff until
-// some node other than this one answered.
+// joinLoop joins the gossip pool through addrs, retrying with backoff
+// (JoinRetryMin doubling up to JoinRetryMax) until some node other than
+// this one answered.
 func (n *Node) joinLoop(addrs []string) {
 	defer n.loopsWG.Done()
-	backoff := n.cfg.JoinRetryMin
+	l := n.loops.join
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		targets := n.joinTargets(ctx, addrs)
-		cancel()
-		if len(targets) == 0 {
-			n.logger.Debug("join list names only this node")
-			n.loops.join.ok()
-			return
-		}
-		joined, err := n.ml.Join(targets)
-		if joined > 0 {
-			n.logger.Info("joined the gossip pool", "contacted", joined)
-			n.loops.join.ok()
-			return
-		}
+		joined := 0
+		var targets []string
+		err := l.Do(func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			targets = n.joinTargets(ctx, addrs)
+			cancel()
+			if len(targets) == 0 {
+				return nil
+			}
+			var err error
+			joined, err = n.ml.Join(targets)
+			switch {
+			case joined > 0:
+				return nil
+			case err == nil:
+				return errors.New("no node answered")
+			}
+			return fmt.Errorf("joining %v: %w", targets, err)
+		})
 		if err == nil {
-			err = errors.New("no node answered")
-		}
-		n.loops.join.fail(err)
-		n.logger.Warn("join failed, retrying", "addrs", fmt.Sprint(targets), "in", backoff, "error", err)
-		if !n.sleepOrShutdown(backoff) {
+			if joined > 0 {
+				n.logger.Info("joined the gossip pool", "contacted", joined)
+			} else {
+				n.logger.Debug("join list names only this node")
+			}
 			return
 		}
-		backoff = min(2*backoff, n.cfg.JoinRetryMax)
+		wait := l.Next(0)
+		n.logger.Warn("join failed, retrying", "addrs", fmt.Sprint(addrs), "in", wait, "error", err)
+		if !n.sleepOrShutdown(l, wait) {
+			return
+		}
 	}
 }
 
@@ -204,14 +220,15 @@ func (n *Node) joinTargets(ctx context.Context, addrs []string) []string {
 	return out
 }
 
-// sleepOrShutdown waits d; it reports false if the node shut down first.
-func (n *Node) sleepOrShutdown(d time.Duration) bool {
-	t := time.NewTimer(d)
+// sleepOrShutdown waits d on l's clock; it reports false if the node shut
+// down first.
+func (n *Node) sleepOrShutdown(l *loophealth.Loop, d time.Duration) bool {
+	t := l.Timer(d)
 	defer t.Stop()
 	select {
 	case <-n.shutdownCh:
 		return false
-	case <-t.C:
+	case <-t.C():
 		return true
 	}
 }

@@ -2,73 +2,84 @@ package cluster
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/cronoq/cronoq/internal/loophealth"
 )
 
 // LoopStatus is the health of one background loop of a node.
-type LoopStatus struct {
-	Name      string
-	Failures  int       // consecutive failures (0 = healthy)
-	LastError string    // of the last failure, while Failures > 0
-	LastOK    time.Time // last successful iteration (zero: none yet)
-	Runs      uint64    // iterations so far
-}
+type LoopStatus = loophealth.Status
 
-// loopGuard records the consecutive failures of one loop.
-type loopGuard struct {
-	name string
-	now  func() time.Time
-
-	mu       sync.Mutex
-	failures int
-	lastErr  string
-	lastOK   time.Time
-	runs     uint64
-}
-
-func (g *loopGuard) ok() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.failures, g.lastErr = 0, ""
-	g.lastOK = g.now()
-	g.runs++
-}
-
-func (g *loopGuard) fail(err error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.failures++
-	g.lastErr = err.Error()
-	g.runs++
-}
-
-func (g *loopGuard) status() LoopStatus {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return LoopStatus{Name: g.name, Failures: g.failures, LastError: g.lastErr, LastOK: g.lastOK, Runs: g.runs}
-}
+// The node's background loops, by the name its health and the loop label
+// of the cronoq_loop_* series give them.
+const (
+	// LoopJoin joins the gossip pool through Config.Join until a node
+	// answers.
+	LoopJoin = "join"
+	// LoopBootstrap bootstraps raft once bootstrap-expect is met.
+	LoopBootstrap = "bootstrap"
+	// LoopGossipMeta refreshes the node's gossip metadata.
+	LoopGossipMeta = "gossip-meta"
+	// LoopLeadership establishes leadership (barrier, epoch bump, engine
+	// start) on the leader.
+	LoopLeadership = "leadership"
+	// LoopEngine is the leader's engine: its timer wake-ups (runs at,
+	// recurring fires, lease expiries, retention sweeps) and the commits of
+	// everything it does. A failure is an engine stopped by a failed
+	// commit; the leader starts a new one after the backoff.
+	LoopEngine = "engine"
+	// LoopReconcile reconciles gossip members with the raft configuration
+	// on the leader (adds, promotions, removals).
+	LoopReconcile = "reconcile"
+	// LoopClockCheck compares the leader's clock with the other voters'.
+	LoopClockCheck = "clock-check"
+	// LoopDiskProbe probes a full data directory for space.
+	LoopDiskProbe = "disk-probe"
+	// LoopACLInitialManagement makes the initial management token on the
+	// leader (Config.ACLInitialManagement).
+	LoopACLInitialManagement = "acl-initial-management"
+)
 
 // loopSet is the node's background loops.
 type loopSet struct {
-	join, bootstrap, meta, leadership, reconcile *loopGuard
+	set *loophealth.Set
+
+	join, bootstrap, meta, leadership, engine, reconcile, clock, disk, aclInit *loophealth.Loop
 }
 
-func newLoopSet(now func() time.Time) loopSet {
-	g := func(name string) *loopGuard { return &loopGuard{name: name, now: now} }
+// newLoopSet registers the node's loops. A loop's first backoff is its own
+// pace (its interval, or the pause it took before retrying when it had
+// one); every cap is cfg.Loops.MaxBackoff but join's, JoinRetryMax.
+func newLoopSet(cfg Config) loopSet {
+	s := loophealth.New(cfg.Loops)
+	reg := func(name string, first time.Duration) *loophealth.Loop {
+		return s.Register(name, loophealth.Policy{Min: first})
+	}
 	return loopSet{
-		join:       g("join"),
-		bootstrap:  g("bootstrap"),
-		meta:       g("gossip-meta"),
-		leadership: g("leadership"),
-		reconcile:  g("reconcile"),
+		set:        s,
+		join:       s.Register(LoopJoin, loophealth.Policy{Min: cfg.JoinRetryMin, Max: cfg.JoinRetryMax}),
+		bootstrap:  reg(LoopBootstrap, cfg.MetaRefreshInterval),
+		meta:       reg(LoopGossipMeta, cfg.MetaRefreshInterval),
+		leadership: reg(LoopLeadership, cfg.EstablishRetryInterval),
+		engine:     reg(LoopEngine, cfg.EstablishRetryInterval),
+		reconcile:  reg(LoopReconcile, 0),
+		clock:      reg(LoopClockCheck, cfg.ClockCheckInterval),
+		disk:       reg(LoopDiskProbe, cfg.DiskProbeInterval),
+		aclInit:    reg(LoopACLInitialManagement, 0),
 	}
 }
 
-func (s loopSet) all() []*loopGuard {
-	return []*loopGuard{s.join, s.bootstrap, s.meta, s.leadership, s.reconcile}
+// Loops is the node's set of background loops: what Health lists and the
+// cronoq_loop_* series export. A component of the node that runs a loop of
+// its own registers it here (see package loophealth).
+func (n *Node) Loops() *loophealth.Set { return n.loops.set }
+
+// loopReason is the health reason of a degraded loop.
+func loopReason(st LoopStatus) string {
+	return fmt.Sprintf("loop %s: %d consecutive failures (backing off %s): %s",
+		st.Name, st.Failures, st.Backoff.Round(time.Millisecond), st.LastError)
 }
 
 // Health is a node's view of itself and the cluster (`cronoq health`).
@@ -98,8 +109,9 @@ const (
 // stopped applying the raft log (see fsm.HaltError), degraded, with
 // reasons, when its data directory is full (see DiskFullError), no leader
 // is known, this leader is not serving yet, a voter is not alive in
-// gossip, a background loop keeps failing, TLS is off while an address of
-// the node is not on loopback, or a durable subscription stalled.
+// gossip, a background loop failed Config.Loops.Threshold times in a row
+// (3; LoopStatus.Degraded), TLS is off while an address of the node is not
+// on loopback, or a durable subscription stalled.
 func (n *Node) Health() Health {
 	leader, leaderHTTP := n.Leader()
 	state := n.raft.State()
@@ -154,14 +166,10 @@ func (n *Node) Health() Health {
 			h.Reasons = append(h.Reasons, r)
 		}
 	}
-	loops := make([]LoopStatus, 0, len(n.loops.all()))
-	for _, g := range n.loops.all() {
-		loops = append(loops, g.status())
-	}
-	for _, st := range append(loops, n.webhookLoops()...) {
-		h.Loops = append(h.Loops, st)
-		if st.Failures > 0 {
-			h.Reasons = append(h.Reasons, fmt.Sprintf("loop %s: %d consecutive failures: %s", st.Name, st.Failures, st.LastError))
+	h.Loops = n.loops.set.Statuses()
+	for _, st := range h.Loops {
+		if st.Degraded {
+			h.Reasons = append(h.Reasons, loopReason(st))
 		}
 	}
 	if r := plaintextReason(n.plaintext); r != "" {

@@ -13,6 +13,7 @@ import (
 	"github.com/cronoq/cronoq/engine"
 	"github.com/cronoq/cronoq/engine/core"
 	"github.com/cronoq/cronoq/fsm"
+	"github.com/cronoq/cronoq/internal/loophealth"
 )
 
 // transferRequest asks the leader loop to hand leadership to ID (any voter
@@ -75,77 +76,113 @@ func (n *Node) monitorLeadership() {
 
 // leaderLoop runs one term of leadership: establish (barrier, epoch bump,
 // engine start), then reconcile membership periodically and on events, and
-// re-establish when the engine stops by itself (a failed commit). The
-// engine is stopped when the loop returns.
+// re-establish when the engine stops by itself (a failed commit). A failed
+// establishment, a failed engine and a failed reconciliation are each
+// tried again after their loop's backoff (see package loophealth), the
+// term serving transfer requests meanwhile. The engine is stopped when the
+// loop returns.
 func (n *Node) leaderLoop(ctx context.Context) {
 	defer n.revoke()
 	rs := newReconcileState()
-	ticker := time.NewTicker(n.cfg.ReconcileInterval)
-	defer ticker.Stop()
+	lead, engLoop, rec := n.loops.leadership, n.loops.engine, n.loops.reconcile
+	defer func() {
+		// These loops run only while this node leads: a follower is not
+		// degraded by the failures of its last term.
+		for _, l := range []*loophealth.Loop{lead, engLoop, rec, n.loops.aclInit} {
+			l.Reset()
+		}
+	}()
 	var (
 		eng     *engine.Engine
 		engDone <-chan struct{}
 		version versionSync
 	)
 	for {
-		if engDone == nil {
-			var err error
-			eng, err = n.establish(ctx)
+		// Establish, unless the last establishment or engine of the term
+		// failed and its backoff runs: the wait below ends with it, and
+		// leaves the term answering transfers meanwhile.
+		if engDone == nil && lead.Ready() && engLoop.Ready() {
+			err := lead.Injected()
+			if err == nil {
+				eng, err = n.establish(ctx)
+			}
 			if err != nil {
 				if ctx.Err() != nil {
 					return
 				}
-				n.loops.leadership.fail(err)
-				n.logger.Error("failed to establish leadership", "error", err)
+				wait := lead.Failed(err)
+				n.logger.Error("failed to establish leadership", "error", err, "retry_in", wait)
 				n.revoke()
-				wait := n.cfg.EstablishRetryInterval
 				if n.transfer(ctx, "", "") == nil {
 					// Someone else takes over; the term ends shortly.
-					wait = 2 * n.cfg.ElectionTimeout
+					if !sleepCtx(ctx, 2*n.cfg.ElectionTimeout) {
+						return
+					}
 				} else if errors.Is(err, ErrDiskFull) {
 					// Alone with a full disk: establish again once the
-					// space is back, not before.
+					// space is back, not before, and then at once.
 					if !n.waitDiskSpace(ctx) {
 						return
 					}
+					lead.Reset()
 					continue
 				}
-				if !sleepCtx(ctx, wait) {
-					return
-				}
-				continue
+			} else {
+				lead.Succeeded()
+				engDone = eng.Done()
+				version = versionSync{}
 			}
-			n.loops.leadership.ok()
-			engDone = eng.Done()
-			version = versionSync{}
 		}
 
-		if err := n.reconcile(ctx, rs); err != nil && ctx.Err() == nil {
-			n.loops.reconcile.fail(err)
-			n.logger.Warn("reconcile failed", "error", err)
-		} else if err == nil {
-			n.loops.reconcile.ok()
+		var wait time.Duration
+		if engDone != nil {
+			if rec.Ready() && ctx.Err() == nil {
+				err := rec.Injected()
+				if err == nil {
+					err = n.reconcile(ctx, rs)
+				}
+				switch {
+				case err == nil:
+					rec.Succeeded()
+				case ctx.Err() == nil:
+					backoff := rec.Failed(err)
+					n.logger.Warn("reconcile failed", "error", err, "retry_in", backoff)
+				}
+			}
+			version.sync(ctx, n, eng)
+			n.initialManagement(ctx, eng)
+			// The next pass: after ReconcileInterval, or what is left of
+			// the backoff of a failing reconciliation.
+			wait = rec.Next(n.cfg.ReconcileInterval)
+		} else {
+			// Not established: the next attempt once both backoffs ran.
+			wait = max(lead.Next(0), engLoop.Next(0))
 		}
-		version.sync(ctx, n, eng)
-		n.initialManagement(ctx, eng)
 
+		tick := rec.Timer(wait)
 		select {
 		case <-ctx.Done():
+			tick.Stop()
 			return
-		case <-ticker.C:
+		case <-tick.C():
 		case <-n.reconcileCh:
 		case <-engDone:
 			err := eng.Err()
-			n.logger.Error("engine stopped while leading: re-establishing", "error", err)
-			n.loops.leadership.fail(fmt.Errorf("engine stopped: %w", err))
 			n.revoke()
 			engDone = nil
+			if n.engineFailed(ctx, err) {
+				backoff := engLoop.Failed(fmt.Errorf("engine stopped: %w", err))
+				n.logger.Error("engine stopped while leading: re-establishing", "error", err, "in", backoff)
+			} else {
+				n.logger.Warn("engine stopped while leading: re-establishing", "error", err)
+			}
 		case req := <-n.transferCh:
 			n.revoke()
 			engDone = nil
 			err := n.transfer(ctx, req.id, req.addr)
 			req.resp <- err
 			if err == nil && !sleepCtx(ctx, 2*n.cfg.ElectionTimeout) {
+				tick.Stop()
 				return
 			}
 		case req := <-n.restoreCh:
@@ -155,8 +192,28 @@ func (n *Node) leaderLoop(ctx context.Context) {
 			engDone = nil
 			res, err := n.restore(ctx, req)
 			req.resp <- restoreOutcome{res: res, err: err}
+			// A new state: its first engine does not wait for the
+			// failures of the old one's.
+			lead.Reset()
+			engLoop.Reset()
 		}
+		tick.Stop()
 	}
+}
+
+// engineFailed reports whether an engine that stopped by itself with err
+// failed, rather than lost its leadership (which ends the term, and is no
+// failure of the engine's loop).
+func (n *Node) engineFailed(ctx context.Context, err error) bool {
+	var nle *NotLeaderError
+	switch {
+	case err == nil, ctx.Err() != nil, n.raft.State() != raft.Leader:
+		return false
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrNotLeader),
+		errors.Is(err, raft.ErrRaftShutdown), errors.As(err, &nle):
+		return false
+	}
+	return true
 }
 
 // sleepCtx waits d or until ctx ends; it reports whether d passed.
@@ -247,13 +304,16 @@ func (n *Node) establish(ctx context.Context) (*engine.Engine, error) {
 	if ecfg.Logger == nil {
 		ecfg.Logger = n.logger.Named("engine")
 	}
-	if m := n.cfg.Metrics; m != nil {
-		onCommit := ecfg.OnCommit
-		ecfg.OnCommit = func(ci engine.CommitInfo) {
+	m, engLoop, onCommit := n.cfg.Metrics, n.loops.engine, ecfg.OnCommit
+	ecfg.OnCommit = func(ci engine.CommitInfo) {
+		if m != nil {
 			observeCommit(m, ci)
-			if onCommit != nil {
-				onCommit(ci)
-			}
+		}
+		if ci.Err == nil {
+			engLoop.Succeeded() // a failure stops the engine: leaderLoop records it
+		}
+		if onCommit != nil {
+			onCommit(ci)
 		}
 		onRedelivery, onNotice := ecfg.OnRedelivery, ecfg.OnNotice
 		ecfg.OnRedelivery = func(r core.Redelivery) {
@@ -382,6 +442,9 @@ func (l raftLog) Append(data []byte) (engine.Pending, error) {
 	if err := n.disk.err(); err != nil {
 		return nil, err // not appended: raft would step down on it
 	}
+	if err := n.loops.engine.Injected(); err != nil {
+		return nil, fmt.Errorf("appending to the raft log: %w", err)
+	}
 	if !n.futures.add() {
 		return nil, ErrShutdown
 	}
@@ -390,6 +453,9 @@ func (l raftLog) Append(data []byte) (engine.Pending, error) {
 	go func() {
 		defer n.futures.done()
 		p.err = n.applyError(f)
+		if p.err == nil {
+			p.index = f.Index()
+		}
 		close(p.done)
 	}()
 	return p, nil
@@ -418,9 +484,13 @@ func (n *Node) applyError(f raft.ApplyFuture) error {
 
 // pending is one appended entry.
 type pending struct {
-	done chan struct{}
-	err  error
+	done  chan struct{}
+	err   error
+	index uint64 // the entry's raft index, once applied
 }
+
+// Index returns the entry's raft index once Wait returned nil.
+func (p *pending) Index() uint64 { return p.index }
 
 // Wait implements engine.Pending.
 func (p *pending) Wait(ctx context.Context) error {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -51,11 +52,27 @@ func (s metricsSource) Engine() (metrics.EngineGauges, bool) {
 		return metrics.EngineGauges{}, false
 	}
 	st := eng.Stats()
-	return metrics.EngineGauges{
+	g := metrics.EngineGauges{
 		Inbox: st.Inbox, Requests: st.Requests, Queued: st.Queued, QueuedBytes: st.QueuedBytes,
 		InFlight: st.InFlight, Saturated: st.Saturated,
-	}, true
+	}
+	// The pools' signal is read on the engine's goroutine, between two
+	// requests: a scrape goes without it when the engine's inbox does not
+	// take the question in time.
+	ctx, cancel := context.WithTimeout(context.Background(), desiredSlotsWait)
+	defer cancel()
+	if slots, err := eng.DesiredSlots(ctx); err == nil {
+		g.DesiredSlots = make([]metrics.PoolSlots, len(slots))
+		for i, p := range slots {
+			g.DesiredSlots[i] = metrics.PoolSlots{Pool: p.Pool, Slots: p.Desired}
+		}
+	}
+	return g, true
 }
+
+// desiredSlotsWait bounds how long a scrape waits for the engine to take
+// its question about the pools.
+const desiredSlotsWait = time.Second
 
 func (s metricsSource) Subscriptions(fn func(name string, pending int64, stalled bool)) {
 	for _, sub := range s.n.state.Subscriptions() {

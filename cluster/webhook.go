@@ -6,6 +6,7 @@ import (
 
 	"github.com/cronoq/cronoq/engine"
 	"github.com/cronoq/cronoq/fsm"
+	"github.com/cronoq/cronoq/internal/loophealth"
 	"github.com/cronoq/cronoq/webhook"
 )
 
@@ -13,7 +14,10 @@ import (
 // events of every subscription with a webhook, reading them from this
 // node's replica and acknowledging them through the term's engine. It
 // starts once the term is established (so it resumes from the durable
-// cursors) and stops before the engine does.
+// cursors) and stops before the engine does. Each subscription's delivery
+// is a loop of the node (WebhookLoop): its failures back off and, in a
+// row, degrade the node's health; it is reset when the term ends and
+// removed with its subscription.
 
 // webhookSource is the deliverer's view of one term: the replica and the
 // term's engine.
@@ -91,6 +95,10 @@ func WebhookEvent(e fsm.Event) webhook.Event {
 	return ev
 }
 
+// WebhookLoop is the name of the loop of subscription sub's webhook in
+// the node's health (Loops).
+func WebhookLoop(sub string) string { return "webhook:" + sub }
+
 // startWebhooks starts the webhook deliveries of a term whose engine is
 // eng; they end with ctx or stopWebhooks.
 func (n *Node) startWebhooks(ctx context.Context, eng *engine.Engine) (*webhook.Deliverer, error) {
@@ -120,26 +128,15 @@ func (n *Node) startWebhooks(ctx context.Context, eng *engine.Engine) (*webhook.
 			}
 		}
 	}
+	if cfg.Loop == nil {
+		pol := cfg.WithDefaults()
+		cfg.Loop = func(sub string) webhook.Loop {
+			return n.loops.set.Register(WebhookLoop(sub), loophealth.Policy{Min: pol.MinBackoff, Max: pol.MaxBackoff})
+		}
+	}
 	d := webhook.New(cfg, webhookSource{state: n.state, eng: eng})
 	if err := d.Start(ctx); err != nil {
 		return nil, fmt.Errorf("starting the webhook deliveries: %w", err)
 	}
 	return d, nil
-}
-
-// webhookLoops is the health of the webhook deliveries of this node's
-// term: one loop per subscription with a webhook.
-func (n *Node) webhookLoops() []LoopStatus {
-	n.mu.Lock()
-	d := n.hooks
-	n.mu.Unlock()
-	if d == nil {
-		return nil
-	}
-	var out []LoopStatus
-	for _, st := range d.Status() {
-		out = append(out, LoopStatus{Name: "webhook:" + st.Name, Failures: st.Failures, LastError: st.LastError,
-			LastOK: st.LastOK, Runs: st.Batches})
-	}
-	return out
 }

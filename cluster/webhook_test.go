@@ -197,13 +197,14 @@ func TestWebhookDeliveryAcrossLeaderKill(t *testing.T) {
 	h := next.Node.Health()
 	var loop *cluster.LoopStatus
 	for i := range h.Loops {
-		if h.Loops[i].Name == "webhook:hook" {
+		if h.Loops[i].Name == cluster.WebhookLoop("hook") {
 			loop = &h.Loops[i]
 		}
 	}
 	require.NotNil(t, loop, "health lists the webhook's loop: %+v", h.Loops)
 	require.Positive(t, loop.Runs)
-	require.False(t, loop.LastOK.IsZero())
+	require.Positive(t, loop.FailuresTotal, "the endpoint's failures were counted")
+	require.False(t, loop.LastSuccess.IsZero())
 	require.False(t, strings.Contains(strings.Join(h.Reasons, ";"), "subscription hook stalled"))
 }
 

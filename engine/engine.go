@@ -7,7 +7,9 @@
 // Several entries may be in flight at once. Any commit failure stops the
 // engine: a replicated log cannot retry an entry in place because later
 // entries may already be ahead of it. Whoever owns the engine (the cluster's
-// leadership loop) then re-establishes with a new epoch and a fresh core.
+// leadership loop) then re-establishes with a new epoch and a fresh core,
+// after a backoff while engines keep failing (the "engine" loop of the
+// node's loop health, which Config.OnCommit and Done/Err feed).
 //
 // Words used below: a step is the output of one core call (its mutations
 // and the actions they hold); an entry is one appended log entry, the commit
@@ -302,6 +304,7 @@ type call struct {
 	mutates bool // a caller who leaves while the answer is held learns its outcome is unknown
 	slot    int  // which answer of its caller this is (calls handed over together)
 	reply   chan answer
+	observe CommitObserver // told of the entry that made the answer durable; may be nil
 
 	// Owned by the loop.
 	id   core.ReqID
@@ -344,7 +347,7 @@ func (detach) isMessage() {}
 // unknown" for a mutating request whose answer was held).
 func send[T any](ctx context.Context, e *Engine, mutates bool, s step) (T, error) {
 	var zero T
-	c := &call{step: s, mutates: mutates, reply: make(chan answer, 1)}
+	c := &call{step: s, mutates: mutates, reply: make(chan answer, 1), observe: commitObserver(ctx)}
 	if err := e.handOver(ctx, c); err != nil {
 		return zero, err
 	}
@@ -490,8 +493,9 @@ func (e *Engine) CompleteMany(ctx context.Context, cs []Completion) []error {
 	all := make([]call, len(cs)) // one allocation for all of them
 	msg := make(calls, len(cs))
 	reply := make(chan answer, len(cs)) // shared: answers carry their slot
+	observe := commitObserver(ctx)
 	for i, cp := range cs {
-		all[i] = call{slot: i, mutates: true, reply: reply, step: func(c *core.Core, now time.Time, req core.ReqID) {
+		all[i] = call{slot: i, mutates: true, reply: reply, observe: observe, step: func(c *core.Core, now time.Time, req core.ReqID) {
 			c.Complete(now, req, cp.Lease, cp.Outcome)
 		}}
 		msg[i] = &all[i]
@@ -649,6 +653,14 @@ func (e *Engine) SetPool(ctx context.Context, ch core.PoolChange) (core.PoolInfo
 func (e *Engine) Pools(ctx context.Context) ([]core.PoolInfo, error) {
 	var out []core.PoolInfo
 	err := e.ask(ctx, func(c *core.Core, _ time.Time) { out = c.Pools() })
+	return out, err
+}
+
+// DesiredSlots returns the autoscaling signal of every pool (see
+// core.DesiredSlots), read on the engine's goroutine.
+func (e *Engine) DesiredSlots(ctx context.Context) ([]core.PoolSlots, error) {
+	var out []core.PoolSlots
+	err := e.ask(ctx, func(c *core.Core, _ time.Time) { out = c.DesiredSlotsByPool() })
 	return out, err
 }
 

@@ -45,6 +45,9 @@ type pendingStep struct {
 	out   core.Output
 	size  int    // upper bound of the encoded size of out.Mutations
 	entry *entry // the entry it went into; nil until appended
+	// queued is when the step was produced, read only when one of its
+	// calls observes its commit (see WithCommitObserver).
+	queued time.Time
 }
 
 // entry is one appended log entry.
@@ -54,6 +57,11 @@ type entry struct {
 	bytes    int
 	applied  bool
 	rejected bool // definitely not applied (fenced or refused by the FSM)
+
+	// For the calls that observe their commit: when the entry was
+	// appended and applied, and its raft index (when the log tells).
+	appendedAt, appliedAt time.Time
+	index                 uint64
 }
 
 func (e *Engine) run(ctx context.Context) {
@@ -187,20 +195,26 @@ func (e *Engine) collect() {
 		return
 	}
 	if len(out.Mutations) == 0 && len(l.held) == 0 {
-		e.release(&out)
+		e.release(&out, nil)
 		return
 	}
 	s := &pendingStep{out: out}
 	e.ackEarly(s)
+	observed := false
 	for _, r := range out.Replies {
 		if c := l.calls[r.Req]; c != nil {
 			c.held = true
+			observed = observed || c.observe != nil
 		}
 	}
 	for _, d := range out.Dispatches {
 		if c := l.calls[d.Req]; c != nil {
 			c.held = true
+			observed = observed || c.observe != nil
 		}
+	}
+	if observed {
+		s.queued = time.Now()
 	}
 	l.held = append(l.held, s)
 	if len(out.Mutations) > 0 {
@@ -233,14 +247,17 @@ func (e *Engine) queuedBytes(delta int) {
 }
 
 // release carries out the held actions of out, then hands its slices back
-// to the core.
-func (e *Engine) release(out *core.Output) {
+// to the core. s is the pending step out was held with (nil when it was
+// never held): the observers of its calls are told of its entry, when it
+// had one of its own.
+func (e *Engine) release(out *core.Output, s *pendingStep) {
 	for _, r := range out.Replies {
 		if res, ok := r.Value.(*core.SubmitResult); ok {
 			for i, err := range res.Errs {
 				res.Errs[i] = stoppedIfShuttingDown(err)
 			}
 		}
+		e.observe(r.Req, s)
 		e.answer(r.Req, r.Value, r.Err)
 	}
 	for _, d := range out.Dispatches {
@@ -249,12 +266,23 @@ func (e *Engine) release(out *core.Output) {
 			e.logger.Debug("dispatch dropped: the poller went away", "grants", len(d.Grants))
 			continue
 		}
+		e.observe(d.Req, s)
 		e.answer(d.Req, d.Grants, d.Err)
 	}
 	for _, ev := range out.Events {
 		e.hub.publish(ev)
 	}
 	e.loop.core.Recycle(out)
+}
+
+// observe tells the observer of request req, if any, of the entry of s.
+func (e *Engine) observe(req core.ReqID, s *pendingStep) {
+	if s == nil || s.entry == nil {
+		return
+	}
+	if c := e.loop.calls[req]; c != nil && c.observe != nil {
+		c.observe(c.slot, s.entry.trace(s))
+	}
 }
 
 // answer sends the answer of request req to its caller, if it still waits.
@@ -288,7 +316,7 @@ func (e *Engine) releaseApplied() {
 		}
 		l.held[0] = nil
 		l.held = l.held[1:]
-		e.release(&s.out)
+		e.release(&s.out, s)
 	}
 }
 
@@ -372,7 +400,8 @@ func (e *Engine) appendEntry() error {
 	}
 	l.seq++
 	l.lastTime = t
-	ent := &entry{seq: l.seq, muts: nmuts, bytes: len(data)}
+	now := time.Now()
+	ent := &entry{seq: l.seq, muts: nmuts, bytes: len(data), appendedAt: now}
 	sent := 0
 	for i, s := range l.unsent[:n] {
 		s.entry = ent
@@ -387,7 +416,7 @@ func (e *Engine) appendEntry() error {
 	e.stats.batches.Add(1)
 	e.stats.mutations.Add(uint64(nmuts))
 	e.stats.batchBytes.Add(uint64(len(data)))
-	l.resolver.items <- resolveItem{seq: ent.seq, pending: p, at: time.Now()}
+	l.resolver.items <- resolveItem{seq: ent.seq, pending: p, at: now}
 	return nil
 }
 
@@ -407,6 +436,7 @@ func (e *Engine) resolved(res resolveResult) error {
 	}
 	if res.err == nil {
 		ent.applied = true
+		ent.appliedAt, ent.index = ent.appendedAt.Add(res.latency), res.index
 		e.stats.committed.Add(1)
 		e.stats.commitNanos.Add(int64(res.latency))
 		e.releaseApplied()

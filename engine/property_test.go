@@ -130,6 +130,10 @@ const (
 	covParked
 	covAdmitted
 	covGlobalSet
+	covRetried
+	covRetriedLane
+	covRetryRefused
+	covCancelledMany
 	numCovEvents
 )
 
@@ -146,6 +150,8 @@ var covNames = [numCovEvents]string{
 	"pool settings changed", "task deleted", "lane blocked", "blocked lane released by a delete",
 	"lane member waited for its head", "concurrency key ran two at once", "task parked",
 	"parked task admitted", "global bounds changed",
+	"ended task retried", "task blocking its lane retried", "retry of a live or succeeded task refused",
+	"tasks cancelled by filter",
 }
 
 // simCoverage counts, over all seeds, how often each event happened.
@@ -217,6 +223,8 @@ const (
 	opRemoveSched
 	opSetPool
 	opDelete
+	opRetry
+	opCancelMany
 	numSimOps
 )
 
@@ -224,10 +232,10 @@ var simOpNames = [numSimOps]string{
 	"submit-one", "submit-batch", "submit-many", "submit-workflow", "poll", "cancel-poll",
 	"complete", "heartbeat", "cancel", "cancel-member", "cancel-workflow", "complete-external",
 	"attach", "attach-workflow", "detach", "advance", "add-schedule", "pause-schedule",
-	"remove-schedule", "set-pool", "delete",
+	"remove-schedule", "set-pool", "delete", "retry", "cancel-many",
 }
 
-var simWeights = [numSimOps]int{12, 5, 4, 7, 18, 2, 24, 8, 3, 1, 2, 4, 3, 2, 2, 14, 3, 2, 1, 2, 2}
+var simWeights = [numSimOps]int{12, 5, 4, 7, 18, 2, 24, 8, 3, 1, 2, 4, 3, 2, 2, 14, 3, 2, 1, 2, 2, 3, 1}
 
 // reqKind is what an open request is, for the checks of its answer.
 type reqKind uint8
@@ -555,6 +563,10 @@ func (s *sim) randomStep() {
 		s.setPool()
 	case opDelete:
 		s.deleteTask()
+	case opRetry:
+		s.retryTask()
+	case opCancelMany:
+		s.cancelMany()
 	}
 	s.commit()
 }

@@ -26,6 +26,7 @@ type resolveResult struct {
 	seq     uint64
 	err     error
 	latency time.Duration
+	index   uint64 // the entry's raft index, when applied and the log tells
 }
 
 // newResolver makes a resolver for up to n entries in flight: neither of
@@ -48,7 +49,11 @@ func (r *resolver) run() {
 		if err == nil {
 			err = it.pending.Wait(r.ctx)
 		}
-		r.results <- resolveResult{seq: it.seq, err: err, latency: time.Since(it.at)}
+		res := resolveResult{seq: it.seq, err: err, latency: time.Since(it.at)}
+		if ix, ok := it.pending.(indexed); ok && err == nil {
+			res.index = ix.Index()
+		}
+		r.results <- res
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cronoq/cronoq/client"
 )
@@ -32,6 +34,11 @@ const (
 	// EnvSpawn names a file the command may write steps to, one JSON
 	// object per line, spawned with its success.
 	EnvSpawn = "CRONOQ_SPAWN"
+	// EnvTraceparent and EnvTracestate carry the W3C trace context of the
+	// attempt's span, when the task is traced and the worker traces (set
+	// only then), for the command to continue the trace.
+	EnvTraceparent = "TRACEPARENT"
+	EnvTracestate  = "TRACESTATE"
 )
 
 // Config configures a Handler.
@@ -108,8 +115,8 @@ func New(cfg Config) (*Handler, error) {
 // The command runs in a fresh directory Root/<task id> (mode 0700), removed
 // afterwards, with the payload on stdin and CRONOQ_TASK_ID, CRONOQ_ATTEMPT,
 // CRONOQ_LEASE, CRONOQ_POOL, CRONOQ_KIND, CRONOQ_PRINCIPAL, CRONOQ_DEPS_DIR
-// and CRONOQ_SPAWN
-// in its environment (see the package documentation). Its stdout is the
+// and CRONOQ_SPAWN (and, when the attempt is traced, TRACEPARENT and
+// TRACESTATE) in its environment (see the package documentation). Its stdout is the
 // output. Exit status 75 is a retryable failure; any other failure (another
 // exit status, a fatal signal, too much output, a task id unfit for a
 // directory name, a malformed spawn file) is permanent. When ctx ends the
@@ -129,6 +136,21 @@ func (h *Handler) Work(ctx context.Context, job *client.Job) ([]byte, error) {
 		job.Then(*res.then)
 	}
 	return res.output, nil
+}
+
+// traceEnv is TRACEPARENT (and TRACESTATE) of the span ctx carries, none
+// without a span.
+func traceEnv(ctx context.Context) []string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	env := []string{EnvTraceparent + "=" + carrier.Get("traceparent")}
+	if ts := carrier.Get("tracestate"); ts != "" {
+		env = append(env, EnvTracestate+"="+ts)
+	}
+	return env
 }
 
 // result is what a successful attempt leaves: its output and the steps it
@@ -178,6 +200,7 @@ func (h *Handler) work(ctx context.Context, job *client.Job) (result, error) {
 		EnvDepsDir+"="+files.depsDir,
 		EnvSpawn+"="+files.spawn,
 	)
+	env = append(env, traceEnv(ctx)...)
 	res, err := Run(ctx, Spec{
 		Command:   h.cfg.Command,
 		Payload:   task.Payload,

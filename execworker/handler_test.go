@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cronoq/cronoq/client"
 )
@@ -50,6 +51,26 @@ printf 'pwd=%s mode=%s extra=%s\n' "$(pwd -P)" "$(stat -c %a .)" "$EXTRA"`,
 		"id=01JD3ZQ8Y6A5B4C3D2E1F0G9H8 attempt=3 lease=4294967301 pool=billing kind=invoice\n"+
 		"pwd="+realRoot+"/01JD3ZQ8Y6A5B4C3D2E1F0G9H8 mode=700 extra=yes\n", string(out))
 	requireEmptyDir(t, root)
+}
+
+// TestHandlerTraceEnv: a command of a traced attempt (its ctx carries a
+// span) gets TRACEPARENT and TRACESTATE naming it; an untraced one gets
+// neither.
+func TestHandlerTraceEnv(t *testing.T) {
+	t.Parallel()
+	h, _ := newHandler(t, `printf '%s|%s|%s' "${TRACEPARENT-unset}" "${TRACESTATE-unset}" "$CRONOQ_TASK_ID"`)
+	tid, _ := trace.TraceIDFromHex("0af7651916cd43dd8448eb211c80319c")
+	sid, _ := trace.SpanIDFromHex("b7ad6b7169203331")
+	state, err := trace.ParseTraceState("vendor=1")
+	require.NoError(t, err)
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, TraceState: state})
+	out, err := h.Work(trace.ContextWithSpanContext(context.Background(), sc), job("T1", ""))
+	require.NoError(t, err)
+	require.Equal(t, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01|vendor=1|T1", string(out))
+
+	out, err = h.Work(context.Background(), job("T2", ""))
+	require.NoError(t, err)
+	require.Equal(t, "unset|unset|T2", string(out))
 }
 
 func TestHandlerFailures(t *testing.T) {

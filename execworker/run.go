@@ -40,6 +40,14 @@
 // unknown field, a bad value), or a second "then", fails the attempt
 // permanently with an error naming the line. A task not in a workflow gets
 // one, named after its kind, when it spawns.
+//
+// # Tracing
+//
+// When the attempt is traced (the worker has a tracer provider and the
+// task a traceparent tag), the command gets the W3C trace context of the
+// attempt's span in TRACEPARENT (and TRACESTATE), the variables
+// OpenTelemetry's SDKs read to continue a trace from the environment. The
+// steps it spawns continue the same trace.
 package execworker
 
 import (

@@ -265,6 +265,14 @@ func formatCases(format uint16) []format3Case {
 	if format == 3 {
 		return format3Cases()
 	}
+	if format == 6 {
+		started := start("a", 1, lease(1, 1))
+		return []format3Case{
+			{"retry with an outcome", []Mutation{started}, Mutation{Retry: &Retry{ID: "a", Lease: lease(1, 1), Error: "boom", RetryAt: baseTime, Outcome: AttemptTimeout}}},
+			{"finish with an outcome", []Mutation{started}, Mutation{Finish: &Finish{ID: "a", Lease: lease(1, 1), Status: StatusSucceeded, Outcome: AttemptSucceeded}}},
+			{"requeue", []Mutation{finish("a", 0, StatusCancelled)}, Mutation{Requeue: &Requeue{ID: "a", At: baseTime}}},
+		}
+	}
 	withKeys := func(m Mutation, k Keys) Mutation { m.Insert.Keys = &k; return m }
 	parked := insert("b", "p", "")
 	parked.Insert.Status = StatusParked
@@ -280,7 +288,8 @@ func formatCases(format uint16) []format3Case {
 }
 
 // TestOlderNodeHaltsOnNewerFormat plays a node of log format 2 meeting
-// each entry of format 3, and one of format 3 each entry of format 4: it
+// each entry of format 3, one of format 3 each entry of format 4, and one
+// of format 5 each entry of format 6 (attempt outcomes, requeue): it
 // halts at the entry, asking for the newer format, whether the batch says
 // it needs it or the mutation alone does; its state, applied index
 // included, is unchanged, and the next entries are refused alike. A state
@@ -292,7 +301,7 @@ func TestOlderNodeHaltsOnNewerFormat(t *testing.T) {
 		h.ok(insert("a", "p", "ka"), putSchedule("s"))
 		return h
 	}
-	for _, format := range []uint16{3, 4} {
+	for _, format := range []uint16{3, 4, 6} {
 		older := format - 1
 		for _, tc := range formatCases(format) {
 			t.Run(fmt.Sprintf("format %d: %s", format, tc.name), func(t *testing.T) {

@@ -429,7 +429,7 @@ func TestSnapshotEveryFieldSurvives(t *testing.T) {
 	v := &View{t: tbl}
 	snap, err := viewBytes(v)
 	require.NoError(t, err)
-	require.Equal(t, uint16(5), binary.BigEndian.Uint16(snap[4:6]), "header version")
+	require.Equal(t, uint16(6), binary.BigEndian.Uint16(snap[4:6]), "header version")
 	s := New()
 	require.NoError(t, s.Restore(bytes.NewReader(snap)))
 	got := s.View()
@@ -577,6 +577,7 @@ func FuzzRestore(f *testing.F) {
 	require.NoError(f, err)
 	f.Add(v1)
 	// Log format 6: subscriptions and the events they hold.
+	f.Add(snapshotBytes(f, goldenV6SubsState(f)))
 	f.Add(snapshotBytes(f, goldenV6State(f)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := New()

@@ -588,6 +588,8 @@ func (s *State) mutate(index uint64, batchTime Instant, m *Mutation) error {
 		return s.putACLToken(index, m.PutACLToken)
 	case m.DelACL != nil:
 		return s.delACL(m.DelACL)
+	case m.Requeue != nil:
+		return s.requeue(index, instant(m.Requeue.At, batchTime), m.Requeue)
 	case m.PutSubscription != nil:
 		return s.putSubscription(index, batchTime, m.PutSubscription)
 	case m.DelSubscription != nil:
@@ -635,6 +637,9 @@ func (s *State) insert(index uint64, t *Task) error {
 	}
 	if t.BlocksLane {
 		return fmt.Errorf("insert %s: a new task does not block its lane", t.ID)
+	}
+	if len(t.Attempts) > 0 || t.AttemptBase != 0 {
+		return fmt.Errorf("insert %s: a new task has no attempt history", t.ID)
 	}
 	for _, dep := range t.DependsOn() {
 		if dep == t.ID || !s.t.tasks.Has(taskItem{id: dep}) {
@@ -710,6 +715,12 @@ func (s *State) retry(index uint64, at Instant, m *Retry) error {
 		return fmt.Errorf("retry %s: task is %s under lease %#x, want running under %#x", m.ID, cur.Status, cur.Lease, m.Lease)
 	}
 	t := cur.Clone()
+	if m.Outcome != 0 {
+		if err := checkOutcome("retry", m.ID, m.Outcome, AttemptRetry, AttemptTimeout, AttemptLost); err != nil {
+			return err
+		}
+		endAttempt(t, cur, at, m.Outcome, m.Error)
+	}
 	t.Status = StatusRetrying
 	if m.RetryAt <= at {
 		t.Status = StatusQueued
@@ -744,6 +755,15 @@ func (s *State) finish(index uint64, at Instant, m *Finish) error {
 		return fmt.Errorf("finish %s as %s: only a task with an ordering key that did not succeed blocks its lane", m.ID, m.Status)
 	}
 	t := cur.Clone()
+	if m.Outcome != 0 {
+		if m.Lease == 0 {
+			return fmt.Errorf("finish %s: an attempt outcome without a lease (no attempt runs)", m.ID)
+		}
+		if err := checkOutcome("finish", m.ID, m.Outcome, finishOutcomes(m.Status)...); err != nil {
+			return err
+		}
+		endAttempt(t, cur, at, m.Outcome, m.Error)
+	}
 	t.BlocksLane = m.BlocksLane
 	if m.Workflow != "" {
 		if cur.Workflow() != "" {

@@ -234,7 +234,7 @@ func TestSubscriptionsIgnoreTheSink(t *testing.T) {
 }
 
 func TestSubscriptionSnapshotRoundTrip(t *testing.T) {
-	s := goldenV6State(t)
+	s := goldenV6SubsState(t)
 	snap := snapshotBytes(t, s)
 	require.Equal(t, uint16(6), binary.BigEndian.Uint16(snap[4:6]))
 	restored := New()
@@ -280,7 +280,7 @@ func TestSubscriptionsNeedFormat6(t *testing.T) {
 	require.Equal(t, uint16(6), halt.Need)
 	require.ErrorIs(t, halt, ErrNewerVersion)
 
-	snap := snapshotBytes(t, goldenV6State(t))
+	snap := snapshotBytes(t, goldenV6SubsState(t))
 	err := NewVersion(5).Restore(bytes.NewReader(snap))
 	require.ErrorIs(t, err, ErrNewerVersion)
 }

@@ -39,8 +39,10 @@ import (
 //	   its admission, replicated pool settings
 //	5  access control: ACL policies and tokens, the principal that
 //	   submitted a task
-//	6  durable subscriptions: subscription records, their acks and
-//	   stalls, and the events they hold (a snapshot record)
+//	6  attempt history (a task's last attempts, recorded as they end) and
+//	   an operator's retry of an ended task (Requeue); durable
+//	   subscriptions: subscription records, their acks and stalls, and
+//	   the events they hold (a snapshot record)
 const LogVersion = 6
 
 // Status is the lifecycle state of a task. The numeric values are part of the
@@ -289,6 +291,13 @@ type Task struct {
 	Worker     string `msgpack:"wk,omitempty"` // worker holding the current lease
 	Output     []byte `msgpack:"out,omitempty"`
 	Error      string `msgpack:"err,omitempty"`
+	// AttemptBase is the attempts started before the last operator retry
+	// (Requeue): the attempt budget counts from it (log format 6).
+	AttemptBase uint32 `msgpack:"ab,omitempty"`
+	// Attempts is the history of its last attempts that ended, oldest
+	// first, at most MaxAttemptHistory of them (log format 6; see
+	// attempts.go). Replaced, never written into.
+	Attempts []Attempt `msgpack:"ah,omitempty"`
 
 	SubmittedAt Instant `msgpack:"sa"`
 	StartedAt   Instant `msgpack:"sta,omitempty"` // start of the current or last attempt
@@ -317,7 +326,28 @@ func (t *Task) Version() uint16 {
 	if t.Status == StatusParked || t.BlocksLane {
 		v = max(v, 4)
 	}
+	if len(t.Attempts) > 0 || t.AttemptBase != 0 {
+		v = max(v, 6)
+	}
 	return v
+}
+
+// AttemptOutcome is how an attempt ended (attempts.go). The numeric values
+// are part of the log and snapshot format: append new values only.
+type AttemptOutcome uint8
+
+// Attempt is one ended attempt of a task, as its history keeps it (log
+// format 6). The state records it from the task and the mutation that
+// ends the attempt, so every node keeps the same one.
+type Attempt struct {
+	Attempt    uint32         `msgpack:"n"`           // its number (Task.Attempt when it started)
+	Worker     string         `msgpack:"w,omitempty"` // the worker that held its lease
+	Lease      uint64         `msgpack:"l"`           // its lease token (its epoch in the high 32 bits)
+	StartedAt  Instant        `msgpack:"sa"`
+	FinishedAt Instant        `msgpack:"fa"`
+	Outcome    AttemptOutcome `msgpack:"o"`
+	// Error is the attempt's error, cut to MaxAttemptError bytes.
+	Error string `msgpack:"e,omitempty"`
 }
 
 // Flow holds a task's place in a dependency graph or workflow.
@@ -601,6 +631,7 @@ type Mutation struct {
 	PutACLToken  *ACLToken  `msgpack:"atk,omitempty"`
 	DelACL       *DelACL    `msgpack:"dacl,omitempty"`
 	// Log format 6.
+	Requeue           *Requeue           `msgpack:"rq,omitempty"`
 	PutSubscription   *Subscription      `msgpack:"psb,omitempty"`
 	DelSubscription   *DelSubscription   `msgpack:"dsb,omitempty"`
 	AckSubscription   *AckSubscription   `msgpack:"asb,omitempty"`
@@ -617,7 +648,7 @@ func (m *Mutation) fields() int {
 		m.Tombstone != nil, m.Unblock != nil, m.PutWorkflow != nil,
 		m.EndWorkflow != nil, m.PurgeWorkflow != nil, m.Admit != nil,
 		m.PutPool != nil, m.PutACLPolicy != nil, m.PutACLToken != nil,
-		m.DelACL != nil, m.PutSubscription != nil, m.DelSubscription != nil,
+		m.DelACL != nil, m.Requeue != nil, m.PutSubscription != nil, m.DelSubscription != nil,
 		m.AckSubscription != nil, m.StallSubscription != nil,
 	} {
 		if set {
@@ -637,7 +668,8 @@ func (m *Mutation) check() error {
 // Version is the log format a node needs to apply m.
 func (m *Mutation) Version() uint16 {
 	switch {
-	case m.PutSubscription != nil, m.DelSubscription != nil, m.AckSubscription != nil, m.StallSubscription != nil:
+	case m.Requeue != nil, m.Retry != nil && m.Retry.Outcome != 0, m.Finish != nil && m.Finish.Outcome != 0,
+		m.PutSubscription != nil, m.DelSubscription != nil, m.AckSubscription != nil, m.StallSubscription != nil:
 		return 6
 	case m.PutACLPolicy != nil, m.PutACLToken != nil, m.DelACL != nil:
 		return 5
@@ -681,6 +713,10 @@ type Retry struct {
 	Error   string  `msgpack:"e,omitempty"`
 	RetryAt Instant `msgpack:"ra"`
 	At      Instant `msgpack:"at"`
+	// Outcome, when set, is how the attempt ended (retry, timeout or
+	// lost), and the state records the attempt in the task's history (log
+	// format 6).
+	Outcome AttemptOutcome `msgpack:"oc,omitempty"`
 }
 
 // Finish moves a task to a terminal status. With Lease != 0 the task must be
@@ -700,6 +736,22 @@ type Finish struct {
 	// BlocksLane, when set, makes the ended task stop its ordering lane
 	// (Task.BlocksLane; log format 4).
 	BlocksLane bool `msgpack:"bl,omitempty"`
+	// Outcome, when set, is how the running attempt ended, and the state
+	// records it in the task's history (log format 6; only with Lease).
+	Outcome AttemptOutcome `msgpack:"oc,omitempty"`
+}
+
+// Requeue is an operator's retry of a task that ended failed, expired or
+// cancelled (log format 6): the task becomes queued again under the same
+// id, with a new attempt budget (its attempts so far become its
+// AttemptBase), its history kept, and no longer blocking its lane. A
+// member of a workflow is refused: its workflow has ended with it.
+type Requeue struct {
+	ID string  `msgpack:"id"`
+	At Instant `msgpack:"at"`
+	// Deadline is the task's deadline from now on (0: none). The engine
+	// keeps a deadline still ahead and drops one that has passed.
+	Deadline Instant `msgpack:"dl,omitempty"`
 }
 
 // Unblock releases a blocked task whose dependencies allow it to run: it

@@ -421,6 +421,173 @@ func (z Admit) Msgsize() (s int) {
 }
 
 // MarshalMsg implements msgp.Marshaler
+func (z *Attempt) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// check for omitted fields
+	zb0001Len := uint32(7)
+	var zb0001Mask uint8 /* 7 bits */
+	_ = zb0001Mask
+	if z.Worker == "" {
+		zb0001Len--
+		zb0001Mask |= 0x2
+	}
+	if z.Error == "" {
+		zb0001Len--
+		zb0001Mask |= 0x40
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "n"
+		o = append(o, 0xa1, 0x6e)
+		o = msgp.AppendUint32(o, z.Attempt)
+		if (zb0001Mask & 0x2) == 0 { // if not omitted
+			// string "w"
+			o = append(o, 0xa1, 0x77)
+			o = msgp.AppendString(o, z.Worker)
+		}
+		// string "l"
+		o = append(o, 0xa1, 0x6c)
+		o = msgp.AppendUint64(o, z.Lease)
+		// string "sa"
+		o = append(o, 0xa2, 0x73, 0x61)
+		o = msgp.AppendInt64(o, int64(z.StartedAt))
+		// string "fa"
+		o = append(o, 0xa2, 0x66, 0x61)
+		o = msgp.AppendInt64(o, int64(z.FinishedAt))
+		// string "o"
+		o = append(o, 0xa1, 0x6f)
+		o = msgp.AppendUint8(o, uint8(z.Outcome))
+		if (zb0001Mask & 0x40) == 0 { // if not omitted
+			// string "e"
+			o = append(o, 0xa1, 0x65)
+			o = msgp.AppendString(o, z.Error)
+		}
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *Attempt) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "n":
+			z.Attempt, bts, err = msgp.ReadUint32Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Attempt")
+				return
+			}
+		case "w":
+			z.Worker, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Worker")
+				return
+			}
+		case "l":
+			z.Lease, bts, err = msgp.ReadUint64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Lease")
+				return
+			}
+		case "sa":
+			{
+				var zb0002 int64
+				zb0002, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "StartedAt")
+					return
+				}
+				z.StartedAt = Instant(zb0002)
+			}
+		case "fa":
+			{
+				var zb0003 int64
+				zb0003, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "FinishedAt")
+					return
+				}
+				z.FinishedAt = Instant(zb0003)
+			}
+		case "o":
+			{
+				var zb0004 uint8
+				zb0004, bts, err = msgp.ReadUint8Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Outcome")
+					return
+				}
+				z.Outcome = AttemptOutcome(zb0004)
+			}
+		case "e":
+			z.Error, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Error")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z *Attempt) Msgsize() (s int) {
+	s = 1 + 2 + msgp.Uint32Size + 2 + msgp.StringPrefixSize + len(z.Worker) + 2 + msgp.Uint64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 2 + msgp.Uint8Size + 2 + msgp.StringPrefixSize + len(z.Error)
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z AttemptOutcome) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	o = msgp.AppendUint8(o, uint8(z))
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *AttemptOutcome) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	{
+		var zb0001 uint8
+		zb0001, bts, err = msgp.ReadUint8Bytes(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		(*z) = AttemptOutcome(zb0001)
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z AttemptOutcome) Msgsize() (s int) {
+	s = msgp.Uint8Size
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
 func (z Backoff) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
@@ -1074,8 +1241,8 @@ func (z EpochBump) Msgsize() (s int) {
 func (z *Finish) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(8)
-	var zb0001Mask uint8 /* 8 bits */
+	zb0001Len := uint32(9)
+	var zb0001Mask uint16 /* 9 bits */
 	_ = zb0001Mask
 	if z.Lease == 0 {
 		zb0001Len--
@@ -1096,6 +1263,10 @@ func (z *Finish) MarshalMsg(b []byte) (o []byte, err error) {
 	if z.BlocksLane == false {
 		zb0001Len--
 		zb0001Mask |= 0x80
+	}
+	if z.Outcome == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x100
 	}
 	// variable map header, size zb0001Len
 	o = append(o, 0x80|uint8(zb0001Len))
@@ -1135,6 +1306,11 @@ func (z *Finish) MarshalMsg(b []byte) (o []byte, err error) {
 			// string "bl"
 			o = append(o, 0xa2, 0x62, 0x6c)
 			o = msgp.AppendBool(o, z.BlocksLane)
+		}
+		if (zb0001Mask & 0x100) == 0 { // if not omitted
+			// string "oc"
+			o = append(o, 0xa2, 0x6f, 0x63)
+			o = msgp.AppendUint8(o, uint8(z.Outcome))
 		}
 	}
 	return
@@ -1214,6 +1390,16 @@ func (z *Finish) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				err = msgp.WrapError(err, "BlocksLane")
 				return
 			}
+		case "oc":
+			{
+				var zb0004 uint8
+				zb0004, bts, err = msgp.ReadUint8Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Outcome")
+					return
+				}
+				z.Outcome = AttemptOutcome(zb0004)
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -1228,7 +1414,7 @@ func (z *Finish) UnmarshalMsg(bts []byte) (o []byte, err error) {
 
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
 func (z *Finish) Msgsize() (s int) {
-	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 2 + msgp.Uint64Size + 2 + msgp.Uint8Size + 2 + msgp.BytesPrefixSize + len(z.Output) + 2 + msgp.StringPrefixSize + len(z.Error) + 3 + msgp.Int64Size + 3 + msgp.StringPrefixSize + len(z.Workflow) + 3 + msgp.BoolSize
+	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 2 + msgp.Uint64Size + 2 + msgp.Uint8Size + 2 + msgp.BytesPrefixSize + len(z.Output) + 2 + msgp.StringPrefixSize + len(z.Error) + 3 + msgp.Int64Size + 3 + msgp.StringPrefixSize + len(z.Workflow) + 3 + msgp.BoolSize + 3 + msgp.Uint8Size
 	return
 }
 
@@ -1984,8 +2170,8 @@ func (z *KindSettings) Msgsize() (s int) {
 func (z *Mutation) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(24)
-	var zb0001Mask uint32 /* 24 bits */
+	zb0001Len := uint32(25)
+	var zb0001Mask uint32 /* 25 bits */
 	_ = zb0001Mask
 	if z.Insert == nil {
 		zb0001Len--
@@ -2067,21 +2253,25 @@ func (z *Mutation) MarshalMsg(b []byte) (o []byte, err error) {
 		zb0001Len--
 		zb0001Mask |= 0x80000
 	}
-	if z.PutSubscription == nil {
+	if z.Requeue == nil {
 		zb0001Len--
 		zb0001Mask |= 0x100000
 	}
-	if z.DelSubscription == nil {
+	if z.PutSubscription == nil {
 		zb0001Len--
 		zb0001Mask |= 0x200000
 	}
-	if z.AckSubscription == nil {
+	if z.DelSubscription == nil {
 		zb0001Len--
 		zb0001Mask |= 0x400000
 	}
-	if z.StallSubscription == nil {
+	if z.AckSubscription == nil {
 		zb0001Len--
 		zb0001Mask |= 0x800000
+	}
+	if z.StallSubscription == nil {
+		zb0001Len--
+		zb0001Mask |= 0x1000000
 	}
 	// variable map header, size zb0001Len
 	o = msgp.AppendMapHeader(o, zb0001Len)
@@ -2373,6 +2563,19 @@ func (z *Mutation) MarshalMsg(b []byte) (o []byte, err error) {
 			}
 		}
 		if (zb0001Mask & 0x100000) == 0 { // if not omitted
+			// string "rq"
+			o = append(o, 0xa2, 0x72, 0x71)
+			if z.Requeue == nil {
+				o = msgp.AppendNil(o)
+			} else {
+				o, err = z.Requeue.MarshalMsg(o)
+				if err != nil {
+					err = msgp.WrapError(err, "Requeue")
+					return
+				}
+			}
+		}
+		if (zb0001Mask & 0x200000) == 0 { // if not omitted
 			// string "psb"
 			o = append(o, 0xa3, 0x70, 0x73, 0x62)
 			if z.PutSubscription == nil {
@@ -2385,7 +2588,7 @@ func (z *Mutation) MarshalMsg(b []byte) (o []byte, err error) {
 				}
 			}
 		}
-		if (zb0001Mask & 0x200000) == 0 { // if not omitted
+		if (zb0001Mask & 0x400000) == 0 { // if not omitted
 			// string "dsb"
 			o = append(o, 0xa3, 0x64, 0x73, 0x62)
 			if z.DelSubscription == nil {
@@ -2397,7 +2600,7 @@ func (z *Mutation) MarshalMsg(b []byte) (o []byte, err error) {
 				o = msgp.AppendString(o, z.DelSubscription.Name)
 			}
 		}
-		if (zb0001Mask & 0x400000) == 0 { // if not omitted
+		if (zb0001Mask & 0x800000) == 0 { // if not omitted
 			// string "asb"
 			o = append(o, 0xa3, 0x61, 0x73, 0x62)
 			if z.AckSubscription == nil {
@@ -2412,7 +2615,7 @@ func (z *Mutation) MarshalMsg(b []byte) (o []byte, err error) {
 				o = msgp.AppendUint64(o, z.AckSubscription.Cursor)
 			}
 		}
-		if (zb0001Mask & 0x800000) == 0 { // if not omitted
+		if (zb0001Mask & 0x1000000) == 0 { // if not omitted
 			// string "ssb"
 			o = append(o, 0xa3, 0x73, 0x73, 0x62)
 			if z.StallSubscription == nil {
@@ -2951,6 +3154,23 @@ func (z *Mutation) UnmarshalMsg(bts []byte) (o []byte, err error) {
 					}
 				}
 			}
+		case "rq":
+			if msgp.IsNil(bts) {
+				bts, err = msgp.ReadNilBytes(bts)
+				if err != nil {
+					return
+				}
+				z.Requeue = nil
+			} else {
+				if z.Requeue == nil {
+					z.Requeue = new(Requeue)
+				}
+				bts, err = z.Requeue.UnmarshalMsg(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Requeue")
+					return
+				}
+			}
 		case "psb":
 			if msgp.IsNil(bts) {
 				bts, err = msgp.ReadNilBytes(bts)
@@ -3204,6 +3424,12 @@ func (z *Mutation) Msgsize() (s int) {
 		s += msgp.NilSize
 	} else {
 		s += 1 + 2 + msgp.StringPrefixSize + len(z.DelACL.Policy) + 2 + msgp.StringPrefixSize + len(z.DelACL.Token)
+	}
+	s += 3
+	if z.Requeue == nil {
+		s += msgp.NilSize
+	} else {
+		s += z.Requeue.Msgsize()
 	}
 	s += 4
 	if z.PutSubscription == nil {
@@ -4079,15 +4305,112 @@ func (z Ready) Msgsize() (s int) {
 }
 
 // MarshalMsg implements msgp.Marshaler
+func (z Requeue) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// check for omitted fields
+	zb0001Len := uint32(3)
+	var zb0001Mask uint8 /* 3 bits */
+	_ = zb0001Mask
+	if z.Deadline == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x4
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "id"
+		o = append(o, 0xa2, 0x69, 0x64)
+		o = msgp.AppendString(o, z.ID)
+		// string "at"
+		o = append(o, 0xa2, 0x61, 0x74)
+		o = msgp.AppendInt64(o, int64(z.At))
+		if (zb0001Mask & 0x4) == 0 { // if not omitted
+			// string "dl"
+			o = append(o, 0xa2, 0x64, 0x6c)
+			o = msgp.AppendInt64(o, int64(z.Deadline))
+		}
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *Requeue) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "id":
+			z.ID, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "ID")
+				return
+			}
+		case "at":
+			{
+				var zb0002 int64
+				zb0002, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "At")
+					return
+				}
+				z.At = Instant(zb0002)
+			}
+		case "dl":
+			{
+				var zb0003 int64
+				zb0003, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Deadline")
+					return
+				}
+				z.Deadline = Instant(zb0003)
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z Requeue) Msgsize() (s int) {
+	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 3 + msgp.Int64Size + 3 + msgp.Int64Size
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
 func (z *Retry) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(5)
-	var zb0001Mask uint8 /* 5 bits */
+	zb0001Len := uint32(6)
+	var zb0001Mask uint8 /* 6 bits */
 	_ = zb0001Mask
 	if z.Error == "" {
 		zb0001Len--
 		zb0001Mask |= 0x4
+	}
+	if z.Outcome == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x20
 	}
 	// variable map header, size zb0001Len
 	o = append(o, 0x80|uint8(zb0001Len))
@@ -4111,6 +4434,11 @@ func (z *Retry) MarshalMsg(b []byte) (o []byte, err error) {
 		// string "at"
 		o = append(o, 0xa2, 0x61, 0x74)
 		o = msgp.AppendInt64(o, int64(z.At))
+		if (zb0001Mask & 0x20) == 0 { // if not omitted
+			// string "oc"
+			o = append(o, 0xa2, 0x6f, 0x63)
+			o = msgp.AppendUint8(o, uint8(z.Outcome))
+		}
 	}
 	return
 }
@@ -4171,6 +4499,16 @@ func (z *Retry) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				}
 				z.At = Instant(zb0003)
 			}
+		case "oc":
+			{
+				var zb0004 uint8
+				zb0004, bts, err = msgp.ReadUint8Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Outcome")
+					return
+				}
+				z.Outcome = AttemptOutcome(zb0004)
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -4185,7 +4523,7 @@ func (z *Retry) UnmarshalMsg(bts []byte) (o []byte, err error) {
 
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
 func (z *Retry) Msgsize() (s int) {
-	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 2 + msgp.Uint64Size + 2 + msgp.StringPrefixSize + len(z.Error) + 3 + msgp.Int64Size + 3 + msgp.Int64Size
+	s = 1 + 3 + msgp.StringPrefixSize + len(z.ID) + 2 + msgp.Uint64Size + 2 + msgp.StringPrefixSize + len(z.Error) + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Uint8Size
 	return
 }
 
@@ -6183,8 +6521,8 @@ func (z *SubscriptionEvent) Msgsize() (s int) {
 func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(32)
-	var zb0001Mask uint32 /* 32 bits */
+	zb0001Len := uint32(34)
+	var zb0001Mask uint64 /* 34 bits */
 	_ = zb0001Mask
 	if z.Priority == 0 {
 		zb0001Len--
@@ -6274,13 +6612,21 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 		zb0001Len--
 		zb0001Mask |= 0x2000000
 	}
-	if z.StartedAt == 0 {
+	if z.AttemptBase == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x4000000
+	}
+	if z.Attempts == nil {
 		zb0001Len--
 		zb0001Mask |= 0x8000000
 	}
-	if z.FinishedAt == 0 {
+	if z.StartedAt == 0 {
 		zb0001Len--
 		zb0001Mask |= 0x20000000
+	}
+	if z.FinishedAt == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x80000000
 	}
 	// variable map header, size zb0001Len
 	o = msgp.AppendMapHeader(o, zb0001Len)
@@ -6502,10 +6848,27 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 			o = append(o, 0xa3, 0x65, 0x72, 0x72)
 			o = msgp.AppendString(o, z.Error)
 		}
+		if (zb0001Mask & 0x4000000) == 0 { // if not omitted
+			// string "ab"
+			o = append(o, 0xa2, 0x61, 0x62)
+			o = msgp.AppendUint32(o, z.AttemptBase)
+		}
+		if (zb0001Mask & 0x8000000) == 0 { // if not omitted
+			// string "ah"
+			o = append(o, 0xa2, 0x61, 0x68)
+			o = msgp.AppendArrayHeader(o, uint32(len(z.Attempts)))
+			for za0003 := range z.Attempts {
+				o, err = z.Attempts[za0003].MarshalMsg(o)
+				if err != nil {
+					err = msgp.WrapError(err, "Attempts", za0003)
+					return
+				}
+			}
+		}
 		// string "sa"
 		o = append(o, 0xa2, 0x73, 0x61)
 		o = msgp.AppendInt64(o, int64(z.SubmittedAt))
-		if (zb0001Mask & 0x8000000) == 0 { // if not omitted
+		if (zb0001Mask & 0x20000000) == 0 { // if not omitted
 			// string "sta"
 			o = append(o, 0xa3, 0x73, 0x74, 0x61)
 			o = msgp.AppendInt64(o, int64(z.StartedAt))
@@ -6513,7 +6876,7 @@ func (z *Task) MarshalMsg(b []byte) (o []byte, err error) {
 		// string "ua"
 		o = append(o, 0xa2, 0x75, 0x61)
 		o = msgp.AppendInt64(o, int64(z.UpdatedAt))
-		if (zb0001Mask & 0x20000000) == 0 { // if not omitted
+		if (zb0001Mask & 0x80000000) == 0 { // if not omitted
 			// string "fa"
 			o = append(o, 0xa2, 0x66, 0x61)
 			o = msgp.AppendInt64(o, int64(z.FinishedAt))
@@ -6892,45 +7255,70 @@ func (z *Task) UnmarshalMsg(bts []byte) (o []byte, err error) {
 				err = msgp.WrapError(err, "Error")
 				return
 			}
-		case "sa":
-			{
-				var zb0013 int64
-				zb0013, bts, err = msgp.ReadInt64Bytes(bts)
+		case "ab":
+			z.AttemptBase, bts, err = msgp.ReadUint32Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "AttemptBase")
+				return
+			}
+		case "ah":
+			var zb0013 uint32
+			zb0013, bts, err = msgp.ReadArrayHeaderBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Attempts")
+				return
+			}
+			if cap(z.Attempts) >= int(zb0013) {
+				z.Attempts = (z.Attempts)[:zb0013]
+			} else {
+				z.Attempts = make([]Attempt, zb0013)
+			}
+			for za0003 := range z.Attempts {
+				bts, err = z.Attempts[za0003].UnmarshalMsg(bts)
 				if err != nil {
-					err = msgp.WrapError(err, "SubmittedAt")
+					err = msgp.WrapError(err, "Attempts", za0003)
 					return
 				}
-				z.SubmittedAt = Instant(zb0013)
 			}
-		case "sta":
+		case "sa":
 			{
 				var zb0014 int64
 				zb0014, bts, err = msgp.ReadInt64Bytes(bts)
 				if err != nil {
-					err = msgp.WrapError(err, "StartedAt")
+					err = msgp.WrapError(err, "SubmittedAt")
 					return
 				}
-				z.StartedAt = Instant(zb0014)
+				z.SubmittedAt = Instant(zb0014)
 			}
-		case "ua":
+		case "sta":
 			{
 				var zb0015 int64
 				zb0015, bts, err = msgp.ReadInt64Bytes(bts)
 				if err != nil {
-					err = msgp.WrapError(err, "UpdatedAt")
+					err = msgp.WrapError(err, "StartedAt")
 					return
 				}
-				z.UpdatedAt = Instant(zb0015)
+				z.StartedAt = Instant(zb0015)
 			}
-		case "fa":
+		case "ua":
 			{
 				var zb0016 int64
 				zb0016, bts, err = msgp.ReadInt64Bytes(bts)
 				if err != nil {
+					err = msgp.WrapError(err, "UpdatedAt")
+					return
+				}
+				z.UpdatedAt = Instant(zb0016)
+			}
+		case "fa":
+			{
+				var zb0017 int64
+				zb0017, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
 					err = msgp.WrapError(err, "FinishedAt")
 					return
 				}
-				z.FinishedAt = Instant(zb0016)
+				z.FinishedAt = Instant(zb0017)
 			}
 		case "ci":
 			z.CreateIndex, bts, err = msgp.ReadUint64Bytes(bts)
@@ -6978,7 +7366,11 @@ func (z *Task) Msgsize() (s int) {
 	} else {
 		s += z.Flow.Msgsize()
 	}
-	s += 3 + msgp.Uint8Size + 4 + msgp.BoolSize + 3 + msgp.Uint32Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size + 3 + msgp.StringPrefixSize + len(z.Worker) + 4 + msgp.BytesPrefixSize + len(z.Output) + 4 + msgp.StringPrefixSize + len(z.Error) + 3 + msgp.Int64Size + 4 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size
+	s += 3 + msgp.Uint8Size + 4 + msgp.BoolSize + 3 + msgp.Uint32Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size + 3 + msgp.StringPrefixSize + len(z.Worker) + 4 + msgp.BytesPrefixSize + len(z.Output) + 4 + msgp.StringPrefixSize + len(z.Error) + 3 + msgp.Uint32Size + 3 + msgp.ArrayHeaderSize
+	for za0003 := range z.Attempts {
+		s += z.Attempts[za0003].Msgsize()
+	}
+	s += 3 + msgp.Int64Size + 4 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size
 	return
 }
 

@@ -63,6 +63,16 @@ type EngineGauges struct {
 	QueuedBytes int  // and the size of their changes
 	InFlight    int  // entries appended and not applied yet
 	Saturated   bool // submits are refused until the write path drains
+	// DesiredSlots is the autoscaling signal of each pool: the worker
+	// slots it could use now (queued and running, at most its running
+	// cap).
+	DesiredSlots []PoolSlots
+}
+
+// PoolSlots is a number of worker slots of one pool.
+type PoolSlots struct {
+	Pool  string
+	Slots int
 }
 
 // Metrics is the metrics of one node. Its methods are safe for concurrent
@@ -91,6 +101,8 @@ type Metrics struct {
 	workers    prometheus.Gauge
 	aborts     prometheus.Counter
 	eventsLost prometheus.Counter
+	relayed    prometheus.Gauge
+	lagged     prometheus.Counter
 
 	redeliveries       *prometheus.CounterVec
 	retentionCapPurges prometheus.Counter
@@ -163,6 +175,14 @@ func New() *Metrics {
 		Namespace: Namespace, Name: "metrics_events_dropped_total",
 		Help: "Status events the metrics subscription missed (task counters undercount by this much).",
 	})
+	m.relayed = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "worker_streams_relayed",
+		Help: "Worker streams this node relays to the leader (it does not lead).",
+	})
+	m.lagged = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "event_stream_lagged_total",
+		Help: "Lagged markers sent on event streams: a subscriber missed events (it fell behind the node's history of events, resumed from beyond it, or the replica was replaced by a snapshot).",
+	})
 	m.redeliveries = counter("subscription_redeliveries_total",
 		"Times the leader sent a subscription's unacked events again after its ack timeout, by subscription.", "subscription")
 	m.retentionCapPurges = prometheus.NewCounter(prometheus.CounterOpts{
@@ -175,7 +195,7 @@ func New() *Metrics {
 		m.redeliveries, m.retentionCapPurges,
 		m.submitted, m.dispatched, m.completed, m.retried, m.attempts,
 		m.commitSeconds, m.batchMutations, m.batchBytes, m.commitErrors, m.leaderChanges,
-		m.rpcs, m.rpcSeconds, m.forwarded, m.workers, m.aborts, m.eventsLost,
+		m.rpcs, m.rpcSeconds, m.forwarded, m.workers, m.aborts, m.eventsLost, m.relayed, m.lagged,
 		&stateCollector{m: m},
 		clockCollector{m: m},
 		collectors.NewGoCollector(),
@@ -300,6 +320,13 @@ func (m *Metrics) ResetAttempts() {
 // EventsLost records status events the metrics subscription missed.
 func (m *Metrics) EventsLost(n uint64) { m.eventsLost.Add(float64(n)) }
 
+// WorkerStreamsRelayed adds delta to the worker streams this node relays
+// to the leader.
+func (m *Metrics) WorkerStreamsRelayed(delta int) { m.relayed.Add(float64(delta)) }
+
+// EventStreamLagged records a lagged marker sent on an event stream.
+func (m *Metrics) EventStreamLagged() { m.lagged.Inc() }
+
 // LeaderChanged records that this node saw the leader change.
 func (m *Metrics) LeaderChanged() { m.leaderChanges.Inc() }
 
@@ -357,6 +384,8 @@ var (
 		"Log entries appended by the leader's engine and not applied yet.", nil, nil)
 	descSaturated = prometheus.NewDesc(Namespace+"_engine_write_path_saturated",
 		"1 while the write path is past its threshold and submits are refused, else 0.", nil, nil)
+	descDesired = prometheus.NewDesc(Namespace+"_pool_desired_slots",
+		"Worker slots each pool could use now: its running attempts and its queued tasks ready to run, at most its max_running; reported by the leader (the autoscaling signal).", []string{"pool"}, nil)
 	descSubPending = prometheus.NewDesc(Namespace+"_subscription_pending",
 		"Events a durable subscription holds, not acked yet, in this node's replica.", []string{"subscription"}, nil)
 	descSubStalled = prometheus.NewDesc(Namespace+"_subscription_stalled",
@@ -378,6 +407,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descWriteBytes
 	ch <- descInFlight
 	ch <- descSaturated
+	ch <- descDesired
 	ch <- descSubPending
 	ch <- descSubStalled
 }
@@ -430,6 +460,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			{descInFlight, float64(g.InFlight)}, {descSaturated, saturated},
 		} {
 			ch <- prometheus.MustNewConstMetric(v.d, prometheus.GaugeValue, v.n)
+		}
+		for _, p := range g.DesiredSlots {
+			ch <- prometheus.MustNewConstMetric(descDesired, prometheus.GaugeValue, float64(p.Slots), p.Pool)
 		}
 	}
 }

@@ -138,9 +138,10 @@ func TestCommitsAndState(t *testing.T) {
 	}
 
 	m.SetSource(fakeSource{counts: []count{{"p", "queued", 4}, {"p", "succeeded", 2}, {"p", "failed", 0}}, epoch: 7, leader: true, applied: 42,
-		ages:   map[string]time.Duration{"p": 90 * time.Second},
-		engine: EngineGauges{Inbox: 3, Requests: 5, Queued: 7, QueuedBytes: 4096, InFlight: 2, Saturated: true},
-		subs:   []sub{{"billing", 12, true}, {"audit", 0, false}}})
+		ages: map[string]time.Duration{"p": 90 * time.Second},
+		engine: EngineGauges{Inbox: 3, Requests: 5, Queued: 7, QueuedBytes: 4096, InFlight: 2, Saturated: true,
+			DesiredSlots: []PoolSlots{{"p", 9}, {"idle", 0}}},
+		subs: []sub{{"billing", 12, true}, {"audit", 0, false}}})
 	m.Redelivered("billing")
 	m.Redelivered("billing")
 	m.RetentionCapPurged()
@@ -162,6 +163,8 @@ func TestCommitsAndState(t *testing.T) {
 		"cronoq_engine_write_queue_bytes 4096",
 		"cronoq_engine_entries_in_flight 2",
 		"cronoq_engine_write_path_saturated 1",
+		`cronoq_pool_desired_slots{pool="p"} 9`,
+		`cronoq_pool_desired_slots{pool="idle"} 0`,
 		`cronoq_subscription_pending{subscription="billing"} 12`,
 		`cronoq_subscription_stalled{subscription="billing"} 1`,
 		`cronoq_subscription_pending{subscription="audit"} 0`,

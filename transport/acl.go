@@ -63,6 +63,8 @@ var gates = map[string]gate{
 	cronoqv1connect.TaskServiceCountsProcedure:      {gatePool, acl.Read},
 	cronoqv1connect.TaskServiceEventsProcedure:      {gatePool, acl.Read},
 	cronoqv1connect.TaskServiceDeleteProcedure:      {gatePool, acl.Write},
+	cronoqv1connect.TaskServiceRetryProcedure:       {gatePool, acl.Write},
+	cronoqv1connect.TaskServiceCancelManyProcedure:  {gatePool, acl.Write},
 
 	cronoqv1connect.PoolServiceListProcedure:    {gatePool, acl.Read},
 	cronoqv1connect.PoolServiceGetProcedure:     {gatePool, acl.Read},

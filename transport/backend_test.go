@@ -42,13 +42,16 @@ type fakeBackend struct {
 	setPool          func(ch cluster.PoolChange) (cluster.PoolInfo, error)
 	submitWorkflow   func(spec cluster.WorkflowSpec) (*cluster.WorkflowSubmitted, error)
 	cancelWorkflow   func(ref cluster.WorkflowRef) (cluster.CancelledWorkflow, error)
+	retry            func(ref cluster.TaskRef) (cluster.Retried, error)
+	cancelMany       func(f cluster.TaskFilter) (int, error)
 	// waitWorkflow runs under the call's context (nil: wait for it to end).
 	waitWorkflow func(ctx context.Context, ref cluster.WorkflowRef) (string, error)
 	// poll answers a worker's offer (nil: nothing is ever granted).
 	poll func(ctx context.Context, offer cluster.Offer) ([]cluster.Grant, error)
-	// subscribed receives the event channel of each subscription, for the
-	// test to feed (nil: Subscribe fails).
-	subscribed chan chan<- cluster.Event
+	// events are the events of the replica (and whatever a test
+	// publishes); subscribed, when set, is told of each subscription.
+	events     *cluster.EventHub
+	subscribed chan struct{}
 	// completions receives the completions the worker streams report.
 	completions chan []cluster.Completion
 	// feeds receives the feed of each subscription reader (nil: feeding
@@ -62,7 +65,9 @@ type fakeBackend struct {
 }
 
 func newFakeBackend() *fakeBackend {
-	return &fakeBackend{leading: true, state: fsm.New(), term: make(chan struct{})}
+	f := &fakeBackend{leading: true, state: fsm.New(), term: make(chan struct{}), events: cluster.NewEventHub(0)}
+	f.state.SetEventSink(f.events.Publish)
+	return f
 }
 
 // apply commits ms to the fake's replica as one batch at leader time at,
@@ -198,27 +203,33 @@ func (f *fakeBackend) Pool(context.Context, string) (cluster.PoolInfo, error) {
 func (f *fakeBackend) Delete(context.Context, cluster.TaskRef) (cluster.Deleted, error) {
 	return cluster.Deleted{}, errors.New("not used")
 }
+func (f *fakeBackend) Retry(_ context.Context, ref cluster.TaskRef) (cluster.Retried, error) {
+	f.record("retry")
+	if f.retry == nil {
+		return cluster.Retried{}, errors.New("not used")
+	}
+	return f.retry(ref)
+}
+func (f *fakeBackend) CancelMany(_ context.Context, tf cluster.TaskFilter) (int, error) {
+	f.record("cancel-many")
+	if f.cancelMany == nil {
+		return 0, errors.New("not used")
+	}
+	return f.cancelMany(tf)
+}
 func (f *fakeBackend) SetKind(context.Context, cluster.KindChange) (fsm.KindSettings, error) {
 	return fsm.KindSettings{}, errors.New("not used")
 }
 func (f *fakeBackend) Kind(context.Context, string, string) (fsm.KindSettings, error) {
 	return fsm.KindSettings{}, errors.New("not used")
 }
-func (f *fakeBackend) Subscribe(buffer int) (cluster.EventStream, error) {
-	if f.subscribed == nil {
-		return nil, errors.New("not used")
+func (f *fakeBackend) Subscribe(after uint64) *cluster.EventSub {
+	sub := f.events.Subscribe(after)
+	if f.subscribed != nil {
+		f.subscribed <- struct{}{}
 	}
-	c := make(chan cluster.Event, buffer)
-	f.subscribed <- c
-	return fakeStream{c}, nil
+	return sub
 }
-
-// fakeStream is a subscription to the fake's events, fed by the test.
-type fakeStream struct{ c chan cluster.Event }
-
-func (s fakeStream) C() <-chan cluster.Event { return s.c }
-func (s fakeStream) Dropped() uint64         { return 0 }
-func (s fakeStream) Close()                  {}
 func (f *fakeBackend) ConsistentRead(context.Context) (fsm.Reader, error) {
 	if _, err := f.Leading(); err != nil {
 		return nil, err

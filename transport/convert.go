@@ -494,7 +494,44 @@ func taskToProto(t *fsm.Task) *cronoqv1.Task {
 		Parent:           t.Parent(),
 		BlocksLane:       t.BlocksLane,
 		Principal:        t.Principal,
+		Attempts:         attemptsToProto(t.Attempts),
+		AttemptBase:      t.AttemptBase,
 	}
+}
+
+// attemptsToProto converts a task's attempt history (nil for none).
+func attemptsToProto(as []fsm.Attempt) []*cronoqv1.Attempt {
+	if len(as) == 0 {
+		return nil
+	}
+	out := make([]*cronoqv1.Attempt, len(as))
+	for i := range as {
+		a := &as[i]
+		out[i] = &cronoqv1.Attempt{
+			Attempt:    a.Attempt,
+			Worker:     a.Worker,
+			Lease:      a.Lease,
+			Epoch:      a.Epoch(),
+			StartedAt:  instantToProto(a.StartedAt),
+			FinishedAt: instantToProto(a.FinishedAt),
+			Outcome:    cronoqv1.AttemptOutcome(a.Outcome),
+			Error:      a.Error,
+		}
+	}
+	return out
+}
+
+// taskFilterFromProto reads the filter of a cancel by filter.
+func taskFilterFromProto(m *cronoqv1.CancelManyRequest) (cluster.TaskFilter, error) {
+	f := cluster.TaskFilter{Pool: m.GetPool(), Kinds: m.GetKinds()}
+	for _, p := range m.GetStatuses() {
+		st, err := statusFromProto(p)
+		if err != nil {
+			return f, err
+		}
+		f.Statuses = append(f.Statuses, st)
+	}
+	return f, nil
 }
 
 // taskSize bounds the encoded size of a task, to cut list pages.
@@ -628,6 +665,7 @@ func scheduleToProto(s *fsm.Schedule) *cronoqv1.Schedule {
 
 func eventToProto(ev cluster.Event) *cronoqv1.Event {
 	return &cronoqv1.Event{
+		Cursor:  ev.Cursor,
 		TaskId:  ev.TaskID,
 		Pool:    ev.Pool,
 		Kind:    ev.Kind,

@@ -54,6 +54,8 @@ func (s *Server) apiError(err error) error {
 		return apierr.New(apierr.KindACLBootstrapped, "ACL bootstrap already done: use the bootstrap token (or another management token)")
 	case errors.Is(err, cluster.ErrNotWaiting):
 		return apierr.NotWaiting(err.Error())
+	case errors.Is(err, cluster.ErrNotRetryable):
+		return apierr.NotRetryable(err.Error())
 	case errors.Is(err, cluster.ErrOutcomeUnknown):
 		return apierr.OutcomeUnknown(err.Error())
 	case errors.Is(err, cluster.ErrShutdown) || s.stopping():

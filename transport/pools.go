@@ -181,6 +181,7 @@ func (h *poolService) poolToProto(info cluster.PoolInfo, state fsm.Reader, pc *f
 		BlockedLanes: info.Blocked,
 		Lanes:        int64(info.Lanes),
 		Waiting:      int64(info.Waiting),
+		DesiredSlots: int64(info.DesiredSlots),
 	}
 	if pc != nil {
 		for _, st := range fsm.AllStatuses {

@@ -17,9 +17,12 @@
 // idempotency key. Reads that ask for staleness are served from the local
 // replica with the metadata of how stale it may be.
 //
-// The worker stream and the event stream are served by the leader only: a
-// follower answers not_leader with the leader's address, and the SDK
-// connects there.
+// The streams are served by any node too. The event stream comes from the
+// node's own replica (see cluster.EventHub): an event is sent once the node
+// has applied it. The worker stream and the backup streams need the
+// leader: a follower relays them to it over the same forwarding client
+// (see relay.go), and ends a relayed worker stream with UNAVAILABLE when
+// the leader changes, so that the worker connects again.
 package transport
 
 import (
@@ -39,6 +42,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
 	"github.com/cronoq/cronoq/cluster"
@@ -121,6 +125,11 @@ type Config struct {
 	// TLSVerifyIncoming requires every client of the API (health and
 	// metrics included) to present a certificate of the CA.
 	TLSVerifyIncoming bool
+	// TracerProvider, when set, traces the tasks whose tags carry a W3C
+	// traceparent: spans of their submit, dispatches and completions and
+	// of the commits of each (see tracing.go). Nil (the default) traces
+	// nothing.
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -169,6 +178,8 @@ type Server struct {
 	// grantDepOutputs is the budget of inline dependency outputs of one
 	// Grants message (grantDependencyOutputs; tests lower it).
 	grantDepOutputs int
+	// tr makes the spans of traced tasks; nil when tracing is off.
+	tr *tracing
 
 	baseCtx    context.Context
 	cancelBase context.CancelFunc
@@ -201,6 +212,7 @@ func New(cfg Config) (*Server, error) {
 		done:    make(chan struct{}),
 
 		grantDepOutputs: grantDependencyOutputs,
+		tr:              newTracing(cfg.TracerProvider, cfg.Backend.ID()),
 	}
 	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
 	if s.m != nil {
@@ -401,16 +413,44 @@ func (s *Server) Stop(ctx context.Context) error {
 // healthJSON is the body of GET /v1/health: the fields of `cronoq health`
 // plus details.
 type healthJSON struct {
-	Node           string   `json:"node"`
-	Leader         string   `json:"leader"`
-	Epoch          uint64   `json:"epoch"`
-	Status         string   `json:"status"`
-	Reasons        []string `json:"reasons,omitempty"`
-	LeaderHTTPAddr string   `json:"leader_http_addr,omitempty"`
-	RaftState      string   `json:"raft_state"`
-	Ready          bool     `json:"ready"`
-	AppliedIndex   uint64   `json:"applied_index"`
-	ShuttingDown   bool     `json:"shutting_down,omitempty"`
+	Node           string     `json:"node"`
+	Leader         string     `json:"leader"`
+	Epoch          uint64     `json:"epoch"`
+	Status         string     `json:"status"`
+	Reasons        []string   `json:"reasons,omitempty"`
+	LeaderHTTPAddr string     `json:"leader_http_addr,omitempty"`
+	RaftState      string     `json:"raft_state"`
+	Ready          bool       `json:"ready"`
+	AppliedIndex   uint64     `json:"applied_index"`
+	ShuttingDown   bool       `json:"shutting_down,omitempty"`
+	Loops          []loopJSON `json:"loops"`
+}
+
+// loopJSON is one background loop of the node in GET /v1/health.
+type loopJSON struct {
+	Name          string  `json:"name"`
+	Degraded      bool    `json:"degraded"`
+	Failures      int     `json:"consecutive_failures"`
+	FailuresTotal uint64  `json:"failures_total"`
+	Runs          uint64  `json:"runs"`
+	LastError     string  `json:"last_error,omitempty"`
+	LastSuccess   string  `json:"last_success,omitempty"` // RFC3339, UTC
+	BackoffSecs   float64 `json:"backoff_seconds,omitempty"`
+}
+
+func loopsJSON(loops []cluster.LoopStatus) []loopJSON {
+	out := make([]loopJSON, 0, len(loops))
+	for _, l := range loops {
+		j := loopJSON{
+			Name: l.Name, Degraded: l.Degraded, Failures: l.Failures, FailuresTotal: l.FailuresTotal,
+			Runs: l.Runs, LastError: l.LastError, BackoffSecs: l.Backoff.Seconds(),
+		}
+		if !l.LastSuccess.IsZero() {
+			j.LastSuccess = l.LastSuccess.UTC().Format(time.RFC3339Nano)
+		}
+		out = append(out, j)
+	}
+	return out
 }
 
 // health is the node's health, degraded while the server drains.
@@ -431,7 +471,7 @@ func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
 	body := healthJSON{
 		Node: h.Node, Leader: h.Leader, Epoch: h.Epoch, Status: h.Status, Reasons: h.Reasons,
 		LeaderHTTPAddr: h.LeaderHTTPAddr, RaftState: h.RaftState, Ready: h.Ready,
-		AppliedIndex: h.AppliedIndex, ShuttingDown: s.stopping(),
+		AppliedIndex: h.AppliedIndex, ShuttingDown: s.stopping(), Loops: loopsJSON(h.Loops),
 	}
 	code := http.StatusOK
 	if h.Leader == "" || h.Leader == h.Node && !h.Ready || h.Status == cluster.HealthFailed {

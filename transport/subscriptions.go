@@ -282,7 +282,7 @@ func relayStream[Req, Res any](ctx context.Context, s *Server, req *connect.Requ
 			case err == nil || ctx.Err() != nil:
 				return nil // the reader went away
 			case n > 0:
-				return relayEnd(err)
+				return serverStreamEnd(err)
 			case connect.IsWireError(err):
 				switch apierr.Kind(err) {
 				case apierr.KindNotLeader, apierr.KindNoLeader, apierr.KindShuttingDown:
@@ -312,9 +312,9 @@ func relayStream[Req, Res any](ctx context.Context, s *Server, req *connect.Requ
 // errStreamEnded: the leader ended a relayed stream without an error.
 var errStreamEnded = errors.New("the leader ended the stream")
 
-// relayEnd is the error that ends a reader's stream whose relayed stream
+// serverStreamEnd is the error that ends a reader's stream whose relayed stream
 // ended after messages went out.
-func relayEnd(err error) error {
+func serverStreamEnd(err error) error {
 	if connect.IsWireError(err) {
 		return apierr.Relay(err)
 	}

@@ -40,15 +40,28 @@ var (
 
 type workerService struct{ s *Server }
 
-// Connect serves one worker stream, on the leader only: Hello, then any
-// number of Poll, Heartbeat and Complete messages; the node answers with
-// Welcome, Grants, acks and Aborts. Leases are not revoked when the stream
-// ends: the worker may reconnect and heartbeat them within the window.
+// Connect serves one worker stream: Hello, then any number of Poll,
+// Heartbeat and Complete messages; the node answers with Welcome, Grants,
+// acks and Aborts. The leader serves it; any other node relays it to the
+// leader (see relayWorker). Leases are not revoked when the stream ends:
+// the worker may reconnect and heartbeat them within the window.
 func (w *workerService) Connect(ctx context.Context, stream *connect.BidiStream[cronoqv1.WorkerMessage, cronoqv1.ServerMessage]) error {
 	s := w.s
-	if err := s.awaitLeader(ctx); err != nil {
+	hold := time.NewTimer(s.cfg.HoldTimeout)
+	defer hold.Stop()
+	t, err := s.leaderTarget(ctx, stream.RequestHeader(), hold.C, nil)
+	if err != nil {
 		return err
 	}
+	if !t.local {
+		return s.relayWorker(ctx, stream, hold.C, t)
+	}
+	return s.serveWorker(ctx, stream, nil)
+}
+
+// serveWorker serves a worker stream on this node, the leader, for its
+// current term. first is the Hello when it was read already.
+func (s *Server) serveWorker(ctx context.Context, stream *connect.BidiStream[cronoqv1.WorkerMessage, cronoqv1.ServerMessage], first *cronoqv1.WorkerMessage) error {
 	term, err := s.node.Leading()
 	if err != nil {
 		return s.apiError(err)
@@ -57,6 +70,7 @@ func (w *workerService) Connect(ctx context.Context, stream *connect.BidiStream[
 	defer cancel(nil)
 	ws := &workerStream{
 		s: s, term: term, stream: stream, reqCtx: ctx, ctx: sctx, cancel: cancel,
+		first:     first,
 		out:       newOutbox(),
 		slotsWake: make(chan struct{}, 1),
 	}
@@ -76,6 +90,7 @@ type workerStream struct {
 	reqCtx context.Context
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	first  *cronoqv1.WorkerMessage // the Hello, when read before
 
 	worker string
 	pool   string
@@ -158,12 +173,15 @@ func (ws *workerStream) run() error {
 
 // hello reads and checks the first message.
 func (ws *workerStream) hello() error {
-	first, err := ws.stream.Receive()
-	if err != nil {
-		if cause := context.Cause(ws.ctx); cause != nil {
-			return cause
+	first := ws.first
+	if first == nil {
+		var err error
+		if first, err = ws.stream.Receive(); err != nil {
+			if cause := context.Cause(ws.ctx); cause != nil {
+				return cause
+			}
+			return err
 		}
-		return err
 	}
 	hello := first.GetHello()
 	switch {
@@ -305,7 +323,13 @@ func (ws *workerStream) poll() {
 			}
 		}
 		slots = min(slots, maxSlots)
-		grants, err := ws.s.node.Poll(ws.ctx, cluster.Offer{Worker: ws.worker, Pool: ws.pool, Labels: ws.labels, Slots: slots})
+		ctx := ws.ctx
+		var tr *traced
+		if ws.s.tr != nil {
+			tr = ws.s.tr.newTraced(1)
+			ctx = tr.observe(ctx)
+		}
+		grants, err := ws.s.node.Poll(ctx, cluster.Offer{Worker: ws.worker, Pool: ws.pool, Labels: ws.labels, Slots: slots})
 		if err != nil {
 			if ws.ctx.Err() == nil {
 				ws.cancel(err)
@@ -327,12 +351,18 @@ func (ws *workerStream) poll() {
 			if t, ok := state.Get(g.ID); ok {
 				grant.Task = taskToProto(t)
 				grant.Dependencies = dependencies(state, t.DependsOn(), &budget)
+				if tr != nil {
+					tr.startDispatch(t, grant, ws.worker)
+				}
 			} else {
 				grant.Task = &cronoqv1.Task{Id: g.ID}
 			}
 			out.Grants[i] = grant
 		}
 		ws.emit(&cronoqv1.ServerMessage{Msg: &cronoqv1.ServerMessage_Grants{Grants: out}})
+		if tr != nil {
+			tr.endSpans()
+		}
 	}
 }
 
@@ -381,6 +411,7 @@ func (ws *workerStream) complete(comps []*cronoqv1.Completion) {
 	ack := &cronoqv1.CompleteAck{Results: make([]*cronoqv1.LeaseResult, len(comps))}
 	valid := make([]cluster.Completion, 0, len(comps))
 	at := make([]*cronoqv1.LeaseResult, 0, len(comps))
+	index := make([]int, 0, len(comps)) // valid[j] is comps[index[j]]
 	for i, c := range comps {
 		res := &cronoqv1.LeaseResult{Lease: c.GetLease()}
 		ack.Results[i] = res
@@ -394,10 +425,28 @@ func (ws *workerStream) complete(comps []*cronoqv1.Completion) {
 		}
 		valid = append(valid, cluster.Completion{Lease: c.GetLease(), Outcome: out})
 		at = append(at, res)
+		index = append(index, i)
 	}
 	if len(valid) > 0 {
-		for i, err := range ws.s.node.Complete(ws.reqCtx, valid) {
+		ctx := ws.reqCtx
+		var tr *traced
+		if ws.s.tr != nil {
+			tr = ws.s.tr.newTraced(len(valid))
+			for i, c := range valid {
+				tr.startCompletion(comps[index[i]], c.Outcome, i)
+			}
+			if len(tr.spans) == 0 {
+				tr = nil // none of them is traced
+			} else {
+				ctx = tr.observe(ctx)
+			}
+		}
+		errs := ws.s.node.Complete(ctx, valid)
+		for i, err := range errs {
 			at[i].Code, at[i].Error = ws.s.itemError(err)
+		}
+		if tr != nil {
+			tr.endCompletions(errs)
 		}
 	}
 	ws.emit(&cronoqv1.ServerMessage{Msg: &cronoqv1.ServerMessage_CompleteAck{CompleteAck: ack}})

@@ -60,6 +60,21 @@ type Source interface {
 	Changed() <-chan struct{}
 }
 
+// Loop reports the health of one subscription's delivery and decides its
+// backoff (a node's *loophealth.Loop implements it). A round succeeds when
+// its events are delivered and acked, and fails at the first step that
+// fails (reading the events, reporting the send, the request, the ack).
+type Loop interface {
+	Succeeded()
+	// Failed records a failed round and returns the wait before the next.
+	Failed(err error) time.Duration
+	// Reset ends a run of failures without a success: the delivery stops
+	// on this node (its term ended).
+	Reset()
+	// Remove drops the loop: its subscription is gone.
+	Remove()
+}
+
 // Attempt describes one POST, for metrics.
 type Attempt struct {
 	Subscription string
@@ -110,6 +125,10 @@ type Config struct {
 	// Delivered, when set, sees every delivery once acknowledged: the
 	// subscription and its number of events. It must not block.
 	Delivered func(subscription string, events int)
+	// Loop, when set, returns the loop that reports the health of a
+	// subscription's delivery; its Failed decides the backoff instead of
+	// MinBackoff and MaxBackoff.
+	Loop func(subscription string) Loop
 }
 
 // WithDefaults returns a copy of c with every zero field set to its
@@ -398,6 +417,20 @@ func (w *worker) run(ctx context.Context) {
 	name := w.sub.Name
 	log := d.logger.With("subscription", name)
 	cursor := w.sub.Acked
+	var loop Loop
+	if d.cfg.Loop != nil {
+		loop = d.cfg.Loop(name)
+	}
+	defer func() {
+		if loop == nil {
+			return
+		}
+		if _, ok := d.src.Lookup(name); ok {
+			loop.Reset()
+		} else {
+			loop.Remove()
+		}
+	}()
 	failures := 0 // in a row
 	failed := func(what string, err error) bool {
 		failures++
@@ -406,7 +439,11 @@ func (w *worker) run(ctx context.Context) {
 		w.st.Failures, w.st.LastError = failures, err.Error()
 		w.mu.Unlock()
 		log.Warn("webhook delivery failed", "failures", failures, "error", err)
-		return sleepCtx(ctx, d.backoff(failures))
+		wait := d.backoff(failures)
+		if loop != nil {
+			wait = loop.Failed(err)
+		}
+		return sleepCtx(ctx, wait)
 	}
 	for ctx.Err() == nil {
 		// Resume from the durable cursor when it is ahead (acknowledged
@@ -483,6 +520,9 @@ func (w *worker) run(ctx context.Context) {
 		w.st.Failures, w.st.LastError = 0, ""
 		w.st.LastOK = d.cfg.Now()
 		w.mu.Unlock()
+		if loop != nil {
+			loop.Succeeded()
+		}
 		if d.cfg.Delivered != nil {
 			d.cfg.Delivered(name, n)
 		}

@@ -747,3 +747,65 @@ func TestWakesOnChangeAndNotify(t *testing.T) {
 	require.Eventually(t, func() bool { return src.acked("a") == second[1] }, 5*time.Second, 5*time.Millisecond)
 	require.Equal(t, append(first, second...), rcv.firstSeen("a"))
 }
+
+// fakeLoop records what a subscription's delivery reports.
+type fakeLoop struct {
+	mu                         sync.Mutex
+	ok, failed, reset, removed int
+	errs                       []string
+}
+
+func (l *fakeLoop) Succeeded() { l.mu.Lock(); l.ok++; l.mu.Unlock() }
+func (l *fakeLoop) Failed(err error) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failed++
+	l.errs = append(l.errs, err.Error())
+	return time.Millisecond
+}
+func (l *fakeLoop) Reset()  { l.mu.Lock(); l.reset++; l.mu.Unlock() }
+func (l *fakeLoop) Remove() { l.mu.Lock(); l.removed++; l.mu.Unlock() }
+
+func (l *fakeLoop) counts() (ok, failed, reset, removed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ok, l.failed, l.reset, l.removed
+}
+
+// TestReportsToItsLoop: each round's outcome goes to the subscription's
+// loop, whose Failed decides the backoff (a MaxBackoff of an hour would
+// otherwise stall the test); stopping resets the loop, removing the
+// subscription removes it.
+func TestReportsToItsLoop(t *testing.T) {
+	src := newFakeSource()
+	rcv := newReceiver(t, map[string]string{"a": "k", "b": "k"}, func(n int) mode {
+		if n < 4 {
+			return answer500
+		}
+		return answerOK
+	})
+	src.accepted = rcv.acceptedMax
+	src.add(Subscription{Name: "a", URL: rcv.url(), Secret: "k"})
+	src.add(Subscription{Name: "b", URL: rcv.url(), Secret: "k"})
+	all := src.emit("a", 1, 3)
+	loops := map[string]*fakeLoop{"a": {}, "b": {}}
+	cfg := testConfig()
+	cfg.MinBackoff, cfg.MaxBackoff = time.Hour, time.Hour
+	cfg.Loop = func(sub string) Loop { return loops[sub] }
+	d := New(cfg, src)
+	require.NoError(t, d.Start(context.Background()))
+	require.Eventually(t, func() bool { return src.acked("a") == all[2] }, 10*time.Second, 5*time.Millisecond)
+	ok, failed, _, _ := loops["a"].counts()
+	require.Equal(t, 4, failed)
+	require.Positive(t, ok)
+	loops["a"].mu.Lock()
+	require.Contains(t, loops["a"].errs[0], "answered 500")
+	loops["a"].mu.Unlock()
+
+	src.remove("b")
+	require.Eventually(t, func() bool { _, _, _, removed := loops["b"].counts(); return removed == 1 }, 5*time.Second, 5*time.Millisecond)
+	d.Stop()
+	_, _, reset, removed := loops["a"].counts()
+	require.Equal(t, 1, reset, "the term's end resets the loop")
+	require.Zero(t, removed)
+}

@@ -65,6 +65,9 @@ const (
 	KindACLBootstrapped = "acl_bootstrapped"
 	// KindACLDisabled: ACLs are not enabled on the node.
 	KindACLDisabled = "acl_disabled"
+	// KindNotRetryable: the task is live or succeeded: only a task that
+	// ended failed, expired or cancelled can be retried.
+	KindNotRetryable = "not_retryable"
 	// KindDiskFull: the leader's data directory has no space left; it
 	// takes no writes until space is freed (Retry-After says when to try
 	// again). Nothing was done.
@@ -83,7 +86,7 @@ func Code(kind string) connect.Code {
 		return connect.CodeInvalidArgument
 	case KindNotFound:
 		return connect.CodeNotFound
-	case KindStaleLease, KindUpgradeRequired, KindNotWaiting, KindACLBootstrapped, KindACLDisabled:
+	case KindStaleLease, KindUpgradeRequired, KindNotWaiting, KindNotRetryable, KindACLBootstrapped, KindACLDisabled:
 		return connect.CodeFailedPrecondition
 	case KindPermissionDenied:
 		return connect.CodePermissionDenied
@@ -156,6 +159,10 @@ func UpgradeRequired(msg string) *connect.Error { return New(KindUpgradeRequired
 // NotWaiting says the task is not an external task waiting for its
 // completion.
 func NotWaiting(msg string) *connect.Error { return New(KindNotWaiting, msg) }
+
+// NotRetryable says the task is live or succeeded, so it cannot be
+// retried.
+func NotRetryable(msg string) *connect.Error { return New(KindNotRetryable, msg) }
 
 // OutcomeUnknown says the request may or may not have taken effect (for
 // instance leadership was lost while its entry was in flight); retrying with

@@ -45,6 +45,7 @@ func cases() []encoded {
 		{name: "stale lease", err: apierr.StaleLease("lease 5 is not current"), code: connect.CodeFailedPrecondition, kind: apierr.KindStaleLease},
 		{name: "outcome unknown", err: apierr.OutcomeUnknown("leadership lost"), code: connect.CodeUnknown, kind: apierr.KindOutcomeUnknown},
 		{name: "disk full", err: apierr.DiskFull("disk full: /d: no space left on device", 5), code: connect.CodeResourceExhausted, kind: apierr.KindDiskFull},
+		{name: "not retryable", err: apierr.NotRetryable("task T1 is running"), code: connect.CodeFailedPrecondition, kind: apierr.KindNotRetryable},
 	}
 }
 

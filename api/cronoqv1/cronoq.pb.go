@@ -202,6 +202,78 @@ func (DependencyPolicy) EnumDescriptor() ([]byte, []int) {
 	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{2}
 }
 
+// How an attempt ended.
+type AttemptOutcome int32
+
+const (
+	AttemptOutcome_ATTEMPT_OUTCOME_UNSPECIFIED AttemptOutcome = 0
+	// The worker reported success.
+	AttemptOutcome_ATTEMPT_OUTCOME_SUCCEEDED AttemptOutcome = 1
+	// A permanent failure, or a retryable one with no attempt left.
+	AttemptOutcome_ATTEMPT_OUTCOME_FAILED AttemptOutcome = 2
+	// A retryable failure: the task ran again.
+	AttemptOutcome_ATTEMPT_OUTCOME_RETRY AttemptOutcome = 3
+	// The task was cancelled, by a request or by its worker.
+	AttemptOutcome_ATTEMPT_OUTCOME_CANCELLED AttemptOutcome = 4
+	// The task's deadline passed while the attempt ran.
+	AttemptOutcome_ATTEMPT_OUTCOME_EXPIRED AttemptOutcome = 5
+	// The attempt ran past the task's timeout.
+	AttemptOutcome_ATTEMPT_OUTCOME_TIMEOUT AttemptOutcome = 6
+	// Its lease lapsed without a heartbeat (or was revoked).
+	AttemptOutcome_ATTEMPT_OUTCOME_LOST AttemptOutcome = 7
+)
+
+// Enum value maps for AttemptOutcome.
+var (
+	AttemptOutcome_name = map[int32]string{
+		0: "ATTEMPT_OUTCOME_UNSPECIFIED",
+		1: "ATTEMPT_OUTCOME_SUCCEEDED",
+		2: "ATTEMPT_OUTCOME_FAILED",
+		3: "ATTEMPT_OUTCOME_RETRY",
+		4: "ATTEMPT_OUTCOME_CANCELLED",
+		5: "ATTEMPT_OUTCOME_EXPIRED",
+		6: "ATTEMPT_OUTCOME_TIMEOUT",
+		7: "ATTEMPT_OUTCOME_LOST",
+	}
+	AttemptOutcome_value = map[string]int32{
+		"ATTEMPT_OUTCOME_UNSPECIFIED": 0,
+		"ATTEMPT_OUTCOME_SUCCEEDED":   1,
+		"ATTEMPT_OUTCOME_FAILED":      2,
+		"ATTEMPT_OUTCOME_RETRY":       3,
+		"ATTEMPT_OUTCOME_CANCELLED":   4,
+		"ATTEMPT_OUTCOME_EXPIRED":     5,
+		"ATTEMPT_OUTCOME_TIMEOUT":     6,
+		"ATTEMPT_OUTCOME_LOST":        7,
+	}
+)
+
+func (x AttemptOutcome) Enum() *AttemptOutcome {
+	p := new(AttemptOutcome)
+	*p = x
+	return p
+}
+
+func (x AttemptOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AttemptOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_cronoq_v1_cronoq_proto_enumTypes[3].Descriptor()
+}
+
+func (AttemptOutcome) Type() protoreflect.EnumType {
+	return &file_cronoq_v1_cronoq_proto_enumTypes[3]
+}
+
+func (x AttemptOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AttemptOutcome.Descriptor instead.
+func (AttemptOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{3}
+}
+
 type WorkflowStatus int32
 
 const (
@@ -244,11 +316,11 @@ func (x WorkflowStatus) String() string {
 }
 
 func (WorkflowStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_cronoq_v1_cronoq_proto_enumTypes[3].Descriptor()
+	return file_cronoq_v1_cronoq_proto_enumTypes[4].Descriptor()
 }
 
 func (WorkflowStatus) Type() protoreflect.EnumType {
-	return &file_cronoq_v1_cronoq_proto_enumTypes[3]
+	return &file_cronoq_v1_cronoq_proto_enumTypes[4]
 }
 
 func (x WorkflowStatus) Number() protoreflect.EnumNumber {
@@ -257,7 +329,7 @@ func (x WorkflowStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WorkflowStatus.Descriptor instead.
 func (WorkflowStatus) EnumDescriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{3}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{4}
 }
 
 type Overlap int32
@@ -290,11 +362,11 @@ func (x Overlap) String() string {
 }
 
 func (Overlap) Descriptor() protoreflect.EnumDescriptor {
-	return file_cronoq_v1_cronoq_proto_enumTypes[4].Descriptor()
+	return file_cronoq_v1_cronoq_proto_enumTypes[5].Descriptor()
 }
 
 func (Overlap) Type() protoreflect.EnumType {
-	return &file_cronoq_v1_cronoq_proto_enumTypes[4]
+	return &file_cronoq_v1_cronoq_proto_enumTypes[5]
 }
 
 func (x Overlap) Number() protoreflect.EnumNumber {
@@ -303,7 +375,7 @@ func (x Overlap) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Overlap.Descriptor instead.
 func (Overlap) EnumDescriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{4}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{5}
 }
 
 type CatchUp int32
@@ -339,11 +411,11 @@ func (x CatchUp) String() string {
 }
 
 func (CatchUp) Descriptor() protoreflect.EnumDescriptor {
-	return file_cronoq_v1_cronoq_proto_enumTypes[5].Descriptor()
+	return file_cronoq_v1_cronoq_proto_enumTypes[6].Descriptor()
 }
 
 func (CatchUp) Type() protoreflect.EnumType {
-	return &file_cronoq_v1_cronoq_proto_enumTypes[5]
+	return &file_cronoq_v1_cronoq_proto_enumTypes[6]
 }
 
 func (x CatchUp) Number() protoreflect.EnumNumber {
@@ -352,7 +424,7 @@ func (x CatchUp) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CatchUp.Descriptor instead.
 func (CatchUp) EnumDescriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{5}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{6}
 }
 
 type OutcomeKind int32
@@ -391,11 +463,11 @@ func (x OutcomeKind) String() string {
 }
 
 func (OutcomeKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_cronoq_v1_cronoq_proto_enumTypes[6].Descriptor()
+	return file_cronoq_v1_cronoq_proto_enumTypes[7].Descriptor()
 }
 
 func (OutcomeKind) Type() protoreflect.EnumType {
-	return &file_cronoq_v1_cronoq_proto_enumTypes[6]
+	return &file_cronoq_v1_cronoq_proto_enumTypes[7]
 }
 
 func (x OutcomeKind) Number() protoreflect.EnumNumber {
@@ -404,7 +476,7 @@ func (x OutcomeKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OutcomeKind.Descriptor instead.
 func (OutcomeKind) EnumDescriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{6}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{7}
 }
 
 type KV struct {
@@ -796,10 +868,15 @@ type Task struct {
 	// The task whose successful completion spawned it, if any.
 	Parent string `protobuf:"bytes,22,opt,name=parent,proto3" json:"parent,omitempty"`
 	// It ended without succeeding under the ordering policy block: its
-	// lane waits until it is deleted.
+	// lane waits until it is retried or deleted.
 	BlocksLane bool `protobuf:"varint,23,opt,name=blocks_lane,json=blocksLane,proto3" json:"blocks_lane,omitempty"`
 	// The accessor of the ACL token that submitted it (empty without ACLs).
-	Principal     string `protobuf:"bytes,24,opt,name=principal,proto3" json:"principal,omitempty"`
+	Principal string `protobuf:"bytes,24,opt,name=principal,proto3" json:"principal,omitempty"`
+	// Its last attempts that ended (at most 10), oldest first.
+	Attempts []*Attempt `protobuf:"bytes,25,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	// The attempts started before an operator last retried it
+	// (TaskService.Retry): its attempt budget counts from there.
+	AttemptBase   uint32 `protobuf:"varint,26,opt,name=attempt_base,json=attemptBase,proto3" json:"attempt_base,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1002,6 +1079,124 @@ func (x *Task) GetPrincipal() string {
 	return ""
 }
 
+func (x *Task) GetAttempts() []*Attempt {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+func (x *Task) GetAttemptBase() uint32 {
+	if x != nil {
+		return x.AttemptBase
+	}
+	return 0
+}
+
+// One ended attempt of a task.
+type Attempt struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Attempt uint32                 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The worker that held its lease.
+	Worker string `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	Lease  uint64 `protobuf:"varint,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	// The leader epoch that granted the lease.
+	Epoch      uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	StartedAt  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	Outcome    AttemptOutcome         `protobuf:"varint,7,opt,name=outcome,proto3,enum=cronoq.v1.AttemptOutcome" json:"outcome,omitempty"`
+	// At most 1 KiB: a longer error is cut and ends with "… (truncated)".
+	Error         string `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Attempt) Reset() {
+	*x = Attempt{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Attempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Attempt) ProtoMessage() {}
+
+func (x *Attempt) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
+func (*Attempt) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Attempt) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *Attempt) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *Attempt) GetLease() uint64 {
+	if x != nil {
+		return x.Lease
+	}
+	return 0
+}
+
+func (x *Attempt) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Attempt) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *Attempt) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *Attempt) GetOutcome() AttemptOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return AttemptOutcome_ATTEMPT_OUTCOME_UNSPECIFIED
+}
+
+func (x *Attempt) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type Submitted struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1012,7 +1207,7 @@ type Submitted struct {
 
 func (x *Submitted) Reset() {
 	*x = Submitted{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[5]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1219,7 @@ func (x *Submitted) String() string {
 func (*Submitted) ProtoMessage() {}
 
 func (x *Submitted) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[5]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1037,7 +1232,7 @@ func (x *Submitted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submitted.ProtoReflect.Descriptor instead.
 func (*Submitted) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{5}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Submitted) GetId() string {
@@ -1070,7 +1265,7 @@ type ReadMeta struct {
 
 func (x *ReadMeta) Reset() {
 	*x = ReadMeta{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[6]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1277,7 @@ func (x *ReadMeta) String() string {
 func (*ReadMeta) ProtoMessage() {}
 
 func (x *ReadMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[6]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1290,7 @@ func (x *ReadMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadMeta.ProtoReflect.Descriptor instead.
 func (*ReadMeta) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{6}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReadMeta) GetStale() bool {
@@ -1142,7 +1337,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[7]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1349,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[7]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1362,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{7}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SubmitRequest) GetSpec() *TaskSpec {
@@ -1186,7 +1381,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[8]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1393,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[8]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1406,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{8}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SubmitResponse) GetResult() *Submitted {
@@ -1230,7 +1425,7 @@ type SubmitBatchRequest struct {
 
 func (x *SubmitBatchRequest) Reset() {
 	*x = SubmitBatchRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[9]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1437,7 @@ func (x *SubmitBatchRequest) String() string {
 func (*SubmitBatchRequest) ProtoMessage() {}
 
 func (x *SubmitBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[9]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1450,7 @@ func (x *SubmitBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitBatchRequest.ProtoReflect.Descriptor instead.
 func (*SubmitBatchRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{9}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SubmitBatchRequest) GetSpecs() []*TaskSpec {
@@ -1274,7 +1469,7 @@ type SubmitBatchResponse struct {
 
 func (x *SubmitBatchResponse) Reset() {
 	*x = SubmitBatchResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[10]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1481,7 @@ func (x *SubmitBatchResponse) String() string {
 func (*SubmitBatchResponse) ProtoMessage() {}
 
 func (x *SubmitBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[10]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1494,7 @@ func (x *SubmitBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitBatchResponse.ProtoReflect.Descriptor instead.
 func (*SubmitBatchResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{10}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SubmitBatchResponse) GetResults() []*Submitted {
@@ -1318,7 +1513,7 @@ type EnqueueManyRequest struct {
 
 func (x *EnqueueManyRequest) Reset() {
 	*x = EnqueueManyRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[11]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1525,7 @@ func (x *EnqueueManyRequest) String() string {
 func (*EnqueueManyRequest) ProtoMessage() {}
 
 func (x *EnqueueManyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[11]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1538,7 @@ func (x *EnqueueManyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueManyRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueManyRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{11}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EnqueueManyRequest) GetSpecs() []*TaskSpec {
@@ -1365,7 +1560,7 @@ type ItemResult struct {
 
 func (x *ItemResult) Reset() {
 	*x = ItemResult{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[12]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1572,7 @@ func (x *ItemResult) String() string {
 func (*ItemResult) ProtoMessage() {}
 
 func (x *ItemResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[12]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1585,7 @@ func (x *ItemResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemResult.ProtoReflect.Descriptor instead.
 func (*ItemResult) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{12}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ItemResult) GetSubmitted() *Submitted {
@@ -1423,7 +1618,7 @@ type EnqueueManyResponse struct {
 
 func (x *EnqueueManyResponse) Reset() {
 	*x = EnqueueManyResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[13]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1630,7 @@ func (x *EnqueueManyResponse) String() string {
 func (*EnqueueManyResponse) ProtoMessage() {}
 
 func (x *EnqueueManyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[13]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1643,7 @@ func (x *EnqueueManyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueManyResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueManyResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{13}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *EnqueueManyResponse) GetResults() []*ItemResult {
@@ -1468,7 +1663,7 @@ type TaskRef struct {
 
 func (x *TaskRef) Reset() {
 	*x = TaskRef{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[14]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +1675,7 @@ func (x *TaskRef) String() string {
 func (*TaskRef) ProtoMessage() {}
 
 func (x *TaskRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[14]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +1688,7 @@ func (x *TaskRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRef.ProtoReflect.Descriptor instead.
 func (*TaskRef) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{14}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TaskRef) GetId() string {
@@ -1521,7 +1716,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[15]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1728,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[15]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1741,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{15}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetRequest) GetRef() *TaskRef {
@@ -1573,7 +1768,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[16]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1780,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[16]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1793,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{16}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetResponse) GetTask() *Task {
@@ -1627,7 +1822,7 @@ type WaitRequest struct {
 
 func (x *WaitRequest) Reset() {
 	*x = WaitRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[17]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1639,7 +1834,7 @@ func (x *WaitRequest) String() string {
 func (*WaitRequest) ProtoMessage() {}
 
 func (x *WaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[17]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1652,7 +1847,7 @@ func (x *WaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
 func (*WaitRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{17}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WaitRequest) GetRef() *TaskRef {
@@ -1678,7 +1873,7 @@ type WaitResponse struct {
 
 func (x *WaitResponse) Reset() {
 	*x = WaitResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[18]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1885,7 @@ func (x *WaitResponse) String() string {
 func (*WaitResponse) ProtoMessage() {}
 
 func (x *WaitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[18]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1898,7 @@ func (x *WaitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitResponse.ProtoReflect.Descriptor instead.
 func (*WaitResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{18}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WaitResponse) GetTask() *Task {
@@ -1722,7 +1917,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[19]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1734,7 +1929,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[19]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1747,7 +1942,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{19}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CancelRequest) GetRef() *TaskRef {
@@ -1770,7 +1965,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[20]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +1977,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[20]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +1990,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{20}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CancelResponse) GetId() string {
@@ -1833,7 +2028,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[21]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +2040,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[21]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +2053,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{21}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CompleteRequest) GetRef() *TaskRef {
@@ -1898,7 +2093,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[22]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +2105,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[22]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +2118,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{22}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CompleteResponse) GetTask() *Task {
@@ -1951,7 +2146,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[23]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2158,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[23]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2171,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{23}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListRequest) GetPools() []string {
@@ -2039,7 +2234,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[24]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2051,7 +2246,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[24]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2064,7 +2259,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{24}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListResponse) GetTasks() []*Task {
@@ -2097,7 +2292,7 @@ type CountsRequest struct {
 
 func (x *CountsRequest) Reset() {
 	*x = CountsRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[25]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2109,7 +2304,7 @@ func (x *CountsRequest) String() string {
 func (*CountsRequest) ProtoMessage() {}
 
 func (x *CountsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[25]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2122,7 +2317,7 @@ func (x *CountsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountsRequest.ProtoReflect.Descriptor instead.
 func (*CountsRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{25}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CountsRequest) GetStale() bool {
@@ -2142,7 +2337,7 @@ type PoolCounts struct {
 
 func (x *PoolCounts) Reset() {
 	*x = PoolCounts{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[26]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +2349,7 @@ func (x *PoolCounts) String() string {
 func (*PoolCounts) ProtoMessage() {}
 
 func (x *PoolCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[26]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +2362,7 @@ func (x *PoolCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolCounts.ProtoReflect.Descriptor instead.
 func (*PoolCounts) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{26}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PoolCounts) GetPool() string {
@@ -2194,7 +2389,7 @@ type CountsResponse struct {
 
 func (x *CountsResponse) Reset() {
 	*x = CountsResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[27]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2401,7 @@ func (x *CountsResponse) String() string {
 func (*CountsResponse) ProtoMessage() {}
 
 func (x *CountsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[27]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +2414,7 @@ func (x *CountsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountsResponse.ProtoReflect.Descriptor instead.
 func (*CountsResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{27}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CountsResponse) GetPools() []*PoolCounts {
@@ -2240,14 +2435,20 @@ type EventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Task events of these pools only; empty: every pool, and the workflow
 	// events too.
-	Pools         []string `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	Pools []string `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	// Resume after this cursor (an event's cursor): the stream starts with
+	// the events after it, or, when the node no longer holds all of them
+	// (it keeps a bounded history of the events it applied since it
+	// started), with a lagged marker and then the oldest it holds. 0: only
+	// the events applied from now on.
+	AfterCursor   uint64 `protobuf:"varint,2,opt,name=after_cursor,json=afterCursor,proto3" json:"after_cursor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[28]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2259,7 +2460,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[28]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2272,7 +2473,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{28}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *EventsRequest) GetPools() []string {
@@ -2280,6 +2481,13 @@ func (x *EventsRequest) GetPools() []string {
 		return x.Pools
 	}
 	return nil
+}
+
+func (x *EventsRequest) GetAfterCursor() uint64 {
+	if x != nil {
+		return x.AfterCursor
+	}
+	return 0
 }
 
 // A status transition of a task, or of a workflow (task_id empty,
@@ -2294,14 +2502,17 @@ type Event struct {
 	Attempt uint32                 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	Message string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
 	At      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=at,proto3" json:"at,omitempty"`
-	// Set on a marker sent when this subscriber fell behind and events were dropped.
+	// Set on a marker sent when this subscriber missed events: it fell
+	// behind the node's history of events, resumed from a cursor older than
+	// that history, or the node's replica was replaced by a snapshot.
 	Lagged         bool           `protobuf:"varint,8,opt,name=lagged,proto3" json:"lagged,omitempty"`
 	Workflow       string         `protobuf:"bytes,9,opt,name=workflow,proto3" json:"workflow,omitempty"`
 	Step           string         `protobuf:"bytes,10,opt,name=step,proto3" json:"step,omitempty"`
 	WorkflowStatus WorkflowStatus `protobuf:"varint,11,opt,name=workflow_status,json=workflowStatus,proto3,enum=cronoq.v1.WorkflowStatus" json:"workflow_status,omitempty"`
-	// Where the event is in the log: the log index of the entry that made
-	// the transition and its place in that entry. Cursors grow with the log;
-	// a subscription acks up to one.
+	// Orders the events: the log index of the entry that made the
+	// transition and the event's place in it. Every node gives an event the
+	// same cursor; it grows with the log. 0 on a lagged marker. A
+	// subscription acks up to one.
 	Cursor        uint64 `protobuf:"varint,12,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2309,7 +2520,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[29]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2321,7 +2532,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[29]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2334,7 +2545,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{29}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Event) GetTaskId() string {
@@ -2421,6 +2632,201 @@ func (x *Event) GetCursor() uint64 {
 	return 0
 }
 
+type RetryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ref           *TaskRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryRequest) Reset() {
+	*x = RetryRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryRequest) ProtoMessage() {}
+
+func (x *RetryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryRequest.ProtoReflect.Descriptor instead.
+func (*RetryRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *RetryRequest) GetRef() *TaskRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+type RetryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Task          *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryResponse) Reset() {
+	*x = RetryResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryResponse) ProtoMessage() {}
+
+func (x *RetryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryResponse.ProtoReflect.Descriptor instead.
+func (*RetryResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *RetryResponse) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+type CancelManyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pool  string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Live statuses only; at least one.
+	Statuses []Status `protobuf:"varint,2,rep,packed,name=statuses,proto3,enum=cronoq.v1.Status" json:"statuses,omitempty"`
+	// Empty: every kind.
+	Kinds         []string `protobuf:"bytes,3,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelManyRequest) Reset() {
+	*x = CancelManyRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelManyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelManyRequest) ProtoMessage() {}
+
+func (x *CancelManyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelManyRequest.ProtoReflect.Descriptor instead.
+func (*CancelManyRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *CancelManyRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *CancelManyRequest) GetStatuses() []Status {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *CancelManyRequest) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+type CancelManyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tasks this call cancelled.
+	Cancelled     int64 `protobuf:"varint,1,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelManyResponse) Reset() {
+	*x = CancelManyResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelManyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelManyResponse) ProtoMessage() {}
+
+func (x *CancelManyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelManyResponse.ProtoReflect.Descriptor instead.
+func (*CancelManyResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *CancelManyResponse) GetCancelled() int64 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
 type DeleteRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ref           *TaskRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
@@ -2430,7 +2836,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[30]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2442,7 +2848,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[30]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2455,7 +2861,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{30}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteRequest) GetRef() *TaskRef {
@@ -2475,7 +2881,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[31]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +2893,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[31]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +2906,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{31}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteResponse) GetId() string {
@@ -2529,7 +2935,7 @@ type KindRate struct {
 
 func (x *KindRate) Reset() {
 	*x = KindRate{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[32]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2541,7 +2947,7 @@ func (x *KindRate) String() string {
 func (*KindRate) ProtoMessage() {}
 
 func (x *KindRate) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[32]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2554,7 +2960,7 @@ func (x *KindRate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KindRate.ProtoReflect.Descriptor instead.
 func (*KindRate) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{32}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *KindRate) GetKind() string {
@@ -2604,7 +3010,7 @@ type PoolLimits struct {
 
 func (x *PoolLimits) Reset() {
 	*x = PoolLimits{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[33]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2616,7 +3022,7 @@ func (x *PoolLimits) String() string {
 func (*PoolLimits) ProtoMessage() {}
 
 func (x *PoolLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[33]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2629,7 +3035,7 @@ func (x *PoolLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolLimits.ProtoReflect.Descriptor instead.
 func (*PoolLimits) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{33}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PoolLimits) GetMaxRunning() int64 {
@@ -2737,14 +3143,18 @@ type PoolInfo struct {
 	BlockedLanes []string `protobuf:"bytes,11,rep,name=blocked_lanes,json=blockedLanes,proto3" json:"blocked_lanes,omitempty"`
 	Lanes        int64    `protobuf:"varint,12,opt,name=lanes,proto3" json:"lanes,omitempty"`
 	// Queued tasks held back by their lane or concurrency key.
-	Waiting       int64 `protobuf:"varint,13,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	Waiting int64 `protobuf:"varint,13,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// The autoscaling signal: the worker slots the pool could use now, its
+	// running attempts and its queued tasks ready to run, at most its
+	// max_running (the leader's view, as cronoq_pool_desired_slots).
+	DesiredSlots  int64 `protobuf:"varint,14,opt,name=desired_slots,json=desiredSlots,proto3" json:"desired_slots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PoolInfo) Reset() {
 	*x = PoolInfo{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[34]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2756,7 +3166,7 @@ func (x *PoolInfo) String() string {
 func (*PoolInfo) ProtoMessage() {}
 
 func (x *PoolInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[34]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2769,7 +3179,7 @@ func (x *PoolInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolInfo.ProtoReflect.Descriptor instead.
 func (*PoolInfo) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{34}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PoolInfo) GetPool() string {
@@ -2863,6 +3273,13 @@ func (x *PoolInfo) GetWaiting() int64 {
 	return 0
 }
 
+func (x *PoolInfo) GetDesiredSlots() int64 {
+	if x != nil {
+		return x.DesiredSlots
+	}
+	return 0
+}
+
 type ListPoolsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2871,7 +3288,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[35]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2883,7 +3300,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[35]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2896,7 +3313,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{35}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{40}
 }
 
 type ListPoolsResponse struct {
@@ -2908,7 +3325,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[36]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2920,7 +3337,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[36]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2933,7 +3350,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{36}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListPoolsResponse) GetPools() []*PoolInfo {
@@ -2952,7 +3369,7 @@ type GetPoolRequest struct {
 
 func (x *GetPoolRequest) Reset() {
 	*x = GetPoolRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[37]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2964,7 +3381,7 @@ func (x *GetPoolRequest) String() string {
 func (*GetPoolRequest) ProtoMessage() {}
 
 func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[37]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2977,7 +3394,7 @@ func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolRequest.ProtoReflect.Descriptor instead.
 func (*GetPoolRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{37}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetPoolRequest) GetPool() string {
@@ -2996,7 +3413,7 @@ type GetPoolResponse struct {
 
 func (x *GetPoolResponse) Reset() {
 	*x = GetPoolResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[38]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3008,7 +3425,7 @@ func (x *GetPoolResponse) String() string {
 func (*GetPoolResponse) ProtoMessage() {}
 
 func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[38]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3021,7 +3438,7 @@ func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolResponse.ProtoReflect.Descriptor instead.
 func (*GetPoolResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{38}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetPoolResponse) GetPool() *PoolInfo {
@@ -3055,7 +3472,7 @@ type SetPoolRequest struct {
 
 func (x *SetPoolRequest) Reset() {
 	*x = SetPoolRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[39]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3067,7 +3484,7 @@ func (x *SetPoolRequest) String() string {
 func (*SetPoolRequest) ProtoMessage() {}
 
 func (x *SetPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[39]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3080,7 +3497,7 @@ func (x *SetPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPoolRequest.ProtoReflect.Descriptor instead.
 func (*SetPoolRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{39}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SetPoolRequest) GetPool() string {
@@ -3190,7 +3607,7 @@ type SetPoolResponse struct {
 
 func (x *SetPoolResponse) Reset() {
 	*x = SetPoolResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[40]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3202,7 +3619,7 @@ func (x *SetPoolResponse) String() string {
 func (*SetPoolResponse) ProtoMessage() {}
 
 func (x *SetPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[40]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3215,7 +3632,7 @@ func (x *SetPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPoolResponse.ProtoReflect.Descriptor instead.
 func (*SetPoolResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{40}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SetPoolResponse) GetPool() *PoolInfo {
@@ -3243,7 +3660,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[41]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3255,7 +3672,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[41]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3268,7 +3685,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{41}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WorkerInfo) GetId() string {
@@ -3330,7 +3747,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[42]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3342,7 +3759,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[42]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3355,7 +3772,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{42}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListWorkersRequest) GetPool() string {
@@ -3374,7 +3791,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3386,7 +3803,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3399,7 +3816,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{43}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -3428,7 +3845,7 @@ type KindSettings struct {
 
 func (x *KindSettings) Reset() {
 	*x = KindSettings{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3440,7 +3857,7 @@ func (x *KindSettings) String() string {
 func (*KindSettings) ProtoMessage() {}
 
 func (x *KindSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3453,7 +3870,7 @@ func (x *KindSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KindSettings.ProtoReflect.Descriptor instead.
 func (*KindSettings) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{44}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *KindSettings) GetPool() string {
@@ -3522,7 +3939,7 @@ type SetKindRequest struct {
 
 func (x *SetKindRequest) Reset() {
 	*x = SetKindRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3534,7 +3951,7 @@ func (x *SetKindRequest) String() string {
 func (*SetKindRequest) ProtoMessage() {}
 
 func (x *SetKindRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3547,7 +3964,7 @@ func (x *SetKindRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKindRequest.ProtoReflect.Descriptor instead.
 func (*SetKindRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{45}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SetKindRequest) GetPool() string {
@@ -3608,7 +4025,7 @@ type SetKindResponse struct {
 
 func (x *SetKindResponse) Reset() {
 	*x = SetKindResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3620,7 +4037,7 @@ func (x *SetKindResponse) String() string {
 func (*SetKindResponse) ProtoMessage() {}
 
 func (x *SetKindResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3633,7 +4050,7 @@ func (x *SetKindResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKindResponse.ProtoReflect.Descriptor instead.
 func (*SetKindResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{46}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SetKindResponse) GetKind() *KindSettings {
@@ -3653,7 +4070,7 @@ type GetKindRequest struct {
 
 func (x *GetKindRequest) Reset() {
 	*x = GetKindRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3665,7 +4082,7 @@ func (x *GetKindRequest) String() string {
 func (*GetKindRequest) ProtoMessage() {}
 
 func (x *GetKindRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3678,7 +4095,7 @@ func (x *GetKindRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKindRequest.ProtoReflect.Descriptor instead.
 func (*GetKindRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{47}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetKindRequest) GetPool() string {
@@ -3704,7 +4121,7 @@ type GetKindResponse struct {
 
 func (x *GetKindResponse) Reset() {
 	*x = GetKindResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3716,7 +4133,7 @@ func (x *GetKindResponse) String() string {
 func (*GetKindResponse) ProtoMessage() {}
 
 func (x *GetKindResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3729,7 +4146,7 @@ func (x *GetKindResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKindResponse.ProtoReflect.Descriptor instead.
 func (*GetKindResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{48}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetKindResponse) GetKind() *KindSettings {
@@ -3757,7 +4174,7 @@ type WorkflowStep struct {
 
 func (x *WorkflowStep) Reset() {
 	*x = WorkflowStep{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3769,7 +4186,7 @@ func (x *WorkflowStep) String() string {
 func (*WorkflowStep) ProtoMessage() {}
 
 func (x *WorkflowStep) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3782,7 +4199,7 @@ func (x *WorkflowStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowStep.ProtoReflect.Descriptor instead.
 func (*WorkflowStep) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{49}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WorkflowStep) GetName() string {
@@ -3818,7 +4235,7 @@ type WorkflowSpec struct {
 
 func (x *WorkflowSpec) Reset() {
 	*x = WorkflowSpec{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3830,7 +4247,7 @@ func (x *WorkflowSpec) String() string {
 func (*WorkflowSpec) ProtoMessage() {}
 
 func (x *WorkflowSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[50]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3843,7 +4260,7 @@ func (x *WorkflowSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowSpec.ProtoReflect.Descriptor instead.
 func (*WorkflowSpec) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{50}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *WorkflowSpec) GetName() string {
@@ -3889,7 +4306,7 @@ type Workflow struct {
 
 func (x *Workflow) Reset() {
 	*x = Workflow{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3901,7 +4318,7 @@ func (x *Workflow) String() string {
 func (*Workflow) ProtoMessage() {}
 
 func (x *Workflow) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[51]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3914,7 +4331,7 @@ func (x *Workflow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workflow.ProtoReflect.Descriptor instead.
 func (*Workflow) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{51}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Workflow) GetId() string {
@@ -4004,7 +4421,7 @@ type WorkflowRef struct {
 
 func (x *WorkflowRef) Reset() {
 	*x = WorkflowRef{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4016,7 +4433,7 @@ func (x *WorkflowRef) String() string {
 func (*WorkflowRef) ProtoMessage() {}
 
 func (x *WorkflowRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[52]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4029,7 +4446,7 @@ func (x *WorkflowRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowRef.ProtoReflect.Descriptor instead.
 func (*WorkflowRef) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{52}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *WorkflowRef) GetId() string {
@@ -4056,7 +4473,7 @@ type StepTask struct {
 
 func (x *StepTask) Reset() {
 	*x = StepTask{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4068,7 +4485,7 @@ func (x *StepTask) String() string {
 func (*StepTask) ProtoMessage() {}
 
 func (x *StepTask) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[53]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4081,7 +4498,7 @@ func (x *StepTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepTask.ProtoReflect.Descriptor instead.
 func (*StepTask) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{53}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *StepTask) GetStep() string {
@@ -4107,7 +4524,7 @@ type SubmitWorkflowRequest struct {
 
 func (x *SubmitWorkflowRequest) Reset() {
 	*x = SubmitWorkflowRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4119,7 +4536,7 @@ func (x *SubmitWorkflowRequest) String() string {
 func (*SubmitWorkflowRequest) ProtoMessage() {}
 
 func (x *SubmitWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[54]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4132,7 +4549,7 @@ func (x *SubmitWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*SubmitWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{54}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SubmitWorkflowRequest) GetSpec() *WorkflowSpec {
@@ -4154,7 +4571,7 @@ type SubmitWorkflowResponse struct {
 
 func (x *SubmitWorkflowResponse) Reset() {
 	*x = SubmitWorkflowResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4166,7 +4583,7 @@ func (x *SubmitWorkflowResponse) String() string {
 func (*SubmitWorkflowResponse) ProtoMessage() {}
 
 func (x *SubmitWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[55]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4179,7 +4596,7 @@ func (x *SubmitWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*SubmitWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{55}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SubmitWorkflowResponse) GetId() string {
@@ -4219,7 +4636,7 @@ type GetWorkflowRequest struct {
 
 func (x *GetWorkflowRequest) Reset() {
 	*x = GetWorkflowRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4231,7 +4648,7 @@ func (x *GetWorkflowRequest) String() string {
 func (*GetWorkflowRequest) ProtoMessage() {}
 
 func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[56]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4244,7 +4661,7 @@ func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{56}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetWorkflowRequest) GetRef() *WorkflowRef {
@@ -4287,7 +4704,7 @@ type GetWorkflowResponse struct {
 
 func (x *GetWorkflowResponse) Reset() {
 	*x = GetWorkflowResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4299,7 +4716,7 @@ func (x *GetWorkflowResponse) String() string {
 func (*GetWorkflowResponse) ProtoMessage() {}
 
 func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[57]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4312,7 +4729,7 @@ func (x *GetWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*GetWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{57}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetWorkflowResponse) GetWorkflow() *Workflow {
@@ -4348,7 +4765,7 @@ type WaitWorkflowRequest struct {
 
 func (x *WaitWorkflowRequest) Reset() {
 	*x = WaitWorkflowRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4360,7 +4777,7 @@ func (x *WaitWorkflowRequest) String() string {
 func (*WaitWorkflowRequest) ProtoMessage() {}
 
 func (x *WaitWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[58]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4373,7 +4790,7 @@ func (x *WaitWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*WaitWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{58}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *WaitWorkflowRequest) GetRef() *WorkflowRef {
@@ -4401,7 +4818,7 @@ type WaitWorkflowResponse struct {
 
 func (x *WaitWorkflowResponse) Reset() {
 	*x = WaitWorkflowResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4413,7 +4830,7 @@ func (x *WaitWorkflowResponse) String() string {
 func (*WaitWorkflowResponse) ProtoMessage() {}
 
 func (x *WaitWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[59]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4426,7 +4843,7 @@ func (x *WaitWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*WaitWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{59}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *WaitWorkflowResponse) GetWorkflow() *Workflow {
@@ -4452,7 +4869,7 @@ type CancelWorkflowRequest struct {
 
 func (x *CancelWorkflowRequest) Reset() {
 	*x = CancelWorkflowRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4464,7 +4881,7 @@ func (x *CancelWorkflowRequest) String() string {
 func (*CancelWorkflowRequest) ProtoMessage() {}
 
 func (x *CancelWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[60]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4477,7 +4894,7 @@ func (x *CancelWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*CancelWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{60}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CancelWorkflowRequest) GetRef() *WorkflowRef {
@@ -4498,7 +4915,7 @@ type CancelWorkflowResponse struct {
 
 func (x *CancelWorkflowResponse) Reset() {
 	*x = CancelWorkflowResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4510,7 +4927,7 @@ func (x *CancelWorkflowResponse) String() string {
 func (*CancelWorkflowResponse) ProtoMessage() {}
 
 func (x *CancelWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[61]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4523,7 +4940,7 @@ func (x *CancelWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*CancelWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{61}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *CancelWorkflowResponse) GetId() string {
@@ -4552,7 +4969,7 @@ type ListWorkflowsRequest struct {
 
 func (x *ListWorkflowsRequest) Reset() {
 	*x = ListWorkflowsRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4564,7 +4981,7 @@ func (x *ListWorkflowsRequest) String() string {
 func (*ListWorkflowsRequest) ProtoMessage() {}
 
 func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[62]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4577,7 +4994,7 @@ func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{62}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListWorkflowsRequest) GetStatuses() []WorkflowStatus {
@@ -4620,7 +5037,7 @@ type ListWorkflowsResponse struct {
 
 func (x *ListWorkflowsResponse) Reset() {
 	*x = ListWorkflowsResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[63]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4632,7 +5049,7 @@ func (x *ListWorkflowsResponse) String() string {
 func (*ListWorkflowsResponse) ProtoMessage() {}
 
 func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[63]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4645,7 +5062,7 @@ func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{63}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListWorkflowsResponse) GetWorkflows() []*Workflow {
@@ -4698,7 +5115,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[64]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4710,7 +5127,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[64]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4723,7 +5140,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{64}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *Schedule) GetName() string {
@@ -4840,7 +5257,7 @@ type AddScheduleRequest struct {
 
 func (x *AddScheduleRequest) Reset() {
 	*x = AddScheduleRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[65]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4852,7 +5269,7 @@ func (x *AddScheduleRequest) String() string {
 func (*AddScheduleRequest) ProtoMessage() {}
 
 func (x *AddScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[65]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4865,7 +5282,7 @@ func (x *AddScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddScheduleRequest.ProtoReflect.Descriptor instead.
 func (*AddScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{65}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *AddScheduleRequest) GetSchedule() *Schedule {
@@ -4886,7 +5303,7 @@ type AddScheduleResponse struct {
 
 func (x *AddScheduleResponse) Reset() {
 	*x = AddScheduleResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[66]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4898,7 +5315,7 @@ func (x *AddScheduleResponse) String() string {
 func (*AddScheduleResponse) ProtoMessage() {}
 
 func (x *AddScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[66]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4911,7 +5328,7 @@ func (x *AddScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddScheduleResponse.ProtoReflect.Descriptor instead.
 func (*AddScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{66}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AddScheduleResponse) GetName() string {
@@ -4937,7 +5354,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[67]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4949,7 +5366,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[67]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4962,7 +5379,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{67}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListSchedulesRequest) GetStale() bool {
@@ -4981,7 +5398,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[68]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4993,7 +5410,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[68]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5006,7 +5423,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{68}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -5025,7 +5442,7 @@ type RemoveScheduleRequest struct {
 
 func (x *RemoveScheduleRequest) Reset() {
 	*x = RemoveScheduleRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[69]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5037,7 +5454,7 @@ func (x *RemoveScheduleRequest) String() string {
 func (*RemoveScheduleRequest) ProtoMessage() {}
 
 func (x *RemoveScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[69]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5050,7 +5467,7 @@ func (x *RemoveScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveScheduleRequest.ProtoReflect.Descriptor instead.
 func (*RemoveScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{69}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *RemoveScheduleRequest) GetName() string {
@@ -5070,7 +5487,7 @@ type RemoveScheduleResponse struct {
 
 func (x *RemoveScheduleResponse) Reset() {
 	*x = RemoveScheduleResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[70]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5082,7 +5499,7 @@ func (x *RemoveScheduleResponse) String() string {
 func (*RemoveScheduleResponse) ProtoMessage() {}
 
 func (x *RemoveScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[70]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5095,7 +5512,7 @@ func (x *RemoveScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveScheduleResponse.ProtoReflect.Descriptor instead.
 func (*RemoveScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{70}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *RemoveScheduleResponse) GetName() string {
@@ -5122,7 +5539,7 @@ type PauseScheduleRequest struct {
 
 func (x *PauseScheduleRequest) Reset() {
 	*x = PauseScheduleRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[71]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5134,7 +5551,7 @@ func (x *PauseScheduleRequest) String() string {
 func (*PauseScheduleRequest) ProtoMessage() {}
 
 func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[71]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5147,7 +5564,7 @@ func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PauseScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{71}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *PauseScheduleRequest) GetName() string {
@@ -5174,7 +5591,7 @@ type PauseScheduleResponse struct {
 
 func (x *PauseScheduleResponse) Reset() {
 	*x = PauseScheduleResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[72]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5186,7 +5603,7 @@ func (x *PauseScheduleResponse) String() string {
 func (*PauseScheduleResponse) ProtoMessage() {}
 
 func (x *PauseScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[72]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5199,7 +5616,7 @@ func (x *PauseScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PauseScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{72}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *PauseScheduleResponse) GetName() string {
@@ -5227,7 +5644,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[73]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5239,7 +5656,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[73]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5252,7 +5669,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{73}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *Hello) GetWorker() string {
@@ -5286,7 +5703,7 @@ type Poll struct {
 
 func (x *Poll) Reset() {
 	*x = Poll{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[74]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5298,7 +5715,7 @@ func (x *Poll) String() string {
 func (*Poll) ProtoMessage() {}
 
 func (x *Poll) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[74]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5311,7 +5728,7 @@ func (x *Poll) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Poll.ProtoReflect.Descriptor instead.
 func (*Poll) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{74}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *Poll) GetSlots() int32 {
@@ -5330,7 +5747,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[75]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5342,7 +5759,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[75]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5355,7 +5772,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{75}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *Heartbeat) GetLeases() []uint64 {
@@ -5376,15 +5793,19 @@ type Completion struct {
 	// With a success: tasks to insert with the completion, in the task's
 	// workflow (created when it has none), and a continuation that depends
 	// on all of them. Refused together with the completion.
-	Children      []*WorkflowStep `protobuf:"bytes,6,rep,name=children,proto3" json:"children,omitempty"`
-	Then          *WorkflowStep   `protobuf:"bytes,7,opt,name=then,proto3" json:"then,omitempty"`
+	Children []*WorkflowStep `protobuf:"bytes,6,rep,name=children,proto3" json:"children,omitempty"`
+	Then     *WorkflowStep   `protobuf:"bytes,7,opt,name=then,proto3" json:"then,omitempty"`
+	// W3C trace context of the attempt (its span), when the task is traced:
+	// the node's span of the completion continues it.
+	Traceparent   string `protobuf:"bytes,8,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate    string `protobuf:"bytes,9,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Completion) Reset() {
 	*x = Completion{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[76]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5396,7 +5817,7 @@ func (x *Completion) String() string {
 func (*Completion) ProtoMessage() {}
 
 func (x *Completion) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[76]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5409,7 +5830,7 @@ func (x *Completion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Completion.ProtoReflect.Descriptor instead.
 func (*Completion) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{76}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *Completion) GetLease() uint64 {
@@ -5461,6 +5882,20 @@ func (x *Completion) GetThen() *WorkflowStep {
 	return nil
 }
 
+func (x *Completion) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *Completion) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
+}
+
 type Complete struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Completions   []*Completion          `protobuf:"bytes,1,rep,name=completions,proto3" json:"completions,omitempty"`
@@ -5470,7 +5905,7 @@ type Complete struct {
 
 func (x *Complete) Reset() {
 	*x = Complete{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[77]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5482,7 +5917,7 @@ func (x *Complete) String() string {
 func (*Complete) ProtoMessage() {}
 
 func (x *Complete) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[77]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5495,7 +5930,7 @@ func (x *Complete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Complete.ProtoReflect.Descriptor instead.
 func (*Complete) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{77}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *Complete) GetCompletions() []*Completion {
@@ -5520,7 +5955,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[78]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5532,7 +5967,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[78]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5545,7 +5980,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{78}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *WorkerMessage) GetMsg() isWorkerMessage_Msg {
@@ -5630,7 +6065,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[79]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5642,7 +6077,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[79]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5655,7 +6090,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{79}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *Welcome) GetNode() string {
@@ -5696,7 +6131,7 @@ type DependencyResult struct {
 
 func (x *DependencyResult) Reset() {
 	*x = DependencyResult{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[80]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5708,7 +6143,7 @@ func (x *DependencyResult) String() string {
 func (*DependencyResult) ProtoMessage() {}
 
 func (x *DependencyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[80]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5721,7 +6156,7 @@ func (x *DependencyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DependencyResult.ProtoReflect.Descriptor instead.
 func (*DependencyResult) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{80}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *DependencyResult) GetId() string {
@@ -5772,14 +6207,19 @@ type Grant struct {
 	Lease   uint64                 `protobuf:"varint,2,opt,name=lease,proto3" json:"lease,omitempty"`
 	Attempt uint32                 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// One per dependency of the task, in its depends_on order.
-	Dependencies  []*DependencyResult `protobuf:"bytes,4,rep,name=dependencies,proto3" json:"dependencies,omitempty"`
+	Dependencies []*DependencyResult `protobuf:"bytes,4,rep,name=dependencies,proto3" json:"dependencies,omitempty"`
+	// W3C trace context of the node's dispatch span, when the task is
+	// traced (it carries a traceparent tag) and the node traces: the
+	// worker's span of the attempt continues it, else the task's tag.
+	Traceparent   string `protobuf:"bytes,5,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate    string `protobuf:"bytes,6,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[81]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5791,7 +6231,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[81]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5804,7 +6244,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{81}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *Grant) GetTask() *Task {
@@ -5835,6 +6275,20 @@ func (x *Grant) GetDependencies() []*DependencyResult {
 	return nil
 }
 
+func (x *Grant) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *Grant) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
+}
+
 type Grants struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Grants        []*Grant               `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
@@ -5844,7 +6298,7 @@ type Grants struct {
 
 func (x *Grants) Reset() {
 	*x = Grants{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[82]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5856,7 +6310,7 @@ func (x *Grants) String() string {
 func (*Grants) ProtoMessage() {}
 
 func (x *Grants) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[82]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5869,7 +6323,7 @@ func (x *Grants) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grants.ProtoReflect.Descriptor instead.
 func (*Grants) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{82}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *Grants) GetGrants() []*Grant {
@@ -5891,7 +6345,7 @@ type LeaseResult struct {
 
 func (x *LeaseResult) Reset() {
 	*x = LeaseResult{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[83]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5903,7 +6357,7 @@ func (x *LeaseResult) String() string {
 func (*LeaseResult) ProtoMessage() {}
 
 func (x *LeaseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[83]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5916,7 +6370,7 @@ func (x *LeaseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResult.ProtoReflect.Descriptor instead.
 func (*LeaseResult) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{83}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *LeaseResult) GetLease() uint64 {
@@ -5949,7 +6403,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[84]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5961,7 +6415,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[84]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5974,7 +6428,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{84}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *HeartbeatAck) GetResults() []*LeaseResult {
@@ -5993,7 +6447,7 @@ type CompleteAck struct {
 
 func (x *CompleteAck) Reset() {
 	*x = CompleteAck{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[85]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6005,7 +6459,7 @@ func (x *CompleteAck) String() string {
 func (*CompleteAck) ProtoMessage() {}
 
 func (x *CompleteAck) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[85]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6018,7 +6472,7 @@ func (x *CompleteAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteAck.ProtoReflect.Descriptor instead.
 func (*CompleteAck) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{85}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *CompleteAck) GetResults() []*LeaseResult {
@@ -6038,7 +6492,7 @@ type Abort struct {
 
 func (x *Abort) Reset() {
 	*x = Abort{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[86]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6050,7 +6504,7 @@ func (x *Abort) String() string {
 func (*Abort) ProtoMessage() {}
 
 func (x *Abort) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[86]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6063,7 +6517,7 @@ func (x *Abort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Abort.ProtoReflect.Descriptor instead.
 func (*Abort) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{86}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *Abort) GetLease() uint64 {
@@ -6096,7 +6550,7 @@ type ServerMessage struct {
 
 func (x *ServerMessage) Reset() {
 	*x = ServerMessage{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[87]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6108,7 +6562,7 @@ func (x *ServerMessage) String() string {
 func (*ServerMessage) ProtoMessage() {}
 
 func (x *ServerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[87]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6121,7 +6575,7 @@ func (x *ServerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerMessage.ProtoReflect.Descriptor instead.
 func (*ServerMessage) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{87}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *ServerMessage) GetMsg() isServerMessage_Msg {
@@ -6224,7 +6678,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[88]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6236,7 +6690,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[88]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6249,7 +6703,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{88}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *Member) GetName() string {
@@ -6302,7 +6756,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[89]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6314,7 +6768,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[89]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6327,7 +6781,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{89}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{94}
 }
 
 type MembersResponse struct {
@@ -6339,7 +6793,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[90]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6351,7 +6805,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[90]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6364,7 +6818,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{90}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -6386,7 +6840,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[91]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6398,7 +6852,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[91]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6411,7 +6865,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{91}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *Peer) GetId() string {
@@ -6450,7 +6904,7 @@ type PeersRequest struct {
 
 func (x *PeersRequest) Reset() {
 	*x = PeersRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[92]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6462,7 +6916,7 @@ func (x *PeersRequest) String() string {
 func (*PeersRequest) ProtoMessage() {}
 
 func (x *PeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[92]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6475,7 +6929,7 @@ func (x *PeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeersRequest.ProtoReflect.Descriptor instead.
 func (*PeersRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{92}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{97}
 }
 
 type PeersResponse struct {
@@ -6487,7 +6941,7 @@ type PeersResponse struct {
 
 func (x *PeersResponse) Reset() {
 	*x = PeersResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[93]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6499,7 +6953,7 @@ func (x *PeersResponse) String() string {
 func (*PeersResponse) ProtoMessage() {}
 
 func (x *PeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[93]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6512,7 +6966,7 @@ func (x *PeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeersResponse.ProtoReflect.Descriptor instead.
 func (*PeersResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{93}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *PeersResponse) GetPeers() []*Peer {
@@ -6531,7 +6985,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[94]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6543,7 +6997,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[94]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6556,7 +7010,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{94}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *RemovePeerRequest) GetId() string {
@@ -6575,7 +7029,7 @@ type RemovePeerResponse struct {
 
 func (x *RemovePeerResponse) Reset() {
 	*x = RemovePeerResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[95]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6587,7 +7041,7 @@ func (x *RemovePeerResponse) String() string {
 func (*RemovePeerResponse) ProtoMessage() {}
 
 func (x *RemovePeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[95]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6600,7 +7054,7 @@ func (x *RemovePeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerResponse.ProtoReflect.Descriptor instead.
 func (*RemovePeerResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{95}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *RemovePeerResponse) GetRemoved() string {
@@ -6619,7 +7073,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[96]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6631,7 +7085,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[96]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6644,7 +7098,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{96}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -6663,7 +7117,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[97]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6675,7 +7129,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[97]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6688,7 +7142,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{97}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *TransferLeadershipResponse) GetLeader() string {
@@ -6706,7 +7160,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[98]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6718,7 +7172,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[98]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6731,7 +7185,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{98}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{103}
 }
 
 type HealthResponse struct {
@@ -6747,7 +7201,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[99]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6759,7 +7213,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[99]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6772,7 +7226,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{99}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *HealthResponse) GetNode() string {
@@ -6814,8 +7268,7 @@ func (x *HealthResponse) GetReasons() []string {
 // the leader: a header (format, raft index and term, creation time, length),
 // the state's snapshot and a SHA-256 trailer. SnapshotRestore sends one back
 // to the leader, which checks all of it before replacing the state. Both are
-// served by the leader only: a follower answers not_leader with the leader's
-// address.
+// done by the leader; a follower relays them to it.
 type SnapshotSaveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -6824,7 +7277,7 @@ type SnapshotSaveRequest struct {
 
 func (x *SnapshotSaveRequest) Reset() {
 	*x = SnapshotSaveRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[100]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6836,7 +7289,7 @@ func (x *SnapshotSaveRequest) String() string {
 func (*SnapshotSaveRequest) ProtoMessage() {}
 
 func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[100]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6849,7 +7302,7 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{100}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{105}
 }
 
 type SnapshotChunk struct {
@@ -6861,7 +7314,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[101]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6873,7 +7326,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[101]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6886,7 +7339,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{101}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -6919,7 +7372,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[102]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6931,7 +7384,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[102]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6944,7 +7397,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{102}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *SnapshotRestoreResponse) GetIndex() uint64 {
@@ -7047,7 +7500,7 @@ type KeyringNode struct {
 
 func (x *KeyringNode) Reset() {
 	*x = KeyringNode{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[103]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7059,7 +7512,7 @@ func (x *KeyringNode) String() string {
 func (*KeyringNode) ProtoMessage() {}
 
 func (x *KeyringNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[103]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7072,7 +7525,7 @@ func (x *KeyringNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyringNode.ProtoReflect.Descriptor instead.
 func (*KeyringNode) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{103}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *KeyringNode) GetNode() string {
@@ -7117,7 +7570,7 @@ type KeyringKey struct {
 
 func (x *KeyringKey) Reset() {
 	*x = KeyringKey{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[104]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7129,7 +7582,7 @@ func (x *KeyringKey) String() string {
 func (*KeyringKey) ProtoMessage() {}
 
 func (x *KeyringKey) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[104]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7142,7 +7595,7 @@ func (x *KeyringKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyringKey.ProtoReflect.Descriptor instead.
 func (*KeyringKey) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{104}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *KeyringKey) GetKey() string {
@@ -7182,7 +7635,7 @@ type KeyringResponse struct {
 
 func (x *KeyringResponse) Reset() {
 	*x = KeyringResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[105]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7194,7 +7647,7 @@ func (x *KeyringResponse) String() string {
 func (*KeyringResponse) ProtoMessage() {}
 
 func (x *KeyringResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[105]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7207,7 +7660,7 @@ func (x *KeyringResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyringResponse.ProtoReflect.Descriptor instead.
 func (*KeyringResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{105}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *KeyringResponse) GetNumNodes() int32 {
@@ -7239,7 +7692,7 @@ type KeyringListRequest struct {
 
 func (x *KeyringListRequest) Reset() {
 	*x = KeyringListRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[106]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7251,7 +7704,7 @@ func (x *KeyringListRequest) String() string {
 func (*KeyringListRequest) ProtoMessage() {}
 
 func (x *KeyringListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[106]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7264,7 +7717,7 @@ func (x *KeyringListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyringListRequest.ProtoReflect.Descriptor instead.
 func (*KeyringListRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{106}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{111}
 }
 
 type KeyringInstallRequest struct {
@@ -7276,7 +7729,7 @@ type KeyringInstallRequest struct {
 
 func (x *KeyringInstallRequest) Reset() {
 	*x = KeyringInstallRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[107]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7288,7 +7741,7 @@ func (x *KeyringInstallRequest) String() string {
 func (*KeyringInstallRequest) ProtoMessage() {}
 
 func (x *KeyringInstallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[107]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7301,7 +7754,7 @@ func (x *KeyringInstallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyringInstallRequest.ProtoReflect.Descriptor instead.
 func (*KeyringInstallRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{107}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *KeyringInstallRequest) GetKey() string {
@@ -7320,7 +7773,7 @@ type KeyringUseRequest struct {
 
 func (x *KeyringUseRequest) Reset() {
 	*x = KeyringUseRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[108]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7332,7 +7785,7 @@ func (x *KeyringUseRequest) String() string {
 func (*KeyringUseRequest) ProtoMessage() {}
 
 func (x *KeyringUseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[108]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7345,7 +7798,7 @@ func (x *KeyringUseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyringUseRequest.ProtoReflect.Descriptor instead.
 func (*KeyringUseRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{108}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *KeyringUseRequest) GetKey() string {
@@ -7364,7 +7817,7 @@ type KeyringRemoveRequest struct {
 
 func (x *KeyringRemoveRequest) Reset() {
 	*x = KeyringRemoveRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[109]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7376,7 +7829,7 @@ func (x *KeyringRemoveRequest) String() string {
 func (*KeyringRemoveRequest) ProtoMessage() {}
 
 func (x *KeyringRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[109]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7389,7 +7842,7 @@ func (x *KeyringRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyringRemoveRequest.ProtoReflect.Descriptor instead.
 func (*KeyringRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{109}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *KeyringRemoveRequest) GetKey() string {
@@ -7414,7 +7867,7 @@ type AclPolicy struct {
 
 func (x *AclPolicy) Reset() {
 	*x = AclPolicy{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[110]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7426,7 +7879,7 @@ func (x *AclPolicy) String() string {
 func (*AclPolicy) ProtoMessage() {}
 
 func (x *AclPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[110]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7439,7 +7892,7 @@ func (x *AclPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicy.ProtoReflect.Descriptor instead.
 func (*AclPolicy) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{110}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *AclPolicy) GetName() string {
@@ -7493,7 +7946,7 @@ type AclToken struct {
 
 func (x *AclToken) Reset() {
 	*x = AclToken{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[111]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7505,7 +7958,7 @@ func (x *AclToken) String() string {
 func (*AclToken) ProtoMessage() {}
 
 func (x *AclToken) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[111]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7518,7 +7971,7 @@ func (x *AclToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclToken.ProtoReflect.Descriptor instead.
 func (*AclToken) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{111}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *AclToken) GetAccessor() string {
@@ -7578,7 +8031,7 @@ type AclBootstrapRequest struct {
 
 func (x *AclBootstrapRequest) Reset() {
 	*x = AclBootstrapRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[112]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7590,7 +8043,7 @@ func (x *AclBootstrapRequest) String() string {
 func (*AclBootstrapRequest) ProtoMessage() {}
 
 func (x *AclBootstrapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[112]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7603,7 +8056,7 @@ func (x *AclBootstrapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBootstrapRequest.ProtoReflect.Descriptor instead.
 func (*AclBootstrapRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{112}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{117}
 }
 
 type AclBootstrapResponse struct {
@@ -7615,7 +8068,7 @@ type AclBootstrapResponse struct {
 
 func (x *AclBootstrapResponse) Reset() {
 	*x = AclBootstrapResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[113]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7627,7 +8080,7 @@ func (x *AclBootstrapResponse) String() string {
 func (*AclBootstrapResponse) ProtoMessage() {}
 
 func (x *AclBootstrapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[113]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7640,7 +8093,7 @@ func (x *AclBootstrapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBootstrapResponse.ProtoReflect.Descriptor instead.
 func (*AclBootstrapResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{113}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *AclBootstrapResponse) GetToken() *AclToken {
@@ -7659,7 +8112,7 @@ type AclPolicyApplyRequest struct {
 
 func (x *AclPolicyApplyRequest) Reset() {
 	*x = AclPolicyApplyRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[114]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7671,7 +8124,7 @@ func (x *AclPolicyApplyRequest) String() string {
 func (*AclPolicyApplyRequest) ProtoMessage() {}
 
 func (x *AclPolicyApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[114]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7684,7 +8137,7 @@ func (x *AclPolicyApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyApplyRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyApplyRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{114}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *AclPolicyApplyRequest) GetPolicy() *AclPolicy {
@@ -7703,7 +8156,7 @@ type AclPolicyApplyResponse struct {
 
 func (x *AclPolicyApplyResponse) Reset() {
 	*x = AclPolicyApplyResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[115]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7715,7 +8168,7 @@ func (x *AclPolicyApplyResponse) String() string {
 func (*AclPolicyApplyResponse) ProtoMessage() {}
 
 func (x *AclPolicyApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[115]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7728,7 +8181,7 @@ func (x *AclPolicyApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyApplyResponse.ProtoReflect.Descriptor instead.
 func (*AclPolicyApplyResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{115}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *AclPolicyApplyResponse) GetPolicy() *AclPolicy {
@@ -7746,7 +8199,7 @@ type AclPolicyListRequest struct {
 
 func (x *AclPolicyListRequest) Reset() {
 	*x = AclPolicyListRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[116]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7758,7 +8211,7 @@ func (x *AclPolicyListRequest) String() string {
 func (*AclPolicyListRequest) ProtoMessage() {}
 
 func (x *AclPolicyListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[116]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7771,7 +8224,7 @@ func (x *AclPolicyListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyListRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyListRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{116}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{121}
 }
 
 type AclPolicyListResponse struct {
@@ -7783,7 +8236,7 @@ type AclPolicyListResponse struct {
 
 func (x *AclPolicyListResponse) Reset() {
 	*x = AclPolicyListResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[117]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7795,7 +8248,7 @@ func (x *AclPolicyListResponse) String() string {
 func (*AclPolicyListResponse) ProtoMessage() {}
 
 func (x *AclPolicyListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[117]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7808,7 +8261,7 @@ func (x *AclPolicyListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyListResponse.ProtoReflect.Descriptor instead.
 func (*AclPolicyListResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{117}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *AclPolicyListResponse) GetPolicies() []*AclPolicy {
@@ -7827,7 +8280,7 @@ type AclPolicyGetRequest struct {
 
 func (x *AclPolicyGetRequest) Reset() {
 	*x = AclPolicyGetRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[118]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7839,7 +8292,7 @@ func (x *AclPolicyGetRequest) String() string {
 func (*AclPolicyGetRequest) ProtoMessage() {}
 
 func (x *AclPolicyGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[118]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7852,7 +8305,7 @@ func (x *AclPolicyGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyGetRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyGetRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{118}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *AclPolicyGetRequest) GetName() string {
@@ -7871,7 +8324,7 @@ type AclPolicyGetResponse struct {
 
 func (x *AclPolicyGetResponse) Reset() {
 	*x = AclPolicyGetResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[119]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7883,7 +8336,7 @@ func (x *AclPolicyGetResponse) String() string {
 func (*AclPolicyGetResponse) ProtoMessage() {}
 
 func (x *AclPolicyGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[119]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7896,7 +8349,7 @@ func (x *AclPolicyGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyGetResponse.ProtoReflect.Descriptor instead.
 func (*AclPolicyGetResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{119}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *AclPolicyGetResponse) GetPolicy() *AclPolicy {
@@ -7915,7 +8368,7 @@ type AclPolicyDeleteRequest struct {
 
 func (x *AclPolicyDeleteRequest) Reset() {
 	*x = AclPolicyDeleteRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[120]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7927,7 +8380,7 @@ func (x *AclPolicyDeleteRequest) String() string {
 func (*AclPolicyDeleteRequest) ProtoMessage() {}
 
 func (x *AclPolicyDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[120]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7940,7 +8393,7 @@ func (x *AclPolicyDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyDeleteRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{120}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *AclPolicyDeleteRequest) GetName() string {
@@ -7958,7 +8411,7 @@ type AclPolicyDeleteResponse struct {
 
 func (x *AclPolicyDeleteResponse) Reset() {
 	*x = AclPolicyDeleteResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[121]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7970,7 +8423,7 @@ func (x *AclPolicyDeleteResponse) String() string {
 func (*AclPolicyDeleteResponse) ProtoMessage() {}
 
 func (x *AclPolicyDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[121]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7983,7 +8436,7 @@ func (x *AclPolicyDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyDeleteResponse.ProtoReflect.Descriptor instead.
 func (*AclPolicyDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{121}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{126}
 }
 
 type AclTokenCreateRequest struct {
@@ -7997,7 +8450,7 @@ type AclTokenCreateRequest struct {
 
 func (x *AclTokenCreateRequest) Reset() {
 	*x = AclTokenCreateRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[122]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8009,7 +8462,7 @@ func (x *AclTokenCreateRequest) String() string {
 func (*AclTokenCreateRequest) ProtoMessage() {}
 
 func (x *AclTokenCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[122]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8022,7 +8475,7 @@ func (x *AclTokenCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenCreateRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenCreateRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{122}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *AclTokenCreateRequest) GetName() string {
@@ -8055,7 +8508,7 @@ type AclTokenCreateResponse struct {
 
 func (x *AclTokenCreateResponse) Reset() {
 	*x = AclTokenCreateResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[123]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8067,7 +8520,7 @@ func (x *AclTokenCreateResponse) String() string {
 func (*AclTokenCreateResponse) ProtoMessage() {}
 
 func (x *AclTokenCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[123]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8080,7 +8533,7 @@ func (x *AclTokenCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenCreateResponse.ProtoReflect.Descriptor instead.
 func (*AclTokenCreateResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{123}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *AclTokenCreateResponse) GetToken() *AclToken {
@@ -8098,7 +8551,7 @@ type AclTokenListRequest struct {
 
 func (x *AclTokenListRequest) Reset() {
 	*x = AclTokenListRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[124]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8110,7 +8563,7 @@ func (x *AclTokenListRequest) String() string {
 func (*AclTokenListRequest) ProtoMessage() {}
 
 func (x *AclTokenListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[124]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8123,7 +8576,7 @@ func (x *AclTokenListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenListRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenListRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{124}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{129}
 }
 
 type AclTokenListResponse struct {
@@ -8135,7 +8588,7 @@ type AclTokenListResponse struct {
 
 func (x *AclTokenListResponse) Reset() {
 	*x = AclTokenListResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[125]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8147,7 +8600,7 @@ func (x *AclTokenListResponse) String() string {
 func (*AclTokenListResponse) ProtoMessage() {}
 
 func (x *AclTokenListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[125]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8160,7 +8613,7 @@ func (x *AclTokenListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenListResponse.ProtoReflect.Descriptor instead.
 func (*AclTokenListResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{125}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *AclTokenListResponse) GetTokens() []*AclToken {
@@ -8179,7 +8632,7 @@ type AclTokenRevokeRequest struct {
 
 func (x *AclTokenRevokeRequest) Reset() {
 	*x = AclTokenRevokeRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[126]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8191,7 +8644,7 @@ func (x *AclTokenRevokeRequest) String() string {
 func (*AclTokenRevokeRequest) ProtoMessage() {}
 
 func (x *AclTokenRevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[126]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8204,7 +8657,7 @@ func (x *AclTokenRevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenRevokeRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenRevokeRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{126}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *AclTokenRevokeRequest) GetAccessor() string {
@@ -8222,7 +8675,7 @@ type AclTokenRevokeResponse struct {
 
 func (x *AclTokenRevokeResponse) Reset() {
 	*x = AclTokenRevokeResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[127]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8234,7 +8687,7 @@ func (x *AclTokenRevokeResponse) String() string {
 func (*AclTokenRevokeResponse) ProtoMessage() {}
 
 func (x *AclTokenRevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[127]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8247,7 +8700,7 @@ func (x *AclTokenRevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenRevokeResponse.ProtoReflect.Descriptor instead.
 func (*AclTokenRevokeResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{127}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{132}
 }
 
 // The token the call is made with (no token: the anonymous caller).
@@ -8259,7 +8712,7 @@ type AclTokenSelfRequest struct {
 
 func (x *AclTokenSelfRequest) Reset() {
 	*x = AclTokenSelfRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[128]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8271,7 +8724,7 @@ func (x *AclTokenSelfRequest) String() string {
 func (*AclTokenSelfRequest) ProtoMessage() {}
 
 func (x *AclTokenSelfRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[128]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8284,7 +8737,7 @@ func (x *AclTokenSelfRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenSelfRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenSelfRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{128}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{133}
 }
 
 type AclTokenSelfResponse struct {
@@ -8299,7 +8752,7 @@ type AclTokenSelfResponse struct {
 
 func (x *AclTokenSelfResponse) Reset() {
 	*x = AclTokenSelfResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[129]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8311,7 +8764,7 @@ func (x *AclTokenSelfResponse) String() string {
 func (*AclTokenSelfResponse) ProtoMessage() {}
 
 func (x *AclTokenSelfResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[129]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8324,7 +8777,7 @@ func (x *AclTokenSelfResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenSelfResponse.ProtoReflect.Descriptor instead.
 func (*AclTokenSelfResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{129}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *AclTokenSelfResponse) GetToken() *AclToken {
@@ -8384,7 +8837,7 @@ type Subscription struct {
 
 func (x *Subscription) Reset() {
 	*x = Subscription{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[130]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8396,7 +8849,7 @@ func (x *Subscription) String() string {
 func (*Subscription) ProtoMessage() {}
 
 func (x *Subscription) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[130]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8409,7 +8862,7 @@ func (x *Subscription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscription.ProtoReflect.Descriptor instead.
 func (*Subscription) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{130}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *Subscription) GetName() string {
@@ -8537,7 +8990,7 @@ type CreateSubscriptionRequest struct {
 
 func (x *CreateSubscriptionRequest) Reset() {
 	*x = CreateSubscriptionRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[131]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8549,7 +9002,7 @@ func (x *CreateSubscriptionRequest) String() string {
 func (*CreateSubscriptionRequest) ProtoMessage() {}
 
 func (x *CreateSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[131]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8562,7 +9015,7 @@ func (x *CreateSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{131}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *CreateSubscriptionRequest) GetSubscription() *Subscription {
@@ -8588,7 +9041,7 @@ type CreateSubscriptionResponse struct {
 
 func (x *CreateSubscriptionResponse) Reset() {
 	*x = CreateSubscriptionResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[132]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8600,7 +9053,7 @@ func (x *CreateSubscriptionResponse) String() string {
 func (*CreateSubscriptionResponse) ProtoMessage() {}
 
 func (x *CreateSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[132]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8613,7 +9066,7 @@ func (x *CreateSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{132}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{137}
 }
 
 func (x *CreateSubscriptionResponse) GetSubscription() *Subscription {
@@ -8631,7 +9084,7 @@ type ListSubscriptionsRequest struct {
 
 func (x *ListSubscriptionsRequest) Reset() {
 	*x = ListSubscriptionsRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[133]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8643,7 +9096,7 @@ func (x *ListSubscriptionsRequest) String() string {
 func (*ListSubscriptionsRequest) ProtoMessage() {}
 
 func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[133]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8656,7 +9109,7 @@ func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionsRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{133}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{138}
 }
 
 type ListSubscriptionsResponse struct {
@@ -8668,7 +9121,7 @@ type ListSubscriptionsResponse struct {
 
 func (x *ListSubscriptionsResponse) Reset() {
 	*x = ListSubscriptionsResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[134]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[139]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8680,7 +9133,7 @@ func (x *ListSubscriptionsResponse) String() string {
 func (*ListSubscriptionsResponse) ProtoMessage() {}
 
 func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[134]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[139]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8693,7 +9146,7 @@ func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionsResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{134}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{139}
 }
 
 func (x *ListSubscriptionsResponse) GetSubscriptions() []*Subscription {
@@ -8712,7 +9165,7 @@ type GetSubscriptionRequest struct {
 
 func (x *GetSubscriptionRequest) Reset() {
 	*x = GetSubscriptionRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[135]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[140]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8724,7 +9177,7 @@ func (x *GetSubscriptionRequest) String() string {
 func (*GetSubscriptionRequest) ProtoMessage() {}
 
 func (x *GetSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[135]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[140]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8737,7 +9190,7 @@ func (x *GetSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*GetSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{135}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{140}
 }
 
 func (x *GetSubscriptionRequest) GetName() string {
@@ -8756,7 +9209,7 @@ type GetSubscriptionResponse struct {
 
 func (x *GetSubscriptionResponse) Reset() {
 	*x = GetSubscriptionResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[136]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[141]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8768,7 +9221,7 @@ func (x *GetSubscriptionResponse) String() string {
 func (*GetSubscriptionResponse) ProtoMessage() {}
 
 func (x *GetSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[136]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[141]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8781,7 +9234,7 @@ func (x *GetSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*GetSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{136}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{141}
 }
 
 func (x *GetSubscriptionResponse) GetSubscription() *Subscription {
@@ -8800,7 +9253,7 @@ type RemoveSubscriptionRequest struct {
 
 func (x *RemoveSubscriptionRequest) Reset() {
 	*x = RemoveSubscriptionRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[137]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[142]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8812,7 +9265,7 @@ func (x *RemoveSubscriptionRequest) String() string {
 func (*RemoveSubscriptionRequest) ProtoMessage() {}
 
 func (x *RemoveSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[137]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[142]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8825,7 +9278,7 @@ func (x *RemoveSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*RemoveSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{137}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{142}
 }
 
 func (x *RemoveSubscriptionRequest) GetName() string {
@@ -8845,7 +9298,7 @@ type RemoveSubscriptionResponse struct {
 
 func (x *RemoveSubscriptionResponse) Reset() {
 	*x = RemoveSubscriptionResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[138]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[143]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8857,7 +9310,7 @@ func (x *RemoveSubscriptionResponse) String() string {
 func (*RemoveSubscriptionResponse) ProtoMessage() {}
 
 func (x *RemoveSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[138]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[143]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8870,7 +9323,7 @@ func (x *RemoveSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*RemoveSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{138}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{143}
 }
 
 func (x *RemoveSubscriptionResponse) GetName() string {
@@ -8899,7 +9352,7 @@ type ReadSubscriptionRequest struct {
 
 func (x *ReadSubscriptionRequest) Reset() {
 	*x = ReadSubscriptionRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[139]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[144]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8911,7 +9364,7 @@ func (x *ReadSubscriptionRequest) String() string {
 func (*ReadSubscriptionRequest) ProtoMessage() {}
 
 func (x *ReadSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[139]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[144]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8924,7 +9377,7 @@ func (x *ReadSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*ReadSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{139}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{144}
 }
 
 func (x *ReadSubscriptionRequest) GetName() string {
@@ -8952,7 +9405,7 @@ type AckSubscriptionRequest struct {
 
 func (x *AckSubscriptionRequest) Reset() {
 	*x = AckSubscriptionRequest{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[140]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[145]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8964,7 +9417,7 @@ func (x *AckSubscriptionRequest) String() string {
 func (*AckSubscriptionRequest) ProtoMessage() {}
 
 func (x *AckSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[140]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[145]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8977,7 +9430,7 @@ func (x *AckSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*AckSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{140}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{145}
 }
 
 func (x *AckSubscriptionRequest) GetName() string {
@@ -9006,7 +9459,7 @@ type AckSubscriptionResponse struct {
 
 func (x *AckSubscriptionResponse) Reset() {
 	*x = AckSubscriptionResponse{}
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[141]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[146]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9018,7 +9471,7 @@ func (x *AckSubscriptionResponse) String() string {
 func (*AckSubscriptionResponse) ProtoMessage() {}
 
 func (x *AckSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronoq_v1_cronoq_proto_msgTypes[141]
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[146]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9031,7 +9484,7 @@ func (x *AckSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*AckSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{141}
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{146}
 }
 
 func (x *AckSubscriptionResponse) GetName() string {
@@ -9082,7 +9535,7 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\n" +
 	"depends_on\x18\x06 \x03(\v2\x12.cronoq.v1.TaskRefR\tdependsOn\x12H\n" +
 	"\x11dependency_policy\x18\a \x01(\x0e2\x1b.cronoq.v1.DependencyPolicyR\x10dependencyPolicy\x12\x1a\n" +
-	"\bexternal\x18\b \x01(\bR\bexternal\"\x9b\a\n" +
+	"\bexternal\x18\b \x01(\bR\bexternal\"\xee\a\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x123\n" +
 	"\btemplate\x18\x02 \x01(\v2\x17.cronoq.v1.TaskTemplateR\btemplate\x12\x10\n" +
@@ -9113,7 +9566,20 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x06parent\x18\x16 \x01(\tR\x06parent\x12\x1f\n" +
 	"\vblocks_lane\x18\x17 \x01(\bR\n" +
 	"blocksLane\x12\x1c\n" +
-	"\tprincipal\x18\x18 \x01(\tR\tprincipal\"9\n" +
+	"\tprincipal\x18\x18 \x01(\tR\tprincipal\x12.\n" +
+	"\battempts\x18\x19 \x03(\v2\x12.cronoq.v1.AttemptR\battempts\x12!\n" +
+	"\fattempt_base\x18\x1a \x01(\rR\vattemptBase\"\xaa\x02\n" +
+	"\aAttempt\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\rR\aattempt\x12\x16\n" +
+	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x14\n" +
+	"\x05lease\x18\x03 \x01(\x04R\x05lease\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x129\n" +
+	"\n" +
+	"started_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
+	"\vfinished_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x123\n" +
+	"\aoutcome\x18\a \x01(\x0e2\x19.cronoq.v1.AttemptOutcomeR\aoutcome\x12\x14\n" +
+	"\x05error\x18\b \x01(\tR\x05error\"9\n" +
 	"\tSubmitted\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\xba\x01\n" +
@@ -9192,9 +9658,10 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"f\n" +
 	"\x0eCountsResponse\x12+\n" +
 	"\x05pools\x18\x01 \x03(\v2\x15.cronoq.v1.PoolCountsR\x05pools\x12'\n" +
-	"\x04meta\x18\x02 \x01(\v2\x13.cronoq.v1.ReadMetaR\x04meta\"%\n" +
+	"\x04meta\x18\x02 \x01(\v2\x13.cronoq.v1.ReadMetaR\x04meta\"H\n" +
 	"\rEventsRequest\x12\x14\n" +
-	"\x05pools\x18\x01 \x03(\tR\x05pools\"\xf7\x02\n" +
+	"\x05pools\x18\x01 \x03(\tR\x05pools\x12!\n" +
+	"\fafter_cursor\x18\x02 \x01(\x04R\vafterCursor\"\xf7\x02\n" +
 	"\x05Event\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x12\n" +
@@ -9208,7 +9675,17 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x04step\x18\n" +
 	" \x01(\tR\x04step\x12B\n" +
 	"\x0fworkflow_status\x18\v \x01(\x0e2\x19.cronoq.v1.WorkflowStatusR\x0eworkflowStatus\x12\x16\n" +
-	"\x06cursor\x18\f \x01(\x04R\x06cursor\"5\n" +
+	"\x06cursor\x18\f \x01(\x04R\x06cursor\"4\n" +
+	"\fRetryRequest\x12$\n" +
+	"\x03ref\x18\x01 \x01(\v2\x12.cronoq.v1.TaskRefR\x03ref\"4\n" +
+	"\rRetryResponse\x12#\n" +
+	"\x04task\x18\x01 \x01(\v2\x0f.cronoq.v1.TaskR\x04task\"l\n" +
+	"\x11CancelManyRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12-\n" +
+	"\bstatuses\x18\x02 \x03(\x0e2\x11.cronoq.v1.StatusR\bstatuses\x12\x14\n" +
+	"\x05kinds\x18\x03 \x03(\tR\x05kinds\"2\n" +
+	"\x12CancelManyResponse\x12\x1c\n" +
+	"\tcancelled\x18\x01 \x01(\x03R\tcancelled\"5\n" +
 	"\rDeleteRequest\x12$\n" +
 	"\x03ref\x18\x01 \x01(\v2\x12.cronoq.v1.TaskRefR\x03ref\":\n" +
 	"\x0eDeleteResponse\x12\x0e\n" +
@@ -9239,7 +9716,7 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"leaseGrace\x1aE\n" +
 	"\x17MaxPendingPerClassEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xf7\x03\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x9c\x04\n" +
 	"\bPoolInfo\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x127\n" +
 	"\x06counts\x18\x02 \x03(\v2\x1f.cronoq.v1.PoolInfo.CountsEntryR\x06counts\x12E\n" +
@@ -9256,7 +9733,8 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"replicated\x12#\n" +
 	"\rblocked_lanes\x18\v \x03(\tR\fblockedLanes\x12\x14\n" +
 	"\x05lanes\x18\f \x01(\x03R\x05lanes\x12\x18\n" +
-	"\awaiting\x18\r \x01(\x03R\awaiting\x1a9\n" +
+	"\awaiting\x18\r \x01(\x03R\awaiting\x12#\n" +
+	"\rdesired_slots\x18\x0e \x01(\x03R\fdesiredSlots\x1a9\n" +
 	"\vCountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x12\n" +
@@ -9453,7 +9931,7 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x04Poll\x12\x14\n" +
 	"\x05slots\x18\x01 \x01(\x05R\x05slots\"#\n" +
 	"\tHeartbeat\x12\x16\n" +
-	"\x06leases\x18\x01 \x03(\x04R\x06leases\"\xa4\x02\n" +
+	"\x06leases\x18\x01 \x03(\x04R\x06leases\"\xe6\x02\n" +
 	"\n" +
 	"Completion\x12\x14\n" +
 	"\x05lease\x18\x01 \x01(\x04R\x05lease\x120\n" +
@@ -9463,7 +9941,11 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x123\n" +
 	"\bchildren\x18\x06 \x03(\v2\x17.cronoq.v1.WorkflowStepR\bchildren\x12+\n" +
-	"\x04then\x18\a \x01(\v2\x17.cronoq.v1.WorkflowStepR\x04then\"C\n" +
+	"\x04then\x18\a \x01(\v2\x17.cronoq.v1.WorkflowStepR\x04then\x12 \n" +
+	"\vtraceparent\x18\b \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\t \x01(\tR\n" +
+	"tracestate\"C\n" +
 	"\bComplete\x127\n" +
 	"\vcompletions\x18\x01 \x03(\v2\x15.cronoq.v1.CompletionR\vcompletions\"\xd0\x01\n" +
 	"\rWorkerMessage\x12(\n" +
@@ -9482,12 +9964,16 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x06status\x18\x03 \x01(\x0e2\x11.cronoq.v1.StatusR\x06status\x12\x16\n" +
 	"\x06output\x18\x04 \x01(\fR\x06output\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12%\n" +
-	"\x0eoutput_omitted\x18\x06 \x01(\bR\routputOmitted\"\x9d\x01\n" +
+	"\x0eoutput_omitted\x18\x06 \x01(\bR\routputOmitted\"\xdf\x01\n" +
 	"\x05Grant\x12#\n" +
 	"\x04task\x18\x01 \x01(\v2\x0f.cronoq.v1.TaskR\x04task\x12\x14\n" +
 	"\x05lease\x18\x02 \x01(\x04R\x05lease\x12\x18\n" +
 	"\aattempt\x18\x03 \x01(\rR\aattempt\x12?\n" +
-	"\fdependencies\x18\x04 \x03(\v2\x1b.cronoq.v1.DependencyResultR\fdependencies\"2\n" +
+	"\fdependencies\x18\x04 \x03(\v2\x1b.cronoq.v1.DependencyResultR\fdependencies\x12 \n" +
+	"\vtraceparent\x18\x05 \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\x06 \x01(\tR\n" +
+	"tracestate\"2\n" +
 	"\x06Grants\x12(\n" +
 	"\x06grants\x18\x01 \x03(\v2\x10.cronoq.v1.GrantR\x06grants\"M\n" +
 	"\vLeaseResult\x12\x14\n" +
@@ -9701,7 +10187,16 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"*O\n" +
 	"\x10DependencyPolicy\x12\x1f\n" +
 	"\x1bDEPENDENCY_POLICY_SUCCEEDED\x10\x00\x12\x1a\n" +
-	"\x16DEPENDENCY_POLICY_DONE\x10\x01*\xa8\x01\n" +
+	"\x16DEPENDENCY_POLICY_DONE\x10\x01*\xfa\x01\n" +
+	"\x0eAttemptOutcome\x12\x1f\n" +
+	"\x1bATTEMPT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x01\x12\x1a\n" +
+	"\x16ATTEMPT_OUTCOME_FAILED\x10\x02\x12\x19\n" +
+	"\x15ATTEMPT_OUTCOME_RETRY\x10\x03\x12\x1d\n" +
+	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x04\x12\x1b\n" +
+	"\x17ATTEMPT_OUTCOME_EXPIRED\x10\x05\x12\x1b\n" +
+	"\x17ATTEMPT_OUTCOME_TIMEOUT\x10\x06\x12\x18\n" +
+	"\x14ATTEMPT_OUTCOME_LOST\x10\a*\xa8\x01\n" +
 	"\x0eWorkflowStatus\x12\x1f\n" +
 	"\x1bWORKFLOW_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17WORKFLOW_STATUS_RUNNING\x10\x01\x12\x1d\n" +
@@ -9719,7 +10214,7 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x0fOUTCOME_SUCCESS\x10\x00\x12\x15\n" +
 	"\x11OUTCOME_RETRYABLE\x10\x01\x12\x15\n" +
 	"\x11OUTCOME_PERMANENT\x10\x02\x12\x15\n" +
-	"\x11OUTCOME_CANCELLED\x10\x032\xca\x05\n" +
+	"\x11OUTCOME_CANCELLED\x10\x032\xd1\x06\n" +
 	"\vTaskService\x12=\n" +
 	"\x06Submit\x12\x18.cronoq.v1.SubmitRequest\x1a\x19.cronoq.v1.SubmitResponse\x12L\n" +
 	"\vSubmitBatch\x12\x1d.cronoq.v1.SubmitBatchRequest\x1a\x1e.cronoq.v1.SubmitBatchResponse\x12L\n" +
@@ -9731,7 +10226,10 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x04List\x12\x16.cronoq.v1.ListRequest\x1a\x17.cronoq.v1.ListResponse\x12=\n" +
 	"\x06Counts\x12\x18.cronoq.v1.CountsRequest\x1a\x19.cronoq.v1.CountsResponse\x126\n" +
 	"\x06Events\x12\x18.cronoq.v1.EventsRequest\x1a\x10.cronoq.v1.Event0\x01\x12=\n" +
-	"\x06Delete\x12\x18.cronoq.v1.DeleteRequest\x1a\x19.cronoq.v1.DeleteResponse2\x9a\x03\n" +
+	"\x06Delete\x12\x18.cronoq.v1.DeleteRequest\x1a\x19.cronoq.v1.DeleteResponse\x12:\n" +
+	"\x05Retry\x12\x17.cronoq.v1.RetryRequest\x1a\x18.cronoq.v1.RetryResponse\x12I\n" +
+	"\n" +
+	"CancelMany\x12\x1c.cronoq.v1.CancelManyRequest\x1a\x1d.cronoq.v1.CancelManyResponse2\x9a\x03\n" +
 	"\vPoolService\x12A\n" +
 	"\x04List\x12\x1b.cronoq.v1.ListPoolsRequest\x1a\x1c.cronoq.v1.ListPoolsResponse\x12<\n" +
 	"\x03Get\x12\x19.cronoq.v1.GetPoolRequest\x1a\x1a.cronoq.v1.GetPoolResponse\x12<\n" +
@@ -9798,423 +10296,440 @@ func file_cronoq_v1_cronoq_proto_rawDescGZIP() []byte {
 	return file_cronoq_v1_cronoq_proto_rawDescData
 }
 
-var file_cronoq_v1_cronoq_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 146)
+var file_cronoq_v1_cronoq_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 151)
 var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(Priority)(0),                      // 0: cronoq.v1.Priority
 	(Status)(0),                        // 1: cronoq.v1.Status
 	(DependencyPolicy)(0),              // 2: cronoq.v1.DependencyPolicy
-	(WorkflowStatus)(0),                // 3: cronoq.v1.WorkflowStatus
-	(Overlap)(0),                       // 4: cronoq.v1.Overlap
-	(CatchUp)(0),                       // 5: cronoq.v1.CatchUp
-	(OutcomeKind)(0),                   // 6: cronoq.v1.OutcomeKind
-	(*KV)(nil),                         // 7: cronoq.v1.KV
-	(*Backoff)(nil),                    // 8: cronoq.v1.Backoff
-	(*TaskTemplate)(nil),               // 9: cronoq.v1.TaskTemplate
-	(*TaskSpec)(nil),                   // 10: cronoq.v1.TaskSpec
-	(*Task)(nil),                       // 11: cronoq.v1.Task
-	(*Submitted)(nil),                  // 12: cronoq.v1.Submitted
-	(*ReadMeta)(nil),                   // 13: cronoq.v1.ReadMeta
-	(*SubmitRequest)(nil),              // 14: cronoq.v1.SubmitRequest
-	(*SubmitResponse)(nil),             // 15: cronoq.v1.SubmitResponse
-	(*SubmitBatchRequest)(nil),         // 16: cronoq.v1.SubmitBatchRequest
-	(*SubmitBatchResponse)(nil),        // 17: cronoq.v1.SubmitBatchResponse
-	(*EnqueueManyRequest)(nil),         // 18: cronoq.v1.EnqueueManyRequest
-	(*ItemResult)(nil),                 // 19: cronoq.v1.ItemResult
-	(*EnqueueManyResponse)(nil),        // 20: cronoq.v1.EnqueueManyResponse
-	(*TaskRef)(nil),                    // 21: cronoq.v1.TaskRef
-	(*GetRequest)(nil),                 // 22: cronoq.v1.GetRequest
-	(*GetResponse)(nil),                // 23: cronoq.v1.GetResponse
-	(*WaitRequest)(nil),                // 24: cronoq.v1.WaitRequest
-	(*WaitResponse)(nil),               // 25: cronoq.v1.WaitResponse
-	(*CancelRequest)(nil),              // 26: cronoq.v1.CancelRequest
-	(*CancelResponse)(nil),             // 27: cronoq.v1.CancelResponse
-	(*CompleteRequest)(nil),            // 28: cronoq.v1.CompleteRequest
-	(*CompleteResponse)(nil),           // 29: cronoq.v1.CompleteResponse
-	(*ListRequest)(nil),                // 30: cronoq.v1.ListRequest
-	(*ListResponse)(nil),               // 31: cronoq.v1.ListResponse
-	(*CountsRequest)(nil),              // 32: cronoq.v1.CountsRequest
-	(*PoolCounts)(nil),                 // 33: cronoq.v1.PoolCounts
-	(*CountsResponse)(nil),             // 34: cronoq.v1.CountsResponse
-	(*EventsRequest)(nil),              // 35: cronoq.v1.EventsRequest
-	(*Event)(nil),                      // 36: cronoq.v1.Event
-	(*DeleteRequest)(nil),              // 37: cronoq.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 38: cronoq.v1.DeleteResponse
-	(*KindRate)(nil),                   // 39: cronoq.v1.KindRate
-	(*PoolLimits)(nil),                 // 40: cronoq.v1.PoolLimits
-	(*PoolInfo)(nil),                   // 41: cronoq.v1.PoolInfo
-	(*ListPoolsRequest)(nil),           // 42: cronoq.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),          // 43: cronoq.v1.ListPoolsResponse
-	(*GetPoolRequest)(nil),             // 44: cronoq.v1.GetPoolRequest
-	(*GetPoolResponse)(nil),            // 45: cronoq.v1.GetPoolResponse
-	(*SetPoolRequest)(nil),             // 46: cronoq.v1.SetPoolRequest
-	(*SetPoolResponse)(nil),            // 47: cronoq.v1.SetPoolResponse
-	(*WorkerInfo)(nil),                 // 48: cronoq.v1.WorkerInfo
-	(*ListWorkersRequest)(nil),         // 49: cronoq.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),        // 50: cronoq.v1.ListWorkersResponse
-	(*KindSettings)(nil),               // 51: cronoq.v1.KindSettings
-	(*SetKindRequest)(nil),             // 52: cronoq.v1.SetKindRequest
-	(*SetKindResponse)(nil),            // 53: cronoq.v1.SetKindResponse
-	(*GetKindRequest)(nil),             // 54: cronoq.v1.GetKindRequest
-	(*GetKindResponse)(nil),            // 55: cronoq.v1.GetKindResponse
-	(*WorkflowStep)(nil),               // 56: cronoq.v1.WorkflowStep
-	(*WorkflowSpec)(nil),               // 57: cronoq.v1.WorkflowSpec
-	(*Workflow)(nil),                   // 58: cronoq.v1.Workflow
-	(*WorkflowRef)(nil),                // 59: cronoq.v1.WorkflowRef
-	(*StepTask)(nil),                   // 60: cronoq.v1.StepTask
-	(*SubmitWorkflowRequest)(nil),      // 61: cronoq.v1.SubmitWorkflowRequest
-	(*SubmitWorkflowResponse)(nil),     // 62: cronoq.v1.SubmitWorkflowResponse
-	(*GetWorkflowRequest)(nil),         // 63: cronoq.v1.GetWorkflowRequest
-	(*GetWorkflowResponse)(nil),        // 64: cronoq.v1.GetWorkflowResponse
-	(*WaitWorkflowRequest)(nil),        // 65: cronoq.v1.WaitWorkflowRequest
-	(*WaitWorkflowResponse)(nil),       // 66: cronoq.v1.WaitWorkflowResponse
-	(*CancelWorkflowRequest)(nil),      // 67: cronoq.v1.CancelWorkflowRequest
-	(*CancelWorkflowResponse)(nil),     // 68: cronoq.v1.CancelWorkflowResponse
-	(*ListWorkflowsRequest)(nil),       // 69: cronoq.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),      // 70: cronoq.v1.ListWorkflowsResponse
-	(*Schedule)(nil),                   // 71: cronoq.v1.Schedule
-	(*AddScheduleRequest)(nil),         // 72: cronoq.v1.AddScheduleRequest
-	(*AddScheduleResponse)(nil),        // 73: cronoq.v1.AddScheduleResponse
-	(*ListSchedulesRequest)(nil),       // 74: cronoq.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),      // 75: cronoq.v1.ListSchedulesResponse
-	(*RemoveScheduleRequest)(nil),      // 76: cronoq.v1.RemoveScheduleRequest
-	(*RemoveScheduleResponse)(nil),     // 77: cronoq.v1.RemoveScheduleResponse
-	(*PauseScheduleRequest)(nil),       // 78: cronoq.v1.PauseScheduleRequest
-	(*PauseScheduleResponse)(nil),      // 79: cronoq.v1.PauseScheduleResponse
-	(*Hello)(nil),                      // 80: cronoq.v1.Hello
-	(*Poll)(nil),                       // 81: cronoq.v1.Poll
-	(*Heartbeat)(nil),                  // 82: cronoq.v1.Heartbeat
-	(*Completion)(nil),                 // 83: cronoq.v1.Completion
-	(*Complete)(nil),                   // 84: cronoq.v1.Complete
-	(*WorkerMessage)(nil),              // 85: cronoq.v1.WorkerMessage
-	(*Welcome)(nil),                    // 86: cronoq.v1.Welcome
-	(*DependencyResult)(nil),           // 87: cronoq.v1.DependencyResult
-	(*Grant)(nil),                      // 88: cronoq.v1.Grant
-	(*Grants)(nil),                     // 89: cronoq.v1.Grants
-	(*LeaseResult)(nil),                // 90: cronoq.v1.LeaseResult
-	(*HeartbeatAck)(nil),               // 91: cronoq.v1.HeartbeatAck
-	(*CompleteAck)(nil),                // 92: cronoq.v1.CompleteAck
-	(*Abort)(nil),                      // 93: cronoq.v1.Abort
-	(*ServerMessage)(nil),              // 94: cronoq.v1.ServerMessage
-	(*Member)(nil),                     // 95: cronoq.v1.Member
-	(*MembersRequest)(nil),             // 96: cronoq.v1.MembersRequest
-	(*MembersResponse)(nil),            // 97: cronoq.v1.MembersResponse
-	(*Peer)(nil),                       // 98: cronoq.v1.Peer
-	(*PeersRequest)(nil),               // 99: cronoq.v1.PeersRequest
-	(*PeersResponse)(nil),              // 100: cronoq.v1.PeersResponse
-	(*RemovePeerRequest)(nil),          // 101: cronoq.v1.RemovePeerRequest
-	(*RemovePeerResponse)(nil),         // 102: cronoq.v1.RemovePeerResponse
-	(*TransferLeadershipRequest)(nil),  // 103: cronoq.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 104: cronoq.v1.TransferLeadershipResponse
-	(*HealthRequest)(nil),              // 105: cronoq.v1.HealthRequest
-	(*HealthResponse)(nil),             // 106: cronoq.v1.HealthResponse
-	(*SnapshotSaveRequest)(nil),        // 107: cronoq.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),              // 108: cronoq.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil),    // 109: cronoq.v1.SnapshotRestoreResponse
-	(*KeyringNode)(nil),                // 110: cronoq.v1.KeyringNode
-	(*KeyringKey)(nil),                 // 111: cronoq.v1.KeyringKey
-	(*KeyringResponse)(nil),            // 112: cronoq.v1.KeyringResponse
-	(*KeyringListRequest)(nil),         // 113: cronoq.v1.KeyringListRequest
-	(*KeyringInstallRequest)(nil),      // 114: cronoq.v1.KeyringInstallRequest
-	(*KeyringUseRequest)(nil),          // 115: cronoq.v1.KeyringUseRequest
-	(*KeyringRemoveRequest)(nil),       // 116: cronoq.v1.KeyringRemoveRequest
-	(*AclPolicy)(nil),                  // 117: cronoq.v1.AclPolicy
-	(*AclToken)(nil),                   // 118: cronoq.v1.AclToken
-	(*AclBootstrapRequest)(nil),        // 119: cronoq.v1.AclBootstrapRequest
-	(*AclBootstrapResponse)(nil),       // 120: cronoq.v1.AclBootstrapResponse
-	(*AclPolicyApplyRequest)(nil),      // 121: cronoq.v1.AclPolicyApplyRequest
-	(*AclPolicyApplyResponse)(nil),     // 122: cronoq.v1.AclPolicyApplyResponse
-	(*AclPolicyListRequest)(nil),       // 123: cronoq.v1.AclPolicyListRequest
-	(*AclPolicyListResponse)(nil),      // 124: cronoq.v1.AclPolicyListResponse
-	(*AclPolicyGetRequest)(nil),        // 125: cronoq.v1.AclPolicyGetRequest
-	(*AclPolicyGetResponse)(nil),       // 126: cronoq.v1.AclPolicyGetResponse
-	(*AclPolicyDeleteRequest)(nil),     // 127: cronoq.v1.AclPolicyDeleteRequest
-	(*AclPolicyDeleteResponse)(nil),    // 128: cronoq.v1.AclPolicyDeleteResponse
-	(*AclTokenCreateRequest)(nil),      // 129: cronoq.v1.AclTokenCreateRequest
-	(*AclTokenCreateResponse)(nil),     // 130: cronoq.v1.AclTokenCreateResponse
-	(*AclTokenListRequest)(nil),        // 131: cronoq.v1.AclTokenListRequest
-	(*AclTokenListResponse)(nil),       // 132: cronoq.v1.AclTokenListResponse
-	(*AclTokenRevokeRequest)(nil),      // 133: cronoq.v1.AclTokenRevokeRequest
-	(*AclTokenRevokeResponse)(nil),     // 134: cronoq.v1.AclTokenRevokeResponse
-	(*AclTokenSelfRequest)(nil),        // 135: cronoq.v1.AclTokenSelfRequest
-	(*AclTokenSelfResponse)(nil),       // 136: cronoq.v1.AclTokenSelfResponse
-	(*Subscription)(nil),               // 137: cronoq.v1.Subscription
-	(*CreateSubscriptionRequest)(nil),  // 138: cronoq.v1.CreateSubscriptionRequest
-	(*CreateSubscriptionResponse)(nil), // 139: cronoq.v1.CreateSubscriptionResponse
-	(*ListSubscriptionsRequest)(nil),   // 140: cronoq.v1.ListSubscriptionsRequest
-	(*ListSubscriptionsResponse)(nil),  // 141: cronoq.v1.ListSubscriptionsResponse
-	(*GetSubscriptionRequest)(nil),     // 142: cronoq.v1.GetSubscriptionRequest
-	(*GetSubscriptionResponse)(nil),    // 143: cronoq.v1.GetSubscriptionResponse
-	(*RemoveSubscriptionRequest)(nil),  // 144: cronoq.v1.RemoveSubscriptionRequest
-	(*RemoveSubscriptionResponse)(nil), // 145: cronoq.v1.RemoveSubscriptionResponse
-	(*ReadSubscriptionRequest)(nil),    // 146: cronoq.v1.ReadSubscriptionRequest
-	(*AckSubscriptionRequest)(nil),     // 147: cronoq.v1.AckSubscriptionRequest
-	(*AckSubscriptionResponse)(nil),    // 148: cronoq.v1.AckSubscriptionResponse
-	nil,                                // 149: cronoq.v1.PoolCounts.ByStatusEntry
-	nil,                                // 150: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
-	nil,                                // 151: cronoq.v1.PoolInfo.CountsEntry
-	nil,                                // 152: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
-	(*durationpb.Duration)(nil),        // 153: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 154: google.protobuf.Timestamp
+	(AttemptOutcome)(0),                // 3: cronoq.v1.AttemptOutcome
+	(WorkflowStatus)(0),                // 4: cronoq.v1.WorkflowStatus
+	(Overlap)(0),                       // 5: cronoq.v1.Overlap
+	(CatchUp)(0),                       // 6: cronoq.v1.CatchUp
+	(OutcomeKind)(0),                   // 7: cronoq.v1.OutcomeKind
+	(*KV)(nil),                         // 8: cronoq.v1.KV
+	(*Backoff)(nil),                    // 9: cronoq.v1.Backoff
+	(*TaskTemplate)(nil),               // 10: cronoq.v1.TaskTemplate
+	(*TaskSpec)(nil),                   // 11: cronoq.v1.TaskSpec
+	(*Task)(nil),                       // 12: cronoq.v1.Task
+	(*Attempt)(nil),                    // 13: cronoq.v1.Attempt
+	(*Submitted)(nil),                  // 14: cronoq.v1.Submitted
+	(*ReadMeta)(nil),                   // 15: cronoq.v1.ReadMeta
+	(*SubmitRequest)(nil),              // 16: cronoq.v1.SubmitRequest
+	(*SubmitResponse)(nil),             // 17: cronoq.v1.SubmitResponse
+	(*SubmitBatchRequest)(nil),         // 18: cronoq.v1.SubmitBatchRequest
+	(*SubmitBatchResponse)(nil),        // 19: cronoq.v1.SubmitBatchResponse
+	(*EnqueueManyRequest)(nil),         // 20: cronoq.v1.EnqueueManyRequest
+	(*ItemResult)(nil),                 // 21: cronoq.v1.ItemResult
+	(*EnqueueManyResponse)(nil),        // 22: cronoq.v1.EnqueueManyResponse
+	(*TaskRef)(nil),                    // 23: cronoq.v1.TaskRef
+	(*GetRequest)(nil),                 // 24: cronoq.v1.GetRequest
+	(*GetResponse)(nil),                // 25: cronoq.v1.GetResponse
+	(*WaitRequest)(nil),                // 26: cronoq.v1.WaitRequest
+	(*WaitResponse)(nil),               // 27: cronoq.v1.WaitResponse
+	(*CancelRequest)(nil),              // 28: cronoq.v1.CancelRequest
+	(*CancelResponse)(nil),             // 29: cronoq.v1.CancelResponse
+	(*CompleteRequest)(nil),            // 30: cronoq.v1.CompleteRequest
+	(*CompleteResponse)(nil),           // 31: cronoq.v1.CompleteResponse
+	(*ListRequest)(nil),                // 32: cronoq.v1.ListRequest
+	(*ListResponse)(nil),               // 33: cronoq.v1.ListResponse
+	(*CountsRequest)(nil),              // 34: cronoq.v1.CountsRequest
+	(*PoolCounts)(nil),                 // 35: cronoq.v1.PoolCounts
+	(*CountsResponse)(nil),             // 36: cronoq.v1.CountsResponse
+	(*EventsRequest)(nil),              // 37: cronoq.v1.EventsRequest
+	(*Event)(nil),                      // 38: cronoq.v1.Event
+	(*RetryRequest)(nil),               // 39: cronoq.v1.RetryRequest
+	(*RetryResponse)(nil),              // 40: cronoq.v1.RetryResponse
+	(*CancelManyRequest)(nil),          // 41: cronoq.v1.CancelManyRequest
+	(*CancelManyResponse)(nil),         // 42: cronoq.v1.CancelManyResponse
+	(*DeleteRequest)(nil),              // 43: cronoq.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 44: cronoq.v1.DeleteResponse
+	(*KindRate)(nil),                   // 45: cronoq.v1.KindRate
+	(*PoolLimits)(nil),                 // 46: cronoq.v1.PoolLimits
+	(*PoolInfo)(nil),                   // 47: cronoq.v1.PoolInfo
+	(*ListPoolsRequest)(nil),           // 48: cronoq.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),          // 49: cronoq.v1.ListPoolsResponse
+	(*GetPoolRequest)(nil),             // 50: cronoq.v1.GetPoolRequest
+	(*GetPoolResponse)(nil),            // 51: cronoq.v1.GetPoolResponse
+	(*SetPoolRequest)(nil),             // 52: cronoq.v1.SetPoolRequest
+	(*SetPoolResponse)(nil),            // 53: cronoq.v1.SetPoolResponse
+	(*WorkerInfo)(nil),                 // 54: cronoq.v1.WorkerInfo
+	(*ListWorkersRequest)(nil),         // 55: cronoq.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),        // 56: cronoq.v1.ListWorkersResponse
+	(*KindSettings)(nil),               // 57: cronoq.v1.KindSettings
+	(*SetKindRequest)(nil),             // 58: cronoq.v1.SetKindRequest
+	(*SetKindResponse)(nil),            // 59: cronoq.v1.SetKindResponse
+	(*GetKindRequest)(nil),             // 60: cronoq.v1.GetKindRequest
+	(*GetKindResponse)(nil),            // 61: cronoq.v1.GetKindResponse
+	(*WorkflowStep)(nil),               // 62: cronoq.v1.WorkflowStep
+	(*WorkflowSpec)(nil),               // 63: cronoq.v1.WorkflowSpec
+	(*Workflow)(nil),                   // 64: cronoq.v1.Workflow
+	(*WorkflowRef)(nil),                // 65: cronoq.v1.WorkflowRef
+	(*StepTask)(nil),                   // 66: cronoq.v1.StepTask
+	(*SubmitWorkflowRequest)(nil),      // 67: cronoq.v1.SubmitWorkflowRequest
+	(*SubmitWorkflowResponse)(nil),     // 68: cronoq.v1.SubmitWorkflowResponse
+	(*GetWorkflowRequest)(nil),         // 69: cronoq.v1.GetWorkflowRequest
+	(*GetWorkflowResponse)(nil),        // 70: cronoq.v1.GetWorkflowResponse
+	(*WaitWorkflowRequest)(nil),        // 71: cronoq.v1.WaitWorkflowRequest
+	(*WaitWorkflowResponse)(nil),       // 72: cronoq.v1.WaitWorkflowResponse
+	(*CancelWorkflowRequest)(nil),      // 73: cronoq.v1.CancelWorkflowRequest
+	(*CancelWorkflowResponse)(nil),     // 74: cronoq.v1.CancelWorkflowResponse
+	(*ListWorkflowsRequest)(nil),       // 75: cronoq.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),      // 76: cronoq.v1.ListWorkflowsResponse
+	(*Schedule)(nil),                   // 77: cronoq.v1.Schedule
+	(*AddScheduleRequest)(nil),         // 78: cronoq.v1.AddScheduleRequest
+	(*AddScheduleResponse)(nil),        // 79: cronoq.v1.AddScheduleResponse
+	(*ListSchedulesRequest)(nil),       // 80: cronoq.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),      // 81: cronoq.v1.ListSchedulesResponse
+	(*RemoveScheduleRequest)(nil),      // 82: cronoq.v1.RemoveScheduleRequest
+	(*RemoveScheduleResponse)(nil),     // 83: cronoq.v1.RemoveScheduleResponse
+	(*PauseScheduleRequest)(nil),       // 84: cronoq.v1.PauseScheduleRequest
+	(*PauseScheduleResponse)(nil),      // 85: cronoq.v1.PauseScheduleResponse
+	(*Hello)(nil),                      // 86: cronoq.v1.Hello
+	(*Poll)(nil),                       // 87: cronoq.v1.Poll
+	(*Heartbeat)(nil),                  // 88: cronoq.v1.Heartbeat
+	(*Completion)(nil),                 // 89: cronoq.v1.Completion
+	(*Complete)(nil),                   // 90: cronoq.v1.Complete
+	(*WorkerMessage)(nil),              // 91: cronoq.v1.WorkerMessage
+	(*Welcome)(nil),                    // 92: cronoq.v1.Welcome
+	(*DependencyResult)(nil),           // 93: cronoq.v1.DependencyResult
+	(*Grant)(nil),                      // 94: cronoq.v1.Grant
+	(*Grants)(nil),                     // 95: cronoq.v1.Grants
+	(*LeaseResult)(nil),                // 96: cronoq.v1.LeaseResult
+	(*HeartbeatAck)(nil),               // 97: cronoq.v1.HeartbeatAck
+	(*CompleteAck)(nil),                // 98: cronoq.v1.CompleteAck
+	(*Abort)(nil),                      // 99: cronoq.v1.Abort
+	(*ServerMessage)(nil),              // 100: cronoq.v1.ServerMessage
+	(*Member)(nil),                     // 101: cronoq.v1.Member
+	(*MembersRequest)(nil),             // 102: cronoq.v1.MembersRequest
+	(*MembersResponse)(nil),            // 103: cronoq.v1.MembersResponse
+	(*Peer)(nil),                       // 104: cronoq.v1.Peer
+	(*PeersRequest)(nil),               // 105: cronoq.v1.PeersRequest
+	(*PeersResponse)(nil),              // 106: cronoq.v1.PeersResponse
+	(*RemovePeerRequest)(nil),          // 107: cronoq.v1.RemovePeerRequest
+	(*RemovePeerResponse)(nil),         // 108: cronoq.v1.RemovePeerResponse
+	(*TransferLeadershipRequest)(nil),  // 109: cronoq.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 110: cronoq.v1.TransferLeadershipResponse
+	(*HealthRequest)(nil),              // 111: cronoq.v1.HealthRequest
+	(*HealthResponse)(nil),             // 112: cronoq.v1.HealthResponse
+	(*SnapshotSaveRequest)(nil),        // 113: cronoq.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),              // 114: cronoq.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),    // 115: cronoq.v1.SnapshotRestoreResponse
+	(*KeyringNode)(nil),                // 116: cronoq.v1.KeyringNode
+	(*KeyringKey)(nil),                 // 117: cronoq.v1.KeyringKey
+	(*KeyringResponse)(nil),            // 118: cronoq.v1.KeyringResponse
+	(*KeyringListRequest)(nil),         // 119: cronoq.v1.KeyringListRequest
+	(*KeyringInstallRequest)(nil),      // 120: cronoq.v1.KeyringInstallRequest
+	(*KeyringUseRequest)(nil),          // 121: cronoq.v1.KeyringUseRequest
+	(*KeyringRemoveRequest)(nil),       // 122: cronoq.v1.KeyringRemoveRequest
+	(*AclPolicy)(nil),                  // 123: cronoq.v1.AclPolicy
+	(*AclToken)(nil),                   // 124: cronoq.v1.AclToken
+	(*AclBootstrapRequest)(nil),        // 125: cronoq.v1.AclBootstrapRequest
+	(*AclBootstrapResponse)(nil),       // 126: cronoq.v1.AclBootstrapResponse
+	(*AclPolicyApplyRequest)(nil),      // 127: cronoq.v1.AclPolicyApplyRequest
+	(*AclPolicyApplyResponse)(nil),     // 128: cronoq.v1.AclPolicyApplyResponse
+	(*AclPolicyListRequest)(nil),       // 129: cronoq.v1.AclPolicyListRequest
+	(*AclPolicyListResponse)(nil),      // 130: cronoq.v1.AclPolicyListResponse
+	(*AclPolicyGetRequest)(nil),        // 131: cronoq.v1.AclPolicyGetRequest
+	(*AclPolicyGetResponse)(nil),       // 132: cronoq.v1.AclPolicyGetResponse
+	(*AclPolicyDeleteRequest)(nil),     // 133: cronoq.v1.AclPolicyDeleteRequest
+	(*AclPolicyDeleteResponse)(nil),    // 134: cronoq.v1.AclPolicyDeleteResponse
+	(*AclTokenCreateRequest)(nil),      // 135: cronoq.v1.AclTokenCreateRequest
+	(*AclTokenCreateResponse)(nil),     // 136: cronoq.v1.AclTokenCreateResponse
+	(*AclTokenListRequest)(nil),        // 137: cronoq.v1.AclTokenListRequest
+	(*AclTokenListResponse)(nil),       // 138: cronoq.v1.AclTokenListResponse
+	(*AclTokenRevokeRequest)(nil),      // 139: cronoq.v1.AclTokenRevokeRequest
+	(*AclTokenRevokeResponse)(nil),     // 140: cronoq.v1.AclTokenRevokeResponse
+	(*AclTokenSelfRequest)(nil),        // 141: cronoq.v1.AclTokenSelfRequest
+	(*AclTokenSelfResponse)(nil),       // 142: cronoq.v1.AclTokenSelfResponse
+	(*Subscription)(nil),               // 143: cronoq.v1.Subscription
+	(*CreateSubscriptionRequest)(nil),  // 144: cronoq.v1.CreateSubscriptionRequest
+	(*CreateSubscriptionResponse)(nil), // 145: cronoq.v1.CreateSubscriptionResponse
+	(*ListSubscriptionsRequest)(nil),   // 146: cronoq.v1.ListSubscriptionsRequest
+	(*ListSubscriptionsResponse)(nil),  // 147: cronoq.v1.ListSubscriptionsResponse
+	(*GetSubscriptionRequest)(nil),     // 148: cronoq.v1.GetSubscriptionRequest
+	(*GetSubscriptionResponse)(nil),    // 149: cronoq.v1.GetSubscriptionResponse
+	(*RemoveSubscriptionRequest)(nil),  // 150: cronoq.v1.RemoveSubscriptionRequest
+	(*RemoveSubscriptionResponse)(nil), // 151: cronoq.v1.RemoveSubscriptionResponse
+	(*ReadSubscriptionRequest)(nil),    // 152: cronoq.v1.ReadSubscriptionRequest
+	(*AckSubscriptionRequest)(nil),     // 153: cronoq.v1.AckSubscriptionRequest
+	(*AckSubscriptionResponse)(nil),    // 154: cronoq.v1.AckSubscriptionResponse
+	nil,                                // 155: cronoq.v1.PoolCounts.ByStatusEntry
+	nil,                                // 156: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	nil,                                // 157: cronoq.v1.PoolInfo.CountsEntry
+	nil,                                // 158: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	(*durationpb.Duration)(nil),        // 159: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 160: google.protobuf.Timestamp
 }
 var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
-	153, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
-	153, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
+	159, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
+	159, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
 	0,   // 2: cronoq.v1.TaskTemplate.priority:type_name -> cronoq.v1.Priority
-	7,   // 3: cronoq.v1.TaskTemplate.labels:type_name -> cronoq.v1.KV
-	7,   // 4: cronoq.v1.TaskTemplate.tags:type_name -> cronoq.v1.KV
-	153, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
-	8,   // 6: cronoq.v1.TaskTemplate.backoff:type_name -> cronoq.v1.Backoff
-	9,   // 7: cronoq.v1.TaskSpec.template:type_name -> cronoq.v1.TaskTemplate
-	154, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
-	153, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
-	154, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
-	21,  // 11: cronoq.v1.TaskSpec.depends_on:type_name -> cronoq.v1.TaskRef
+	8,   // 3: cronoq.v1.TaskTemplate.labels:type_name -> cronoq.v1.KV
+	8,   // 4: cronoq.v1.TaskTemplate.tags:type_name -> cronoq.v1.KV
+	159, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
+	9,   // 6: cronoq.v1.TaskTemplate.backoff:type_name -> cronoq.v1.Backoff
+	10,  // 7: cronoq.v1.TaskSpec.template:type_name -> cronoq.v1.TaskTemplate
+	160, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
+	159, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
+	160, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
+	23,  // 11: cronoq.v1.TaskSpec.depends_on:type_name -> cronoq.v1.TaskRef
 	2,   // 12: cronoq.v1.TaskSpec.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
-	9,   // 13: cronoq.v1.Task.template:type_name -> cronoq.v1.TaskTemplate
+	10,  // 13: cronoq.v1.Task.template:type_name -> cronoq.v1.TaskTemplate
 	1,   // 14: cronoq.v1.Task.status:type_name -> cronoq.v1.Status
-	154, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
-	154, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	154, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	154, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	154, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	154, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
-	154, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
+	160, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
+	160, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	160, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	160, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	160, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	160, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
+	160, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
 	2,   // 22: cronoq.v1.Task.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
-	153, // 23: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
-	10,  // 24: cronoq.v1.SubmitRequest.spec:type_name -> cronoq.v1.TaskSpec
-	12,  // 25: cronoq.v1.SubmitResponse.result:type_name -> cronoq.v1.Submitted
-	10,  // 26: cronoq.v1.SubmitBatchRequest.specs:type_name -> cronoq.v1.TaskSpec
-	12,  // 27: cronoq.v1.SubmitBatchResponse.results:type_name -> cronoq.v1.Submitted
-	10,  // 28: cronoq.v1.EnqueueManyRequest.specs:type_name -> cronoq.v1.TaskSpec
-	12,  // 29: cronoq.v1.ItemResult.submitted:type_name -> cronoq.v1.Submitted
-	19,  // 30: cronoq.v1.EnqueueManyResponse.results:type_name -> cronoq.v1.ItemResult
-	21,  // 31: cronoq.v1.GetRequest.ref:type_name -> cronoq.v1.TaskRef
-	11,  // 32: cronoq.v1.GetResponse.task:type_name -> cronoq.v1.Task
-	13,  // 33: cronoq.v1.GetResponse.meta:type_name -> cronoq.v1.ReadMeta
-	21,  // 34: cronoq.v1.WaitRequest.ref:type_name -> cronoq.v1.TaskRef
-	153, // 35: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
-	11,  // 36: cronoq.v1.WaitResponse.task:type_name -> cronoq.v1.Task
-	21,  // 37: cronoq.v1.CancelRequest.ref:type_name -> cronoq.v1.TaskRef
-	21,  // 38: cronoq.v1.CompleteRequest.ref:type_name -> cronoq.v1.TaskRef
-	6,   // 39: cronoq.v1.CompleteRequest.outcome:type_name -> cronoq.v1.OutcomeKind
-	11,  // 40: cronoq.v1.CompleteResponse.task:type_name -> cronoq.v1.Task
-	1,   // 41: cronoq.v1.ListRequest.statuses:type_name -> cronoq.v1.Status
-	11,  // 42: cronoq.v1.ListResponse.tasks:type_name -> cronoq.v1.Task
-	13,  // 43: cronoq.v1.ListResponse.meta:type_name -> cronoq.v1.ReadMeta
-	149, // 44: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
-	33,  // 45: cronoq.v1.CountsResponse.pools:type_name -> cronoq.v1.PoolCounts
-	13,  // 46: cronoq.v1.CountsResponse.meta:type_name -> cronoq.v1.ReadMeta
-	1,   // 47: cronoq.v1.Event.status:type_name -> cronoq.v1.Status
-	154, // 48: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
-	3,   // 49: cronoq.v1.Event.workflow_status:type_name -> cronoq.v1.WorkflowStatus
-	21,  // 50: cronoq.v1.DeleteRequest.ref:type_name -> cronoq.v1.TaskRef
-	150, // 51: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
-	39,  // 52: cronoq.v1.PoolLimits.kind_rates:type_name -> cronoq.v1.KindRate
-	8,   // 53: cronoq.v1.PoolLimits.backoff:type_name -> cronoq.v1.Backoff
-	153, // 54: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
-	151, // 55: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
-	153, // 56: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
-	40,  // 57: cronoq.v1.PoolInfo.limits:type_name -> cronoq.v1.PoolLimits
-	41,  // 58: cronoq.v1.ListPoolsResponse.pools:type_name -> cronoq.v1.PoolInfo
-	41,  // 59: cronoq.v1.GetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
-	152, // 60: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
-	39,  // 61: cronoq.v1.SetPoolRequest.kind_rates:type_name -> cronoq.v1.KindRate
-	8,   // 62: cronoq.v1.SetPoolRequest.backoff:type_name -> cronoq.v1.Backoff
-	153, // 63: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
-	41,  // 64: cronoq.v1.SetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
-	7,   // 65: cronoq.v1.WorkerInfo.labels:type_name -> cronoq.v1.KV
-	154, // 66: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
-	48,  // 67: cronoq.v1.ListWorkersResponse.workers:type_name -> cronoq.v1.WorkerInfo
-	153, // 68: cronoq.v1.KindSettings.timeout:type_name -> google.protobuf.Duration
-	8,   // 69: cronoq.v1.KindSettings.backoff:type_name -> cronoq.v1.Backoff
-	153, // 70: cronoq.v1.SetKindRequest.timeout:type_name -> google.protobuf.Duration
-	8,   // 71: cronoq.v1.SetKindRequest.backoff:type_name -> cronoq.v1.Backoff
-	51,  // 72: cronoq.v1.SetKindResponse.kind:type_name -> cronoq.v1.KindSettings
-	51,  // 73: cronoq.v1.GetKindResponse.kind:type_name -> cronoq.v1.KindSettings
-	10,  // 74: cronoq.v1.WorkflowStep.spec:type_name -> cronoq.v1.TaskSpec
-	56,  // 75: cronoq.v1.WorkflowSpec.steps:type_name -> cronoq.v1.WorkflowStep
-	3,   // 76: cronoq.v1.Workflow.status:type_name -> cronoq.v1.WorkflowStatus
-	154, // 77: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
-	154, // 78: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
-	154, // 79: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
-	154, // 80: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
-	11,  // 81: cronoq.v1.Workflow.tasks:type_name -> cronoq.v1.Task
-	57,  // 82: cronoq.v1.SubmitWorkflowRequest.spec:type_name -> cronoq.v1.WorkflowSpec
-	60,  // 83: cronoq.v1.SubmitWorkflowResponse.tasks:type_name -> cronoq.v1.StepTask
-	59,  // 84: cronoq.v1.GetWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
-	58,  // 85: cronoq.v1.GetWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
-	13,  // 86: cronoq.v1.GetWorkflowResponse.meta:type_name -> cronoq.v1.ReadMeta
-	59,  // 87: cronoq.v1.WaitWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
-	153, // 88: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
-	58,  // 89: cronoq.v1.WaitWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
-	59,  // 90: cronoq.v1.CancelWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
-	3,   // 91: cronoq.v1.ListWorkflowsRequest.statuses:type_name -> cronoq.v1.WorkflowStatus
-	58,  // 92: cronoq.v1.ListWorkflowsResponse.workflows:type_name -> cronoq.v1.Workflow
-	13,  // 93: cronoq.v1.ListWorkflowsResponse.meta:type_name -> cronoq.v1.ReadMeta
-	9,   // 94: cronoq.v1.Schedule.task:type_name -> cronoq.v1.TaskTemplate
-	4,   // 95: cronoq.v1.Schedule.overlap:type_name -> cronoq.v1.Overlap
-	5,   // 96: cronoq.v1.Schedule.catch_up:type_name -> cronoq.v1.CatchUp
-	154, // 97: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	154, // 98: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
-	56,  // 99: cronoq.v1.Schedule.steps:type_name -> cronoq.v1.WorkflowStep
-	71,  // 100: cronoq.v1.AddScheduleRequest.schedule:type_name -> cronoq.v1.Schedule
-	154, // 101: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
-	71,  // 102: cronoq.v1.ListSchedulesResponse.schedules:type_name -> cronoq.v1.Schedule
-	7,   // 103: cronoq.v1.Hello.labels:type_name -> cronoq.v1.KV
-	6,   // 104: cronoq.v1.Completion.outcome:type_name -> cronoq.v1.OutcomeKind
-	153, // 105: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
-	56,  // 106: cronoq.v1.Completion.children:type_name -> cronoq.v1.WorkflowStep
-	56,  // 107: cronoq.v1.Completion.then:type_name -> cronoq.v1.WorkflowStep
-	83,  // 108: cronoq.v1.Complete.completions:type_name -> cronoq.v1.Completion
-	80,  // 109: cronoq.v1.WorkerMessage.hello:type_name -> cronoq.v1.Hello
-	81,  // 110: cronoq.v1.WorkerMessage.poll:type_name -> cronoq.v1.Poll
-	82,  // 111: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
-	84,  // 112: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
-	153, // 113: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
-	1,   // 114: cronoq.v1.DependencyResult.status:type_name -> cronoq.v1.Status
-	11,  // 115: cronoq.v1.Grant.task:type_name -> cronoq.v1.Task
-	87,  // 116: cronoq.v1.Grant.dependencies:type_name -> cronoq.v1.DependencyResult
-	88,  // 117: cronoq.v1.Grants.grants:type_name -> cronoq.v1.Grant
-	90,  // 118: cronoq.v1.HeartbeatAck.results:type_name -> cronoq.v1.LeaseResult
-	90,  // 119: cronoq.v1.CompleteAck.results:type_name -> cronoq.v1.LeaseResult
-	86,  // 120: cronoq.v1.ServerMessage.welcome:type_name -> cronoq.v1.Welcome
-	89,  // 121: cronoq.v1.ServerMessage.grants:type_name -> cronoq.v1.Grants
-	91,  // 122: cronoq.v1.ServerMessage.heartbeat_ack:type_name -> cronoq.v1.HeartbeatAck
-	92,  // 123: cronoq.v1.ServerMessage.complete_ack:type_name -> cronoq.v1.CompleteAck
-	93,  // 124: cronoq.v1.ServerMessage.abort:type_name -> cronoq.v1.Abort
-	95,  // 125: cronoq.v1.MembersResponse.members:type_name -> cronoq.v1.Member
-	98,  // 126: cronoq.v1.PeersResponse.peers:type_name -> cronoq.v1.Peer
-	111, // 127: cronoq.v1.KeyringResponse.keys:type_name -> cronoq.v1.KeyringKey
-	110, // 128: cronoq.v1.KeyringResponse.nodes:type_name -> cronoq.v1.KeyringNode
-	154, // 129: cronoq.v1.AclToken.created_at:type_name -> google.protobuf.Timestamp
-	118, // 130: cronoq.v1.AclBootstrapResponse.token:type_name -> cronoq.v1.AclToken
-	117, // 131: cronoq.v1.AclPolicyApplyRequest.policy:type_name -> cronoq.v1.AclPolicy
-	117, // 132: cronoq.v1.AclPolicyApplyResponse.policy:type_name -> cronoq.v1.AclPolicy
-	117, // 133: cronoq.v1.AclPolicyListResponse.policies:type_name -> cronoq.v1.AclPolicy
-	117, // 134: cronoq.v1.AclPolicyGetResponse.policy:type_name -> cronoq.v1.AclPolicy
-	118, // 135: cronoq.v1.AclTokenCreateResponse.token:type_name -> cronoq.v1.AclToken
-	118, // 136: cronoq.v1.AclTokenListResponse.tokens:type_name -> cronoq.v1.AclToken
-	118, // 137: cronoq.v1.AclTokenSelfResponse.token:type_name -> cronoq.v1.AclToken
-	1,   // 138: cronoq.v1.Subscription.statuses:type_name -> cronoq.v1.Status
-	153, // 139: cronoq.v1.Subscription.ack_timeout:type_name -> google.protobuf.Duration
-	154, // 140: cronoq.v1.Subscription.stalled_at:type_name -> google.protobuf.Timestamp
-	154, // 141: cronoq.v1.Subscription.created_at:type_name -> google.protobuf.Timestamp
-	137, // 142: cronoq.v1.CreateSubscriptionRequest.subscription:type_name -> cronoq.v1.Subscription
-	137, // 143: cronoq.v1.CreateSubscriptionResponse.subscription:type_name -> cronoq.v1.Subscription
-	137, // 144: cronoq.v1.ListSubscriptionsResponse.subscriptions:type_name -> cronoq.v1.Subscription
-	137, // 145: cronoq.v1.GetSubscriptionResponse.subscription:type_name -> cronoq.v1.Subscription
-	14,  // 146: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
-	16,  // 147: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
-	18,  // 148: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
-	22,  // 149: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
-	24,  // 150: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
-	26,  // 151: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
-	28,  // 152: cronoq.v1.TaskService.Complete:input_type -> cronoq.v1.CompleteRequest
-	30,  // 153: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
-	32,  // 154: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
-	35,  // 155: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
-	37,  // 156: cronoq.v1.TaskService.Delete:input_type -> cronoq.v1.DeleteRequest
-	42,  // 157: cronoq.v1.PoolService.List:input_type -> cronoq.v1.ListPoolsRequest
-	44,  // 158: cronoq.v1.PoolService.Get:input_type -> cronoq.v1.GetPoolRequest
-	46,  // 159: cronoq.v1.PoolService.Set:input_type -> cronoq.v1.SetPoolRequest
-	49,  // 160: cronoq.v1.PoolService.Workers:input_type -> cronoq.v1.ListWorkersRequest
-	52,  // 161: cronoq.v1.PoolService.SetKind:input_type -> cronoq.v1.SetKindRequest
-	54,  // 162: cronoq.v1.PoolService.GetKind:input_type -> cronoq.v1.GetKindRequest
-	61,  // 163: cronoq.v1.WorkflowService.Submit:input_type -> cronoq.v1.SubmitWorkflowRequest
-	63,  // 164: cronoq.v1.WorkflowService.Get:input_type -> cronoq.v1.GetWorkflowRequest
-	65,  // 165: cronoq.v1.WorkflowService.Wait:input_type -> cronoq.v1.WaitWorkflowRequest
-	67,  // 166: cronoq.v1.WorkflowService.Cancel:input_type -> cronoq.v1.CancelWorkflowRequest
-	69,  // 167: cronoq.v1.WorkflowService.List:input_type -> cronoq.v1.ListWorkflowsRequest
-	72,  // 168: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
-	74,  // 169: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
-	76,  // 170: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
-	78,  // 171: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
-	85,  // 172: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
-	96,  // 173: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
-	99,  // 174: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
-	101, // 175: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
-	103, // 176: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
-	105, // 177: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
-	113, // 178: cronoq.v1.OperatorService.KeyringList:input_type -> cronoq.v1.KeyringListRequest
-	114, // 179: cronoq.v1.OperatorService.KeyringInstall:input_type -> cronoq.v1.KeyringInstallRequest
-	115, // 180: cronoq.v1.OperatorService.KeyringUse:input_type -> cronoq.v1.KeyringUseRequest
-	116, // 181: cronoq.v1.OperatorService.KeyringRemove:input_type -> cronoq.v1.KeyringRemoveRequest
-	107, // 182: cronoq.v1.OperatorService.SnapshotSave:input_type -> cronoq.v1.SnapshotSaveRequest
-	108, // 183: cronoq.v1.OperatorService.SnapshotRestore:input_type -> cronoq.v1.SnapshotChunk
-	119, // 184: cronoq.v1.AclService.Bootstrap:input_type -> cronoq.v1.AclBootstrapRequest
-	121, // 185: cronoq.v1.AclService.PolicyApply:input_type -> cronoq.v1.AclPolicyApplyRequest
-	123, // 186: cronoq.v1.AclService.PolicyList:input_type -> cronoq.v1.AclPolicyListRequest
-	125, // 187: cronoq.v1.AclService.PolicyGet:input_type -> cronoq.v1.AclPolicyGetRequest
-	127, // 188: cronoq.v1.AclService.PolicyDelete:input_type -> cronoq.v1.AclPolicyDeleteRequest
-	129, // 189: cronoq.v1.AclService.TokenCreate:input_type -> cronoq.v1.AclTokenCreateRequest
-	131, // 190: cronoq.v1.AclService.TokenList:input_type -> cronoq.v1.AclTokenListRequest
-	133, // 191: cronoq.v1.AclService.TokenRevoke:input_type -> cronoq.v1.AclTokenRevokeRequest
-	135, // 192: cronoq.v1.AclService.TokenSelf:input_type -> cronoq.v1.AclTokenSelfRequest
-	138, // 193: cronoq.v1.SubscriptionService.Create:input_type -> cronoq.v1.CreateSubscriptionRequest
-	140, // 194: cronoq.v1.SubscriptionService.List:input_type -> cronoq.v1.ListSubscriptionsRequest
-	142, // 195: cronoq.v1.SubscriptionService.Get:input_type -> cronoq.v1.GetSubscriptionRequest
-	144, // 196: cronoq.v1.SubscriptionService.Remove:input_type -> cronoq.v1.RemoveSubscriptionRequest
-	146, // 197: cronoq.v1.SubscriptionService.Read:input_type -> cronoq.v1.ReadSubscriptionRequest
-	147, // 198: cronoq.v1.SubscriptionService.Ack:input_type -> cronoq.v1.AckSubscriptionRequest
-	15,  // 199: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
-	17,  // 200: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
-	20,  // 201: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
-	23,  // 202: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
-	25,  // 203: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
-	27,  // 204: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
-	29,  // 205: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
-	31,  // 206: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
-	34,  // 207: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
-	36,  // 208: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
-	38,  // 209: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
-	43,  // 210: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
-	45,  // 211: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
-	47,  // 212: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
-	50,  // 213: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
-	53,  // 214: cronoq.v1.PoolService.SetKind:output_type -> cronoq.v1.SetKindResponse
-	55,  // 215: cronoq.v1.PoolService.GetKind:output_type -> cronoq.v1.GetKindResponse
-	62,  // 216: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
-	64,  // 217: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
-	66,  // 218: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
-	68,  // 219: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
-	70,  // 220: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
-	73,  // 221: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
-	75,  // 222: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
-	77,  // 223: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
-	79,  // 224: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
-	94,  // 225: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
-	97,  // 226: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
-	100, // 227: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
-	102, // 228: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
-	104, // 229: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
-	106, // 230: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
-	112, // 231: cronoq.v1.OperatorService.KeyringList:output_type -> cronoq.v1.KeyringResponse
-	112, // 232: cronoq.v1.OperatorService.KeyringInstall:output_type -> cronoq.v1.KeyringResponse
-	112, // 233: cronoq.v1.OperatorService.KeyringUse:output_type -> cronoq.v1.KeyringResponse
-	112, // 234: cronoq.v1.OperatorService.KeyringRemove:output_type -> cronoq.v1.KeyringResponse
-	108, // 235: cronoq.v1.OperatorService.SnapshotSave:output_type -> cronoq.v1.SnapshotChunk
-	109, // 236: cronoq.v1.OperatorService.SnapshotRestore:output_type -> cronoq.v1.SnapshotRestoreResponse
-	120, // 237: cronoq.v1.AclService.Bootstrap:output_type -> cronoq.v1.AclBootstrapResponse
-	122, // 238: cronoq.v1.AclService.PolicyApply:output_type -> cronoq.v1.AclPolicyApplyResponse
-	124, // 239: cronoq.v1.AclService.PolicyList:output_type -> cronoq.v1.AclPolicyListResponse
-	126, // 240: cronoq.v1.AclService.PolicyGet:output_type -> cronoq.v1.AclPolicyGetResponse
-	128, // 241: cronoq.v1.AclService.PolicyDelete:output_type -> cronoq.v1.AclPolicyDeleteResponse
-	130, // 242: cronoq.v1.AclService.TokenCreate:output_type -> cronoq.v1.AclTokenCreateResponse
-	132, // 243: cronoq.v1.AclService.TokenList:output_type -> cronoq.v1.AclTokenListResponse
-	134, // 244: cronoq.v1.AclService.TokenRevoke:output_type -> cronoq.v1.AclTokenRevokeResponse
-	136, // 245: cronoq.v1.AclService.TokenSelf:output_type -> cronoq.v1.AclTokenSelfResponse
-	139, // 246: cronoq.v1.SubscriptionService.Create:output_type -> cronoq.v1.CreateSubscriptionResponse
-	141, // 247: cronoq.v1.SubscriptionService.List:output_type -> cronoq.v1.ListSubscriptionsResponse
-	143, // 248: cronoq.v1.SubscriptionService.Get:output_type -> cronoq.v1.GetSubscriptionResponse
-	145, // 249: cronoq.v1.SubscriptionService.Remove:output_type -> cronoq.v1.RemoveSubscriptionResponse
-	36,  // 250: cronoq.v1.SubscriptionService.Read:output_type -> cronoq.v1.Event
-	148, // 251: cronoq.v1.SubscriptionService.Ack:output_type -> cronoq.v1.AckSubscriptionResponse
-	199, // [199:252] is the sub-list for method output_type
-	146, // [146:199] is the sub-list for method input_type
-	146, // [146:146] is the sub-list for extension type_name
-	146, // [146:146] is the sub-list for extension extendee
-	0,   // [0:146] is the sub-list for field type_name
+	13,  // 23: cronoq.v1.Task.attempts:type_name -> cronoq.v1.Attempt
+	160, // 24: cronoq.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	160, // 25: cronoq.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	3,   // 26: cronoq.v1.Attempt.outcome:type_name -> cronoq.v1.AttemptOutcome
+	159, // 27: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
+	11,  // 28: cronoq.v1.SubmitRequest.spec:type_name -> cronoq.v1.TaskSpec
+	14,  // 29: cronoq.v1.SubmitResponse.result:type_name -> cronoq.v1.Submitted
+	11,  // 30: cronoq.v1.SubmitBatchRequest.specs:type_name -> cronoq.v1.TaskSpec
+	14,  // 31: cronoq.v1.SubmitBatchResponse.results:type_name -> cronoq.v1.Submitted
+	11,  // 32: cronoq.v1.EnqueueManyRequest.specs:type_name -> cronoq.v1.TaskSpec
+	14,  // 33: cronoq.v1.ItemResult.submitted:type_name -> cronoq.v1.Submitted
+	21,  // 34: cronoq.v1.EnqueueManyResponse.results:type_name -> cronoq.v1.ItemResult
+	23,  // 35: cronoq.v1.GetRequest.ref:type_name -> cronoq.v1.TaskRef
+	12,  // 36: cronoq.v1.GetResponse.task:type_name -> cronoq.v1.Task
+	15,  // 37: cronoq.v1.GetResponse.meta:type_name -> cronoq.v1.ReadMeta
+	23,  // 38: cronoq.v1.WaitRequest.ref:type_name -> cronoq.v1.TaskRef
+	159, // 39: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
+	12,  // 40: cronoq.v1.WaitResponse.task:type_name -> cronoq.v1.Task
+	23,  // 41: cronoq.v1.CancelRequest.ref:type_name -> cronoq.v1.TaskRef
+	23,  // 42: cronoq.v1.CompleteRequest.ref:type_name -> cronoq.v1.TaskRef
+	7,   // 43: cronoq.v1.CompleteRequest.outcome:type_name -> cronoq.v1.OutcomeKind
+	12,  // 44: cronoq.v1.CompleteResponse.task:type_name -> cronoq.v1.Task
+	1,   // 45: cronoq.v1.ListRequest.statuses:type_name -> cronoq.v1.Status
+	12,  // 46: cronoq.v1.ListResponse.tasks:type_name -> cronoq.v1.Task
+	15,  // 47: cronoq.v1.ListResponse.meta:type_name -> cronoq.v1.ReadMeta
+	155, // 48: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
+	35,  // 49: cronoq.v1.CountsResponse.pools:type_name -> cronoq.v1.PoolCounts
+	15,  // 50: cronoq.v1.CountsResponse.meta:type_name -> cronoq.v1.ReadMeta
+	1,   // 51: cronoq.v1.Event.status:type_name -> cronoq.v1.Status
+	160, // 52: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
+	4,   // 53: cronoq.v1.Event.workflow_status:type_name -> cronoq.v1.WorkflowStatus
+	23,  // 54: cronoq.v1.RetryRequest.ref:type_name -> cronoq.v1.TaskRef
+	12,  // 55: cronoq.v1.RetryResponse.task:type_name -> cronoq.v1.Task
+	1,   // 56: cronoq.v1.CancelManyRequest.statuses:type_name -> cronoq.v1.Status
+	23,  // 57: cronoq.v1.DeleteRequest.ref:type_name -> cronoq.v1.TaskRef
+	156, // 58: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	45,  // 59: cronoq.v1.PoolLimits.kind_rates:type_name -> cronoq.v1.KindRate
+	9,   // 60: cronoq.v1.PoolLimits.backoff:type_name -> cronoq.v1.Backoff
+	159, // 61: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
+	157, // 62: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
+	159, // 63: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
+	46,  // 64: cronoq.v1.PoolInfo.limits:type_name -> cronoq.v1.PoolLimits
+	47,  // 65: cronoq.v1.ListPoolsResponse.pools:type_name -> cronoq.v1.PoolInfo
+	47,  // 66: cronoq.v1.GetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
+	158, // 67: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	45,  // 68: cronoq.v1.SetPoolRequest.kind_rates:type_name -> cronoq.v1.KindRate
+	9,   // 69: cronoq.v1.SetPoolRequest.backoff:type_name -> cronoq.v1.Backoff
+	159, // 70: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
+	47,  // 71: cronoq.v1.SetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
+	8,   // 72: cronoq.v1.WorkerInfo.labels:type_name -> cronoq.v1.KV
+	160, // 73: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
+	54,  // 74: cronoq.v1.ListWorkersResponse.workers:type_name -> cronoq.v1.WorkerInfo
+	159, // 75: cronoq.v1.KindSettings.timeout:type_name -> google.protobuf.Duration
+	9,   // 76: cronoq.v1.KindSettings.backoff:type_name -> cronoq.v1.Backoff
+	159, // 77: cronoq.v1.SetKindRequest.timeout:type_name -> google.protobuf.Duration
+	9,   // 78: cronoq.v1.SetKindRequest.backoff:type_name -> cronoq.v1.Backoff
+	57,  // 79: cronoq.v1.SetKindResponse.kind:type_name -> cronoq.v1.KindSettings
+	57,  // 80: cronoq.v1.GetKindResponse.kind:type_name -> cronoq.v1.KindSettings
+	11,  // 81: cronoq.v1.WorkflowStep.spec:type_name -> cronoq.v1.TaskSpec
+	62,  // 82: cronoq.v1.WorkflowSpec.steps:type_name -> cronoq.v1.WorkflowStep
+	4,   // 83: cronoq.v1.Workflow.status:type_name -> cronoq.v1.WorkflowStatus
+	160, // 84: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
+	160, // 85: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
+	160, // 86: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
+	160, // 87: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
+	12,  // 88: cronoq.v1.Workflow.tasks:type_name -> cronoq.v1.Task
+	63,  // 89: cronoq.v1.SubmitWorkflowRequest.spec:type_name -> cronoq.v1.WorkflowSpec
+	66,  // 90: cronoq.v1.SubmitWorkflowResponse.tasks:type_name -> cronoq.v1.StepTask
+	65,  // 91: cronoq.v1.GetWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
+	64,  // 92: cronoq.v1.GetWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
+	15,  // 93: cronoq.v1.GetWorkflowResponse.meta:type_name -> cronoq.v1.ReadMeta
+	65,  // 94: cronoq.v1.WaitWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
+	159, // 95: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
+	64,  // 96: cronoq.v1.WaitWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
+	65,  // 97: cronoq.v1.CancelWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
+	4,   // 98: cronoq.v1.ListWorkflowsRequest.statuses:type_name -> cronoq.v1.WorkflowStatus
+	64,  // 99: cronoq.v1.ListWorkflowsResponse.workflows:type_name -> cronoq.v1.Workflow
+	15,  // 100: cronoq.v1.ListWorkflowsResponse.meta:type_name -> cronoq.v1.ReadMeta
+	10,  // 101: cronoq.v1.Schedule.task:type_name -> cronoq.v1.TaskTemplate
+	5,   // 102: cronoq.v1.Schedule.overlap:type_name -> cronoq.v1.Overlap
+	6,   // 103: cronoq.v1.Schedule.catch_up:type_name -> cronoq.v1.CatchUp
+	160, // 104: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	160, // 105: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
+	62,  // 106: cronoq.v1.Schedule.steps:type_name -> cronoq.v1.WorkflowStep
+	77,  // 107: cronoq.v1.AddScheduleRequest.schedule:type_name -> cronoq.v1.Schedule
+	160, // 108: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
+	77,  // 109: cronoq.v1.ListSchedulesResponse.schedules:type_name -> cronoq.v1.Schedule
+	8,   // 110: cronoq.v1.Hello.labels:type_name -> cronoq.v1.KV
+	7,   // 111: cronoq.v1.Completion.outcome:type_name -> cronoq.v1.OutcomeKind
+	159, // 112: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
+	62,  // 113: cronoq.v1.Completion.children:type_name -> cronoq.v1.WorkflowStep
+	62,  // 114: cronoq.v1.Completion.then:type_name -> cronoq.v1.WorkflowStep
+	89,  // 115: cronoq.v1.Complete.completions:type_name -> cronoq.v1.Completion
+	86,  // 116: cronoq.v1.WorkerMessage.hello:type_name -> cronoq.v1.Hello
+	87,  // 117: cronoq.v1.WorkerMessage.poll:type_name -> cronoq.v1.Poll
+	88,  // 118: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
+	90,  // 119: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
+	159, // 120: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
+	1,   // 121: cronoq.v1.DependencyResult.status:type_name -> cronoq.v1.Status
+	12,  // 122: cronoq.v1.Grant.task:type_name -> cronoq.v1.Task
+	93,  // 123: cronoq.v1.Grant.dependencies:type_name -> cronoq.v1.DependencyResult
+	94,  // 124: cronoq.v1.Grants.grants:type_name -> cronoq.v1.Grant
+	96,  // 125: cronoq.v1.HeartbeatAck.results:type_name -> cronoq.v1.LeaseResult
+	96,  // 126: cronoq.v1.CompleteAck.results:type_name -> cronoq.v1.LeaseResult
+	92,  // 127: cronoq.v1.ServerMessage.welcome:type_name -> cronoq.v1.Welcome
+	95,  // 128: cronoq.v1.ServerMessage.grants:type_name -> cronoq.v1.Grants
+	97,  // 129: cronoq.v1.ServerMessage.heartbeat_ack:type_name -> cronoq.v1.HeartbeatAck
+	98,  // 130: cronoq.v1.ServerMessage.complete_ack:type_name -> cronoq.v1.CompleteAck
+	99,  // 131: cronoq.v1.ServerMessage.abort:type_name -> cronoq.v1.Abort
+	101, // 132: cronoq.v1.MembersResponse.members:type_name -> cronoq.v1.Member
+	104, // 133: cronoq.v1.PeersResponse.peers:type_name -> cronoq.v1.Peer
+	117, // 134: cronoq.v1.KeyringResponse.keys:type_name -> cronoq.v1.KeyringKey
+	116, // 135: cronoq.v1.KeyringResponse.nodes:type_name -> cronoq.v1.KeyringNode
+	160, // 136: cronoq.v1.AclToken.created_at:type_name -> google.protobuf.Timestamp
+	124, // 137: cronoq.v1.AclBootstrapResponse.token:type_name -> cronoq.v1.AclToken
+	123, // 138: cronoq.v1.AclPolicyApplyRequest.policy:type_name -> cronoq.v1.AclPolicy
+	123, // 139: cronoq.v1.AclPolicyApplyResponse.policy:type_name -> cronoq.v1.AclPolicy
+	123, // 140: cronoq.v1.AclPolicyListResponse.policies:type_name -> cronoq.v1.AclPolicy
+	123, // 141: cronoq.v1.AclPolicyGetResponse.policy:type_name -> cronoq.v1.AclPolicy
+	124, // 142: cronoq.v1.AclTokenCreateResponse.token:type_name -> cronoq.v1.AclToken
+	124, // 143: cronoq.v1.AclTokenListResponse.tokens:type_name -> cronoq.v1.AclToken
+	124, // 144: cronoq.v1.AclTokenSelfResponse.token:type_name -> cronoq.v1.AclToken
+	1,   // 145: cronoq.v1.Subscription.statuses:type_name -> cronoq.v1.Status
+	159, // 146: cronoq.v1.Subscription.ack_timeout:type_name -> google.protobuf.Duration
+	160, // 147: cronoq.v1.Subscription.stalled_at:type_name -> google.protobuf.Timestamp
+	160, // 148: cronoq.v1.Subscription.created_at:type_name -> google.protobuf.Timestamp
+	143, // 149: cronoq.v1.CreateSubscriptionRequest.subscription:type_name -> cronoq.v1.Subscription
+	143, // 150: cronoq.v1.CreateSubscriptionResponse.subscription:type_name -> cronoq.v1.Subscription
+	143, // 151: cronoq.v1.ListSubscriptionsResponse.subscriptions:type_name -> cronoq.v1.Subscription
+	143, // 152: cronoq.v1.GetSubscriptionResponse.subscription:type_name -> cronoq.v1.Subscription
+	16,  // 153: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
+	18,  // 154: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
+	20,  // 155: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
+	24,  // 156: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
+	26,  // 157: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
+	28,  // 158: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
+	30,  // 159: cronoq.v1.TaskService.Complete:input_type -> cronoq.v1.CompleteRequest
+	32,  // 160: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
+	34,  // 161: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
+	37,  // 162: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
+	43,  // 163: cronoq.v1.TaskService.Delete:input_type -> cronoq.v1.DeleteRequest
+	39,  // 164: cronoq.v1.TaskService.Retry:input_type -> cronoq.v1.RetryRequest
+	41,  // 165: cronoq.v1.TaskService.CancelMany:input_type -> cronoq.v1.CancelManyRequest
+	48,  // 166: cronoq.v1.PoolService.List:input_type -> cronoq.v1.ListPoolsRequest
+	50,  // 167: cronoq.v1.PoolService.Get:input_type -> cronoq.v1.GetPoolRequest
+	52,  // 168: cronoq.v1.PoolService.Set:input_type -> cronoq.v1.SetPoolRequest
+	55,  // 169: cronoq.v1.PoolService.Workers:input_type -> cronoq.v1.ListWorkersRequest
+	58,  // 170: cronoq.v1.PoolService.SetKind:input_type -> cronoq.v1.SetKindRequest
+	60,  // 171: cronoq.v1.PoolService.GetKind:input_type -> cronoq.v1.GetKindRequest
+	67,  // 172: cronoq.v1.WorkflowService.Submit:input_type -> cronoq.v1.SubmitWorkflowRequest
+	69,  // 173: cronoq.v1.WorkflowService.Get:input_type -> cronoq.v1.GetWorkflowRequest
+	71,  // 174: cronoq.v1.WorkflowService.Wait:input_type -> cronoq.v1.WaitWorkflowRequest
+	73,  // 175: cronoq.v1.WorkflowService.Cancel:input_type -> cronoq.v1.CancelWorkflowRequest
+	75,  // 176: cronoq.v1.WorkflowService.List:input_type -> cronoq.v1.ListWorkflowsRequest
+	78,  // 177: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
+	80,  // 178: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
+	82,  // 179: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
+	84,  // 180: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
+	91,  // 181: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
+	102, // 182: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
+	105, // 183: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
+	107, // 184: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
+	109, // 185: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
+	111, // 186: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
+	119, // 187: cronoq.v1.OperatorService.KeyringList:input_type -> cronoq.v1.KeyringListRequest
+	120, // 188: cronoq.v1.OperatorService.KeyringInstall:input_type -> cronoq.v1.KeyringInstallRequest
+	121, // 189: cronoq.v1.OperatorService.KeyringUse:input_type -> cronoq.v1.KeyringUseRequest
+	122, // 190: cronoq.v1.OperatorService.KeyringRemove:input_type -> cronoq.v1.KeyringRemoveRequest
+	113, // 191: cronoq.v1.OperatorService.SnapshotSave:input_type -> cronoq.v1.SnapshotSaveRequest
+	114, // 192: cronoq.v1.OperatorService.SnapshotRestore:input_type -> cronoq.v1.SnapshotChunk
+	125, // 193: cronoq.v1.AclService.Bootstrap:input_type -> cronoq.v1.AclBootstrapRequest
+	127, // 194: cronoq.v1.AclService.PolicyApply:input_type -> cronoq.v1.AclPolicyApplyRequest
+	129, // 195: cronoq.v1.AclService.PolicyList:input_type -> cronoq.v1.AclPolicyListRequest
+	131, // 196: cronoq.v1.AclService.PolicyGet:input_type -> cronoq.v1.AclPolicyGetRequest
+	133, // 197: cronoq.v1.AclService.PolicyDelete:input_type -> cronoq.v1.AclPolicyDeleteRequest
+	135, // 198: cronoq.v1.AclService.TokenCreate:input_type -> cronoq.v1.AclTokenCreateRequest
+	137, // 199: cronoq.v1.AclService.TokenList:input_type -> cronoq.v1.AclTokenListRequest
+	139, // 200: cronoq.v1.AclService.TokenRevoke:input_type -> cronoq.v1.AclTokenRevokeRequest
+	141, // 201: cronoq.v1.AclService.TokenSelf:input_type -> cronoq.v1.AclTokenSelfRequest
+	144, // 202: cronoq.v1.SubscriptionService.Create:input_type -> cronoq.v1.CreateSubscriptionRequest
+	146, // 203: cronoq.v1.SubscriptionService.List:input_type -> cronoq.v1.ListSubscriptionsRequest
+	148, // 204: cronoq.v1.SubscriptionService.Get:input_type -> cronoq.v1.GetSubscriptionRequest
+	150, // 205: cronoq.v1.SubscriptionService.Remove:input_type -> cronoq.v1.RemoveSubscriptionRequest
+	152, // 206: cronoq.v1.SubscriptionService.Read:input_type -> cronoq.v1.ReadSubscriptionRequest
+	153, // 207: cronoq.v1.SubscriptionService.Ack:input_type -> cronoq.v1.AckSubscriptionRequest
+	17,  // 208: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
+	19,  // 209: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
+	22,  // 210: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
+	25,  // 211: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
+	27,  // 212: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
+	29,  // 213: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
+	31,  // 214: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
+	33,  // 215: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
+	36,  // 216: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
+	38,  // 217: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
+	44,  // 218: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
+	40,  // 219: cronoq.v1.TaskService.Retry:output_type -> cronoq.v1.RetryResponse
+	42,  // 220: cronoq.v1.TaskService.CancelMany:output_type -> cronoq.v1.CancelManyResponse
+	49,  // 221: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
+	51,  // 222: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
+	53,  // 223: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
+	56,  // 224: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
+	59,  // 225: cronoq.v1.PoolService.SetKind:output_type -> cronoq.v1.SetKindResponse
+	61,  // 226: cronoq.v1.PoolService.GetKind:output_type -> cronoq.v1.GetKindResponse
+	68,  // 227: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
+	70,  // 228: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
+	72,  // 229: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
+	74,  // 230: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
+	76,  // 231: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
+	79,  // 232: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
+	81,  // 233: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
+	83,  // 234: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
+	85,  // 235: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
+	100, // 236: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
+	103, // 237: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
+	106, // 238: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
+	108, // 239: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
+	110, // 240: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
+	112, // 241: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
+	118, // 242: cronoq.v1.OperatorService.KeyringList:output_type -> cronoq.v1.KeyringResponse
+	118, // 243: cronoq.v1.OperatorService.KeyringInstall:output_type -> cronoq.v1.KeyringResponse
+	118, // 244: cronoq.v1.OperatorService.KeyringUse:output_type -> cronoq.v1.KeyringResponse
+	118, // 245: cronoq.v1.OperatorService.KeyringRemove:output_type -> cronoq.v1.KeyringResponse
+	114, // 246: cronoq.v1.OperatorService.SnapshotSave:output_type -> cronoq.v1.SnapshotChunk
+	115, // 247: cronoq.v1.OperatorService.SnapshotRestore:output_type -> cronoq.v1.SnapshotRestoreResponse
+	126, // 248: cronoq.v1.AclService.Bootstrap:output_type -> cronoq.v1.AclBootstrapResponse
+	128, // 249: cronoq.v1.AclService.PolicyApply:output_type -> cronoq.v1.AclPolicyApplyResponse
+	130, // 250: cronoq.v1.AclService.PolicyList:output_type -> cronoq.v1.AclPolicyListResponse
+	132, // 251: cronoq.v1.AclService.PolicyGet:output_type -> cronoq.v1.AclPolicyGetResponse
+	134, // 252: cronoq.v1.AclService.PolicyDelete:output_type -> cronoq.v1.AclPolicyDeleteResponse
+	136, // 253: cronoq.v1.AclService.TokenCreate:output_type -> cronoq.v1.AclTokenCreateResponse
+	138, // 254: cronoq.v1.AclService.TokenList:output_type -> cronoq.v1.AclTokenListResponse
+	140, // 255: cronoq.v1.AclService.TokenRevoke:output_type -> cronoq.v1.AclTokenRevokeResponse
+	142, // 256: cronoq.v1.AclService.TokenSelf:output_type -> cronoq.v1.AclTokenSelfResponse
+	145, // 257: cronoq.v1.SubscriptionService.Create:output_type -> cronoq.v1.CreateSubscriptionResponse
+	147, // 258: cronoq.v1.SubscriptionService.List:output_type -> cronoq.v1.ListSubscriptionsResponse
+	149, // 259: cronoq.v1.SubscriptionService.Get:output_type -> cronoq.v1.GetSubscriptionResponse
+	151, // 260: cronoq.v1.SubscriptionService.Remove:output_type -> cronoq.v1.RemoveSubscriptionResponse
+	38,  // 261: cronoq.v1.SubscriptionService.Read:output_type -> cronoq.v1.Event
+	154, // 262: cronoq.v1.SubscriptionService.Ack:output_type -> cronoq.v1.AckSubscriptionResponse
+	208, // [208:263] is the sub-list for method output_type
+	153, // [153:208] is the sub-list for method input_type
+	153, // [153:153] is the sub-list for extension type_name
+	153, // [153:153] is the sub-list for extension extendee
+	0,   // [0:153] is the sub-list for field type_name
 }
 
 func init() { file_cronoq_v1_cronoq_proto_init() }
@@ -10222,15 +10737,15 @@ func file_cronoq_v1_cronoq_proto_init() {
 	if File_cronoq_v1_cronoq_proto != nil {
 		return
 	}
-	file_cronoq_v1_cronoq_proto_msgTypes[39].OneofWrappers = []any{}
-	file_cronoq_v1_cronoq_proto_msgTypes[45].OneofWrappers = []any{}
-	file_cronoq_v1_cronoq_proto_msgTypes[78].OneofWrappers = []any{
+	file_cronoq_v1_cronoq_proto_msgTypes[44].OneofWrappers = []any{}
+	file_cronoq_v1_cronoq_proto_msgTypes[50].OneofWrappers = []any{}
+	file_cronoq_v1_cronoq_proto_msgTypes[83].OneofWrappers = []any{
 		(*WorkerMessage_Hello)(nil),
 		(*WorkerMessage_Poll)(nil),
 		(*WorkerMessage_Heartbeat)(nil),
 		(*WorkerMessage_Complete)(nil),
 	}
-	file_cronoq_v1_cronoq_proto_msgTypes[87].OneofWrappers = []any{
+	file_cronoq_v1_cronoq_proto_msgTypes[92].OneofWrappers = []any{
 		(*ServerMessage_Welcome)(nil),
 		(*ServerMessage_Grants)(nil),
 		(*ServerMessage_HeartbeatAck)(nil),
@@ -10242,8 +10757,8 @@ func file_cronoq_v1_cronoq_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronoq_v1_cronoq_proto_rawDesc), len(file_cronoq_v1_cronoq_proto_rawDesc)),
-			NumEnums:      7,
-			NumMessages:   146,
+			NumEnums:      8,
+			NumMessages:   151,
 			NumExtensions: 0,
 			NumServices:   8,
 		},

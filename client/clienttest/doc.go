@@ -28,8 +28,10 @@
 //     every pool). A successful completion may spawn children and a
 //     continuation, inserted with it in the task's workflow (created when
 //     it has none); a completion refused as stale inserts nothing.
-//   - Get, Wait, Cancel, Delete (ended tasks only), List, Counts and
-//     Events work as on a node, schedules fire at the times of their cron
+//   - Get, Wait, Cancel, Delete (ended tasks only), Retry (failed, expired
+//     or cancelled tasks, with a new attempt budget), CancelMany, List,
+//     Counts and Events work as on a node, tasks keep the history of their
+//     last ten attempts, schedules fire at the times of their cron
 //     expression (a task, or a whole workflow), and the operator calls see
 //     the fake nodes as the Raft configuration.
 //   - PoolService describes pools (counts by status, the age of the oldest

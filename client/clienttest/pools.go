@@ -169,8 +169,8 @@ func (c *Cluster) busyLocked(s *workerStream) int64 {
 // poolInfoLocked describes pool as a node does: its counts by status, the
 // age of its oldest queued task, its workers and the slots they offer
 // (free and busy), its settings, and its ordering lanes (those of its live
-// tasks; blocked: those of its ended tasks that block their lane). The
-// fake holds no queued task back: waiting is always 0.
+// tasks; blocked: those of its ended tasks that block their lane), and its
+// desired slots. The fake holds no queued task back: waiting is always 0.
 func (c *Cluster) poolInfoLocked(name string) *cronoqv1.PoolInfo {
 	st := c.pools[name]
 	limits := defaultLimits()
@@ -225,6 +225,11 @@ func (c *Cluster) poolInfoLocked(name string) *cronoqv1.PoolInfo {
 	for _, s := range c.liveStreamsLocked(name) {
 		info.Workers++
 		info.Slots += int64(s.credit) + c.busyLocked(s)
+	}
+	// As a node: running and queued, at most the running cap.
+	info.DesiredSlots = info.Running + info.Counts[statusName(cronoqv1.Status_STATUS_QUEUED)]
+	if m := limits.GetMaxRunning(); m > 0 {
+		info.DesiredSlots = min(info.DesiredSlots, m)
 	}
 	return info
 }

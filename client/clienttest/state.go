@@ -43,6 +43,11 @@ type task struct {
 	dependents []*task
 	waitingOn  int
 	wf         *workflow // its workflow, nil when none
+
+	// attemptLease and attemptWorker are the lease and the worker of its
+	// last attempt, for its attempt history.
+	attemptLease  uint64
+	attemptWorker string
 }
 
 func (t *task) pool() string { return t.p.GetTemplate().GetPool() }
@@ -760,6 +765,11 @@ func (c *Cluster) startLocked(t *task, s *workerStream) *cronoqv1.Grant {
 		t.timeoutAt = now.Add(d)
 	}
 	t.stream = s
+	t.attemptLease = lease
+	t.attemptWorker = ""
+	if s != nil {
+		t.attemptWorker = s.worker
+	}
 	c.leases[lease] = t
 	c.setStatusLocked(t, cronoqv1.Status_STATUS_RUNNING)
 	c.lastLease[t.p.GetId()] = lease
@@ -819,13 +829,20 @@ func (c *Cluster) revokeLocked(t *task, reason string) {
 // finishLocked ends t with a terminal status; a running attempt is
 // aborted with abortReason. Its dependents follow (see endedLocked).
 func (c *Cluster) finishLocked(t *task, s cronoqv1.Status, output []byte, msg, abortReason string) {
-	c.finishJoinLocked(t, s, output, msg, abortReason, nil)
+	c.finishJoinLocked(t, s, output, msg, abortReason, nil, 0)
 }
 
 // finishJoinLocked is finishLocked, making t a member of workflow join
-// (when not nil) as it ends.
-func (c *Cluster) finishJoinLocked(t *task, s cronoqv1.Status, output []byte, msg, abortReason string, join *workflow) {
+// (when not nil) as it ends; a running attempt goes into its history with
+// outcome (0: the outcome of s).
+func (c *Cluster) finishJoinLocked(t *task, s cronoqv1.Status, output []byte, msg, abortReason string, join *workflow, outcome cronoqv1.AttemptOutcome) {
 	wasLive := !terminal(t.p.GetStatus()) // Finish may end a task again
+	if t.p.GetStatus() == cronoqv1.Status_STATUS_RUNNING {
+		if outcome == 0 {
+			outcome = outcomeOf(s)
+		}
+		c.recordAttemptLocked(t, outcome, msg)
+	}
 	c.revokeLocked(t, abortReason)
 	c.setStatusLocked(t, s)
 	t.p.Output = output
@@ -883,15 +900,20 @@ func (c *Cluster) unblockLocked(t *task) {
 // failAttemptLocked ends t's attempt with a retryable failure: the task is
 // retried after retryAfter (when positive) or its backoff, or fails when
 // its attempts are used up.
-func (c *Cluster) failAttemptLocked(t *task, msg string, retryAfter time.Duration) {
+func (c *Cluster) failAttemptLocked(t *task, msg string, retryAfter time.Duration, outcome cronoqv1.AttemptOutcome) {
 	c.revokeLocked(t, "")
-	if t.p.GetAttempt() >= t.p.GetTemplate().GetMaxAttempts() {
-		c.finishLocked(t, cronoqv1.Status_STATUS_FAILED, nil, msg, "")
+	n := t.p.GetAttempt() - t.p.GetAttemptBase() // attempts of its current budget
+	if n >= t.p.GetTemplate().GetMaxAttempts() {
+		if outcome == cronoqv1.AttemptOutcome_ATTEMPT_OUTCOME_RETRY {
+			outcome = cronoqv1.AttemptOutcome_ATTEMPT_OUTCOME_FAILED
+		}
+		c.finishJoinLocked(t, cronoqv1.Status_STATUS_FAILED, nil, msg, "", nil, outcome)
 		return
 	}
+	c.recordAttemptLocked(t, outcome, msg)
 	delay := retryAfter
 	if delay <= 0 {
-		delay = c.backoffDelay(t.p.GetTemplate().GetBackoff(), t.p.GetAttempt())
+		delay = c.backoffDelay(t.p.GetTemplate().GetBackoff(), n)
 	}
 	now := c.now()
 	retryAt := now.Add(delay)
@@ -952,7 +974,7 @@ func (c *Cluster) completeLocked(comp *cronoqv1.Completion) error {
 			c.finishLocked(t, cronoqv1.Status_STATUS_SUCCEEDED, slices.Clone(out), "", "")
 		}
 	case cronoqv1.OutcomeKind_OUTCOME_RETRYABLE:
-		c.failAttemptLocked(t, orDefault(comp.GetMessage(), msgRetryable), retryAfter)
+		c.failAttemptLocked(t, orDefault(comp.GetMessage(), msgRetryable), retryAfter, cronoqv1.AttemptOutcome_ATTEMPT_OUTCOME_RETRY)
 	case cronoqv1.OutcomeKind_OUTCOME_PERMANENT:
 		c.finishLocked(t, cronoqv1.Status_STATUS_FAILED, nil, orDefault(comp.GetMessage(), msgPermanent), "")
 	case cronoqv1.OutcomeKind_OUTCOME_CANCELLED:
@@ -1048,12 +1070,12 @@ func (c *Cluster) applyDueLocked(t *task, now time.Time) {
 		if !t.timeoutAt.IsZero() && !t.timeoutAt.After(now) {
 			msg := fmt.Sprintf("attempt timed out after %s", t.p.GetTemplate().GetTimeout().AsDuration())
 			c.revokeLocked(t, msg)
-			c.failAttemptLocked(t, msg, 0)
+			c.failAttemptLocked(t, msg, 0, cronoqv1.AttemptOutcome_ATTEMPT_OUTCOME_TIMEOUT)
 			return
 		}
 		msg := fmt.Sprintf("lease lost: no heartbeat within %s", c.cfg.window)
 		c.revokeLocked(t, msg)
-		c.failAttemptLocked(t, msg, 0)
+		c.failAttemptLocked(t, msg, 0, cronoqv1.AttemptOutcome_ATTEMPT_OUTCOME_LOST)
 	}
 }
 

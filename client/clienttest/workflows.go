@@ -411,7 +411,7 @@ func (c *Cluster) spawnLocked(t *task, comp *cronoqv1.Completion) error {
 		w = c.createWorkflowLocked(t.p.GetTemplate().GetKind(), "", "", time.Time{}, t.p.GetId())
 		join = w
 	}
-	c.finishJoinLocked(t, cronoqv1.Status_STATUS_SUCCEEDED, slices.Clone(comp.GetOutput()), "", "", join)
+	c.finishJoinLocked(t, cronoqv1.Status_STATUS_SUCCEEDED, slices.Clone(comp.GetOutput()), "", "", join, 0)
 	ids := make([]*task, len(steps))
 	for i, rec := range recs {
 		all := deps[i]

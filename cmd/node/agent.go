@@ -20,6 +20,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/hcl/v2/hclsimple"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/cronoq/cronoq/cluster"
 	"github.com/cronoq/cronoq/engine"
@@ -78,6 +79,8 @@ type agentConfig struct {
 	tlsVerifyIncoming bool
 	encrypt           string // gossip encryption key, base64
 
+	trace traceConfig // OTLP export of traced tasks' spans
+
 	maxPayload      int
 	maxOutput       int
 	writeQueueLimit int
@@ -124,6 +127,7 @@ func defaultAgentConfig() agentConfig {
 		shutdownTimeout: defaultShutdownTimeout,
 		maxClockSkew:    raftDefaults.MaxClockSkew,
 		gcPercent:       defaultGCPercent,
+		trace:           traceConfig{ratio: defaultTraceRatio},
 	}
 }
 
@@ -184,6 +188,12 @@ connections use them, and on an error it keeps the ones it has. With TLS
 off, a node whose API, raft or gossip address is not on loopback warns at
 start and reports itself degraded. See docs/security.md.
 
+-otlp-endpoint turns tracing on: a task whose tags carry a W3C traceparent
+(the Go SDK adds the span of the submitting code) continues that trace on the
+leader, with spans of its submit, of each dispatch and completion, and of the
+commit of each, exported over OTLP/HTTP to a collector. Untraced tasks cost
+nothing, and without -otlp-endpoint nothing is traced. See docs/tracing.md.
+
 On SIGINT or SIGTERM the node stops cleanly and exits 0 (1 only if
 stopping itself failed): it refuses new calls, hands leadership to another
 voter if it leads, finishes what is in flight, and closes its connections.
@@ -230,6 +240,7 @@ func agentFlags(c *cmd, cfg *agentConfig) {
 	fs.Var(durationValue{&cfg.maxClockSkew, false}, "max-clock-skew", "the leader holds recurring fires and lease expiries while its clock differs from a majority of the voters' by more than `DUR`, and health says clock skew (0: no check)")
 	fs.Var(intValue{&cfg.gcPercent, 1}, "gc-percent", "collect garbage when the heap has grown `N` percent over the live data (the GOGC environment variable wins when set)")
 	fs.Var(memSizeValue{sizeValue{&cfg.memoryLimit}}, "memory-limit", "soft memory limit, `SIZE`: nearing it, garbage is collected more often (default: half of the cgroup's or the machine's memory; GOMEMLIMIT wins when set)")
+	traceFlags(fs, &cfg.trace, "traced tasks (their submits, dispatches and completions, with the commits of each)")
 
 	rd := raftDefaults
 	fs.Var(durationValue{&cfg.raftHeartbeatTimeout, false}, "raft-heartbeat-timeout",
@@ -307,6 +318,9 @@ func (cfg agentConfig) validate() error {
 			return fmt.Errorf("invalid -encrypt: %v", err)
 		}
 	}
+	if err := cfg.trace.validate(); err != nil {
+		return err
+	}
 	return cfg.validateRaft()
 }
 
@@ -381,6 +395,9 @@ type fileConfig struct {
 	MaxClockSkew     *string  `hcl:"max_clock_skew,optional"`
 	GCPercent        *int     `hcl:"gc_percent,optional"`
 	MemoryLimit      *string  `hcl:"memory_limit,optional"`
+	OTLPEndpoint     *string  `hcl:"otlp_endpoint,optional"`
+	OTLPInsecure     *bool    `hcl:"otlp_insecure,optional"`
+	TraceSampleRatio *float64 `hcl:"trace_sample_ratio,optional"`
 
 	RaftHeartbeatTimeout   *string `hcl:"raft_heartbeat_timeout,optional"`
 	RaftElectionTimeout    *string `hcl:"raft_election_timeout,optional"`
@@ -803,7 +820,17 @@ func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 		_ = ln.Close()
 		return fmt.Errorf("starting node: %w", err)
 	}
-	srv, err := transport.New(transport.Config{
+	tp, err := cfg.trace.tracerProvider(ctx, root.Named("tracing"),
+		attribute.String("service.name", "cronoq"), attribute.String("service.instance.id", node.ID()),
+		attribute.String("service.version", agentVersion()))
+	if err != nil {
+		_ = ln.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+		defer cancel()
+		return errors.Join(err, node.Stop(sctx))
+	}
+	defer shutdownTracing(tp, log)
+	scfg := transport.Config{
 		Backend:         node,
 		Listener:        ln,
 		Logger:          root.Named("transport"),
@@ -818,7 +845,11 @@ func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 		TLS:             tlsr,
 
 		TLSVerifyIncoming: cfg.tlsVerifyIncoming,
-	})
+	}
+	if tp != nil {
+		scfg.TracerProvider = tp
+	}
+	srv, err := transport.New(scfg)
 	if err == nil {
 		err = srv.Start(ctx)
 	}

@@ -61,7 +61,8 @@ func TestAgentFlags(t *testing.T) {
 		"-leave-on-terminate", "-max-payload", "2MiB", "-max-output", "512KiB", "-pools", "a,b",
 		"-heartbeat-window", "15s", "-retention", "1h", "-max-attempts", "3", "-max-pending", "10",
 		"-overflow", "wait", "-hold-timeout", "2s", "-shutdown-timeout", "9s", "-http-advertise", "10.0.0.1:1",
-		"-gc-percent", "150", "-memory-limit", "2GiB", "-max-clock-skew", "500ms")
+		"-gc-percent", "150", "-memory-limit", "2GiB", "-max-clock-skew", "500ms",
+		"-otlp-endpoint", "collector:4318", "-otlp-insecure", "-trace-sample-ratio", "0.25")
 	require.NoError(t, err)
 	want := agentConfig{
 		nodeID: "n1", dataDir: "/d", httpAddr: "10.0.0.1:1", httpAdvertise: "10.0.0.1:1",
@@ -71,8 +72,10 @@ func TestAgentFlags(t *testing.T) {
 		heartbeatWindow: 15 * time.Second, retention: time.Hour, maxAttempts: 3, maxPending: 10,
 		overflow: "wait", holdTimeout: 2 * time.Second, shutdownTimeout: 9 * time.Second,
 		gcPercent: 150, memoryLimit: 2 << 30, maxClockSkew: 500 * time.Millisecond,
+		trace: traceConfig{endpoint: "collector:4318", insecure: true, ratio: 0.25},
 	}
 	require.Equal(t, want, cfg)
+	require.Equal(t, traceConfig{ratio: 1}, def.trace, "no tracing by default")
 	require.Equal(t, 500*time.Millisecond, cfg.clusterConfig("10.0.0.1:1", nil).MaxClockSkew)
 	off, err := parseAgent(t, "-dev", "-max-clock-skew", "0")
 	require.NoError(t, err)
@@ -103,6 +106,11 @@ func TestAgentFlags(t *testing.T) {
 		{[]string{"-dev", "-http-addr", "nope"}, "invalid -http-addr"},
 		{[]string{"-dev", "-http-advertise", "0.0.0.0:1"}, "unspecified"},
 		{[]string{"-dev", "extra"}, "unexpected argument"},
+		{[]string{"-dev", "-trace-sample-ratio", "2"}, "from 0 to 1"},
+		{[]string{"-dev", "-trace-sample-ratio", "-0.1"}, "from 0 to 1"},
+		{[]string{"-dev", "-otlp-endpoint", "collector"}, "invalid -otlp-endpoint"},
+		{[]string{"-dev", "-otlp-endpoint", "grpc://collector:4317"}, "invalid -otlp-endpoint"},
+		{[]string{"-dev", "-otlp-endpoint", "https://collector:4318", "-otlp-insecure"}, "contradicts"},
 	} {
 		_, err := parseAgent(t, tc.args...)
 		var ue *usageError
@@ -131,6 +139,9 @@ enable_debug     = true
 gc_percent       = 200
 memory_limit     = "512MiB"
 max_clock_skew   = "2s"
+otlp_endpoint    = "http://collector:4318"
+otlp_insecure    = false
+trace_sample_ratio = 0.5
 `)
 	cfg, err := parseAgent(t, "-config", hcl)
 	require.NoError(t, err)
@@ -149,6 +160,7 @@ max_clock_skew   = "2s"
 	require.Equal(t, 200, cfg.gcPercent)
 	require.Equal(t, 512<<20, cfg.memoryLimit)
 	require.Equal(t, 2*time.Second, cfg.maxClockSkew)
+	require.Equal(t, traceConfig{endpoint: "http://collector:4318", ratio: 0.5}, cfg.trace)
 	require.Equal(t, "127.0.0.1:8651", cfg.raftAddr, "keys not in the file keep their defaults")
 
 	// Flags override the file, wherever -config appears; a list given on

@@ -70,7 +70,7 @@ var commands = map[string]command{
 	"submit":    {Summary: "Submit a task", Run: runSubmit},
 	"status":    {Summary: "Show a task, by id or by key", Run: runStatus},
 	"wait":      {Summary: "Wait until a task ends and show it", Run: runWait},
-	"cancel":    {Summary: "Cancel a task", Run: runCancel},
+	"cancel":    {Summary: "Cancel a task by id or key, or the tasks of a pool by status", Run: runCancel},
 	"complete":  {Summary: "Complete (or fail) an external task waiting for it", Run: runComplete},
 	"workflow":  {Summary: "Manage workflows (steps depending on each other): submit, status, wait, cancel, list", Run: runWorkflow},
 	"list":      {Summary: "List tasks newest first, filtered by pool, status and kind, page by page", Run: runList},

@@ -65,10 +65,45 @@ type taskJSON struct {
 	Step             string   `json:"step"`
 	Parent           string   `json:"parent"`
 	// BlocksLane: it ended without succeeding under its pool's ordering
-	// policy block, and its lane waits until it is deleted.
+	// policy block, and its lane waits until it is retried or deleted.
 	BlocksLane bool `json:"blocks_lane,omitempty"`
 	// Principal: the accessor of the ACL token that submitted it.
 	Principal string `json:"principal,omitempty"`
+	// Attempts: its last attempts that ended (at most 10), oldest first.
+	Attempts []attemptJSON `json:"attempts"`
+	// AttemptBase: the attempts started before it was last retried
+	// ('cronoq retry'); present only when it was.
+	AttemptBase int `json:"attempt_base,omitempty"`
+}
+
+// attemptJSON is one ended attempt in the task object. Unset instants are
+// null.
+type attemptJSON struct {
+	Attempt    int     `json:"attempt"`
+	Worker     string  `json:"worker"`
+	Lease      uint64  `json:"lease"`
+	Epoch      uint64  `json:"epoch"`
+	StartedAt  *string `json:"started_at"`
+	FinishedAt *string `json:"finished_at"`
+	Outcome    string  `json:"outcome"`
+	Error      string  `json:"error"`
+}
+
+func newAttemptsJSON(as []client.Attempt) []attemptJSON {
+	out := make([]attemptJSON, 0, len(as))
+	for _, a := range as {
+		out = append(out, attemptJSON{
+			Attempt:    a.Attempt,
+			Worker:     a.Worker,
+			Lease:      a.Lease,
+			Epoch:      a.Epoch,
+			StartedAt:  jsonTime(a.StartedAt),
+			FinishedAt: jsonTime(a.FinishedAt),
+			Outcome:    a.Outcome,
+			Error:      a.Error,
+		})
+	}
+	return out
 }
 
 func newTaskJSON(t *client.Task) taskJSON {
@@ -97,6 +132,8 @@ func newTaskJSON(t *client.Task) taskJSON {
 		Parent:           t.Parent,
 		BlocksLane:       t.BlocksLane,
 		Principal:        t.Principal,
+		Attempts:         newAttemptsJSON(t.Attempts),
+		AttemptBase:      t.AttemptBase,
 	}
 	j.Output, j.OutputBase64 = textOrBase64(t.Output)
 	return j
@@ -309,7 +346,10 @@ func textKVs(m map[string]string) string {
 func writeTaskText(w io.Writer, t *client.Task) error {
 	type field struct{ name, value string }
 	attempt := strconv.Itoa(t.Attempt)
-	if t.MaxAttempts > 0 {
+	switch {
+	case t.MaxAttempts > 0 && t.AttemptBase > 0:
+		attempt += fmt.Sprintf(" (%d of %d since it was retried)", t.Attempt-t.AttemptBase, t.MaxAttempts)
+	case t.MaxAttempts > 0:
 		attempt += " of " + strconv.Itoa(t.MaxAttempts)
 	}
 	fields := []field{
@@ -370,6 +410,29 @@ func writeTaskText(w io.Writer, t *client.Task) error {
 			fmt.Fprintf(w, "  %s\n", line)
 		}
 	}
+	return writeAttemptsText(w, t.Attempts)
+}
+
+// writeAttemptsText writes a task's attempt history as an indented table,
+// oldest first, errors cut to one short line (-o json has them whole).
+func writeAttemptsText(w io.Writer, as []client.Attempt) error {
+	if len(as) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "attempts:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tOUTCOME\tWORKER\tLEASE\tSTARTED\tTOOK\tERROR")
+	for _, a := range as {
+		took := "-"
+		if !a.StartedAt.IsZero() && !a.FinishedAt.IsZero() {
+			took = a.FinishedAt.Sub(a.StartedAt).String()
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d.%d\t%s\t%s\t%s\n", a.Attempt, a.Outcome, dash(oneLine(a.Worker)),
+			a.Epoch, a.Lease&(1<<32-1), textTime(a.StartedAt), took, dash(truncate(a.Error, 60)))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("writing output: %w", err)
+	}
 	return nil
 }
 
@@ -386,7 +449,7 @@ func dependsOnText(t *client.Task) string {
 // unblock it.
 func blocksLaneText(b bool) string {
 	if b {
-		return "yes (its lane waits until it is deleted: cronoq delete)"
+		return "yes (its lane waits until it is retried or deleted: cronoq retry, cronoq delete)"
 	}
 	return ""
 }

@@ -69,6 +69,14 @@ func fullTask() *client.Task {
 		Workflow:         "01JD3ZQ8Y6A5B4C3D2E1F0G9W1",
 		Step:             "invoice",
 		Parent:           "01JD3ZQ8Y6A5B4C3D2E1F0G9H0",
+
+		AttemptBase: 1,
+		Attempts: []client.Attempt{
+			{Attempt: 1, Worker: "w-eu-1", Lease: 3<<32 | 9, Epoch: 3, StartedAt: t0.Add(time.Minute), FinishedAt: t0.Add(time.Minute + 1500*time.Millisecond),
+				Outcome: client.AttemptTimeout, Error: "attempt timed out after 1.5s\nsecond line of a long error that the text output cuts short"},
+			{Attempt: 2, Worker: "w-eu-2", Lease: 3<<32 | 17, Epoch: 3, StartedAt: t0.Add(2 * time.Minute), FinishedAt: t0.Add(3 * time.Minute),
+				Outcome: client.AttemptSucceeded},
+		},
 	}
 }
 

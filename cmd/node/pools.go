@@ -57,7 +57,9 @@ const poolObjectHelp = `The pool object:
               "lease_grace_s": SECONDS},  (when set)
    "replicated": true|false,  (settings set by an operator)
    "blocked_lanes": ["ORDERING KEY"...],  (when any)
-   "lanes": N, "waiting": N}
+   "lanes": N, "waiting": N,
+   "desired_slots": N}  (the autoscaling signal: running and ready queued
+                         tasks, at most max_running)
 
 Zero limits mean none; max_attempts 0 means the cluster's default.`
 
@@ -65,7 +67,9 @@ func runPools(ctx context.Context, s stdio, args []string) error {
 	c := newCmd("pools", "cronoq pools", `
 List the pools the leader knows (those with tasks, settings or workers, and
 those of the agent's fixed list) with their tasks by status, the age of their
-oldest queued task, their workers and their settings.
+oldest queued task, their workers and their settings, and the slots each could
+use now (DESIRED: running and ready queued tasks, at most max_running), the
+signal to scale its workers by (docs/operations.md#autoscaling-workers).
 
 JSON output: [pool object...]
 
@@ -89,10 +93,10 @@ JSON output: [pool object...]
 		_, err := fmt.Fprintln(s.Stdout, "no pools")
 		return err
 	}
-	tb := newTable(s.Stdout, "POOL", "QUEUED", "RUNNING", "PARKED", "WAITING", "OLDEST QUEUED", "WORKERS", "SLOTS", "PAUSED")
+	tb := newTable(s.Stdout, "POOL", "QUEUED", "RUNNING", "PARKED", "WAITING", "OLDEST QUEUED", "WORKERS", "SLOTS", "DESIRED", "PAUSED")
 	for _, p := range pools {
 		tb.row(p.Name, count(p.Counts[client.StatusQueued]), count(p.Running), count(p.Parked), count(p.Waiting),
-			ageText(&p), count(p.Workers), count(p.Slots), yesNo(p.Paused))
+			ageText(&p), count(p.Workers), count(p.Slots), count(p.DesiredSlots), yesNo(p.Paused))
 	}
 	return tb.flush()
 }
@@ -390,6 +394,7 @@ type poolJSON struct {
 	BlockedLanes     []string       `json:"blocked_lanes,omitempty"`
 	Lanes            int64          `json:"lanes"`
 	Waiting          int64          `json:"waiting"`
+	DesiredSlots     int64          `json:"desired_slots"`
 }
 
 type poolLimitsJSON struct {
@@ -446,6 +451,7 @@ func newPoolJSON(p *client.Pool) poolJSON {
 		BlockedLanes: p.BlockedLanes,
 		Lanes:        p.Lanes,
 		Waiting:      p.Waiting,
+		DesiredSlots: p.DesiredSlots,
 	}
 	if age, ok := oldestQueued(p); ok {
 		j.OldestQueuedAgeS = new(seconds(age))
@@ -545,6 +551,7 @@ func writePoolText(w io.Writer, p *client.Pool) error {
 		{"waiting", count(p.Waiting)},
 		{"lanes", lanes},
 		{"workers", fmt.Sprintf("%d (%d slots)", p.Workers, p.Slots)},
+		{"desired slots", count(p.DesiredSlots)},
 		{"settings", settingsText(p.Replicated)},
 		{"max running", limitText(l.MaxRunning)},
 		{"max pending", maxPendingText(l)},

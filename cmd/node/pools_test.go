@@ -46,6 +46,7 @@ func fullPool() *client.Pool {
 		BlockedLanes: []string{"customer-42", "customer-7"},
 		Lanes:        6,
 		Waiting:      5,
+		DesiredSlots: 4,
 	}
 }
 
@@ -84,7 +85,7 @@ func TestPoolJSONShape(t *testing.T) {
 	}
 	full := decode(newPoolJSON(fullPool()))
 	for _, f := range []string{"pool", "counts", "oldest_queued_age_s", "workers", "slots", "running", "parked", "paused",
-		"limits", "replicated", "blocked_lanes", "lanes", "waiting"} {
+		"limits", "replicated", "blocked_lanes", "lanes", "waiting", "desired_slots"} {
 		require.Contains(t, full, f)
 	}
 	require.Equal(t, 91.235, full["oldest_queued_age_s"], "seconds, to the millisecond")
@@ -168,10 +169,10 @@ func TestPools(t *testing.T) {
 	r = runCLI(t, "", "pools", "-addr", addr)
 	requireOK(t, r)
 	require.Equal(t, ""+
-		"POOL  QUEUED  RUNNING  PARKED  WAITING  OLDEST QUEUED  WORKERS  SLOTS  PAUSED\n"+
-		"a     2       0        0       0        1m30s          0        0      no\n"+
-		"b     0       0        0       0        -              0        0      yes\n"+
-		"p     0       0        0       0        -              0        0      no\n", r.stdout)
+		"POOL  QUEUED  RUNNING  PARKED  WAITING  OLDEST QUEUED  WORKERS  SLOTS  DESIRED  PAUSED\n"+
+		"a     2       0        0       0        1m30s          0        0      2        no\n"+
+		"b     0       0        0       0        -              0        0      0        yes\n"+
+		"p     0       0        0       0        -              0        0      0        no\n", r.stdout)
 
 	r = runCLI(t, "", "pool", "show", "a", "-addr", addr, "-o", "json")
 	requireOK(t, r)
@@ -182,7 +183,7 @@ func TestPools(t *testing.T) {
 		"oldest_queued_age_s": 90, "workers": 0, "slots": 0, "running": 0, "parked": 0, "paused": false,
 		"limits": {"max_running": 0, "max_pending": 0, "overflow": "reject", "rate": 0, "burst": 0,
 			"concurrency_key_limit": 0, "ordering": "continue", "max_attempts": 0},
-		"replicated": false, "lanes": 0, "waiting": 0
+		"replicated": false, "lanes": 0, "waiting": 0, "desired_slots": 2
 	}`, r.stdout)
 
 	r = runCLI(t, "", "pool", "show", "-addr", addr, "a")
@@ -432,7 +433,7 @@ func TestSubmitKeysAndParked(t *testing.T) {
 	require.Equal(t, true, decodeObject(t, r.stdout)["blocks_lane"])
 	r = runCLI(t, "", "status", "T9", "-addr", addr)
 	requireOK(t, r)
-	require.Contains(t, r.stdout, "blocks lane:  yes (its lane waits until it is deleted: cronoq delete)\n")
+	require.Contains(t, r.stdout, "blocks lane:  yes (its lane waits until it is retried or deleted: cronoq retry, cronoq delete)\n")
 
 	f.PutTask(&cronoqv1.Task{Id: "T8", Template: &cronoqv1.TaskTemplate{Pool: "p", Kind: "k"}, Status: cronoqv1.Status_STATUS_PARKED})
 	r = runCLI(t, "", "list", "-status", "parked", "-addr", addr, "-o", "json")

@@ -27,9 +27,9 @@ once they ended, whatever their status.
 -ordering-key puts the task in a lane of its pool: the tasks with the same
 ordering key run one at a time, in submit order. When one ends without
 succeeding, the lane runs on, or, under the pool's ordering policy block,
-waits until that task is deleted ('cronoq delete'). -concurrency-key groups
-tasks whose running ones the pool's concurrency key limit caps (see 'cronoq
-pool set -h').
+waits until that task is retried ('cronoq retry') or deleted ('cronoq
+delete'). -concurrency-key groups tasks whose running ones the pool's
+concurrency key limit caps (see 'cronoq pool set -h').
 
 -external submits a task no worker runs: once ready (its dependencies ended
 and its run time reached) it waits until 'cronoq complete' ends it, or its
@@ -227,35 +227,107 @@ func waitAndShow(ctx context.Context, s stdio, c *cmd, cf *clientFlags, cl *clie
 }
 
 func runCancel(ctx context.Context, s stdio, args []string) error {
-	c := newCmd("cancel", "cronoq cancel ID", `
-Cancel a task. A queued task ends at once; a running attempt's lease is revoked
-and its worker is told to stop. "cancelled" is true when this call cancelled
-the task, false when it had already ended.
+	c := newCmd("cancel", "cronoq cancel ID | cronoq cancel -key KEY | cronoq cancel -pool P -status S... [-kind K...]", `
+Cancel a task, by id or by idempotency key. A queued task ends at once; a
+running attempt's lease is revoked and its worker is told to stop.
+"cancelled" is true when this call cancelled the task, false when it had
+already ended.
 
-JSON output: {"id": "...", "cancelled": true|false}`)
+With -pool and -status, cancel every live task of the pool that has one of
+the statuses (blocked, scheduled, queued, parked, running, retrying) and,
+with -kind, one of the kinds: the tasks that match when the call reaches the
+leader are cancelled in batches of at most 500, each its own commit, and a
+task that stops matching before its batch comes is left alone. It needs
+write on the pool.
+
+JSON output: {"id": "...", "cancelled": true|false}; with -key,
+{"id": "...", "cancelled": N} and with -pool {"cancelled": N}, the number
+of tasks this call cancelled (0 or 1 with -key).`)
 	cf := c.clientFlags()
-	if err := c.parse(s, args, 1); err != nil {
+	var key, pool string
+	var sts, kinds []string
+	c.fs.StringVar(&key, "key", "", "cancel the task with this idempotency `key`")
+	c.fs.StringVar(&pool, "pool", "", "cancel the live tasks of this `pool` that have one of the -status given")
+	c.fs.Var(statusList{list: &sts, allowed: liveStatuses}, "status", "with -pool, cancel the tasks with this `status` (repeatable, or comma-separated)")
+	c.fs.Var(listValue{&kinds}, "kind", "with -pool, cancel only the tasks of this `kind` (repeatable, or comma-separated)")
+	if err := c.parse(s, args, -1); err != nil {
 		return err
 	}
-	id := c.args[0]
-	if id == "" {
-		return c.usageErr("empty task ID")
+	if pool != "" || c.set("pool") || len(sts) > 0 || len(kinds) > 0 {
+		return cancelMany(ctx, s, c, cf, key, pool, sts, kinds)
 	}
-	cancelled, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (bool, error) { return cl.Cancel(ctx, id) })
+	id, err := taskRef(c, key)
 	if err != nil {
-		return notFound(err, "task", id, "")
+		return err
+	}
+	res, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (client.CancelResult, error) {
+		if id != "" {
+			return cl.CancelTask(ctx, id)
+		}
+		return cl.CancelTaskKey(ctx, key)
+	})
+	if err != nil {
+		return notFound(err, "task", id, key)
+	}
+	if res.ID == "" {
+		res.ID = id
+	}
+	if cf.out.json() && id == "" {
+		n := 0
+		if res.Cancelled {
+			n = 1
+		}
+		return writeJSON(s.Stdout, struct {
+			ID        string `json:"id"`
+			Cancelled int    `json:"cancelled"`
+		}{res.ID, n})
 	}
 	if cf.out.json() {
 		return writeJSON(s.Stdout, struct {
 			ID        string `json:"id"`
 			Cancelled bool   `json:"cancelled"`
-		}{id, cancelled})
+		}{res.ID, res.Cancelled})
 	}
-	if cancelled {
-		_, err = fmt.Fprintf(s.Stdout, "task %s cancelled\n", id)
+	if res.Cancelled {
+		_, err = fmt.Fprintf(s.Stdout, "task %s cancelled\n", res.ID)
 	} else {
-		_, err = fmt.Fprintf(s.Stdout, "task %s had already ended; nothing cancelled\n", id)
+		_, err = fmt.Fprintf(s.Stdout, "task %s had already ended; nothing cancelled\n", res.ID)
 	}
+	return err
+}
+
+// liveStatuses are the statuses cancel -status accepts.
+var liveStatuses = []string{
+	client.StatusBlocked, client.StatusScheduled, client.StatusQueued, client.StatusParked, client.StatusRunning, client.StatusRetrying,
+}
+
+// cancelMany is cancel -pool: every live task of the pool with one of the
+// statuses (and kinds).
+func cancelMany(ctx context.Context, s stdio, c *cmd, cf *clientFlags, key, pool string, sts, kinds []string) error {
+	switch {
+	case key != "" || len(c.args) > 0:
+		return c.usageErr("give a task ID, -key, or -pool with -status, not several")
+	case pool == "":
+		return c.usageErr("-status and -kind need -pool")
+	case len(sts) == 0:
+		return c.usageErr("-pool needs -status (one or more of %s)", strings.Join(liveStatuses, ", "))
+	}
+	n, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (int64, error) {
+		return cl.CancelMany(ctx, client.CancelFilter{Pool: pool, Statuses: sts, Kinds: kinds})
+	})
+	if err != nil {
+		return err
+	}
+	if cf.out.json() {
+		return writeJSON(s.Stdout, struct {
+			Cancelled int64 `json:"cancelled"`
+		}{n})
+	}
+	noun := "tasks"
+	if n == 1 {
+		noun = "task"
+	}
+	_, err = fmt.Fprintf(s.Stdout, "%d %s cancelled\n", n, noun)
 	return err
 }
 

@@ -117,7 +117,8 @@ func TestStatus(t *testing.T) {
 			"submitted_at": "2030-01-02T14:04:05Z", "run_at": "2030-01-02T14:04:05Z", "started_at": null,
 			"finished_at": "2030-01-02T14:04:08Z", "updated_at": null, "deadline": null, "timeout_ms": 0,
 			"lease": 0, "schedule": "", "slot": null,
-			"depends_on": [], "dependency_policy": "succeeded", "external": false, "workflow": "", "step": "", "parent": ""
+			"depends_on": [], "dependency_policy": "succeeded", "external": false, "workflow": "", "step": "", "parent": "",
+			"attempts": []
 		}`, r.stdout, "args %v", args)
 	}
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/cronoq/cronoq/client"
 	"github.com/cronoq/cronoq/execworker"
@@ -47,7 +48,12 @@ any) with the attempt's success, and only then; a malformed line fails the
 attempt permanently, naming the line.
 
 The worker heartbeats its leases while commands run and reconnects to another
-node of -addr when it loses its node. It logs on stderr (JSON with -o json).`)
+node of -addr when it loses its node. It logs on stderr (JSON with -o json).
+
+Tracing: with -otlp-endpoint, the attempt of a task whose tags carry a W3C
+traceparent is a span (cronoq.attempt) exported over OTLP/HTTP, a child of the
+node's dispatch span, and the command gets TRACEPARENT (and TRACESTATE) naming
+it in its environment, to continue the trace. See docs/tracing.md.`)
 	cf := c.addrFlags()
 	var (
 		pool, workdir, id string
@@ -58,6 +64,7 @@ node of -addr when it loses its node. It logs on stderr (JSON with -o json).`)
 		maxSpawn          = execworker.DefaultMaxSpawn
 		labels            = map[string]string{}
 		handlers          = map[string]string{}
+		tc                = traceConfig{ratio: defaultTraceRatio}
 	)
 	c.fs.StringVar(&pool, "pool", "", "`pool` to take tasks from (required)")
 	c.fs.Var(intValue{&concurrency, 1}, "concurrency", "run at most `N` tasks at once")
@@ -70,6 +77,7 @@ node of -addr when it loses its node. It logs on stderr (JSON with -o json).`)
 	c.fs.StringVar(&id, "id", "", "worker `name` shown to the cluster (default HOST-PID-RANDOM)")
 	c.fs.Var(enumValue{&logLevel, []string{"trace", "debug", "info", "warn", "error"}}, "log-level",
 		"`level` of the log: trace, debug, info, warn or error")
+	traceFlags(c.fs, &tc, "the attempts of traced tasks")
 	if err := c.parse(s, args, 0); err != nil {
 		return err
 	}
@@ -78,6 +86,9 @@ node of -addr when it loses its node. It logs on stderr (JSON with -o json).`)
 		return c.usageErr("-pool is required")
 	case len(handlers) == 0:
 		return c.usageErr("at least one -handler KIND=COMMAND is required")
+	}
+	if err := tc.validate(); err != nil {
+		return c.usageErr("%v", err)
 	}
 	logger := hclog.New(&hclog.LoggerOptions{
 		Name:       "cronoq",
@@ -91,6 +102,12 @@ node of -addr when it loses its node. It logs on stderr (JSON with -o json).`)
 		return err
 	}
 	defer cl.Close()
+	tp, err := tc.tracerProvider(ctx, logger.Named("tracing"), attribute.String("service.name", "cronoq-worker"),
+		attribute.String("service.version", agentVersion()), attribute.String("cronoq.pool", pool))
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tp, logger)
 
 	root := workdir
 	if root == "" {
@@ -124,14 +141,18 @@ node of -addr when it loses its node. It logs on stderr (JSON with -o json).`)
 		kinds = append(kinds, kind)
 	}
 	sort.Strings(kinds)
-	w, err := cl.NewWorker(client.WorkerConfig{
+	wcfg := client.WorkerConfig{
 		Pool:        pool,
 		Labels:      labels,
 		Concurrency: concurrency,
 		Handlers:    hs,
 		ID:          id,
 		Logger:      logger,
-	})
+	}
+	if tp != nil {
+		wcfg.TracerProvider = tp
+	}
+	w, err := cl.NewWorker(wcfg)
 	if err != nil {
 		return err
 	}

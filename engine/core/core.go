@@ -161,15 +161,16 @@ type task struct {
 	maxAttempts uint32
 	backoff     fsm.Backoff
 
-	status     fsm.Status
-	attempt    uint32
-	lease      uint64
-	lastLease  uint64
-	worker     string
-	startedAt  fsm.Instant
-	hbDeadline fsm.Instant
-	finishedAt fsm.Instant
-	gen        uint64 // bumped at every status change (validates ready timers)
+	status      fsm.Status
+	attempt     uint32
+	attemptBase uint32 // attempts started before an operator's retry: the budget counts from it
+	lease       uint64
+	lastLease   uint64
+	worker      string
+	startedAt   fsm.Instant
+	hbDeadline  fsm.Instant
+	finishedAt  fsm.Instant
+	gen         uint64 // bumped at every status change (validates ready timers)
 
 	waiters []ReqID
 
@@ -580,11 +581,11 @@ func (c *Core) runTimers() {
 		case tmTimeout:
 			msg := fmt.Sprintf("attempt timed out after %s", t.timeout)
 			c.abort(t, msg)
-			c.failAttempt(t, msg, 0)
+			c.failAttempt(t, msg, 0, fsm.AttemptTimeout)
 		case tmLease:
 			msg := fmt.Sprintf("lease lost: no heartbeat within %s", c.cfg.HeartbeatWindow)
 			c.abort(t, msg)
-			c.failAttempt(t, msg, 0)
+			c.failAttempt(t, msg, 0, fsm.AttemptLost)
 		case tmReady:
 			c.mutate(fsm.Mutation{Ready: &fsm.Ready{ID: t.id, At: c.now}})
 			c.setStatus(t, fsm.StatusQueued)
@@ -606,7 +607,8 @@ func (c *Core) runTimers() {
 			if w := c.workflows[p.id]; w != nil { // a purge put off may meet another
 				c.purgeWorkflow(w)
 			}
-		case c.tasks[p.id] != nil: // an operator may have deleted it
+		case c.tasks[p.id] != nil && c.tasks[p.id].status.Terminal():
+			// An operator may have deleted it, or retried it.
 			c.purge(c.tasks[p.id])
 		}
 	}

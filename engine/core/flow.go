@@ -926,13 +926,50 @@ type PoolInfo struct {
 	Blocked    []string // ordering keys of blocked lanes, sorted
 	Polls      int      // open polls (idle workers' offers)
 	PollSlots  int      // slots those polls offer
+	// DesiredSlots is the autoscaling signal: see DesiredSlots.
+	DesiredSlots int
 }
+
+// DesiredSlots is how many worker slots a pool could use now: its
+// attempts that run and its queued tasks ready to be dispatched, at most
+// its running cap (maxRunning, when positive). Tasks that wait for their
+// run time, a backoff, their dependencies, a lane or a concurrency key
+// are not counted: more slots would not start them sooner.
+func DesiredSlots(queued, running, maxRunning int) int {
+	n := queued + running
+	if maxRunning > 0 {
+		n = min(n, maxRunning)
+	}
+	return n
+}
+
+// PoolSlots is the autoscaling signal of one pool.
+type PoolSlots struct {
+	Pool    string
+	Desired int
+}
+
+// DesiredSlotsByPool returns the DesiredSlots of every pool the core
+// knows, by name, as Pools describes them.
+func (c *Core) DesiredSlotsByPool() []PoolSlots {
+	for name := range c.cfg.Pools {
+		c.getPool(name)
+	}
+	ps := c.sortedPools()
+	out := make([]PoolSlots, len(ps))
+	for i, p := range ps {
+		out[i] = PoolSlots{Pool: p.name, Desired: p.desiredSlots()}
+	}
+	return out
+}
+
+func (p *pool) desiredSlots() int { return DesiredSlots(p.queued, p.running, p.cfg.MaxRunning) }
 
 func (c *Core) poolInfo(p *pool) PoolInfo {
 	info := PoolInfo{
 		Pool: p.name, Config: p.cfg, Replicated: p.rec != nil,
 		Pending: p.pending.total, Queued: p.queued, Running: p.running,
-		Parked: p.nParked, Lanes: len(p.lanes),
+		Parked: p.nParked, Lanes: len(p.lanes), DesiredSlots: p.desiredSlots(),
 	}
 	for _, k := range sortedKeys(p.lanes) {
 		if p.lanes[k].blockedBy != nil {

@@ -48,14 +48,16 @@ func (c *Core) setStatus(t *task, s fsm.Status) {
 }
 
 // finish ends t with a terminal status, revoking its lease if it runs, and
-// answers its waiters; its dependents follow (see ended).
+// answers its waiters; its dependents follow (see ended). A running
+// attempt ends with the outcome of that status.
 func (c *Core) finish(t *task, status fsm.Status, output []byte, msg string) {
-	c.finishJoin(t, status, output, msg, nil)
+	c.finishJoin(t, status, output, msg, nil, 0)
 }
 
 // finishJoin is finish, making t a member of workflow join (when not nil)
-// as it ends.
-func (c *Core) finishJoin(t *task, status fsm.Status, output []byte, msg string, join *workflow) {
+// as it ends, and recording its running attempt as ended with outcome (0:
+// the outcome of status).
+func (c *Core) finishJoin(t *task, status fsm.Status, output []byte, msg string, join *workflow, outcome fsm.AttemptOutcome) {
 	switch t.status {
 	case fsm.StatusQueued:
 		c.dequeue(t)
@@ -65,6 +67,12 @@ func (c *Core) finishJoin(t *task, status fsm.Status, output []byte, msg string,
 	fin := &fsm.Finish{ID: t.id, Lease: t.lease, Status: status, Output: output, Error: msg, At: c.now}
 	if join != nil {
 		fin.Workflow = join.rec.ID
+	}
+	if t.status == fsm.StatusRunning && t.lease != 0 {
+		if outcome == 0 {
+			outcome = fsm.OutcomeOf(status)
+		}
+		fin.Outcome = c.historyOutcome(outcome)
 	}
 	c.setStatus(t, status)
 	t.finishedAt = c.now
@@ -91,20 +99,27 @@ func (c *Core) finishJoin(t *task, status fsm.Status, output []byte, msg string,
 	c.ended(t)
 }
 
-// failAttempt ends the running attempt of t with a retryable failure: the
-// task is retried after retryAfter (when > 0) or its backoff, or fails if
-// its attempts are used up.
-func (c *Core) failAttempt(t *task, msg string, retryAfter time.Duration) {
-	if t.attempt >= t.maxAttempts {
-		c.finish(t, fsm.StatusFailed, nil, msg)
+// failAttempt ends the running attempt of t with a retryable failure, a
+// timeout or a lost lease (outcome: fsm.AttemptRetry, AttemptTimeout or
+// AttemptLost): the task is retried after retryAfter (when > 0) or its
+// backoff, or fails if its attempts are used up (counted since an
+// operator's retry, if any).
+func (c *Core) failAttempt(t *task, msg string, retryAfter time.Duration, outcome fsm.AttemptOutcome) {
+	n := t.attempt - t.attemptBase // attempts of the current budget
+	if n >= t.maxAttempts {
+		final := outcome
+		if final == fsm.AttemptRetry {
+			final = fsm.AttemptFailed
+		}
+		c.finishJoin(t, fsm.StatusFailed, nil, msg, nil, final)
 		return
 	}
 	delay := retryAfter
 	if delay <= 0 {
-		delay = backoffDelay(t.backoff, t.attempt, &c.rng)
+		delay = backoffDelay(t.backoff, n, &c.rng)
 	}
 	retryAt := c.now.Add(delay)
-	c.mutate(fsm.Mutation{Retry: &fsm.Retry{ID: t.id, Lease: t.lease, Error: msg, RetryAt: retryAt, At: c.now}})
+	c.mutate(fsm.Mutation{Retry: &fsm.Retry{ID: t.id, Lease: t.lease, Error: msg, RetryAt: retryAt, At: c.now, Outcome: c.historyOutcome(outcome)}})
 	t.runAt = retryAt
 	if retryAt <= c.now {
 		c.setStatus(t, fsm.StatusQueued)
@@ -242,7 +257,7 @@ func (c *Core) Complete(now time.Time, req ReqID, lease uint64, out Outcome) {
 			c.finish(t, fsm.StatusSucceeded, slices.Clone(out.Output), "")
 		}
 	case OutcomeRetryable:
-		c.failAttempt(t, orDefault(out.Message, msgRetryable), out.RetryAfter)
+		c.failAttempt(t, orDefault(out.Message, msgRetryable), out.RetryAfter, fsm.AttemptRetry)
 	case OutcomePermanent:
 		c.finish(t, fsm.StatusFailed, nil, orDefault(out.Message, msgPermanent))
 	case OutcomeCancelled:

@@ -113,7 +113,19 @@ func randomRun(t *testing.T, seed uint64, steps int) []byte {
 			}
 		case 8:
 			if len(ids) > 0 {
-				c.Cancel(now, req, TaskRef{ID: ids[pick(len(ids))]})
+				switch pick(4) {
+				case 0, 1:
+					c.Cancel(now, req, TaskRef{ID: ids[pick(len(ids))]})
+				case 2:
+					// An operator's retry, refused unless the task ended
+					// failed, expired or cancelled.
+					c.Retry(now, req, TaskRef{ID: ids[pick(len(ids))]})
+				case 3:
+					f := TaskFilter{Pool: pools[pick(2)], Statuses: []fsm.Status{fsm.StatusQueued, fsm.StatusRunning, fsm.StatusRetrying}[:1+pick(3)]}
+					if match, err := c.Matching(f); err == nil && len(match) > 0 {
+						c.CancelTasks(now, req, match[:1+pick(len(match))], f)
+					}
+				}
 			}
 		case 9:
 			if len(ids) > 0 {
@@ -170,6 +182,8 @@ func checkAgree(t *testing.T, c *Core, state *fsm.State) {
 		require.Equal(t, rec.Status, tk.status, rec.ID)
 		require.Equal(t, rec.Attempt, tk.attempt, rec.ID)
 		require.Equal(t, rec.Lease, tk.lease, rec.ID)
+		require.Equal(t, rec.AttemptBase, tk.attemptBase, rec.ID)
+		require.LessOrEqual(t, len(rec.Attempts), fsm.MaxAttemptHistory, rec.ID)
 		return true
 	})
 	require.Equal(t, n, len(c.tasks))

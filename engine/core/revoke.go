@@ -3,6 +3,8 @@ package core
 import (
 	"slices"
 	"strings"
+
+	"github.com/cronoq/cronoq/fsm"
 )
 
 // RevokeLeases ends every running attempt as if its heartbeat window had
@@ -23,7 +25,7 @@ func (c *Core) RevokeLeases(reason string) int {
 	slices.SortFunc(running, func(a, b *task) int { return strings.Compare(a.id, b.id) })
 	for _, t := range running {
 		c.abort(t, reason)
-		c.failAttempt(t, reason, 0)
+		c.failAttempt(t, reason, 0, fsm.AttemptLost)
 	}
 	return len(running)
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cockroachdb/datadriven"
 	"github.com/stretchr/testify/require"
@@ -434,6 +435,8 @@ func (h *harness) fmtMutation(m fsm.Mutation) string {
 		return s
 	case m.Purge != nil:
 		return fmt.Sprintf("purge %s", h.name(m.Purge.ID))
+	case m.Requeue != nil:
+		return fmt.Sprintf("requeue %s deadline=%s", h.name(m.Requeue.ID), fmtAt(m.Requeue.Deadline))
 	case m.PutSchedule != nil:
 		s := m.PutSchedule
 		out := fmt.Sprintf("put-schedule %s cron=%q tz=%q %s/%s overlap=%d catch-up=%d limit=%d paused=%t created=%s fires=%d skipped=%d last-task=%s",
@@ -493,6 +496,8 @@ func fmtErr(err error) string {
 		return "shutting-down"
 	case errors.Is(err, ErrNotWaiting):
 		return "not-waiting(" + err.Error() + ")"
+	case errors.Is(err, ErrNotRetryable):
+		return "not-retryable(" + err.Error() + ")"
 	}
 	var ve *VersionError
 	if errors.As(err, &ve) {
@@ -559,6 +564,10 @@ func (h *harness) fmtReply(r Reply) string {
 		return s + " " + fmtPoolInfo(v)
 	case Deleted:
 		return fmt.Sprintf("%s task=%s deleted=%t", s, h.name(v.ID), v.Deleted)
+	case Retried:
+		return fmt.Sprintf("%s task=%s retried", s, h.name(v.ID))
+	case CancelledMany:
+		return fmt.Sprintf("%s cancelled=%d", s, v.Cancelled)
 	case fsm.KindSettings:
 		return s + " " + fmtKind(v)
 	case fsm.ACLToken:
@@ -977,8 +986,35 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			lines = append(lines, fmtPoolInfo(pi))
 		}
 		return strings.Join(lines, "\n")
+	case "desired-slots":
+		var lines []string
+		infos := h.core.Pools()
+		for i, ps := range h.core.DesiredSlotsByPool() {
+			require.Equal(t, ps.Desired, infos[i].DesiredSlots, "pool %s: Pools and DesiredSlotsByPool disagree", ps.Pool)
+			lines = append(lines, fmt.Sprintf("pool %s desired=%d", ps.Pool, ps.Desired))
+		}
+		return strings.Join(lines, "\n")
 	case "delete":
 		h.core.Delete(h.now, h.req(d), h.ref(d))
+	case "retry":
+		h.core.Retry(h.now, h.req(d), h.ref(d))
+	case "cancel-many":
+		// What the engine does: the matching ids, then batches of them,
+		// each committed before the next.
+		return h.cancelMany(t, d)
+	case "cancel-tasks":
+		// CancelTasks on the tasks named by ids=(...), with the filter.
+		a, ok := d.Arg("ids")
+		require.True(t, ok, "ids=(...) is required")
+		var ids []string
+		for _, n := range a.Vals {
+			ids = append(ids, h.realID(n))
+		}
+		h.core.CancelTasks(h.now, h.req(d), ids, h.taskFilter(t, d))
+	case "attempts":
+		var n string
+		d.ScanArgs(t, "id", &n)
+		return h.dumpAttempts(n)
 	case "set-kind":
 		ch := KindChange{Pool: "p"}
 		d.MaybeScanArgs(t, "pool", &ch.Pool)
@@ -1519,6 +1555,10 @@ func (h *harness) outcome(d *datadriven.TestData) Outcome {
 	if a, ok := d.Arg("message"); ok {
 		o.Message = strings.Join(a.Vals, ", ")
 	}
+	if d.MaybeScanArgs(h.t, "message-size", &n) {
+		// n bytes of two-byte characters (one more byte when n is odd).
+		o.Message = strings.Repeat("é", (n+1)/2)
+	}
 	if d.MaybeScanArgs(h.t, "retry-after", &s) {
 		x, err := time.ParseDuration(s)
 		require.NoError(h.t, err)
@@ -1596,6 +1636,9 @@ func (h *harness) dumpState() string {
 		if t.Step() != "" {
 			fmt.Fprintf(&b, " step=%s", t.Step())
 		}
+		if t.AttemptBase != 0 {
+			fmt.Fprintf(&b, " base=%d", t.AttemptBase)
+		}
 		b.WriteByte('\n')
 		return true
 	})
@@ -1603,6 +1646,75 @@ func (h *harness) dumpState() string {
 		return "empty"
 	}
 	return b.String()
+}
+
+// dumpAttempts shows the attempt history of task n, oldest first.
+func (h *harness) dumpAttempts(n string) string {
+	t, ok := h.state.Get(h.realID(n))
+	if !ok {
+		return "not found"
+	}
+	if len(t.Attempts) == 0 {
+		return "none"
+	}
+	var b strings.Builder
+	for _, a := range t.Attempts {
+		fmt.Fprintf(&b, "attempt=%d worker=%s lease=%s epoch=%d started=%s finished=%s %s",
+			a.Attempt, a.Worker, fmtLease(a.Lease), a.Epoch(), fmtAt(a.StartedAt), fmtAt(a.FinishedAt), a.Outcome)
+		if a.Error != "" {
+			if r := []rune(a.Error); len(r) > 48 {
+				fmt.Fprintf(&b, " err=%q...%q (%d bytes, valid UTF-8: %t)",
+					string(r[:8]), string(r[len(r)-16:]), len(a.Error), utf8.ValidString(a.Error))
+			} else {
+				fmt.Fprintf(&b, " err=%q", a.Error)
+			}
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// cancelMany cancels what a filter selects as the engine does: Matching,
+// then CancelTasks on batches of batch= ids (default 500), each batch
+// collected and committed before the next.
+func (h *harness) cancelMany(t *testing.T, d *datadriven.TestData) string {
+	f := h.taskFilter(t, d)
+	batch := 500
+	d.MaybeScanArgs(t, "batch", &batch)
+	var b strings.Builder
+	ids, err := h.core.Matching(f)
+	if err != nil {
+		return "matching: " + fmtErr(err) + "\n"
+	}
+	fmt.Fprintf(&b, "matching %d\n", len(ids))
+	for k := 1; len(ids) > 0; k++ {
+		n := min(batch, len(ids))
+		fmt.Fprintf(&b, "batch %d: %d ids\n", k, n)
+		h.core.CancelTasks(h.now, h.req(d), ids[:n], f)
+		ids = ids[n:]
+		h.collect(&b)
+		if !h.autocommit {
+			h.commit(&b, true)
+		}
+	}
+	return b.String()
+}
+
+// taskFilter reads pool= (default p), status= and kind= (lists).
+func (h *harness) taskFilter(t *testing.T, d *datadriven.TestData) TaskFilter {
+	f := TaskFilter{Pool: "p"}
+	d.MaybeScanArgs(t, "pool", &f.Pool)
+	if a, ok := d.Arg("status"); ok {
+		for _, v := range a.Vals {
+			st, ok := fsm.ParseStatus(v)
+			require.True(t, ok, "status %q", v)
+			f.Statuses = append(f.Statuses, st)
+		}
+	}
+	if a, ok := d.Arg("kind"); ok {
+		f.Kinds = a.Vals
+	}
+	return f
 }
 
 func (h *harness) dumpTask(n string) string {

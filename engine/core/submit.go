@@ -733,6 +733,7 @@ func (c *Core) track(rec *fsm.Task) *task {
 		maxAttempts: rec.MaxAttempts,
 		backoff:     rec.Backoff,
 		attempt:     rec.Attempt,
+		attemptBase: rec.AttemptBase,
 		lastLease:   rec.LastLease,
 		worker:      rec.Worker,
 		startedAt:   rec.StartedAt,

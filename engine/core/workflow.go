@@ -611,7 +611,7 @@ func (c *Core) spawn(t *task, out Outcome) error {
 		w = c.createWorkflow(t.kind, "", "", 0, t.id)
 		join = w
 	}
-	c.finishJoin(t, fsm.StatusSucceeded, slices.Clone(out.Output), "", join)
+	c.finishJoin(t, fsm.StatusSucceeded, slices.Clone(out.Output), "", join, 0)
 	ids := make([]*task, len(steps))
 	for i, rec := range recs {
 		all := deps[i]

@@ -9,25 +9,28 @@ package lint
 //	metrics: a leaf that cluster and transport feed
 //	webhook: a leaf (its wire format, signatures and deliverer) the cluster runs
 //	internal/tlsutil: a leaf that cluster, transport and client use
+//	internal/loophealth: a leaf that the engine's driver, cluster and
+//	transport run their background loops with
 var Layers = []Layer{
 	// The replicated state imports nothing of cronoq.
 	{Pkg: "fsm/..."},
 	// The deterministic core (with its cron package): the state's types.
 	{Pkg: "engine/core/...", May: []string{"fsm"}},
 	// The driver and its in-memory log.
-	{Pkg: "engine/...", May: []string{"fsm", "engine/core/..."}},
+	{Pkg: "engine/...", May: []string{"fsm", "engine/core/...", "internal/loophealth/..."}},
 	// The cluster: raft, gossip, the leader's terms.
-	{Pkg: "cluster/...", May: []string{"fsm", "engine/...", "metrics", "internal/tlsutil", "webhook"}},
+	{Pkg: "cluster/...", May: []string{"fsm", "engine/...", "metrics", "internal/tlsutil", "internal/loophealth/...", "webhook"}},
 	// The API server reaches the engine only through the cluster, and of
 	// the state it reads only.
-	{Pkg: "transport/...", May: []string{"acl", "api/...", "cluster", "fsm", "metrics", "internal/tlsutil"}, Names: map[string][]string{
+	{Pkg: "transport/...", May: []string{"acl", "api/...", "cluster", "fsm", "metrics", "internal/tlsutil", "internal/loophealth/..."}, Names: map[string][]string{
 		"fsm": {
 			"Reader", "Task", "Schedule", "Template", "KV", "Backoff", "Instant", "InstantOf",
 			"Status", "Status*", "AllStatuses", "Priority", "Priority*", "Overlap*", "CatchUp*",
 			"ListQuery", "PoolCounts",
 			"Workflow", "WorkflowStatus", "WorkflowQuery", "StepTemplate", "DepPolicy", "DepSucceeded", "DepDone",
 			"Keys", "KindSettings", "Overflow*", "Ordering*", "Parse*",
-			"ACLToken", "ACLPolicy", "DelACL", "AnonymousPolicy",
+			"ACLToken", "ACLPolicy", "DelACL", "AnonymousPolicy", "Attempt",
+			"Subscription", "Event",
 		},
 	}},
 	// The wire contract stands alone.
@@ -44,7 +47,11 @@ var Layers = []Layer{
 	{Pkg: "webhook/..."},
 	// TLS configurations and certificates: a leaf of the standard library.
 	{Pkg: "internal/tlsutil"},
+	// Health and backoff of background loops, and its test clock.
+	{Pkg: "internal/loophealth/...", May: []string{"internal/loophealth"}},
 	{Pkg: "internal/lint"},
+	// gRPC-Go stubs over the API's messages, for tests only.
+	{Pkg: "internal/grpcstubs", May: []string{"api/..."}},
 	// The composition root and the test harness may wire anything.
 	{Pkg: "cmd/...", May: []string{"..."}},
 	{Pkg: "internal/testcluster", May: []string{"..."}},

@@ -24,6 +24,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cronoq/cronoq/client"
 	"github.com/cronoq/cronoq/cluster"
@@ -147,6 +148,8 @@ type options struct {
 	// aclSecret, when set, turns ACLs on with this initial management
 	// token.
 	aclSecret string
+	// tracer, when set, is every API server's tracer provider.
+	tracer trace.TracerProvider
 }
 
 // Option tunes New.
@@ -163,6 +166,10 @@ func Expect(n int) Option { return func(o *options) { o.expect = n } }
 func Configure(fn func(i int, cfg *cluster.Config)) Option {
 	return func(o *options) { o.configure = fn }
 }
+
+// Tracing gives every node's API server tp as its tracer provider: the
+// nodes trace the tasks whose tags carry a traceparent.
+func Tracing(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
 
 // ACLs turns ACLs on for every node, with secret as the initial
 // management token (see Cluster.Client's token).
@@ -259,6 +266,7 @@ func (c *Cluster) Start(cfg cluster.Config) *Node {
 		MaxOutput:       cfg.Engine.Core.MaxOutput,
 		ACLs:            c.opts.aclSecret != "",
 		TLS:             cfg.TLS,
+		TracerProvider:  c.opts.tracer,
 
 		TLSVerifyIncoming: cfg.TLS != nil && c.opts.verifyIncoming,
 	})

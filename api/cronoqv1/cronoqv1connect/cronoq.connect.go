@@ -73,6 +73,10 @@ const (
 	TaskServiceEventsProcedure = "/cronoq.v1.TaskService/Events"
 	// TaskServiceDeleteProcedure is the fully-qualified name of the TaskService's Delete RPC.
 	TaskServiceDeleteProcedure = "/cronoq.v1.TaskService/Delete"
+	// TaskServiceRetryProcedure is the fully-qualified name of the TaskService's Retry RPC.
+	TaskServiceRetryProcedure = "/cronoq.v1.TaskService/Retry"
+	// TaskServiceCancelManyProcedure is the fully-qualified name of the TaskService's CancelMany RPC.
+	TaskServiceCancelManyProcedure = "/cronoq.v1.TaskService/CancelMany"
 	// PoolServiceListProcedure is the fully-qualified name of the PoolService's List RPC.
 	PoolServiceListProcedure = "/cronoq.v1.PoolService/List"
 	// PoolServiceGetProcedure is the fully-qualified name of the PoolService's Get RPC.
@@ -182,9 +186,17 @@ type TaskServiceClient interface {
 	Complete(context.Context, *connect.Request[cronoqv1.CompleteRequest]) (*connect.Response[cronoqv1.CompleteResponse], error)
 	List(context.Context, *connect.Request[cronoqv1.ListRequest]) (*connect.Response[cronoqv1.ListResponse], error)
 	Counts(context.Context, *connect.Request[cronoqv1.CountsRequest]) (*connect.Response[cronoqv1.CountsResponse], error)
+	// Every node serves the event stream from its own replica: an event is
+	// sent once the node has applied its transition (it is durable then).
 	Events(context.Context, *connect.Request[cronoqv1.EventsRequest]) (*connect.ServerStreamForClient[cronoqv1.Event], error)
 	// Removes an ended task now (its lane, if it blocked one, runs on).
 	Delete(context.Context, *connect.Request[cronoqv1.DeleteRequest]) (*connect.Response[cronoqv1.DeleteResponse], error)
+	// Puts a task that ended failed, expired or cancelled back in the queue:
+	// the same id, a new attempt budget, its attempt history kept.
+	Retry(context.Context, *connect.Request[cronoqv1.RetryRequest]) (*connect.Response[cronoqv1.RetryResponse], error)
+	// Cancels the live tasks of a pool that have one of the statuses (and
+	// one of the kinds, when given), in bounded batches.
+	CancelMany(context.Context, *connect.Request[cronoqv1.CancelManyRequest]) (*connect.Response[cronoqv1.CancelManyResponse], error)
 }
 
 // NewTaskServiceClient constructs a client for the cronoq.v1.TaskService service. By default, it
@@ -264,6 +276,18 @@ func NewTaskServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(taskServiceMethods.ByName("Delete")),
 			connect.WithClientOptions(opts...),
 		),
+		retry: connect.NewClient[cronoqv1.RetryRequest, cronoqv1.RetryResponse](
+			httpClient,
+			baseURL+TaskServiceRetryProcedure,
+			connect.WithSchema(taskServiceMethods.ByName("Retry")),
+			connect.WithClientOptions(opts...),
+		),
+		cancelMany: connect.NewClient[cronoqv1.CancelManyRequest, cronoqv1.CancelManyResponse](
+			httpClient,
+			baseURL+TaskServiceCancelManyProcedure,
+			connect.WithSchema(taskServiceMethods.ByName("CancelMany")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -280,6 +304,8 @@ type taskServiceClient struct {
 	counts      *connect.Client[cronoqv1.CountsRequest, cronoqv1.CountsResponse]
 	events      *connect.Client[cronoqv1.EventsRequest, cronoqv1.Event]
 	delete      *connect.Client[cronoqv1.DeleteRequest, cronoqv1.DeleteResponse]
+	retry       *connect.Client[cronoqv1.RetryRequest, cronoqv1.RetryResponse]
+	cancelMany  *connect.Client[cronoqv1.CancelManyRequest, cronoqv1.CancelManyResponse]
 }
 
 // Submit calls cronoq.v1.TaskService.Submit.
@@ -337,6 +363,16 @@ func (c *taskServiceClient) Delete(ctx context.Context, req *connect.Request[cro
 	return c.delete.CallUnary(ctx, req)
 }
 
+// Retry calls cronoq.v1.TaskService.Retry.
+func (c *taskServiceClient) Retry(ctx context.Context, req *connect.Request[cronoqv1.RetryRequest]) (*connect.Response[cronoqv1.RetryResponse], error) {
+	return c.retry.CallUnary(ctx, req)
+}
+
+// CancelMany calls cronoq.v1.TaskService.CancelMany.
+func (c *taskServiceClient) CancelMany(ctx context.Context, req *connect.Request[cronoqv1.CancelManyRequest]) (*connect.Response[cronoqv1.CancelManyResponse], error) {
+	return c.cancelMany.CallUnary(ctx, req)
+}
+
 // TaskServiceHandler is an implementation of the cronoq.v1.TaskService service.
 type TaskServiceHandler interface {
 	Submit(context.Context, *connect.Request[cronoqv1.SubmitRequest]) (*connect.Response[cronoqv1.SubmitResponse], error)
@@ -348,9 +384,17 @@ type TaskServiceHandler interface {
 	Complete(context.Context, *connect.Request[cronoqv1.CompleteRequest]) (*connect.Response[cronoqv1.CompleteResponse], error)
 	List(context.Context, *connect.Request[cronoqv1.ListRequest]) (*connect.Response[cronoqv1.ListResponse], error)
 	Counts(context.Context, *connect.Request[cronoqv1.CountsRequest]) (*connect.Response[cronoqv1.CountsResponse], error)
+	// Every node serves the event stream from its own replica: an event is
+	// sent once the node has applied its transition (it is durable then).
 	Events(context.Context, *connect.Request[cronoqv1.EventsRequest], *connect.ServerStream[cronoqv1.Event]) error
 	// Removes an ended task now (its lane, if it blocked one, runs on).
 	Delete(context.Context, *connect.Request[cronoqv1.DeleteRequest]) (*connect.Response[cronoqv1.DeleteResponse], error)
+	// Puts a task that ended failed, expired or cancelled back in the queue:
+	// the same id, a new attempt budget, its attempt history kept.
+	Retry(context.Context, *connect.Request[cronoqv1.RetryRequest]) (*connect.Response[cronoqv1.RetryResponse], error)
+	// Cancels the live tasks of a pool that have one of the statuses (and
+	// one of the kinds, when given), in bounded batches.
+	CancelMany(context.Context, *connect.Request[cronoqv1.CancelManyRequest]) (*connect.Response[cronoqv1.CancelManyResponse], error)
 }
 
 // NewTaskServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -426,6 +470,18 @@ func NewTaskServiceHandler(svc TaskServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(taskServiceMethods.ByName("Delete")),
 		connect.WithHandlerOptions(opts...),
 	)
+	taskServiceRetryHandler := connect.NewUnaryHandler(
+		TaskServiceRetryProcedure,
+		svc.Retry,
+		connect.WithSchema(taskServiceMethods.ByName("Retry")),
+		connect.WithHandlerOptions(opts...),
+	)
+	taskServiceCancelManyHandler := connect.NewUnaryHandler(
+		TaskServiceCancelManyProcedure,
+		svc.CancelMany,
+		connect.WithSchema(taskServiceMethods.ByName("CancelMany")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/cronoq.v1.TaskService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case TaskServiceSubmitProcedure:
@@ -450,6 +506,10 @@ func NewTaskServiceHandler(svc TaskServiceHandler, opts ...connect.HandlerOption
 			taskServiceEventsHandler.ServeHTTP(w, r)
 		case TaskServiceDeleteProcedure:
 			taskServiceDeleteHandler.ServeHTTP(w, r)
+		case TaskServiceRetryProcedure:
+			taskServiceRetryHandler.ServeHTTP(w, r)
+		case TaskServiceCancelManyProcedure:
+			taskServiceCancelManyHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -501,6 +561,14 @@ func (UnimplementedTaskServiceHandler) Events(context.Context, *connect.Request[
 
 func (UnimplementedTaskServiceHandler) Delete(context.Context, *connect.Request[cronoqv1.DeleteRequest]) (*connect.Response[cronoqv1.DeleteResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.TaskService.Delete is not implemented"))
+}
+
+func (UnimplementedTaskServiceHandler) Retry(context.Context, *connect.Request[cronoqv1.RetryRequest]) (*connect.Response[cronoqv1.RetryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.TaskService.Retry is not implemented"))
+}
+
+func (UnimplementedTaskServiceHandler) CancelMany(context.Context, *connect.Request[cronoqv1.CancelManyRequest]) (*connect.Response[cronoqv1.CancelManyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.TaskService.CancelMany is not implemented"))
 }
 
 // PoolServiceClient is a client for the cronoq.v1.PoolService service.
