@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -259,4 +260,64 @@ func TestWebhookStallsAndRecovers(t *testing.T) {
 	defer rcv.mu.Unlock()
 	require.Empty(t, rcv.badSig)
 	require.Empty(t, rcv.early)
+}
+
+// The webhook's loop made to fail through the node's fault hook while an
+// event waits: the node is degraded with a reason naming the loop and the
+// error, the rounds back off (each wait longer, up to the cap), the loop's
+// series count them, and once the fault ends the event is delivered and
+// the node is healthy again.
+func TestWebhookLoopDegradesAndRecovers(t *testing.T) {
+	t.Parallel()
+	c := testcluster.New(t, 0)
+	rec := newLoopRecorder()
+	cfg := c.Config("n1")
+	cfg.BootstrapExpect = 1
+	rec.install(&cfg)
+	cfg.Webhook = webhook.Config{Timeout: time.Second, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+		Poll: 50 * time.Millisecond}
+	tn := c.Start(cfg)
+	n := tn.Node
+	c.Leader()
+	rcv := &hookReceiver{t: t, secret: []byte("k"), c: c, modes: map[string]int{}}
+	srv := httptest.NewServer(rcv)
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := n.CreateSubscription(ctx, cluster.SubscriptionSpec{Name: "hook", Statuses: []fsm.Status{fsm.StatusCancelled},
+		Webhook: srv.URL, Secret: "k", MaxDeliveries: 1000})
+	require.NoError(t, err)
+
+	loop := cluster.WebhookLoop("hook")
+	injected := errors.New("injected failure of the webhook")
+	rec.fail(loop, injected)
+	cl := c.Client()
+	sub, err := cl.Submit(ctx, client.TaskSpec{Template: client.Template{Pool: "p", Kind: "k"}})
+	require.NoError(t, err)
+	_, err = cl.Cancel(ctx, sub.ID)
+	require.NoError(t, err)
+
+	var reason string
+	require.Eventually(t, func() bool {
+		h := n.Health()
+		if r := loopReason(h, loop); r != "" && h.Status == cluster.HealthDegraded {
+			reason = r
+		}
+		return reason != "" && loopStatus(t, n, loop).Failures >= 5
+	}, 30*time.Second, 5*time.Millisecond)
+	require.Contains(t, reason, injected.Error())
+	require.Regexp(t, `^loop webhook:hook: \d+ consecutive failures \(backing off [0-9.]+m?s\): `, reason)
+	series := loopSeries(t, tn.Metrics.Registry(), loop)
+	require.GreaterOrEqual(t, series["cronoq_loop_failures_total"], 5.0)
+	require.Equal(t, 1.0, series["cronoq_loop_degraded"])
+	require.Empty(t, rcv.firstSeen(), "nothing was sent while failing")
+
+	rec.heal(loop)
+	require.Eventually(t, func() bool {
+		st := loopStatus(t, n, loop)
+		return st.Failures == 0 && !st.LastSuccess.IsZero() && len(rcv.firstSeen()) == 1 && n.Health().Status == cluster.HealthOK
+	}, 30*time.Second, 5*time.Millisecond, "the loop did not recover: %+v %v", loopStatus(t, n, loop), n.Health().Reasons)
+	require.Equal(t, sub.ID, rcv.firstSeen()[0].TaskID)
+	require.Zero(t, loopSeries(t, tn.Metrics.Registry(), loop)["cronoq_loop_degraded"])
+	requireBackoffGrows(t, rec.failures(loop, injected), cfg.Webhook.MinBackoff, cfg.Webhook.MaxBackoff)
 }

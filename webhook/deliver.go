@@ -65,6 +65,9 @@ type Source interface {
 // its events are delivered and acked, and fails at the first step that
 // fails (reading the events, reporting the send, the request, the ack).
 type Loop interface {
+	// Injected returns an error to fail the round with instead of making
+	// it (a test's fault hook; nil: go on).
+	Injected() error
 	Succeeded()
 	// Failed records a failed round and returns the wait before the next.
 	Failed(err error) time.Duration
@@ -472,6 +475,14 @@ func (w *worker) run(ctx context.Context) {
 		if len(evs) == 0 {
 			w.idle(ctx)
 			continue
+		}
+		if loop != nil {
+			if err := loop.Injected(); err != nil {
+				if !failed("injected", err) {
+					return
+				}
+				continue
+			}
 		}
 		body, n, err := encode(name, evs, d.cfg.MaxBytes)
 		if err != nil {

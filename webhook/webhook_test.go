@@ -755,7 +755,8 @@ type fakeLoop struct {
 	errs                       []string
 }
 
-func (l *fakeLoop) Succeeded() { l.mu.Lock(); l.ok++; l.mu.Unlock() }
+func (l *fakeLoop) Injected() error { return nil }
+func (l *fakeLoop) Succeeded()      { l.mu.Lock(); l.ok++; l.mu.Unlock() }
 func (l *fakeLoop) Failed(err error) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
