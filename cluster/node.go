@@ -27,7 +27,6 @@ import (
 
 	"github.com/cronoq/cronoq/engine"
 	"github.com/cronoq/cronoq/fsm"
-	"github.com/cronoq/cronoq/webhook"
 )
 
 const (
@@ -89,8 +88,7 @@ type Node struct {
 
 	mu    sync.Mutex // guards the leader state below
 	eng   *engine.Engine
-	feed  *termFeed          // the metrics feed of the term
-	hooks *webhook.Deliverer // the webhook deliveries of the term
+	feed  *termFeed // the metrics feed of the term
 	ready bool
 	epoch uint64
 

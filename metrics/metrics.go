@@ -106,7 +106,6 @@ type Metrics struct {
 
 	redeliveries       *prometheus.CounterVec
 	retentionCapPurges prometheus.Counter
-	webhook            *webhookMetrics
 
 	mu     sync.Mutex
 	starts map[string]time.Time // running attempts: task id -> start
@@ -189,8 +188,6 @@ func New() *Metrics {
 		Namespace: Namespace, Name: "retention_cap_purges_total",
 		Help: "Ended tasks the leader purged at the retention cap while a subscription had not acked an event of them.",
 	})
-	m.webhook = newWebhookMetrics()
-	m.reg.MustRegister(m.webhook.collectors()...)
 	m.reg.MustRegister(
 		m.redeliveries, m.retentionCapPurges,
 		m.submitted, m.dispatched, m.completed, m.retried, m.attempts,

@@ -36,9 +36,7 @@ type Env struct {
 	// Workers).
 	Lanes       *workload.Lanes
 	LaneWorkers []string
-	// Delivery is the delivery workload (durable subscriptions).
-	Delivery *workload.Delivery
-	Rand     *rand.Rand
+	Rand        *rand.Rand
 	// SnapshotFlags reports whether the nodes run with a small snapshot
 	// threshold (so an isolated follower is caught up by a snapshot).
 	SnapshotFlags bool
