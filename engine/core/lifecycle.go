@@ -140,14 +140,10 @@ func (c *Core) expire(t *task) {
 }
 
 // purge forgets a terminal task whose retention ended and frees its key,
-// unless a task that depends on it lives (it then waits for it) or a
-// subscription still holds an event of it (see retained).
+// unless a task that depends on it lives (it then waits for it).
 func (c *Core) purge(t *task) {
 	if t.flow != nil && t.flow.liveDependents > 0 {
 		t.flow.purgeHeld = true
-		return
-	}
-	if c.retained(purgeItem{id: t.id}, t.finishedAt, t.id) {
 		return
 	}
 	c.mutate(fsm.Mutation{Purge: &fsm.Purge{ID: t.id}})
