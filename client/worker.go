@@ -279,9 +279,6 @@ type connEvent struct {
 	gen int
 	msg *cronoqv1.ServerMessage
 	err error
-	// leader is the leader's address a node that relays the stream named
-	// (with the first message).
-	leader string
 }
 
 type taskResult struct {
@@ -451,14 +448,10 @@ func (r *workerRun) connect(life context.Context) {
 	go func() {
 		defer conn.wg.Done()
 		defer func() { _ = stream.CloseResponse() }()
-		for first := true; ; first = false {
+		for {
 			msg, err := stream.Receive()
-			ev := connEvent{gen: conn.gen, msg: msg, err: err}
-			if first && err == nil {
-				ev.leader = stream.ResponseHeader().Get(apierr.HeaderLeaderAddr)
-			}
 			select {
-			case r.events <- ev:
+			case r.events <- connEvent{gen: conn.gen, msg: msg, err: err}:
 			case <-cctx.Done():
 				return
 			}
@@ -539,9 +532,7 @@ func (r *workerRun) connFailed(err error) {
 	r.unsentQ = append(resend, r.unsentQ...)
 	clear(r.hbDue)
 	r.offered = 0
-	// An address that did not answer is not followed again as a leader
-	// hint until it answers (a relaying node names the leader).
-	r.w.c.failed(addr, hint, !answered(err))
+	r.w.c.failed(addr, hint, false)
 	r.failures++
 	var wait time.Duration
 	if hint == "" || hint == r.lastHint {
@@ -562,7 +553,7 @@ func (r *workerRun) onConnEvent(ev connEvent) {
 	}
 	switch m := ev.msg.GetMsg().(type) {
 	case *cronoqv1.ServerMessage_Welcome:
-		r.onWelcome(m.Welcome, ev.leader)
+		r.onWelcome(m.Welcome)
 	case *cronoqv1.ServerMessage_Grants:
 		for _, g := range m.Grants.GetGrants() {
 			r.onGrant(g)
@@ -579,14 +570,11 @@ func (r *workerRun) onConnEvent(ev connEvent) {
 	}
 }
 
-// onWelcome starts using a stream the node at r.conn.addr welcomed; leader
-// is the leader's address when that node relays the stream to it (the next
-// stream goes straight there, saving the relay).
-func (r *workerRun) onWelcome(wl *cronoqv1.Welcome, leader string) {
+func (r *workerRun) onWelcome(wl *cronoqv1.Welcome) {
 	r.conn.welcomed = true
 	r.welcomeT.Stop()
 	r.failures, r.lastHint = 0, ""
-	r.w.c.succeededVia(r.conn.addr, leader)
+	r.w.c.succeeded(r.conn.addr)
 	if w := wl.GetHeartbeatWindow().AsDuration(); w > 0 {
 		r.window = w
 	}

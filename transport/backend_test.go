@@ -45,10 +45,9 @@ type fakeBackend struct {
 	waitWorkflow func(ctx context.Context, ref cluster.WorkflowRef) (string, error)
 	// poll answers a worker's offer (nil: nothing is ever granted).
 	poll func(ctx context.Context, offer cluster.Offer) ([]cluster.Grant, error)
-	// events are the events of the replica (and whatever a test
-	// publishes); subscribed, when set, is told of each subscription.
-	events     *cluster.EventHub
-	subscribed chan struct{}
+	// subscribed receives the event channel of each subscription, for the
+	// test to feed (nil: Subscribe fails).
+	subscribed chan chan<- cluster.Event
 	// completions receives the completions the worker streams report.
 	completions chan []cluster.Completion
 
@@ -59,9 +58,7 @@ type fakeBackend struct {
 }
 
 func newFakeBackend() *fakeBackend {
-	f := &fakeBackend{leading: true, state: fsm.New(), term: make(chan struct{}), events: cluster.NewEventHub(0)}
-	f.state.SetEventSink(f.events.Publish)
-	return f
+	return &fakeBackend{leading: true, state: fsm.New(), term: make(chan struct{})}
 }
 
 // apply commits ms to the fake's replica as one batch at leader time at,
@@ -214,13 +211,21 @@ func (f *fakeBackend) SetKind(context.Context, cluster.KindChange) (fsm.KindSett
 func (f *fakeBackend) Kind(context.Context, string, string) (fsm.KindSettings, error) {
 	return fsm.KindSettings{}, errors.New("not used")
 }
-func (f *fakeBackend) Subscribe(after uint64) *cluster.EventSub {
-	sub := f.events.Subscribe(after)
-	if f.subscribed != nil {
-		f.subscribed <- struct{}{}
+func (f *fakeBackend) Subscribe(buffer int) (cluster.EventStream, error) {
+	if f.subscribed == nil {
+		return nil, errors.New("not used")
 	}
-	return sub
+	c := make(chan cluster.Event, buffer)
+	f.subscribed <- c
+	return fakeStream{c}, nil
 }
+
+// fakeStream is a subscription to the fake's events, fed by the test.
+type fakeStream struct{ c chan cluster.Event }
+
+func (s fakeStream) C() <-chan cluster.Event { return s.c }
+func (s fakeStream) Dropped() uint64         { return 0 }
+func (s fakeStream) Close()                  {}
 func (f *fakeBackend) ConsistentRead(context.Context) (fsm.Reader, error) {
 	if _, err := f.Leading(); err != nil {
 		return nil, err
