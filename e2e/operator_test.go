@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cronoq/cronoq/internal/testcluster"
@@ -210,6 +211,16 @@ func TestClusterCrashAndRestart(t *testing.T) {
 		done = append(done, task.ID)
 	}
 	w.kill()
+	// The leader must have seen the killed worker's stream end (it may
+	// reach the leader through a follower's relay) before the next task
+	// comes, or the worker's last poll could still take it.
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var ws []workerJSON
+		r := c.cli(t, "workers", "-pool", "crash", "-o", "json")
+		if assert.Equal(ct, 0, r.code, "%s", r) && assert.NoError(ct, decodeStrictErr([]byte(r.stdout), &ws)) {
+			assert.Empty(ct, ws)
+		}
+	}, 30*time.Second, 50*time.Millisecond)
 	queued := c.submit(t, "-pool", "crash", "-kind", "job", "-key", "left-queued")
 	decodeStrict[scheduleAddJSON](t, c.cli(t, "recurring", "add", "kept", "-cron", "@daily", "-pool", "crash", "-kind", "job", "-o", "json").ok(t))
 	before := c.listAll(t, "-pool", "crash")
