@@ -64,7 +64,8 @@ clean:
 	rm -rf bin
 
 ## generate: regenerate the committed code: the API from api/proto (needs
-## protoc: apt-get install -y protobuf-compiler) and the log and gossip
+## protoc: apt-get install -y protobuf-compiler), the gRPC-Go stubs the
+## plain-gRPC tests use (internal/grpcstubs), and the log and gossip
 ## codecs of fsm and cluster from their struct tags (tinylib/msgp).
 TOOLS := $(CURDIR)/bin/tools
 generate: generate-api generate-codec
@@ -76,6 +77,8 @@ generate-api:
 		--go_out=api --go_opt=module=github.com/cronoq/cronoq/api \
 		--connect-go_out=api --connect-go_opt=module=github.com/cronoq/cronoq/api \
 		api/proto/cronoq/v1/cronoq.proto
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+	PATH=$(TOOLS):$$PATH ./scripts/gen-grpcstubs.sh
 
 generate-codec:
 	$(GO) generate ./fsm ./cluster
@@ -83,10 +86,10 @@ generate-codec:
 ## generate-check: regenerating changes nothing (run by CI). The protoc
 ## version named in the header of the generated API code is not compared.
 generate-check: generate
-	@new=$$(git ls-files --others --exclude-standard -- api fsm cluster); \
-	if [ -n "$$new" ] || ! git diff --quiet -I '^//[[:space:]]+protoc[[:space:]]' -- api fsm cluster; then \
+	@new=$$(git ls-files --others --exclude-standard -- api fsm cluster internal/grpcstubs); \
+	if [ -n "$$new" ] || ! git diff --quiet -I '^//[[:space:]]+protoc[[:space:]]' -- api fsm cluster internal/grpcstubs; then \
 		echo "generated code differs from what is committed (run make generate):"; \
-		echo "$$new"; git diff --stat -I '^//[[:space:]]+protoc[[:space:]]' -- api fsm cluster; exit 1; fi
+		echo "$$new"; git diff --stat -I '^//[[:space:]]+protoc[[:space:]]' -- api fsm cluster internal/grpcstubs; exit 1; fi
 
 ## run: a local three-node cluster on loopback with a worker, doing real work.
 run: build

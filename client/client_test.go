@@ -572,6 +572,64 @@ func TestEventsLaggedAndResubscribe(t *testing.T) {
 	}
 }
 
+// A lost stream is re-established after the last cursor received: a node
+// that resumes from it sends no gap; one that cannot sends a lagged marker
+// first; one that sends no cursors (an older release) leaves the gap to
+// the SDK to mark.
+func TestEventsResumeAfterCursor(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, addrs(fc, 0))
+	ev := func(id string, cursor uint64) *cronoqv1.Event {
+		return &cronoqv1.Event{TaskId: id, Pool: "p", Status: cronoqv1.Status_STATUS_QUEUED, Cursor: cursor}
+	}
+	lost := errors.New("subscription lost")
+	fc.ScriptEvents(func(n int, send func(*cronoqv1.Event) error) error {
+		var evs []*cronoqv1.Event
+		switch n {
+		case 1:
+			evs = []*cronoqv1.Event{ev("T1", 10), ev("T2", 11)}
+		case 2: // resumes
+			evs = []*cronoqv1.Event{ev("T3", 12)}
+		case 3: // cannot resume
+			evs = []*cronoqv1.Event{{Lagged: true}, ev("T5", 20)}
+		case 4: // sends no cursors
+			evs = []*cronoqv1.Event{ev("T6", 0)}
+		default:
+			return nil
+		}
+		for _, ev := range evs {
+			if err := send(ev); err != nil {
+				return err
+			}
+		}
+		return lost
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := c.Events(ctx, "p")
+	require.NoError(t, err)
+	var got []string
+	for len(got) < 7 {
+		e := <-ch
+		require.NoError(t, e.Err)
+		if e.Lagged {
+			got = append(got, "lagged")
+			continue
+		}
+		got = append(got, e.TaskID)
+	}
+	require.Equal(t, []string{"T1", "T2", "T3", "lagged", "T5", "lagged", "T6"}, got)
+	var after []uint64
+	for _, m := range fc.Requests(cronoqv1connect.TaskServiceEventsProcedure)[:4] {
+		after = append(after, m.(*cronoqv1.EventsRequest).GetAfterCursor())
+	}
+	require.Equal(t, []uint64{0, 11, 12, 20}, after)
+	cancel()
+	for range ch {
+	}
+}
+
 func TestEventsEndWithClientClose(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)

@@ -412,6 +412,7 @@ func eventFromProto(p *cronoqv1.Event) Event {
 		Attempt: int(p.GetAttempt()),
 		Message: p.GetMessage(),
 		At:      timeFromProto(p.GetAt()),
+		Cursor:  p.GetCursor(),
 		Lagged:  p.GetLagged(),
 
 		Workflow:       p.GetWorkflow(),

@@ -398,11 +398,15 @@ func (c *Client) Counts(ctx context.Context) (map[string]map[string]int64, error
 const eventsBuffer = 64
 
 // Events subscribes to status events of the given pools (all pools when
-// none). The channel closes when ctx ends or the Client is closed. A lost
-// stream is re-established through the addresses with backoff; an event with
-// Lagged set marks each gap (the node dropped events for a slow subscriber,
-// or the stream was re-established). If the subscription fails in a way
-// retrying cannot fix, a last event carries Err before the channel closes.
+// none). Any node serves them, from its own replica, in log order, each
+// once it is durable. The channel closes when ctx ends or the Client is
+// closed. A lost stream is re-established through the addresses with
+// backoff, resuming after the last event received (Event.Cursor). An event
+// with Lagged set marks each gap: the node dropped events for a slow
+// subscriber, or the stream was re-established on a node that no longer
+// held (or never had) the events since. If the subscription fails in a
+// way retrying cannot fix, a last event carries Err before the channel
+// closes.
 func (c *Client) Events(ctx context.Context, pools ...string) (<-chan Event, error) {
 	c.mu.Lock()
 	if c.closed {
@@ -435,19 +439,48 @@ func (c *Client) runEvents(ctx context.Context, pools []string, ch chan<- Event)
 			return false
 		}
 	}
-	gapMarked := false
+	var (
+		cursor    uint64 // of the last event delivered: a new stream resumes after it
+		gapMarked bool   // a gap was marked and no event delivered since
+		// unsure: the stream was lost after cursor, and the next one may
+		// not resume after it (a node of an older release does not):
+		// a gap is marked unless it does.
+		unsure bool
+	)
+	lag := func() bool {
+		if gapMarked {
+			return true
+		}
+		gapMarked = true
+		return emit(Event{Lagged: true})
+	}
 	for n := 0; ; {
-		addr, err := c.pick(false)
+		addr, err := c.pick(true)
 		if err != nil {
 			return
 		}
 		received := false
-		stream, err := c.endpointFor(addr).tasks.Events(ctx, connect.NewRequest(&cronoqv1.EventsRequest{Pools: pools}))
+		stream, err := c.endpointFor(addr).tasks.Events(ctx, connect.NewRequest(&cronoqv1.EventsRequest{Pools: pools, AfterCursor: cursor}))
 		if err == nil {
 			for stream.Receive() {
-				n, gapMarked, received = 0, false, true
+				n, received = 0, true
 				c.succeeded(addr)
-				if !emit(eventFromProto(stream.Msg())) {
+				ev := eventFromProto(stream.Msg())
+				if unsure && !ev.Lagged && ev.Cursor == 0 && !lag() {
+					_ = stream.Close()
+					return
+				}
+				unsure = false
+				if ev.Lagged {
+					if !lag() {
+						_ = stream.Close()
+						return
+					}
+					continue
+				}
+				gapMarked = false
+				cursor = max(cursor, ev.Cursor)
+				if !emit(ev) {
 					_ = stream.Close()
 					return
 				}
@@ -466,13 +499,17 @@ func (c *Client) runEvents(ctx context.Context, pools []string, ch chan<- Event)
 			emit(Event{Err: fmt.Errorf("subscribing to events: %w", err)})
 			return
 		}
-		// A node that refused the subscription had not started it; any other
-		// end may have lost events.
-		if !gapMarked && (received || classify(ctx, err) != notExecuted) {
-			if !emit(Event{Lagged: true}) {
-				return
+		// A node that refused the subscription had not started it; any
+		// other end may have lost events: the next stream resumes after
+		// the last one received, if any, else they are lost.
+		if received || classify(ctx, err) != notExecuted {
+			if cursor == 0 {
+				if !lag() {
+					return
+				}
+			} else {
+				unsure = true
 			}
-			gapMarked = true
 		}
 		hint := ""
 		var ae *APIError
@@ -480,7 +517,7 @@ func (c *Client) runEvents(ctx context.Context, pools []string, ch chan<- Event)
 			hint = ae.LeaderAddr
 		}
 		c.failed(addr, hint, false)
-		c.log.Debug("event stream lost, resubscribing", "addr", addr, "error", err)
+		c.log.Debug("event stream lost, resubscribing", "addr", addr, "after_cursor", cursor, "error", err)
 		n++
 		if sleep(ctx, c.backoff(n)) != nil {
 			return

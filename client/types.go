@@ -279,8 +279,12 @@ type Event struct {
 	Workflow       string
 	Step           string
 	WorkflowStatus string
+	// Cursor orders the events: every node gives an event the same
+	// cursor, growing with the log. 0 on a Lagged marker.
+	Cursor uint64
 	// Lagged marks a gap: events were dropped before this point (the
-	// subscriber fell behind, or the stream was re-established).
+	// subscriber fell behind, or the stream was re-established on a node
+	// that did not hold the events since the last one received).
 	Lagged bool
 	// Err is set on the last value before the channel closes when the
 	// subscription ended on an error that retrying cannot fix.

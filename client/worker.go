@@ -279,6 +279,9 @@ type connEvent struct {
 	gen int
 	msg *cronoqv1.ServerMessage
 	err error
+	// leader is the leader's address a node that relays the stream named
+	// (with the first message).
+	leader string
 }
 
 type taskResult struct {
@@ -448,10 +451,14 @@ func (r *workerRun) connect(life context.Context) {
 	go func() {
 		defer conn.wg.Done()
 		defer func() { _ = stream.CloseResponse() }()
-		for {
+		for first := true; ; first = false {
 			msg, err := stream.Receive()
+			ev := connEvent{gen: conn.gen, msg: msg, err: err}
+			if first && err == nil {
+				ev.leader = stream.ResponseHeader().Get(apierr.HeaderLeaderAddr)
+			}
 			select {
-			case r.events <- connEvent{gen: conn.gen, msg: msg, err: err}:
+			case r.events <- ev:
 			case <-cctx.Done():
 				return
 			}
@@ -532,7 +539,9 @@ func (r *workerRun) connFailed(err error) {
 	r.unsentQ = append(resend, r.unsentQ...)
 	clear(r.hbDue)
 	r.offered = 0
-	r.w.c.failed(addr, hint, false)
+	// An address that did not answer is not followed again as a leader
+	// hint until it answers (a relaying node names the leader).
+	r.w.c.failed(addr, hint, !answered(err))
 	r.failures++
 	var wait time.Duration
 	if hint == "" || hint == r.lastHint {
@@ -553,7 +562,7 @@ func (r *workerRun) onConnEvent(ev connEvent) {
 	}
 	switch m := ev.msg.GetMsg().(type) {
 	case *cronoqv1.ServerMessage_Welcome:
-		r.onWelcome(m.Welcome)
+		r.onWelcome(m.Welcome, ev.leader)
 	case *cronoqv1.ServerMessage_Grants:
 		for _, g := range m.Grants.GetGrants() {
 			r.onGrant(g)
@@ -570,11 +579,14 @@ func (r *workerRun) onConnEvent(ev connEvent) {
 	}
 }
 
-func (r *workerRun) onWelcome(wl *cronoqv1.Welcome) {
+// onWelcome starts using a stream the node at r.conn.addr welcomed; leader
+// is the leader's address when that node relays the stream to it (the next
+// stream goes straight there, saving the relay).
+func (r *workerRun) onWelcome(wl *cronoqv1.Welcome, leader string) {
 	r.conn.welcomed = true
 	r.welcomeT.Stop()
 	r.failures, r.lastHint = 0, ""
-	r.w.c.succeeded(r.conn.addr)
+	r.w.c.succeededVia(r.conn.addr, leader)
 	if w := wl.GetHeartbeatWindow().AsDuration(); w > 0 {
 		r.window = w
 	}

@@ -48,6 +48,7 @@ type Node struct {
 	gossipAddr    string
 
 	state  *fsm.State
+	events *EventHub // the status events the state applies
 	store  *raftboltdb.BoltStore
 	disk   *diskState // the data directory's disk-full condition
 	stream *streamLayer
@@ -118,6 +119,7 @@ func New(cfg Config) (*Node, error) {
 		restoreCh:   make(chan restoreRequest),
 		shutdownCh:  make(chan struct{}),
 		stopped:     make(chan struct{}),
+		events:      NewEventHub(0),
 	}
 	n.futures.init()
 	n.faults = newFaults(&n.cfg)
@@ -145,6 +147,7 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	if err != nil {
 		n.startErr = err
+		n.events.Close()
 		n.stopOnce.Do(func() { close(n.stopped) })
 	}
 	return err
@@ -256,13 +259,16 @@ func (n *Node) open() error {
 		hasState = true
 	}
 	n.state = fsm.NewVersion(cfg.LogVersion)
+	// Set before raft restores or applies anything: every applied entry's
+	// events reach the hub.
+	n.state.SetEventSink(n.events.Publish)
 	rfsm := fsm.NewRaftFSM(n.state)
 	rfsm.SetRestoreGuard(staleSnapshotGuard(logs, n.logger.Named("fsm")))
 	rfsm.SetHaltHandler(func(h *fsm.HaltError) {
 		n.logger.Error("FATAL: this node cannot apply the raft log and stops applying it until it runs a release that can",
 			"index", h.Index, "needs_log_version", h.Need, "log_version", h.Version, "error", h.Err)
 	})
-	r, err := newRaft(logPath, rc, rfsm, logs, stable, snaps, n.filter)
+	r, err := newRaft(logPath, rc, eventFSM{rfsm, n.events}, logs, stable, snaps, n.filter)
 	if err != nil {
 		return fmt.Errorf("starting raft: %w", err)
 	}
@@ -487,6 +493,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	if err := n.raft.Shutdown().Error(); err != nil {
 		errs = append(errs, fmt.Errorf("stopping raft: %w", err))
 	}
+	n.events.Close() // nothing is applied any more
 	if n.leaderWatch != nil {
 		n.leaderWatch.stop()
 	}

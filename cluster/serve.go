@@ -31,7 +31,6 @@ type (
 	Completion   = engine.Completion
 	Cancelled    = core.Cancelled
 	ScheduleSpec = core.ScheduleSpec
-	Event        = core.Event
 	InvalidError = core.InvalidError
 	VersionError = core.VersionError
 
@@ -241,22 +240,6 @@ func (n *Node) Kind(ctx context.Context, pool, kind string) (fsm.KindSettings, e
 // Delete removes an ended task now.
 func (n *Node) Delete(ctx context.Context, ref TaskRef) (Deleted, error) {
 	return lead(n, func(e *engine.Engine) (Deleted, error) { return e.Delete(ctx, ref) })
-}
-
-// EventStream is a subscription to the status events of the current term:
-// each is released once its transition is durable. A subscriber that falls
-// behind misses events and is told so by Dropped. C is closed by Close and
-// when the term ends.
-type EventStream interface {
-	C() <-chan Event
-	Dropped() uint64
-	Close()
-}
-
-// Subscribe subscribes to the status events of the current term, with room
-// for buffer undelivered events.
-func (n *Node) Subscribe(buffer int) (EventStream, error) {
-	return lead(n, func(e *engine.Engine) (EventStream, error) { return e.Subscribe(buffer), nil })
 }
 
 // NextFire is the next fire instant of a stored schedule after its

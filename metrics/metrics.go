@@ -97,6 +97,8 @@ type Metrics struct {
 	workers    prometheus.Gauge
 	aborts     prometheus.Counter
 	eventsLost prometheus.Counter
+	relayed    prometheus.Gauge
+	lagged     prometheus.Counter
 
 	mu     sync.Mutex
 	starts map[string]time.Time // running attempts: task id -> start
@@ -165,10 +167,18 @@ func New() *Metrics {
 		Namespace: Namespace, Name: "metrics_events_dropped_total",
 		Help: "Status events the metrics subscription missed (task counters undercount by this much).",
 	})
+	m.relayed = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "worker_streams_relayed",
+		Help: "Worker streams this node relays to the leader (it does not lead).",
+	})
+	m.lagged = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "event_stream_lagged_total",
+		Help: "Lagged markers sent on event streams: a subscriber missed events (it fell behind the node's history of events, resumed from beyond it, or the replica was replaced by a snapshot).",
+	})
 	m.reg.MustRegister(
 		m.submitted, m.dispatched, m.completed, m.retried, m.attempts,
 		m.commitSeconds, m.batchMutations, m.batchBytes, m.commitErrors, m.leaderChanges,
-		m.rpcs, m.rpcSeconds, m.forwarded, m.workers, m.aborts, m.eventsLost,
+		m.rpcs, m.rpcSeconds, m.forwarded, m.workers, m.aborts, m.eventsLost, m.relayed, m.lagged,
 		&stateCollector{m: m},
 		clockCollector{m: m},
 		collectors.NewGoCollector(),
@@ -292,6 +302,13 @@ func (m *Metrics) ResetAttempts() {
 
 // EventsLost records status events the metrics subscription missed.
 func (m *Metrics) EventsLost(n uint64) { m.eventsLost.Add(float64(n)) }
+
+// WorkerStreamsRelayed adds delta to the worker streams this node relays
+// to the leader.
+func (m *Metrics) WorkerStreamsRelayed(delta int) { m.relayed.Add(float64(delta)) }
+
+// EventStreamLagged records a lagged marker sent on an event stream.
+func (m *Metrics) EventStreamLagged() { m.lagged.Inc() }
 
 // LeaderChanged records that this node saw the leader change.
 func (m *Metrics) LeaderChanged() { m.leaderChanges.Inc() }

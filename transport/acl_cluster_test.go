@@ -355,3 +355,38 @@ func TestACLDeniesEveryCall(t *testing.T) {
 	}
 	require.Equal(t, before, c.Converged(), "a denied call changed the replicated state")
 }
+
+// A follower relays a worker stream to the leader with the caller's token:
+// the leader checks it again, so a token that may work on the pool is
+// welcomed and one that may only work on another pool is refused.
+func TestACLRelayedWorkerStream(t *testing.T) {
+	const root = "11111111-2222-3333-4444-555555555555"
+	c := testcluster.New(t, 3, testcluster.ACLs(root))
+	leader, followers := c.Leader()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl := c.Client()
+	_, err := cl.ACLPolicyApply(ctx, client.ACLPolicy{Name: "etl-worker", Rules: `pool "etl" { policy = "work" }`})
+	require.NoError(t, err)
+	tok, err := cl.ACLTokenCreate(ctx, "etl worker", []string{"etl-worker"}, false)
+	require.NoError(t, err)
+
+	connectAs := func(pool string) (*cronoqv1.ServerMessage, error) {
+		s := newRawClients(followers[0].Addr()).workers.Connect(ctx)
+		s.RequestHeader().Set(transport.HeaderToken, tok.Secret)
+		defer func() {
+			_ = s.CloseRequest()
+			_ = s.CloseResponse()
+		}()
+		if err := s.Send(&cronoqv1.WorkerMessage{Msg: &cronoqv1.WorkerMessage_Hello{Hello: &cronoqv1.Hello{Worker: "w", Pool: pool}}}); err != nil {
+			_, rerr := s.Receive()
+			return nil, rerr
+		}
+		return s.Receive()
+	}
+	msg, err := connectAs("etl")
+	require.NoError(t, err)
+	require.Equal(t, leader.ID, msg.GetWelcome().GetNode())
+	_, err = connectAs("other")
+	require.Equal(t, apierr.KindPermissionDenied, apierr.Kind(err), "%v", err)
+}

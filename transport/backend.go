@@ -38,7 +38,9 @@ type Backend interface {
 	AddSchedule(ctx context.Context, spec cluster.ScheduleSpec) (fsm.Instant, error)
 	RemoveSchedule(ctx context.Context, name string) (bool, error)
 	PauseSchedule(ctx context.Context, name string, paused bool) (bool, error)
-	Subscribe(buffer int) (cluster.EventStream, error)
+	// Subscribe subscribes to the status events of the node's replica
+	// after a cursor (0: from now on); any node serves it.
+	Subscribe(after uint64) *cluster.EventSub
 	SetPool(ctx context.Context, ch cluster.PoolChange) (cluster.PoolInfo, error)
 	Pools(ctx context.Context) ([]cluster.PoolInfo, error)
 	Pool(ctx context.Context, name string) (cluster.PoolInfo, error)

@@ -45,9 +45,10 @@ type fakeBackend struct {
 	waitWorkflow func(ctx context.Context, ref cluster.WorkflowRef) (string, error)
 	// poll answers a worker's offer (nil: nothing is ever granted).
 	poll func(ctx context.Context, offer cluster.Offer) ([]cluster.Grant, error)
-	// subscribed receives the event channel of each subscription, for the
-	// test to feed (nil: Subscribe fails).
-	subscribed chan chan<- cluster.Event
+	// events are the events of the replica (and whatever a test
+	// publishes); subscribed, when set, is told of each subscription.
+	events     *cluster.EventHub
+	subscribed chan struct{}
 	// completions receives the completions the worker streams report.
 	completions chan []cluster.Completion
 
@@ -58,7 +59,9 @@ type fakeBackend struct {
 }
 
 func newFakeBackend() *fakeBackend {
-	return &fakeBackend{leading: true, state: fsm.New(), term: make(chan struct{})}
+	f := &fakeBackend{leading: true, state: fsm.New(), term: make(chan struct{}), events: cluster.NewEventHub(0)}
+	f.state.SetEventSink(f.events.Publish)
+	return f
 }
 
 // apply commits ms to the fake's replica as one batch at leader time at,
@@ -211,21 +214,13 @@ func (f *fakeBackend) SetKind(context.Context, cluster.KindChange) (fsm.KindSett
 func (f *fakeBackend) Kind(context.Context, string, string) (fsm.KindSettings, error) {
 	return fsm.KindSettings{}, errors.New("not used")
 }
-func (f *fakeBackend) Subscribe(buffer int) (cluster.EventStream, error) {
-	if f.subscribed == nil {
-		return nil, errors.New("not used")
+func (f *fakeBackend) Subscribe(after uint64) *cluster.EventSub {
+	sub := f.events.Subscribe(after)
+	if f.subscribed != nil {
+		f.subscribed <- struct{}{}
 	}
-	c := make(chan cluster.Event, buffer)
-	f.subscribed <- c
-	return fakeStream{c}, nil
+	return sub
 }
-
-// fakeStream is a subscription to the fake's events, fed by the test.
-type fakeStream struct{ c chan cluster.Event }
-
-func (s fakeStream) C() <-chan cluster.Event { return s.c }
-func (s fakeStream) Dropped() uint64         { return 0 }
-func (s fakeStream) Close()                  {}
 func (f *fakeBackend) ConsistentRead(context.Context) (fsm.Reader, error) {
 	if _, err := f.Leading(); err != nil {
 		return nil, err

@@ -665,6 +665,7 @@ func scheduleToProto(s *fsm.Schedule) *cronoqv1.Schedule {
 
 func eventToProto(ev cluster.Event) *cronoqv1.Event {
 	return &cronoqv1.Event{
+		Cursor:  ev.Cursor,
 		TaskId:  ev.TaskID,
 		Pool:    ev.Pool,
 		Kind:    ev.Kind,

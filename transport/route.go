@@ -42,6 +42,7 @@ type endpoint struct {
 	pools     cronoqv1connect.PoolServiceClient
 	operator  cronoqv1connect.OperatorServiceClient
 	acl       cronoqv1connect.AclServiceClient
+	workers   cronoqv1connect.WorkerServiceClient
 }
 
 // newForwarder returns a forwarder dialing from the IP of selfAddr (no
@@ -128,6 +129,7 @@ func (f *forwarder) endpoint(addr string) *endpoint {
 		pools:     cronoqv1connect.NewPoolServiceClient(f.httpc, base, opts...),
 		operator:  cronoqv1connect.NewOperatorServiceClient(f.httpc, base, opts...),
 		acl:       cronoqv1connect.NewAclServiceClient(f.httpc, base, opts...),
+		workers:   cronoqv1connect.NewWorkerServiceClient(f.httpc, base, opts...),
 	}
 	f.endpoints[addr] = ep
 	return ep
@@ -279,39 +281,5 @@ func pause(ctx context.Context, hold <-chan time.Time, stop <-chan struct{}) boo
 		return false
 	case <-stop:
 		return false
-	}
-}
-
-// awaitLeader waits (up to the hold timeout) until this node serves as
-// leader, for the streams that only the leader serves. It returns nil when
-// this node leads, else the error to answer: not_leader naming the leader
-// (the caller reconnects there) or no_leader.
-func (s *Server) awaitLeader(ctx context.Context) error {
-	if s.stopping() {
-		return apierr.ShuttingDown()
-	}
-	hold := time.NewTimer(s.cfg.HoldTimeout)
-	defer hold.Stop()
-	for {
-		_, err := s.node.Leading()
-		if err == nil {
-			return nil
-		}
-		var nle *cluster.NotLeaderError
-		if errors.As(err, &nle) && nle.LeaderID != "" && nle.LeaderID != s.node.ID() && nle.LeaderHTTPAddr != "" {
-			return apierr.NotLeader(nle.LeaderID, nle.LeaderHTTPAddr)
-		}
-		if errors.Is(err, cluster.ErrDiskFull) {
-			return s.apiError(err)
-		}
-		if !pause(ctx, hold.C, s.baseCtx.Done()) {
-			if s.stopping() {
-				return apierr.ShuttingDown()
-			}
-			if ctx.Err() != nil {
-				return s.apiError(ctx.Err())
-			}
-			return s.apiError(err)
-		}
 	}
 }

@@ -17,9 +17,12 @@
 // idempotency key. Reads that ask for staleness are served from the local
 // replica with the metadata of how stale it may be.
 //
-// The worker stream and the event stream are served by the leader only: a
-// follower answers not_leader with the leader's address, and the SDK
-// connects there.
+// The streams are served by any node too. The event stream comes from the
+// node's own replica (see cluster.EventHub): an event is sent once the node
+// has applied it. The worker stream and the backup streams need the
+// leader: a follower relays them to it over the same forwarding client
+// (see relay.go), and ends a relayed worker stream with UNAVAILABLE when
+// the leader changes, so that the worker connects again.
 package transport
 
 import (

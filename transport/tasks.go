@@ -368,28 +368,33 @@ func (t *taskService) Counts(ctx context.Context, req *connect.Request[cronoqv1.
 	})
 }
 
-// eventsBuffer is the room of one Events subscriber before it lags.
-const eventsBuffer = 1024
+// eventsBatch bounds the events one stream takes from the node's history
+// at a time.
+const eventsBatch = 256
 
-// Events streams the status events of the leader's engine (leader only: a
-// follower answers not_leader with the leader's address). A marker event
-// with lagged set tells the subscriber it missed events. A subscriber that
-// names pools gets the task events of those pools only; the events of
-// workflows (which have no pool) go to the subscribers that name none.
+// Events streams the status events of this node's replica, on any node: an
+// event goes out once its transition is applied here (it is durable then),
+// in log order, with its cursor. A request with after_cursor resumes after
+// it, as far as the node's history of events reaches back (see
+// cluster.EventHub). A marker event with lagged set tells the subscriber
+// that it missed events: it fell behind the history, resumed from beyond
+// it, or the replica was replaced by a snapshot. A subscriber that names
+// pools gets the task events of those pools only; the events of workflows
+// (which have no pool) go to the subscribers that name none.
 func (t *taskService) Events(ctx context.Context, req *connect.Request[cronoqv1.EventsRequest], stream *connect.ServerStream[cronoqv1.Event]) error {
 	s := t.s
 	if err := needPool(ctx, acl.Read, req.Msg.GetPools()...); err != nil {
 		return err
 	}
 	a := authorizer(ctx)
-	if err := s.awaitLeader(ctx); err != nil {
-		return err
+	if s.stopping() {
+		return apierr.ShuttingDown()
 	}
-	sub, err := s.node.Subscribe(eventsBuffer)
-	if err != nil {
-		return s.apiError(err)
-	}
+	sub := s.node.Subscribe(req.Msg.GetAfterCursor())
 	defer sub.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.baseCtx, cancel)()
 	pools := make(map[string]bool, len(req.Msg.GetPools()))
 	for _, p := range req.Msg.GetPools() {
 		pools[p] = true
@@ -398,34 +403,31 @@ func (t *taskService) Events(ctx context.Context, req *connect.Request[cronoqv1.
 	if err := stream.Send(nil); err != nil {
 		return nil
 	}
-	var dropped uint64
+	buf := make([]cluster.Event, 0, eventsBatch)
 	for {
-		select {
-		case ev, ok := <-sub.C():
-			if !ok {
-				if s.stopping() {
-					return apierr.ShuttingDown()
-				}
-				// The term ended: this node no longer leads.
-				return s.apiError(cluster.ErrStopped)
+		evs, gap, err := sub.Next(ctx, buf)
+		if err != nil {
+			if s.stopping() {
+				return apierr.ShuttingDown()
 			}
-			if d := sub.Dropped(); d > dropped {
-				dropped = d
-				if err := stream.Send(&cronoqv1.Event{Lagged: true}); err != nil {
-					return nil
-				}
+			if ctx.Err() != nil {
+				return nil // the subscriber went away
 			}
+			return s.apiError(err)
+		}
+		if gap {
+			s.m.EventStreamLagged()
+			if err := stream.Send(&cronoqv1.Event{Lagged: true}); err != nil {
+				return nil
+			}
+		}
+		for _, ev := range evs {
 			if !wanted(pools, ev) || !mayRead(a, ev) {
 				continue
 			}
 			if err := stream.Send(eventToProto(ev)); err != nil {
 				return nil
 			}
-		case <-ctx.Done():
-			if s.stopping() {
-				return apierr.ShuttingDown()
-			}
-			return nil
 		}
 	}
 }

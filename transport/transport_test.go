@@ -322,9 +322,24 @@ func TestCluster(t *testing.T) {
 		require.Empty(t, resp.Header().Get(apierr.HeaderLeaderAddr))
 	})
 
-	t.Run("worker stream on a follower is redirected", func(t *testing.T) {
+	t.Run("worker stream on a follower is relayed to the leader", func(t *testing.T) {
 		wc := cronoqv1connect.NewWorkerServiceClient(h2c(t), "http://"+f2.Addr())
 		stream := wc.Connect(ctxT(t, 10*time.Second))
+		require.NoError(t, stream.Send(&cronoqv1.WorkerMessage{Msg: &cronoqv1.WorkerMessage_Hello{Hello: &cronoqv1.Hello{Worker: "w", Pool: "p"}}}))
+		msg, err := stream.Receive()
+		require.NoError(t, err)
+		require.Equal(t, leader.ID, msg.GetWelcome().GetNode(), "the leader welcomes the worker")
+		require.Equal(t, leader.Addr(), stream.ResponseHeader().Get(apierr.HeaderLeaderAddr), "the relaying node names the leader")
+		require.NoError(t, stream.CloseRequest())
+		_, err = stream.Receive()
+		require.ErrorIs(t, err, io.EOF, "the worker closing its side ends the stream cleanly")
+		_ = stream.CloseResponse()
+	})
+
+	t.Run("a forwarded worker stream is never relayed again", func(t *testing.T) {
+		wc := cronoqv1connect.NewWorkerServiceClient(h2c(t), "http://"+f2.Addr())
+		stream := wc.Connect(ctxT(t, 10*time.Second))
+		stream.RequestHeader().Set(transport.HeaderForwarded, "elsewhere")
 		// The follower may answer before the hello is sent: Send then
 		// reports io.EOF and Receive has the answer.
 		if err := stream.Send(&cronoqv1.WorkerMessage{Msg: &cronoqv1.WorkerMessage_Hello{Hello: &cronoqv1.Hello{Worker: "w", Pool: "p"}}}); err != nil {

@@ -40,15 +40,28 @@ var (
 
 type workerService struct{ s *Server }
 
-// Connect serves one worker stream, on the leader only: Hello, then any
-// number of Poll, Heartbeat and Complete messages; the node answers with
-// Welcome, Grants, acks and Aborts. Leases are not revoked when the stream
-// ends: the worker may reconnect and heartbeat them within the window.
+// Connect serves one worker stream: Hello, then any number of Poll,
+// Heartbeat and Complete messages; the node answers with Welcome, Grants,
+// acks and Aborts. The leader serves it; any other node relays it to the
+// leader (see relayWorker). Leases are not revoked when the stream ends:
+// the worker may reconnect and heartbeat them within the window.
 func (w *workerService) Connect(ctx context.Context, stream *connect.BidiStream[cronoqv1.WorkerMessage, cronoqv1.ServerMessage]) error {
 	s := w.s
-	if err := s.awaitLeader(ctx); err != nil {
+	hold := time.NewTimer(s.cfg.HoldTimeout)
+	defer hold.Stop()
+	t, err := s.leaderTarget(ctx, stream.RequestHeader(), hold.C, nil)
+	if err != nil {
 		return err
 	}
+	if !t.local {
+		return s.relayWorker(ctx, stream, hold.C, t)
+	}
+	return s.serveWorker(ctx, stream, nil)
+}
+
+// serveWorker serves a worker stream on this node, the leader, for its
+// current term. first is the Hello when it was read already.
+func (s *Server) serveWorker(ctx context.Context, stream *connect.BidiStream[cronoqv1.WorkerMessage, cronoqv1.ServerMessage], first *cronoqv1.WorkerMessage) error {
 	term, err := s.node.Leading()
 	if err != nil {
 		return s.apiError(err)
@@ -57,6 +70,7 @@ func (w *workerService) Connect(ctx context.Context, stream *connect.BidiStream[
 	defer cancel(nil)
 	ws := &workerStream{
 		s: s, term: term, stream: stream, reqCtx: ctx, ctx: sctx, cancel: cancel,
+		first:     first,
 		out:       newOutbox(),
 		slotsWake: make(chan struct{}, 1),
 	}
@@ -76,6 +90,7 @@ type workerStream struct {
 	reqCtx context.Context
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	first  *cronoqv1.WorkerMessage // the Hello, when read before
 
 	worker string
 	pool   string
@@ -158,12 +173,15 @@ func (ws *workerStream) run() error {
 
 // hello reads and checks the first message.
 func (ws *workerStream) hello() error {
-	first, err := ws.stream.Receive()
-	if err != nil {
-		if cause := context.Cause(ws.ctx); cause != nil {
-			return cause
+	first := ws.first
+	if first == nil {
+		var err error
+		if first, err = ws.stream.Receive(); err != nil {
+			if cause := context.Cause(ws.ctx); cause != nil {
+				return cause
+			}
+			return err
 		}
-		return err
 	}
 	hello := first.GetHello()
 	switch {

@@ -271,10 +271,11 @@ func TestWorkflowEvents(t *testing.T) {
 // names none gets the workflow events too.
 func TestEventsFilterWorkflowEvents(t *testing.T) {
 	b := newFakeBackend()
-	b.subscribed = make(chan chan<- cluster.Event, 1)
+	b.subscribed = make(chan struct{}, 1)
 	hc, base := startFake(t, b, nil)
 	tasks := cronoqv1connect.NewTaskServiceClient(hc, base)
 
+	var index uint64
 	wfEvent := cluster.Event{Workflow: "w1", Kind: "etl", WorkflowStatus: fsm.WorkflowRunning, At: t0}
 	other := cluster.Event{TaskID: "t0", Pool: "other", Kind: "k", Status: fsm.StatusQueued, At: t0}
 	member := cluster.Event{TaskID: "t1", Pool: "p", Kind: "k", Status: fsm.StatusQueued, Workflow: "w1", Step: "a", At: t0}
@@ -289,19 +290,23 @@ func TestEventsFilterWorkflowEvents(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		stream, err := tasks.Events(ctx, connect.NewRequest(&cronoqv1.EventsRequest{Pools: tc.pools}))
 		require.NoError(t, err)
-		var feed chan<- cluster.Event
 		select {
-		case feed = <-b.subscribed:
+		case <-b.subscribed:
 		case <-ctx.Done():
 			t.Fatal("no subscription")
 		}
-		for _, ev := range []cluster.Event{wfEvent, other, member} {
-			feed <- ev
+		index++
+		evs := []cluster.Event{wfEvent, other, member}
+		for i := range evs {
+			evs[i].Cursor = fsm.MakeCursor(index, i)
 		}
+		b.events.Publish(index, evs)
 		for _, want := range tc.want {
 			require.True(t, stream.Receive(), "%v", stream.Err())
 			got := stream.Msg()
 			require.Equal(t, want.TaskID, got.GetTaskId(), "pools %v", tc.pools)
+			require.NotZero(t, got.GetCursor())
+			require.Equal(t, index, fsm.CursorIndex(got.GetCursor()))
 			require.Equal(t, want.Workflow, got.GetWorkflow())
 			require.Equal(t, want.Step, got.GetStep())
 			require.Equal(t, workflowStatusToProto(want.WorkflowStatus), got.GetWorkflowStatus())

@@ -2435,7 +2435,13 @@ type EventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Task events of these pools only; empty: every pool, and the workflow
 	// events too.
-	Pools         []string `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	Pools []string `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	// Resume after this cursor (an event's cursor): the stream starts with
+	// the events after it, or, when the node no longer holds all of them
+	// (it keeps a bounded history of the events it applied since it
+	// started), with a lagged marker and then the oldest it holds. 0: only
+	// the events applied from now on.
+	AfterCursor   uint64 `protobuf:"varint,2,opt,name=after_cursor,json=afterCursor,proto3" json:"after_cursor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2477,6 +2483,13 @@ func (x *EventsRequest) GetPools() []string {
 	return nil
 }
 
+func (x *EventsRequest) GetAfterCursor() uint64 {
+	if x != nil {
+		return x.AfterCursor
+	}
+	return 0
+}
+
 // A status transition of a task, or of a workflow (task_id empty,
 // workflow_status set: its start and its end).
 type Event struct {
@@ -2489,13 +2502,19 @@ type Event struct {
 	Attempt uint32                 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	Message string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
 	At      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=at,proto3" json:"at,omitempty"`
-	// Set on a marker sent when this subscriber fell behind and events were dropped.
+	// Set on a marker sent when this subscriber missed events: it fell
+	// behind the node's history of events, resumed from a cursor older than
+	// that history, or the node's replica was replaced by a snapshot.
 	Lagged         bool           `protobuf:"varint,8,opt,name=lagged,proto3" json:"lagged,omitempty"`
 	Workflow       string         `protobuf:"bytes,9,opt,name=workflow,proto3" json:"workflow,omitempty"`
 	Step           string         `protobuf:"bytes,10,opt,name=step,proto3" json:"step,omitempty"`
 	WorkflowStatus WorkflowStatus `protobuf:"varint,11,opt,name=workflow_status,json=workflowStatus,proto3,enum=cronoq.v1.WorkflowStatus" json:"workflow_status,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Orders the events: the log index of the entry that made the
+	// transition and the event's place in it. Every node gives an event the
+	// same cursor; it grows with the log. 0 on a lagged marker.
+	Cursor        uint64 `protobuf:"varint,12,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Event) Reset() {
@@ -2603,6 +2622,13 @@ func (x *Event) GetWorkflowStatus() WorkflowStatus {
 		return x.WorkflowStatus
 	}
 	return WorkflowStatus_WORKFLOW_STATUS_UNSPECIFIED
+}
+
+func (x *Event) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
 }
 
 type RetryRequest struct {
@@ -7241,8 +7267,7 @@ func (x *HealthResponse) GetReasons() []string {
 // the leader: a header (format, raft index and term, creation time, length),
 // the state's snapshot and a SHA-256 trailer. SnapshotRestore sends one back
 // to the leader, which checks all of it before replacing the state. Both are
-// served by the leader only: a follower answers not_leader with the leader's
-// address.
+// done by the leader; a follower relays them to it.
 type SnapshotSaveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -8932,9 +8957,10 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"f\n" +
 	"\x0eCountsResponse\x12+\n" +
 	"\x05pools\x18\x01 \x03(\v2\x15.cronoq.v1.PoolCountsR\x05pools\x12'\n" +
-	"\x04meta\x18\x02 \x01(\v2\x13.cronoq.v1.ReadMetaR\x04meta\"%\n" +
+	"\x04meta\x18\x02 \x01(\v2\x13.cronoq.v1.ReadMetaR\x04meta\"H\n" +
 	"\rEventsRequest\x12\x14\n" +
-	"\x05pools\x18\x01 \x03(\tR\x05pools\"\xdf\x02\n" +
+	"\x05pools\x18\x01 \x03(\tR\x05pools\x12!\n" +
+	"\fafter_cursor\x18\x02 \x01(\x04R\vafterCursor\"\xf7\x02\n" +
 	"\x05Event\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x12\n" +
@@ -8947,7 +8973,8 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\bworkflow\x18\t \x01(\tR\bworkflow\x12\x12\n" +
 	"\x04step\x18\n" +
 	" \x01(\tR\x04step\x12B\n" +
-	"\x0fworkflow_status\x18\v \x01(\x0e2\x19.cronoq.v1.WorkflowStatusR\x0eworkflowStatus\"4\n" +
+	"\x0fworkflow_status\x18\v \x01(\x0e2\x19.cronoq.v1.WorkflowStatusR\x0eworkflowStatus\x12\x16\n" +
+	"\x06cursor\x18\f \x01(\x04R\x06cursor\"4\n" +
 	"\fRetryRequest\x12$\n" +
 	"\x03ref\x18\x01 \x01(\v2\x12.cronoq.v1.TaskRefR\x03ref\"4\n" +
 	"\rRetryResponse\x12#\n" +

@@ -92,7 +92,10 @@ func WithNodeIDs(ids ...string) Option { return func(c *config) { c.ids = ids } 
 // they had forwarded them to it: the answer names the leader in the
 // apierr.HeaderLeader and apierr.HeaderLeaderAddr headers, as a real node's
 // does. Without it, followers answer such calls with not_leader naming the
-// leader. Streams (worker streams, events) always need the leader itself.
+// leader. Streams (worker streams, events) always need the leader itself in
+// the fake, as with nodes of older releases (a real node serves the events
+// from its replica and relays worker streams to the leader): the SDK's
+// leader hints are tested against it.
 func WithForwarding() Option { return func(c *config) { c.forward = true } }
 
 // WithHandlerOptions adds connect handler options to every service of

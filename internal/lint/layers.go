@@ -46,6 +46,8 @@ var Layers = []Layer{
 	// Health and backoff of background loops, and its test clock.
 	{Pkg: "internal/loophealth/...", May: []string{"internal/loophealth"}},
 	{Pkg: "internal/lint"},
+	// gRPC-Go stubs over the API's messages, for tests only.
+	{Pkg: "internal/grpcstubs", May: []string{"api/..."}},
 	// The composition root and the test harness may wire anything.
 	{Pkg: "cmd/...", May: []string{"..."}},
 	{Pkg: "internal/testcluster", May: []string{"..."}},

@@ -168,6 +168,8 @@ type TaskServiceClient interface {
 	Complete(context.Context, *connect.Request[cronoqv1.CompleteRequest]) (*connect.Response[cronoqv1.CompleteResponse], error)
 	List(context.Context, *connect.Request[cronoqv1.ListRequest]) (*connect.Response[cronoqv1.ListResponse], error)
 	Counts(context.Context, *connect.Request[cronoqv1.CountsRequest]) (*connect.Response[cronoqv1.CountsResponse], error)
+	// Every node serves the event stream from its own replica: an event is
+	// sent once the node has applied its transition (it is durable then).
 	Events(context.Context, *connect.Request[cronoqv1.EventsRequest]) (*connect.ServerStreamForClient[cronoqv1.Event], error)
 	// Removes an ended task now (its lane, if it blocked one, runs on).
 	Delete(context.Context, *connect.Request[cronoqv1.DeleteRequest]) (*connect.Response[cronoqv1.DeleteResponse], error)
@@ -364,6 +366,8 @@ type TaskServiceHandler interface {
 	Complete(context.Context, *connect.Request[cronoqv1.CompleteRequest]) (*connect.Response[cronoqv1.CompleteResponse], error)
 	List(context.Context, *connect.Request[cronoqv1.ListRequest]) (*connect.Response[cronoqv1.ListResponse], error)
 	Counts(context.Context, *connect.Request[cronoqv1.CountsRequest]) (*connect.Response[cronoqv1.CountsResponse], error)
+	// Every node serves the event stream from its own replica: an event is
+	// sent once the node has applied its transition (it is durable then).
 	Events(context.Context, *connect.Request[cronoqv1.EventsRequest], *connect.ServerStream[cronoqv1.Event]) error
 	// Removes an ended task now (its lane, if it blocked one, runs on).
 	Delete(context.Context, *connect.Request[cronoqv1.DeleteRequest]) (*connect.Response[cronoqv1.DeleteResponse], error)
