@@ -57,6 +57,7 @@ fuzz:
 	$(GO) test -run=NONE -fuzz=FuzzDecodeEntry -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./fsm/
 	$(GO) test -run=NONE -fuzz=FuzzApply -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./fsm/
 	$(GO) test -run=NONE -fuzz=FuzzRestore -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./fsm/
+	$(GO) test -run=NONE -fuzz=FuzzSubscriptionOps -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./fsm/
 	$(GO) test -run=NONE -fuzz=FuzzUnary -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./transport/
 	$(GO) test -run=NONE -fuzz=FuzzStreams -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./transport/
 

@@ -1,9 +1,10 @@
 // Package client is the Go SDK of cronoq: submit, inspect, wait for,
 // cancel and delete tasks and workflows (tasks that depend on one another),
 // complete external tasks, manage recurring schedules, inspect and tune
-// pools and their workers, follow status events, operate the cluster, and
-// run workers, whose handlers see their dependencies' results and may spawn
-// more tasks.
+// pools and their workers, follow status events, read durable subscriptions
+// to them (delivered at least once, acked by the reader), operate the
+// cluster, and run workers, whose handlers see their dependencies' results
+// and may spawn more tasks.
 //
 // A Client talks ConnectRPC over unencrypted HTTP/2 (h2c) to any node of the
 // cluster, or over HTTPS (HTTP/2) with WithTLS. It keeps the list of addresses it was given and the leader hint
@@ -110,6 +111,8 @@ type endpoint struct {
 	operator  cronoqv1connect.OperatorServiceClient
 	pools     cronoqv1connect.PoolServiceClient
 	acl       cronoqv1connect.AclServiceClient
+
+	subscriptions cronoqv1connect.SubscriptionServiceClient
 }
 
 type options struct {
@@ -366,6 +369,8 @@ func (c *Client) endpointFor(addr string) *endpoint {
 		operator:  cronoqv1connect.NewOperatorServiceClient(c.httpc, base, opts...),
 		pools:     cronoqv1connect.NewPoolServiceClient(c.httpc, base, opts...),
 		acl:       cronoqv1connect.NewAclServiceClient(c.httpc, base, opts...),
+
+		subscriptions: cronoqv1connect.NewSubscriptionServiceClient(c.httpc, base, opts...),
 	}
 	c.endpoints[addr] = ep
 	return ep

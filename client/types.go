@@ -280,7 +280,7 @@ type Event struct {
 	Step           string
 	WorkflowStatus string
 	// Cursor orders the events: every node gives an event the same
-	// cursor, growing with the log. 0 on a Lagged marker.
+	// cursor, growing with the log. 0 on a Lagged marker. Ack takes one.
 	Cursor uint64
 	// Lagged marks a gap: events were dropped before this point (the
 	// subscriber fell behind, or the stream was re-established on a node

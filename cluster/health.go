@@ -110,8 +110,8 @@ const (
 // reasons, when its data directory is full (see DiskFullError), no leader
 // is known, this leader is not serving yet, a voter is not alive in
 // gossip, a background loop failed Config.Loops.Threshold times in a row
-// (3; LoopStatus.Degraded), or TLS is off while an address
-// of the node is not on loopback.
+// (3; LoopStatus.Degraded), TLS is off while an address of the node is not
+// on loopback, or a durable subscription stalled.
 func (n *Node) Health() Health {
 	leader, leaderHTTP := n.Leader()
 	state := n.raft.State()
@@ -175,6 +175,7 @@ func (n *Node) Health() Health {
 	if r := plaintextReason(n.plaintext); r != "" {
 		h.Reasons = append(h.Reasons, r)
 	}
+	h.Reasons = append(h.Reasons, n.stalledReasons()...)
 	h.Status = HealthOK
 	if len(h.Reasons) > 0 {
 		h.Status = HealthDegraded

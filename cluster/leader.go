@@ -298,6 +298,7 @@ func (n *Node) establish(ctx context.Context) (*engine.Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("recovering engine at epoch %d: %w", epoch, err)
 	}
+	c.SetHolds(n.state) // retention waits for the subscriptions' acks
 	ecfg := n.cfg.Engine
 	ecfg.Core = ccfg
 	if ecfg.Logger == nil {
@@ -313,6 +314,21 @@ func (n *Node) establish(ctx context.Context) (*engine.Engine, error) {
 		}
 		if onCommit != nil {
 			onCommit(ci)
+		}
+		onRedelivery, onNotice := ecfg.OnRedelivery, ecfg.OnNotice
+		ecfg.OnRedelivery = func(r core.Redelivery) {
+			m.Redelivered(r.Subscription)
+			if onRedelivery != nil {
+				onRedelivery(r)
+			}
+		}
+		ecfg.OnNotice = func(nt core.Notice) {
+			if nt.Kind == core.NoticeRetentionCap {
+				m.RetentionCapPurged()
+			}
+			if onNotice != nil {
+				onNotice(nt)
+			}
 		}
 	}
 	eng := engine.New(ecfg, c, raftLog{n: n})

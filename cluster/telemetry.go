@@ -74,6 +74,12 @@ func (s metricsSource) Engine() (metrics.EngineGauges, bool) {
 // its question about the pools.
 const desiredSlotsWait = time.Second
 
+func (s metricsSource) Subscriptions(fn func(name string, pending int64, stalled bool)) {
+	for _, sub := range s.n.state.Subscriptions() {
+		fn(sub.Name, int64(s.n.state.SubscriptionPending(sub.Name)), sub.Stalled)
+	}
+}
+
 func (s metricsSource) Epoch() uint64        { return s.n.state.Epoch() }
 func (s metricsSource) IsLeader() bool       { return s.n.IsLeader() }
 func (s metricsSource) AppliedIndex() uint64 { return s.n.raft.AppliedIndex() }

@@ -123,6 +123,12 @@ type Config struct {
 	// OnCommit, when set, observes every resolved entry (for metrics). It
 	// must not block: it runs on the engine's goroutine.
 	OnCommit func(CommitInfo)
+	// OnRedelivery and OnNotice, when set, observe the redeliveries of
+	// subscriptions and the notices (stalls, purges at the retention cap)
+	// the core decides, for metrics; the engine logs them itself. They
+	// must not block: they run on the engine's goroutine.
+	OnRedelivery func(core.Redelivery)
+	OnNotice     func(core.Notice)
 }
 
 // CommitInfo describes one resolved log entry.
@@ -177,8 +183,9 @@ type Engine struct {
 	stopOnce sync.Once
 	running  atomic.Bool // accepting calls: started and not finished
 
-	hub   hub
-	stats counters
+	hub          hub
+	redeliveries redeliveryHub
+	stats        counters
 	// saturated: the write path is past Config.MaxQueuedBytes (set and
 	// cleared by the loop, read by submitters).
 	saturated atomic.Bool

@@ -188,6 +188,9 @@ func (e *Engine) collect() {
 			e.cfg.OnAbort(a.Worker, a.Lease, a.Reason)
 		}
 	}
+	if len(out.Redeliveries) > 0 || len(out.Notices) > 0 {
+		e.subscriptionOutputs(&out)
+	}
 	if len(out.Mutations) == 0 && !out.Holds() {
 		return
 	}

@@ -33,6 +33,13 @@ type Stats struct {
 
 	DroppedDispatches uint64 // grants whose poller had gone away (their leases expire)
 	DroppedEvents     uint64 // events a lagging subscriber missed
+
+	// Durable subscriptions: the times events went out again after their
+	// ack timeout, the stalls, and the tasks purged at the retention cap
+	// with events not acked.
+	Redeliveries       uint64
+	Stalls             uint64
+	RetentionCapPurges uint64
 }
 
 type counters struct {
@@ -41,6 +48,7 @@ type counters struct {
 	commitNanos                                  atomic.Int64
 	inFlight, queued, queuedBytes, requests      atomic.Int64
 	droppedDispatches, saturatedRefusals         atomic.Uint64
+	redeliveries, stalls, retentionCapPurges     atomic.Uint64
 }
 
 // countSubmitted records the tasks an answered submit admitted.
@@ -79,5 +87,9 @@ func (e *Engine) Stats() Stats {
 		SaturatedRefusals: c.saturatedRefusals.Load(),
 		DroppedDispatches: c.droppedDispatches.Load(),
 		DroppedEvents:     e.hub.dropped.Load(),
+
+		Redeliveries:       c.redeliveries.Load(),
+		Stalls:             c.stalls.Load(),
+		RetentionCapPurges: c.retentionCapPurges.Load(),
 	}
 }

@@ -168,7 +168,7 @@ var (
 // history of a task and its budget's base, and the outcome of the attempt
 // a retry or a finish ends.
 var (
-	format6Kinds        = []string{"Requeue"}
+	format6Kinds        = []string{"Requeue", "PutSubscription", "DelSubscription", "AckSubscription", "StallSubscription"}
 	format6TaskFields   = []string{"AttemptBase", "Attempts"}
 	format6RetryFields  = []string{"Outcome"}
 	format6FinishFields = []string{"Outcome"}
@@ -660,6 +660,55 @@ func goldenV5State(t testing.TB) *State {
 	return h.s
 }
 
+// goldenSubscription returns a subscription with every field set.
+func goldenSubscription() *Subscription {
+	return &Subscription{
+		Name: "billing", Pools: []string{"etl", "pay"}, Statuses: []Status{StatusSucceeded, StatusFailed},
+		Kinds: []string{"charge"}, Webhook: "https://hooks.example/cronoq", Secret: "s3cret",
+		AckTimeout: 30 * time.Second, MaxDeliveries: 5, Acked: MakeCursor(7, 1),
+		Stalled: true, StallReason: "event 7.2 sent 5 times without an ack", StalledAt: baseTime + 9,
+		CreatedAt: baseTime, CreateIndex: 3, ModifyIndex: 12,
+	}
+}
+
+// goldenSubscriptionEvent returns a held event with every field set.
+func goldenSubscriptionEvent() *SubscriptionEvent {
+	return &SubscriptionEvent{
+		Subscription: "billing", Cursor: MakeCursor(8, 2), TaskID: "01J00000000000000000000009", Pool: "pay",
+		Kind: "charge", Status: StatusFailed, Attempt: 3, Message: "card declined", At: baseTime + 4,
+		Workflow: "wf-1", Step: "charge",
+	}
+}
+
+// goldenV6SubsBatch returns a batch of log format 6: one mutation of
+// every subscription kind format 6 added, every field set.
+func goldenV6SubsBatch() *CommitBatch {
+	return &CommitBatch{Epoch: 5, Time: baseTime, Mutations: []Mutation{
+		{PutSubscription: goldenSubscription()},
+		{AckSubscription: &AckSubscription{Name: "billing", Cursor: MakeCursor(9, 0)}},
+		{StallSubscription: &StallSubscription{Name: "billing", Reason: "sent 5 times", At: baseTime + 1}},
+		{DelSubscription: &DelSubscription{Name: "billing"}},
+	}}
+}
+
+// goldenV6SubsState returns a small state with the subscription records
+// of log format 6:
+// two subscriptions, and the events of a task's life that each holds
+// (one takes every event, the other the failures of pool "pay"), one of
+// them acked.
+func goldenV6SubsState(t testing.TB) *State {
+	h := newHarness(t)
+	all := &Subscription{Name: "all", AckTimeout: 30 * time.Second, MaxDeliveries: 10, CreatedAt: baseTime}
+	fails := &Subscription{Name: "fails", Pools: []string{"pay"}, Statuses: []Status{StatusFailed},
+		Webhook: "https://hooks.example/x", Secret: "k", AckTimeout: time.Minute, MaxDeliveries: 3}
+	h.ok(Mutation{PutSubscription: all}, Mutation{PutSubscription: fails}, insert("a", "pay", ""))
+	failed := finish("a", lease(1, 1), StatusFailed)
+	failed.Finish.Error = "declined"
+	h.ok(start("a", 1, lease(1, 1)), failed)
+	h.ok(Mutation{AckSubscription: &AckSubscription{Name: "all", Cursor: MakeCursor(2, 0)}})
+	return h.s
+}
+
 // goldenV4State returns a small state with the records of log format 4: a
 // pool's settings and a parked task with keys.
 func goldenV4State(t testing.TB) *State {
@@ -887,7 +936,7 @@ func TestFormatIsStable(t *testing.T) {
 	require.Equal(t, goldenV6TaskHex, hex.EncodeToString(recordBody(goldenV6Task())))
 
 	// A whole snapshot of format 6: header (version 6), records, and an end
-	// marker of eight counts (1 task, nothing else).
+	// marker of ten counts (1 task, nothing else).
 	snap6 := snapshotBytes(t, goldenV6State(t))
 	require.Equal(t, "43525153"+"0006"+"0000000000000001"+"0000000000000001"+"0000000000000003",
 		hex.EncodeToString(snap6[:30]))
@@ -902,6 +951,39 @@ func TestFormatIsStable(t *testing.T) {
 	restored = New()
 	require.NoError(t, restored.Restore(bytes.NewReader(snap6)))
 	require.Equal(t, snap6, snapshotBytes(t, restored))
+
+	// The subscriptions of log format 6, pinned the same way.
+	v6s, err := EncodeCommitBatch(goldenV6SubsBatch())
+	require.NoError(t, err)
+	require.Len(t, v6s, goldenV6SubsBatchLen)
+	require.Equal(t, goldenV6SubsBatchSHA256, sha256Hex(v6s))
+	require.True(t, bytes.HasSuffix(v6s, []byte{0xa1, 'v', 0x06}))
+	require.Equal(t, goldenSubscriptionHex, hex.EncodeToString(recordBody(goldenSubscription())))
+	require.Equal(t, goldenSubscriptionEventHex, hex.EncodeToString(recordBody(goldenSubscriptionEvent())))
+
+	// A whole snapshot of format 6: header (version 6, applied index 4),
+	// records, and an end marker of ten counts (1 task, 0 schedules, 0
+	// tombstones, 0 workflows, 0 pools, 0 ACL policies, 0 ACL tokens, no
+	// bootstrap, 2 subscriptions, 3 events held: two of "all" after its
+	// ack, the failure of "fails").
+	snap6s := snapshotBytes(t, goldenV6SubsState(t))
+	require.Equal(t, "43525153"+"0006"+"0000000000000001"+"0000000000000001"+"0000000000000004",
+		hex.EncodeToString(snap6s[:30]))
+	require.Equal(t, "ff"+"0000000000000001"+strings.Repeat("0000000000000000", 7)+"0000000000000002"+"0000000000000003",
+		hex.EncodeToString(snap6s[len(snap6s)-81:]))
+	require.Len(t, snap6s, goldenV6SubsSnapshotLen)
+	require.Equal(t, goldenV6SubsSnapshotSHA256, sha256Hex(snap6s))
+
+	_, v, err = DecodeEntry(v6s)
+	require.NoError(t, err)
+	want6s := goldenV6SubsBatch()
+	want6s.Version = 6
+	require.Equal(t, want6s, v)
+	restored = New()
+	require.NoError(t, restored.Restore(bytes.NewReader(snap6s)))
+	require.Equal(t, snap6s, snapshotBytes(t, restored))
+	require.Len(t, restored.SubscriptionEvents("all", 0, 0), 2)
+	require.Equal(t, []string{"all", "fails"}, restored.SubscriptionsHolding("a"))
 }
 
 // The golden values of log format 6 in TestFormatIsStable, computed once
@@ -919,8 +1001,8 @@ const (
 		"a16f06a165ba617474656d70742074696d6564206f757420616674657220317386a16e02a16ccf0000000500000002a27361ff" +
 		"a26661d30000010000000000a16f02a165a97065726d616e656e74a27361d317979cfe362a0000a27561d317979cfee8fa5e00" +
 		"a2636909a26d69cd012c"
-	goldenV6SnapshotLen    = 3421
-	goldenV6SnapshotSHA256 = "49120ab9c8d1e31e4dd0f2b7bf6403ee86a577e5aecec91fee2262c2b9406339"
+	goldenV6SnapshotLen    = 3437
+	goldenV6SnapshotSHA256 = "de7d3c28ab92f8f2c7475f5aca2bdca1c06fcfbab4f8b73144aabe54bc8fd92c"
 )
 
 // TestGoldenBatchesCoverEveryKind holds the golden batches of
@@ -935,7 +1017,7 @@ func TestGoldenBatchesCoverEveryKind(t *testing.T) {
 		}
 		return out
 	}
-	old, v3, v4, v5, v6 := kinds(goldenBatch()), kinds(goldenV3Batch()), kinds(goldenV4Batch()), kinds(goldenV5Batch()), kinds(goldenV6Batch())
+	old, v3, v4, v5, v6 := kinds(goldenBatch()), kinds(goldenV3Batch()), kinds(goldenV4Batch()), kinds(goldenV5Batch()), append(kinds(goldenV6Batch()), kinds(goldenV6SubsBatch())...)
 	for i := 0; i < numMutationKinds; i++ {
 		name := reflect.TypeOf(Mutation{}).Field(i).Name
 		switch {
@@ -1032,6 +1114,19 @@ func TestGoldenBatchesCoverEveryKind(t *testing.T) {
 	}
 	task := goldenV6Task()
 	requireFieldsSet(t, task, format6TaskFields...)
+	for _, m := range goldenV6SubsBatch().Mutations {
+		switch {
+		case m.PutSubscription != nil:
+			requireFieldsSet(t, m.PutSubscription)
+		case m.DelSubscription != nil:
+			requireFieldsSet(t, m.DelSubscription)
+		case m.AckSubscription != nil:
+			requireFieldsSet(t, m.AckSubscription)
+		case m.StallSubscription != nil:
+			requireFieldsSet(t, m.StallSubscription)
+		}
+	}
+	requireFieldsSet(t, goldenSubscriptionEvent())
 	for _, name := range []string{"Attempt", "Worker", "Lease", "StartedAt", "FinishedAt", "Outcome", "Error"} {
 		set := false
 		for _, a := range task.Attempts {
@@ -1774,7 +1869,7 @@ func TestVersions(t *testing.T) {
 		name := kindName(&m)
 		var want uint16
 		switch name {
-		case "Requeue":
+		case "Requeue", "PutSubscription", "DelSubscription", "AckSubscription", "StallSubscription":
 			want = 6
 		case "Retry":
 			want = 6
@@ -2067,4 +2162,17 @@ const (
 	goldenACLTokenHex      = "88a161d92437643363386330612d376234302d346130652d396431632d356438663365306239613131a168c4202bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25ba16ea4726f6f74a17092a365746ca36f7073a16dc3a162c3a26361d317979cfe362a0000a263690b"
 	goldenV5SnapshotLen    = 496
 	goldenV5SnapshotSHA256 = "1dec8326295e38bd3da22695322ea06268a94bfc3acb0bb92a910ec083fb50c0"
+)
+
+// Pins of the subscriptions of log format 6.
+const (
+	goldenV6SubsBatchLen    = 294
+	goldenV6SubsBatchSHA256 = "f54d8dce160c6de12a81f805c6e9316a3543188f37b0378a3a528457dd83d6d2"
+	goldenSubscriptionHex   = "8fa16ea762696c6c696e67a17092a365746ca3706179a27374920506a16b91a6636861726765a27768bc68747470733a2f2f686f6f6b732e6578616d706c652f63726f6e6f71" +
+		"a3736563a6733363726574a361746fd300000006fc23ac00a26d6405a361636bce07000001a2736cc3a27372d9256576656e7420372e322073656e7420352074696d657320776974686f757420616e2061636b" +
+		"a27361d317979cfe362a0009a26361d317979cfe362a0000a2636903a26d690c"
+	goldenSubscriptionEventHex = "8ba3737562a762696c6c696e67a163ce08000002a26964ba30314a3030303030303030303030303030303030303030303039a170a3706179a16ba6636861726765" +
+		"a2737406a16103a16dad63617264206465636c696e6564a26174d317979cfe362a0004a27766a477662d31a27370a6636861726765"
+	goldenV6SubsSnapshotLen    = 579
+	goldenV6SubsSnapshotSHA256 = "d566e00989a0601c3bd6c173c6a018390b840c3efcb63cd140888a17d0a3b390"
 )

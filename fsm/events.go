@@ -60,19 +60,26 @@ func (s *State) SetEventSink(sink EventSink) {
 }
 
 // wantEvents reports whether anyone takes the events of the entry being
-// applied: without a sink they are not derived at all.
-func (s *State) wantEvents() bool { return s.sink != nil }
+// applied, the sink or a subscription: otherwise they are not derived at
+// all (their cursors are counted all the same, so that every replica hands
+// out the same ones).
+func (s *State) wantEvents() bool { return s.sink != nil || s.t.subs.Len() > 0 }
 
 // maxScratchEvents bounds the event buffer kept between entries.
 const maxScratchEvents = 4096
 
 // taskEvent notes the change of task old into new if its status changed.
 func (s *State) taskEvent(index uint64, old, new *Task) {
-	if new == nil || (old != nil && old.Status == new.Status) || !s.wantEvents() {
+	if new == nil || (old != nil && old.Status == new.Status) {
 		return
 	}
-	s.events = append(s.events, Event{
-		Cursor:   MakeCursor(index, len(s.events)),
+	seq := s.seq
+	s.seq++
+	if !s.wantEvents() {
+		return
+	}
+	ev := Event{
+		Cursor:   MakeCursor(index, seq),
 		TaskID:   new.ID,
 		Pool:     new.Pool,
 		Kind:     new.Kind,
@@ -82,17 +89,28 @@ func (s *State) taskEvent(index uint64, old, new *Task) {
 		At:       new.UpdatedAt,
 		Workflow: new.Workflow(),
 		Step:     new.Step(),
-	})
+	}
+	if s.t.subs.Len() > 0 {
+		s.holdEvent(&ev)
+	}
+	if s.sink != nil {
+		s.events = append(s.events, ev)
+	}
 }
 
 // workflowEvent notes the change of workflow old into new if its status
 // changed.
 func (s *State) workflowEvent(index uint64, old, new *Workflow) {
-	if new == nil || (old != nil && old.Status == new.Status) || !s.wantEvents() {
+	if new == nil || (old != nil && old.Status == new.Status) {
 		return
 	}
+	seq := s.seq
+	s.seq++
+	if s.sink == nil {
+		return // subscriptions take task events only
+	}
 	s.events = append(s.events, Event{
-		Cursor:         MakeCursor(index, len(s.events)),
+		Cursor:         MakeCursor(index, seq),
 		Kind:           new.Name,
 		At:             new.UpdatedAt,
 		Workflow:       new.ID,

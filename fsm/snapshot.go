@@ -21,11 +21,15 @@ import (
 //	           tasks by id, then schedules by name, then tombstones by node
 //	           id, then (version 3 on) workflows by id, then (version 4
 //	           on) pool settings by name, then (version 5 on) ACL
-//	           policies by name and ACL tokens by accessor
+//	           policies by name and ACL tokens by accessor, then (version
+//	           6 on) subscriptions by name and the events they hold by
+//	           (subscription, cursor)
 //	end        [0xff][uint64 tasks][uint64 schedules][uint64 tombstones],
 //	           from version 3 on [uint64 workflows], from version 4 on
-//	           [uint64 pools], and from version 5 on [uint64 ACL
-//	           policies][uint64 ACL tokens][uint64 ACL bootstrap index]
+//	           [uint64 pools], from version 5 on [uint64 ACL
+//	           policies][uint64 ACL tokens][uint64 ACL bootstrap index],
+//	           and from version 6 on [uint64 subscriptions][uint64
+//	           subscription events]
 //
 // The encoding is a pure function of the state, so every node that applied
 // the same log writes the same bytes.
@@ -40,6 +44,8 @@ const (
 	recPool      byte = 5 // log format 4
 	recACLPolicy byte = 6 // log format 5
 	recACLToken  byte = 7 // log format 5
+	recSub       byte = 8 // log format 6
+	recSubEvent  byte = 9 // log format 6
 	recEnd       byte = 0xff
 
 	// maxRecordSize bounds one record of a snapshot being restored.
@@ -138,6 +144,19 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 			record(recACLToken)
 		}
 	}
+	if err == nil {
+		t.subs.Ascend(func(it subItem) bool {
+			body, err = it.s.MarshalMsg(body[:0])
+			return err == nil && record(recSub)
+		})
+	}
+	if err == nil {
+		t.subEvs.Ascend(func(it subEvItem) bool {
+			rec := subEventRecord(it)
+			body, err = rec.MarshalMsg(body[:0])
+			return err == nil && record(recSubEvent)
+		})
+	}
 	if err != nil {
 		return cw.n, fmt.Errorf("writing snapshot records: %w", err)
 	}
@@ -157,6 +176,10 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 		end = binary.BigEndian.AppendUint64(end, uint64(len(t.acl.tokens)))
 		end = binary.BigEndian.AppendUint64(end, t.acl.bootstrapIndex)
 	}
+	if version >= 6 {
+		end = binary.BigEndian.AppendUint64(end, uint64(t.subs.Len()))
+		end = binary.BigEndian.AppendUint64(end, uint64(t.subEvs.Len()))
+	}
 	if _, err := bw.Write(end); err != nil {
 		return cw.n, fmt.Errorf("writing snapshot end: %w", err)
 	}
@@ -167,8 +190,9 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 }
 
 // version is the log format the records of t need: the highest Version of
-// its tasks and schedules, 3 when it holds a workflow and 4 when it holds
-// pool settings.
+// its tasks and schedules, 3 when it holds a workflow, 4 when it holds
+// pool settings, 5 when it holds ACL objects and 6 when it holds a
+// subscription.
 func (t *tables) version() uint16 {
 	v := uint16(1)
 	if t.wfs.Len() > 0 {
@@ -179,6 +203,9 @@ func (t *tables) version() uint16 {
 	}
 	if !t.acl.empty() {
 		v = 5
+	}
+	if t.subs.Len() > 0 {
+		v = 6
 	}
 	t.tasks.Ascend(func(it taskItem) bool {
 		v = max(v, it.t.Version())
@@ -228,6 +255,8 @@ func (s *State) restore(r io.Reader, accept func(snapshot, applied uint64) error
 	}
 	s.mu.Lock()
 	s.t = t
+	close(s.subWatch) // the subscriptions may have changed
+	s.subWatch = make(chan struct{})
 	s.mu.Unlock()
 	// The snapshot is a whole state this release can hold: applying
 	// resumes from it.
@@ -286,6 +315,8 @@ func readSnapshot(r io.Reader, version uint16) (*tables, error) {
 		}
 		maxType := recTombstone
 		switch {
+		case hdrVersion >= 6:
+			maxType = recSubEvent
 		case hdrVersion >= 5:
 			maxType = recACLToken
 		case hdrVersion >= 4:
@@ -318,9 +349,11 @@ func readSnapshot(r io.Reader, version uint16) (*tables, error) {
 		}
 	}
 
-	var endBuf [8 * 8]byte
+	var endBuf [10 * 8]byte
 	end := endBuf[:3*8]
 	switch {
+	case hdrVersion >= 6:
+		end = endBuf[:10*8]
 	case hdrVersion >= 5:
 		end = endBuf[:8*8]
 	case hdrVersion >= 4:
@@ -354,6 +387,13 @@ func readSnapshot(r io.Reader, version uint16) (*tables, error) {
 		}
 		if bi := binary.BigEndian.Uint64(end[56:]); bi != 0 {
 			t.aclWritable().bootstrapIndex = bi
+		}
+	}
+	if hdrVersion >= 6 {
+		ns, ne := binary.BigEndian.Uint64(end[64:]), binary.BigEndian.Uint64(end[72:])
+		if ns != uint64(t.subs.Len()) || ne != uint64(t.subEvs.Len()) {
+			return nil, badSnapshot("end marker counts %d subscriptions and %d subscription events; read %d and %d",
+				ns, ne, t.subs.Len(), t.subEvs.Len())
 		}
 	}
 	if err := t.checkReferences(); err != nil {
@@ -459,6 +499,33 @@ func (t *tables) restoreRecord(typ byte, body []byte, prev string) (string, erro
 			return "", fmt.Errorf("acl token %s: duplicate secret", tk.Accessor)
 		}
 		key, put = tk.Accessor, func() { t.aclWritable().putToken(tk) }
+	case recSub:
+		sub := new(Subscription)
+		if err := decodeBody(body, sub); err != nil {
+			return "", fmt.Errorf("subscription: %w", err)
+		}
+		if err := sub.Check(); err != nil {
+			return "", fmt.Errorf("subscription: %w", err)
+		}
+		key, put = sub.Name, func() { t.putSub(nil, sub) }
+	case recSubEvent:
+		rec := new(SubscriptionEvent)
+		if err := decodeBody(body, rec); err != nil {
+			return "", fmt.Errorf("subscription event: %w", err)
+		}
+		sub, ok := t.subscription(rec.Subscription)
+		switch {
+		case !ok:
+			return "", fmt.Errorf("event %d of subscription %q: no such subscription", rec.Cursor, rec.Subscription)
+		case rec.Cursor <= sub.Acked:
+			return "", fmt.Errorf("event %d of subscription %q: acked (up to %d)", rec.Cursor, rec.Subscription, sub.Acked)
+		case rec.TaskID == "" || !rec.Status.Valid():
+			return "", fmt.Errorf("event %d of subscription %q: no task or an invalid status", rec.Cursor, rec.Subscription)
+		}
+		// Names have no NUL and cursors are fixed-width: the keys sort as
+		// (subscription, cursor).
+		key = fmt.Sprintf("%s\x00%016x", rec.Subscription, rec.Cursor)
+		put = func() { t.holdSubEvent(subEventItem(rec)) }
 	case recTombstone:
 		tb := new(Tombstone)
 		if err := decodeBody(body, tb); err != nil {
@@ -496,4 +563,21 @@ func (t *tables) checkReferences() error {
 		return err == nil
 	})
 	return err
+}
+
+// subEventRecord is the snapshot record of an event a subscription holds.
+func subEventRecord(it subEvItem) SubscriptionEvent {
+	ev := it.ev
+	return SubscriptionEvent{
+		Subscription: it.sub, Cursor: it.cursor, TaskID: ev.TaskID, Pool: ev.Pool, Kind: ev.Kind,
+		Status: ev.Status, Attempt: ev.Attempt, Message: ev.Message, At: ev.At, Workflow: ev.Workflow, Step: ev.Step,
+	}
+}
+
+// subEventItem is the held event of a snapshot record.
+func subEventItem(rec *SubscriptionEvent) subEvItem {
+	return subEvItem{sub: rec.Subscription, cursor: rec.Cursor, ev: &Event{
+		Cursor: rec.Cursor, TaskID: rec.TaskID, Pool: rec.Pool, Kind: rec.Kind, Status: rec.Status,
+		Attempt: rec.Attempt, Message: rec.Message, At: rec.At, Workflow: rec.Workflow, Step: rec.Step,
+	}}
 }

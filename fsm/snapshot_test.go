@@ -576,6 +576,9 @@ func FuzzRestore(f *testing.F) {
 	v1, err := os.ReadFile(filepath.Join("testdata", "v1", "snapshot.bin"))
 	require.NoError(f, err)
 	f.Add(v1)
+	// Log format 6: subscriptions and the events they hold.
+	f.Add(snapshotBytes(f, goldenV6SubsState(f)))
+	f.Add(snapshotBytes(f, goldenV6State(f)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := New()
 		s.Apply(1, 1, bumpEntry(t, 1))

@@ -49,6 +49,7 @@ func lessSched(a, b schedItem) bool { return a.name < b.name }
 func lessTomb(a, b Tombstone) bool  { return a.NodeID < b.NodeID }
 func lessWf(a, b wfItem) bool       { return a.id < b.id }
 func lessPool(a, b poolItem) bool   { return a.name < b.name }
+func lessSub(a, b subItem) bool     { return a.name < b.name }
 func lessMember(a, b memberItem) bool {
 	if a.wf != b.wf {
 		return a.wf < b.wf
@@ -103,6 +104,14 @@ type tables struct {
 	pools map[string]*poolIndex
 	// acl holds the ACL policies and tokens (log format 5); immutable.
 	acl *aclTables
+	// Durable subscriptions (log format 6): the records by name, the
+	// events they hold by (subscription, cursor), which subscriptions
+	// hold an event of each task (for retention), and how many events
+	// each holds.
+	subs     *btree.BTreeG[subItem]
+	subEvs   *btree.BTreeG[subEvItem]
+	subHeld  *btree.BTreeG[heldItem]
+	subCount map[string]int
 }
 
 func newTables() *tables {
@@ -117,6 +126,10 @@ func newTables() *tables {
 		settings: btree.NewG(btreeDegree, lessPool),
 		pools:    make(map[string]*poolIndex),
 		acl:      emptyACL,
+		subs:     btree.NewG(btreeDegree, lessSub),
+		subEvs:   btree.NewG(btreeDegree, lessSubEv),
+		subHeld:  btree.NewG(btreeDegree, lessHeld),
+		subCount: make(map[string]int),
 	}
 }
 
@@ -136,6 +149,13 @@ func (t *tables) clone() *tables {
 	c.pools = make(map[string]*poolIndex, len(t.pools))
 	for name, p := range t.pools {
 		c.pools[name] = p.clone()
+	}
+	c.subs = t.subs.Clone()
+	c.subEvs = t.subEvs.Clone()
+	c.subHeld = t.subHeld.Clone()
+	c.subCount = make(map[string]int, len(t.subCount))
+	for name, n := range t.subCount {
+		c.subCount[name] = n
 	}
 	return &c
 }
@@ -257,8 +277,14 @@ type State struct {
 	batch   CommitBatch // decode buffer, reused between entries
 	undo    []undo      // changes of the batch being applied, for rollback
 	index   uint64      // log index of the batch being applied
+	seq     int         // status changes of the batch being applied so far
 	events  []Event     // status events of the batch being applied
 	sink    EventSink   // where the events of each applied batch go
+	// subChanged: the batch being applied changed a subscription or the
+	// events held; subWatch is closed (and replaced) when one that did is
+	// applied, or a snapshot restored.
+	subChanged bool
+	subWatch   chan struct{}
 
 	// mu guards t: held for writing while an entry is applied or a View is
 	// taken, for reading by reads.
@@ -274,7 +300,7 @@ func New() *State { return NewVersion(LogVersion) }
 // to version only, as a release of that version would: an entry that needs
 // more halts it. Tests use it to play an older node.
 func NewVersion(version uint16) *State {
-	return &State{t: newTables(), version: version}
+	return &State{t: newTables(), version: version, subWatch: make(chan struct{})}
 }
 
 // Version returns the newest log format the state applies.
@@ -324,6 +350,8 @@ type undo struct {
 	oldW, newW *Workflow
 	oldP, newP *Pool
 	oldA       *aclTables
+	oldU, newU *Subscription
+	ev         subEvItem // an event a subscription took (kind undoSubEvent) or dropped (undoSubEventDrop)
 	kind       undoKind
 }
 
@@ -336,6 +364,9 @@ const (
 	undoWorkflow
 	undoPool
 	undoACL
+	undoSub
+	undoSubEvent
+	undoSubEventDrop
 )
 
 // Apply applies the log entry data committed at index in term. It returns,
@@ -387,6 +418,7 @@ func (s *State) Apply(index, term uint64, data []byte) any {
 			return err
 		}
 		s.flushEvents(index)
+		s.notifySubscriptions()
 		return nil
 	}
 	if typ&IgnoreUnknownFlag == 0 {
@@ -427,7 +459,7 @@ func (s *State) applyBatch(index uint64, b *CommitBatch) error {
 		return fmt.Errorf("commit batch of epoch %d at epoch %d: %w", b.Epoch, s.t.epoch, ErrStaleEpoch)
 	}
 	defer s.clearUndo()
-	s.index = index
+	s.index, s.seq, s.subChanged = index, 0, false
 	for i := range b.Mutations {
 		if err := s.mutate(index, b.Time, &b.Mutations[i]); err != nil {
 			s.rollback()
@@ -463,8 +495,15 @@ func (s *State) rollback() {
 			s.t.putPool(u.newP, u.oldP)
 		case undoACL:
 			s.t.acl = u.oldA
+		case undoSub:
+			s.t.putSub(u.newU, u.oldU)
+		case undoSubEvent:
+			s.t.dropSubEvent(u.ev)
+		case undoSubEventDrop:
+			s.t.holdSubEvent(u.ev)
 		}
 	}
+	s.subChanged = false
 }
 
 // The setters below are the only writers used while applying a batch: each
@@ -551,6 +590,14 @@ func (s *State) mutate(index uint64, batchTime Instant, m *Mutation) error {
 		return s.delACL(m.DelACL)
 	case m.Requeue != nil:
 		return s.requeue(index, instant(m.Requeue.At, batchTime), m.Requeue)
+	case m.PutSubscription != nil:
+		return s.putSubscription(index, batchTime, m.PutSubscription)
+	case m.DelSubscription != nil:
+		return s.delSubscription(m.DelSubscription)
+	case m.AckSubscription != nil:
+		return s.ackSubscription(index, m.AckSubscription)
+	case m.StallSubscription != nil:
+		return s.stallSubscription(index, instant(m.StallSubscription.At, batchTime), m.StallSubscription)
 	}
 	return errors.New("empty mutation") // unreachable: decoding checks this
 }

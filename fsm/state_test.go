@@ -703,6 +703,9 @@ func FuzzApply(f *testing.F) {
 		{purgeWorkflow("we"), finishInto("a", 0, StatusSucceeded, "w")},
 		{fireWorkflow("s", baseTime, "w"), {PutSchedule: goldenV3Schedule()}},
 		{insertBlocked("d", "p", "a"), endWorkflow("w", WorkflowFailed)}, // rejected: m is live
+		// Log format 6.
+		{putSub("s", []string{"p"}, nil, nil), finish("a", 0, StatusCancelled), ackSub("s", MakeCursor(3, 0))},
+		{putSub("all", nil, nil, nil), insert("d", "p", ""), stallSub("all", "x"), delSub("all")},
 	} {
 		f.Add(batchEntry(f, 1, ms...))
 	}

@@ -40,7 +40,9 @@ import (
 //	5  access control: ACL policies and tokens, the principal that
 //	   submitted a task
 //	6  attempt history (a task's last attempts, recorded as they end) and
-//	   an operator's retry of an ended task (Requeue)
+//	   an operator's retry of an ended task (Requeue); durable
+//	   subscriptions: subscription records, their acks and stalls, and
+//	   the events they hold (a snapshot record)
 const LogVersion = 6
 
 // Status is the lifecycle state of a task. The numeric values are part of the
@@ -629,7 +631,11 @@ type Mutation struct {
 	PutACLToken  *ACLToken  `msgpack:"atk,omitempty"`
 	DelACL       *DelACL    `msgpack:"dacl,omitempty"`
 	// Log format 6.
-	Requeue *Requeue `msgpack:"rq,omitempty"`
+	Requeue           *Requeue           `msgpack:"rq,omitempty"`
+	PutSubscription   *Subscription      `msgpack:"psb,omitempty"`
+	DelSubscription   *DelSubscription   `msgpack:"dsb,omitempty"`
+	AckSubscription   *AckSubscription   `msgpack:"asb,omitempty"`
+	StallSubscription *StallSubscription `msgpack:"ssb,omitempty"`
 }
 
 // fields reports how many fields of m are set.
@@ -642,7 +648,8 @@ func (m *Mutation) fields() int {
 		m.Tombstone != nil, m.Unblock != nil, m.PutWorkflow != nil,
 		m.EndWorkflow != nil, m.PurgeWorkflow != nil, m.Admit != nil,
 		m.PutPool != nil, m.PutACLPolicy != nil, m.PutACLToken != nil,
-		m.DelACL != nil, m.Requeue != nil,
+		m.DelACL != nil, m.Requeue != nil, m.PutSubscription != nil, m.DelSubscription != nil,
+		m.AckSubscription != nil, m.StallSubscription != nil,
 	} {
 		if set {
 			n++
@@ -661,7 +668,8 @@ func (m *Mutation) check() error {
 // Version is the log format a node needs to apply m.
 func (m *Mutation) Version() uint16 {
 	switch {
-	case m.Requeue != nil, m.Retry != nil && m.Retry.Outcome != 0, m.Finish != nil && m.Finish.Outcome != 0:
+	case m.Requeue != nil, m.Retry != nil && m.Retry.Outcome != 0, m.Finish != nil && m.Finish.Outcome != 0,
+		m.PutSubscription != nil, m.DelSubscription != nil, m.AckSubscription != nil, m.StallSubscription != nil:
 		return 6
 	case m.PutACLPolicy != nil, m.PutACLToken != nil, m.DelACL != nil:
 		return 5
@@ -1067,4 +1075,155 @@ type ACLToken struct {
 type DelACL struct {
 	Policy string `msgpack:"p,omitempty"`
 	Token  string `msgpack:"t,omitempty"`
+}
+
+// ---------------------------------------------------------------------------
+// Durable subscriptions (log format 6)
+// ---------------------------------------------------------------------------
+
+// Subscription is a named, durable subscription to task status events:
+// from the entry that creates it on, every task event its filter matches
+// is kept in the replicated state (SubscriptionEvent) until a consumer
+// acks it (Acked) or the subscription is removed. The record holds every
+// setting, the defaults filled in when it was created.
+type Subscription struct {
+	Name string `msgpack:"n"`
+	// The filter: a task event matches when its pool, status and kind are
+	// each among these (an empty list matches any).
+	Pools    []string `msgpack:"p,omitempty"`
+	Statuses []Status `msgpack:"st,omitempty"`
+	Kinds    []string `msgpack:"k,omitempty"`
+	// Webhook is the URL the leader posts the events to (none when empty),
+	// signed with Secret.
+	Webhook string `msgpack:"wh,omitempty"`
+	Secret  string `msgpack:"sec,omitempty"`
+	// AckTimeout is how long events sent to a consumer wait for its ack
+	// before they are sent again; MaxDeliveries how many times the first
+	// unacked event is sent before the subscription stalls.
+	AckTimeout    time.Duration `msgpack:"ato,omitempty"`
+	MaxDeliveries uint32        `msgpack:"md,omitempty"`
+
+	// Acked is the cursor up to which (inclusive) the events were acked.
+	Acked uint64 `msgpack:"ack,omitempty"`
+	// Stalled: its first unacked event was sent MaxDeliveries times without
+	// an ack; its events are kept. The next ack clears it.
+	Stalled     bool    `msgpack:"sl,omitempty"`
+	StallReason string  `msgpack:"sr,omitempty"`
+	StalledAt   Instant `msgpack:"sa,omitempty"`
+
+	CreatedAt   Instant `msgpack:"ca"`
+	CreateIndex uint64  `msgpack:"ci"`
+	ModifyIndex uint64  `msgpack:"mi"`
+}
+
+// Version is the log format a node needs to hold s: 6.
+func (s *Subscription) Version() uint16 { return 6 }
+
+// Clone returns a copy of s that shares nothing with it.
+func (s *Subscription) Clone() *Subscription {
+	c := *s
+	c.Pools = slices.Clone(s.Pools)
+	c.Statuses = slices.Clone(s.Statuses)
+	c.Kinds = slices.Clone(s.Kinds)
+	return &c
+}
+
+// maxSubscriptionName bounds the name of a subscription.
+const maxSubscriptionName = 128
+
+// CheckSubscriptionName reports what is wrong with name as the name of a
+// subscription: 1 to 128 letters, digits, '-', '_' and '.'.
+func CheckSubscriptionName(name string) error {
+	if name == "" || len(name) > maxSubscriptionName {
+		return fmt.Errorf("name %q: must be 1 to %d characters", name, maxSubscriptionName)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return fmt.Errorf("name %q: only letters, digits, '-', '_' and '.'", name)
+		}
+	}
+	return nil
+}
+
+// Check reports what is wrong with s as a record: its name, a filter list
+// that is not sorted, unique and free of empty names, an unknown status, a
+// negative ack timeout, or a secret without a webhook.
+func (s *Subscription) Check() error {
+	if err := CheckSubscriptionName(s.Name); err != nil {
+		return err
+	}
+	for _, l := range []struct {
+		name string
+		vals []string
+	}{{"pools", s.Pools}, {"kinds", s.Kinds}} {
+		for i, v := range l.vals {
+			if v == "" || i > 0 && l.vals[i-1] >= v {
+				return fmt.Errorf("%s: must be sorted, unique and not empty", l.name)
+			}
+		}
+	}
+	for i, st := range s.Statuses {
+		if !st.Valid() {
+			return fmt.Errorf("statuses: unknown status %d", st)
+		}
+		if i > 0 && s.Statuses[i-1] >= st {
+			return errors.New("statuses: must be sorted and unique")
+		}
+	}
+	switch {
+	case s.AckTimeout < 0:
+		return errors.New("ack_timeout: must not be negative")
+	case s.Secret != "" && s.Webhook == "":
+		return errors.New("secret: only with a webhook")
+	}
+	return nil
+}
+
+// Matches reports whether the filter of s takes task event ev. Workflow
+// events (no task) are never taken.
+func (s *Subscription) Matches(ev *Event) bool {
+	if ev.TaskID == "" {
+		return false
+	}
+	return (len(s.Pools) == 0 || slices.Contains(s.Pools, ev.Pool)) &&
+		(len(s.Statuses) == 0 || slices.Contains(s.Statuses, ev.Status)) &&
+		(len(s.Kinds) == 0 || slices.Contains(s.Kinds, ev.Kind))
+}
+
+// DelSubscription removes a subscription and every event it holds.
+type DelSubscription struct {
+	Name string `msgpack:"n"`
+}
+
+// AckSubscription acks the events of a subscription up to Cursor
+// (inclusive): they are dropped, and a stall is cleared. A cursor at or
+// before the subscription's Acked changes nothing; one past the last event
+// of the log acks up to that event.
+type AckSubscription struct {
+	Name   string `msgpack:"n"`
+	Cursor uint64 `msgpack:"c"`
+}
+
+// StallSubscription marks a subscription stalled: its first unacked event
+// was delivered as many times as it allows without an ack.
+type StallSubscription struct {
+	Name   string  `msgpack:"n"`
+	Reason string  `msgpack:"r,omitempty"`
+	At     Instant `msgpack:"at"`
+}
+
+// SubscriptionEvent is an event a subscription holds, as a snapshot
+// stores it (log format 6).
+type SubscriptionEvent struct {
+	Subscription string  `msgpack:"sub"`
+	Cursor       uint64  `msgpack:"c"`
+	TaskID       string  `msgpack:"id"`
+	Pool         string  `msgpack:"p"`
+	Kind         string  `msgpack:"k"`
+	Status       Status  `msgpack:"st"`
+	Attempt      uint32  `msgpack:"a,omitempty"`
+	Message      string  `msgpack:"m,omitempty"`
+	At           Instant `msgpack:"at"`
+	Workflow     string  `msgpack:"wf,omitempty"`
+	Step         string  `msgpack:"sp,omitempty"`
 }

@@ -282,6 +282,67 @@ func (z *ACLToken) Msgsize() (s int) {
 }
 
 // MarshalMsg implements msgp.Marshaler
+func (z AckSubscription) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// map header, size 2
+	// string "n"
+	o = append(o, 0x82, 0xa1, 0x6e)
+	o = msgp.AppendString(o, z.Name)
+	// string "c"
+	o = append(o, 0xa1, 0x63)
+	o = msgp.AppendUint64(o, z.Cursor)
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *AckSubscription) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "n":
+			z.Name, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Name")
+				return
+			}
+		case "c":
+			z.Cursor, bts, err = msgp.ReadUint64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Cursor")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z AckSubscription) Msgsize() (s int) {
+	s = 1 + 2 + msgp.StringPrefixSize + len(z.Name) + 2 + msgp.Uint64Size
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
 func (z Admit) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// map header, size 3
@@ -912,6 +973,58 @@ func (z *DelSchedule) UnmarshalMsg(bts []byte) (o []byte, err error) {
 
 // Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
 func (z DelSchedule) Msgsize() (s int) {
+	s = 1 + 2 + msgp.StringPrefixSize + len(z.Name)
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z DelSubscription) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// map header, size 1
+	// string "n"
+	o = append(o, 0x81, 0xa1, 0x6e)
+	o = msgp.AppendString(o, z.Name)
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *DelSubscription) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "n":
+			z.Name, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Name")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z DelSubscription) Msgsize() (s int) {
 	s = 1 + 2 + msgp.StringPrefixSize + len(z.Name)
 	return
 }
@@ -2057,8 +2170,8 @@ func (z *KindSettings) Msgsize() (s int) {
 func (z *Mutation) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
-	zb0001Len := uint32(21)
-	var zb0001Mask uint32 /* 21 bits */
+	zb0001Len := uint32(25)
+	var zb0001Mask uint32 /* 25 bits */
 	_ = zb0001Mask
 	if z.Insert == nil {
 		zb0001Len--
@@ -2143,6 +2256,22 @@ func (z *Mutation) MarshalMsg(b []byte) (o []byte, err error) {
 	if z.Requeue == nil {
 		zb0001Len--
 		zb0001Mask |= 0x100000
+	}
+	if z.PutSubscription == nil {
+		zb0001Len--
+		zb0001Mask |= 0x200000
+	}
+	if z.DelSubscription == nil {
+		zb0001Len--
+		zb0001Mask |= 0x400000
+	}
+	if z.AckSubscription == nil {
+		zb0001Len--
+		zb0001Mask |= 0x800000
+	}
+	if z.StallSubscription == nil {
+		zb0001Len--
+		zb0001Mask |= 0x1000000
 	}
 	// variable map header, size zb0001Len
 	o = msgp.AppendMapHeader(o, zb0001Len)
@@ -2442,6 +2571,59 @@ func (z *Mutation) MarshalMsg(b []byte) (o []byte, err error) {
 				o, err = z.Requeue.MarshalMsg(o)
 				if err != nil {
 					err = msgp.WrapError(err, "Requeue")
+					return
+				}
+			}
+		}
+		if (zb0001Mask & 0x200000) == 0 { // if not omitted
+			// string "psb"
+			o = append(o, 0xa3, 0x70, 0x73, 0x62)
+			if z.PutSubscription == nil {
+				o = msgp.AppendNil(o)
+			} else {
+				o, err = z.PutSubscription.MarshalMsg(o)
+				if err != nil {
+					err = msgp.WrapError(err, "PutSubscription")
+					return
+				}
+			}
+		}
+		if (zb0001Mask & 0x400000) == 0 { // if not omitted
+			// string "dsb"
+			o = append(o, 0xa3, 0x64, 0x73, 0x62)
+			if z.DelSubscription == nil {
+				o = msgp.AppendNil(o)
+			} else {
+				// map header, size 1
+				// string "n"
+				o = append(o, 0x81, 0xa1, 0x6e)
+				o = msgp.AppendString(o, z.DelSubscription.Name)
+			}
+		}
+		if (zb0001Mask & 0x800000) == 0 { // if not omitted
+			// string "asb"
+			o = append(o, 0xa3, 0x61, 0x73, 0x62)
+			if z.AckSubscription == nil {
+				o = msgp.AppendNil(o)
+			} else {
+				// map header, size 2
+				// string "n"
+				o = append(o, 0x82, 0xa1, 0x6e)
+				o = msgp.AppendString(o, z.AckSubscription.Name)
+				// string "c"
+				o = append(o, 0xa1, 0x63)
+				o = msgp.AppendUint64(o, z.AckSubscription.Cursor)
+			}
+		}
+		if (zb0001Mask & 0x1000000) == 0 { // if not omitted
+			// string "ssb"
+			o = append(o, 0xa3, 0x73, 0x73, 0x62)
+			if z.StallSubscription == nil {
+				o = msgp.AppendNil(o)
+			} else {
+				o, err = z.StallSubscription.MarshalMsg(o)
+				if err != nil {
+					err = msgp.WrapError(err, "StallSubscription")
 					return
 				}
 			}
@@ -2989,6 +3171,126 @@ func (z *Mutation) UnmarshalMsg(bts []byte) (o []byte, err error) {
 					return
 				}
 			}
+		case "psb":
+			if msgp.IsNil(bts) {
+				bts, err = msgp.ReadNilBytes(bts)
+				if err != nil {
+					return
+				}
+				z.PutSubscription = nil
+			} else {
+				if z.PutSubscription == nil {
+					z.PutSubscription = new(Subscription)
+				}
+				bts, err = z.PutSubscription.UnmarshalMsg(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "PutSubscription")
+					return
+				}
+			}
+		case "dsb":
+			if msgp.IsNil(bts) {
+				bts, err = msgp.ReadNilBytes(bts)
+				if err != nil {
+					return
+				}
+				z.DelSubscription = nil
+			} else {
+				if z.DelSubscription == nil {
+					z.DelSubscription = new(DelSubscription)
+				}
+				var zb0010 uint32
+				zb0010, bts, err = msgp.ReadMapHeaderBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "DelSubscription")
+					return
+				}
+				for zb0010 > 0 {
+					zb0010--
+					field, bts, err = msgp.ReadMapKeyZC(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "DelSubscription")
+						return
+					}
+					switch msgp.UnsafeString(field) {
+					case "n":
+						z.DelSubscription.Name, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "DelSubscription", "Name")
+							return
+						}
+					default:
+						bts, err = msgp.Skip(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "DelSubscription")
+							return
+						}
+					}
+				}
+			}
+		case "asb":
+			if msgp.IsNil(bts) {
+				bts, err = msgp.ReadNilBytes(bts)
+				if err != nil {
+					return
+				}
+				z.AckSubscription = nil
+			} else {
+				if z.AckSubscription == nil {
+					z.AckSubscription = new(AckSubscription)
+				}
+				var zb0011 uint32
+				zb0011, bts, err = msgp.ReadMapHeaderBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "AckSubscription")
+					return
+				}
+				for zb0011 > 0 {
+					zb0011--
+					field, bts, err = msgp.ReadMapKeyZC(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "AckSubscription")
+						return
+					}
+					switch msgp.UnsafeString(field) {
+					case "n":
+						z.AckSubscription.Name, bts, err = msgp.ReadStringBytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "AckSubscription", "Name")
+							return
+						}
+					case "c":
+						z.AckSubscription.Cursor, bts, err = msgp.ReadUint64Bytes(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "AckSubscription", "Cursor")
+							return
+						}
+					default:
+						bts, err = msgp.Skip(bts)
+						if err != nil {
+							err = msgp.WrapError(err, "AckSubscription")
+							return
+						}
+					}
+				}
+			}
+		case "ssb":
+			if msgp.IsNil(bts) {
+				bts, err = msgp.ReadNilBytes(bts)
+				if err != nil {
+					return
+				}
+				z.StallSubscription = nil
+			} else {
+				if z.StallSubscription == nil {
+					z.StallSubscription = new(StallSubscription)
+				}
+				bts, err = z.StallSubscription.UnmarshalMsg(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "StallSubscription")
+					return
+				}
+			}
 		default:
 			bts, err = msgp.Skip(bts)
 			if err != nil {
@@ -3128,6 +3430,30 @@ func (z *Mutation) Msgsize() (s int) {
 		s += msgp.NilSize
 	} else {
 		s += z.Requeue.Msgsize()
+	}
+	s += 4
+	if z.PutSubscription == nil {
+		s += msgp.NilSize
+	} else {
+		s += z.PutSubscription.Msgsize()
+	}
+	s += 4
+	if z.DelSubscription == nil {
+		s += msgp.NilSize
+	} else {
+		s += 1 + 2 + msgp.StringPrefixSize + len(z.DelSubscription.Name)
+	}
+	s += 4
+	if z.AckSubscription == nil {
+		s += msgp.NilSize
+	} else {
+		s += 1 + 2 + msgp.StringPrefixSize + len(z.AckSubscription.Name) + 2 + msgp.Uint64Size
+	}
+	s += 4
+	if z.StallSubscription == nil {
+		s += msgp.NilSize
+	} else {
+		s += z.StallSubscription.Msgsize()
 	}
 	return
 }
@@ -4919,6 +5245,95 @@ func (z *Schedule) Msgsize() (s int) {
 }
 
 // MarshalMsg implements msgp.Marshaler
+func (z StallSubscription) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// check for omitted fields
+	zb0001Len := uint32(3)
+	var zb0001Mask uint8 /* 3 bits */
+	_ = zb0001Mask
+	if z.Reason == "" {
+		zb0001Len--
+		zb0001Mask |= 0x2
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "n"
+		o = append(o, 0xa1, 0x6e)
+		o = msgp.AppendString(o, z.Name)
+		if (zb0001Mask & 0x2) == 0 { // if not omitted
+			// string "r"
+			o = append(o, 0xa1, 0x72)
+			o = msgp.AppendString(o, z.Reason)
+		}
+		// string "at"
+		o = append(o, 0xa2, 0x61, 0x74)
+		o = msgp.AppendInt64(o, int64(z.At))
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *StallSubscription) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "n":
+			z.Name, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Name")
+				return
+			}
+		case "r":
+			z.Reason, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Reason")
+				return
+			}
+		case "at":
+			{
+				var zb0002 int64
+				zb0002, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "At")
+					return
+				}
+				z.At = Instant(zb0002)
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z StallSubscription) Msgsize() (s int) {
+	s = 1 + 2 + msgp.StringPrefixSize + len(z.Name) + 2 + msgp.StringPrefixSize + len(z.Reason) + 3 + msgp.Int64Size
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
 func (z *Start) MarshalMsg(b []byte) (o []byte, err error) {
 	o = msgp.Require(b, z.Msgsize())
 	// check for omitted fields
@@ -5595,6 +6010,510 @@ func (z *StepTemplate) Msgsize() (s int) {
 		s += msgp.StringPrefixSize + len(z.DependsOn[za0003])
 	}
 	s += 4 + msgp.Uint8Size + 4 + msgp.BoolSize
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z *Subscription) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// check for omitted fields
+	zb0001Len := uint32(15)
+	var zb0001Mask uint16 /* 15 bits */
+	_ = zb0001Mask
+	if z.Pools == nil {
+		zb0001Len--
+		zb0001Mask |= 0x2
+	}
+	if z.Statuses == nil {
+		zb0001Len--
+		zb0001Mask |= 0x4
+	}
+	if z.Kinds == nil {
+		zb0001Len--
+		zb0001Mask |= 0x8
+	}
+	if z.Webhook == "" {
+		zb0001Len--
+		zb0001Mask |= 0x10
+	}
+	if z.Secret == "" {
+		zb0001Len--
+		zb0001Mask |= 0x20
+	}
+	if z.AckTimeout == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x40
+	}
+	if z.MaxDeliveries == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x80
+	}
+	if z.Acked == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x100
+	}
+	if z.Stalled == false {
+		zb0001Len--
+		zb0001Mask |= 0x200
+	}
+	if z.StallReason == "" {
+		zb0001Len--
+		zb0001Mask |= 0x400
+	}
+	if z.StalledAt == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x800
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "n"
+		o = append(o, 0xa1, 0x6e)
+		o = msgp.AppendString(o, z.Name)
+		if (zb0001Mask & 0x2) == 0 { // if not omitted
+			// string "p"
+			o = append(o, 0xa1, 0x70)
+			o = msgp.AppendArrayHeader(o, uint32(len(z.Pools)))
+			for za0001 := range z.Pools {
+				o = msgp.AppendString(o, z.Pools[za0001])
+			}
+		}
+		if (zb0001Mask & 0x4) == 0 { // if not omitted
+			// string "st"
+			o = append(o, 0xa2, 0x73, 0x74)
+			o = msgp.AppendArrayHeader(o, uint32(len(z.Statuses)))
+			for za0002 := range z.Statuses {
+				o = msgp.AppendUint8(o, uint8(z.Statuses[za0002]))
+			}
+		}
+		if (zb0001Mask & 0x8) == 0 { // if not omitted
+			// string "k"
+			o = append(o, 0xa1, 0x6b)
+			o = msgp.AppendArrayHeader(o, uint32(len(z.Kinds)))
+			for za0003 := range z.Kinds {
+				o = msgp.AppendString(o, z.Kinds[za0003])
+			}
+		}
+		if (zb0001Mask & 0x10) == 0 { // if not omitted
+			// string "wh"
+			o = append(o, 0xa2, 0x77, 0x68)
+			o = msgp.AppendString(o, z.Webhook)
+		}
+		if (zb0001Mask & 0x20) == 0 { // if not omitted
+			// string "sec"
+			o = append(o, 0xa3, 0x73, 0x65, 0x63)
+			o = msgp.AppendString(o, z.Secret)
+		}
+		if (zb0001Mask & 0x40) == 0 { // if not omitted
+			// string "ato"
+			o = append(o, 0xa3, 0x61, 0x74, 0x6f)
+			o = msgp.AppendDuration(o, z.AckTimeout)
+		}
+		if (zb0001Mask & 0x80) == 0 { // if not omitted
+			// string "md"
+			o = append(o, 0xa2, 0x6d, 0x64)
+			o = msgp.AppendUint32(o, z.MaxDeliveries)
+		}
+		if (zb0001Mask & 0x100) == 0 { // if not omitted
+			// string "ack"
+			o = append(o, 0xa3, 0x61, 0x63, 0x6b)
+			o = msgp.AppendUint64(o, z.Acked)
+		}
+		if (zb0001Mask & 0x200) == 0 { // if not omitted
+			// string "sl"
+			o = append(o, 0xa2, 0x73, 0x6c)
+			o = msgp.AppendBool(o, z.Stalled)
+		}
+		if (zb0001Mask & 0x400) == 0 { // if not omitted
+			// string "sr"
+			o = append(o, 0xa2, 0x73, 0x72)
+			o = msgp.AppendString(o, z.StallReason)
+		}
+		if (zb0001Mask & 0x800) == 0 { // if not omitted
+			// string "sa"
+			o = append(o, 0xa2, 0x73, 0x61)
+			o = msgp.AppendInt64(o, int64(z.StalledAt))
+		}
+		// string "ca"
+		o = append(o, 0xa2, 0x63, 0x61)
+		o = msgp.AppendInt64(o, int64(z.CreatedAt))
+		// string "ci"
+		o = append(o, 0xa2, 0x63, 0x69)
+		o = msgp.AppendUint64(o, z.CreateIndex)
+		// string "mi"
+		o = append(o, 0xa2, 0x6d, 0x69)
+		o = msgp.AppendUint64(o, z.ModifyIndex)
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *Subscription) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "n":
+			z.Name, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Name")
+				return
+			}
+		case "p":
+			var zb0002 uint32
+			zb0002, bts, err = msgp.ReadArrayHeaderBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Pools")
+				return
+			}
+			if cap(z.Pools) >= int(zb0002) {
+				z.Pools = (z.Pools)[:zb0002]
+			} else {
+				z.Pools = make([]string, zb0002)
+			}
+			for za0001 := range z.Pools {
+				z.Pools[za0001], bts, err = msgp.ReadStringBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Pools", za0001)
+					return
+				}
+			}
+		case "st":
+			var zb0003 uint32
+			zb0003, bts, err = msgp.ReadArrayHeaderBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Statuses")
+				return
+			}
+			if cap(z.Statuses) >= int(zb0003) {
+				z.Statuses = (z.Statuses)[:zb0003]
+			} else {
+				z.Statuses = make([]Status, zb0003)
+			}
+			for za0002 := range z.Statuses {
+				{
+					var zb0004 uint8
+					zb0004, bts, err = msgp.ReadUint8Bytes(bts)
+					if err != nil {
+						err = msgp.WrapError(err, "Statuses", za0002)
+						return
+					}
+					z.Statuses[za0002] = Status(zb0004)
+				}
+			}
+		case "k":
+			var zb0005 uint32
+			zb0005, bts, err = msgp.ReadArrayHeaderBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Kinds")
+				return
+			}
+			if cap(z.Kinds) >= int(zb0005) {
+				z.Kinds = (z.Kinds)[:zb0005]
+			} else {
+				z.Kinds = make([]string, zb0005)
+			}
+			for za0003 := range z.Kinds {
+				z.Kinds[za0003], bts, err = msgp.ReadStringBytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Kinds", za0003)
+					return
+				}
+			}
+		case "wh":
+			z.Webhook, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Webhook")
+				return
+			}
+		case "sec":
+			z.Secret, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Secret")
+				return
+			}
+		case "ato":
+			z.AckTimeout, bts, err = msgp.ReadDurationBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "AckTimeout")
+				return
+			}
+		case "md":
+			z.MaxDeliveries, bts, err = msgp.ReadUint32Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "MaxDeliveries")
+				return
+			}
+		case "ack":
+			z.Acked, bts, err = msgp.ReadUint64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Acked")
+				return
+			}
+		case "sl":
+			z.Stalled, bts, err = msgp.ReadBoolBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Stalled")
+				return
+			}
+		case "sr":
+			z.StallReason, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "StallReason")
+				return
+			}
+		case "sa":
+			{
+				var zb0006 int64
+				zb0006, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "StalledAt")
+					return
+				}
+				z.StalledAt = Instant(zb0006)
+			}
+		case "ca":
+			{
+				var zb0007 int64
+				zb0007, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "CreatedAt")
+					return
+				}
+				z.CreatedAt = Instant(zb0007)
+			}
+		case "ci":
+			z.CreateIndex, bts, err = msgp.ReadUint64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "CreateIndex")
+				return
+			}
+		case "mi":
+			z.ModifyIndex, bts, err = msgp.ReadUint64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "ModifyIndex")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z *Subscription) Msgsize() (s int) {
+	s = 1 + 2 + msgp.StringPrefixSize + len(z.Name) + 2 + msgp.ArrayHeaderSize
+	for za0001 := range z.Pools {
+		s += msgp.StringPrefixSize + len(z.Pools[za0001])
+	}
+	s += 3 + msgp.ArrayHeaderSize + (len(z.Statuses) * (msgp.Uint8Size)) + 2 + msgp.ArrayHeaderSize
+	for za0003 := range z.Kinds {
+		s += msgp.StringPrefixSize + len(z.Kinds[za0003])
+	}
+	s += 3 + msgp.StringPrefixSize + len(z.Webhook) + 4 + msgp.StringPrefixSize + len(z.Secret) + 4 + msgp.DurationSize + 3 + msgp.Uint32Size + 4 + msgp.Uint64Size + 3 + msgp.BoolSize + 3 + msgp.StringPrefixSize + len(z.StallReason) + 3 + msgp.Int64Size + 3 + msgp.Int64Size + 3 + msgp.Uint64Size + 3 + msgp.Uint64Size
+	return
+}
+
+// MarshalMsg implements msgp.Marshaler
+func (z *SubscriptionEvent) MarshalMsg(b []byte) (o []byte, err error) {
+	o = msgp.Require(b, z.Msgsize())
+	// check for omitted fields
+	zb0001Len := uint32(11)
+	var zb0001Mask uint16 /* 11 bits */
+	_ = zb0001Mask
+	if z.Attempt == 0 {
+		zb0001Len--
+		zb0001Mask |= 0x40
+	}
+	if z.Message == "" {
+		zb0001Len--
+		zb0001Mask |= 0x80
+	}
+	if z.Workflow == "" {
+		zb0001Len--
+		zb0001Mask |= 0x200
+	}
+	if z.Step == "" {
+		zb0001Len--
+		zb0001Mask |= 0x400
+	}
+	// variable map header, size zb0001Len
+	o = append(o, 0x80|uint8(zb0001Len))
+
+	// skip if no fields are to be emitted
+	if zb0001Len != 0 {
+		// string "sub"
+		o = append(o, 0xa3, 0x73, 0x75, 0x62)
+		o = msgp.AppendString(o, z.Subscription)
+		// string "c"
+		o = append(o, 0xa1, 0x63)
+		o = msgp.AppendUint64(o, z.Cursor)
+		// string "id"
+		o = append(o, 0xa2, 0x69, 0x64)
+		o = msgp.AppendString(o, z.TaskID)
+		// string "p"
+		o = append(o, 0xa1, 0x70)
+		o = msgp.AppendString(o, z.Pool)
+		// string "k"
+		o = append(o, 0xa1, 0x6b)
+		o = msgp.AppendString(o, z.Kind)
+		// string "st"
+		o = append(o, 0xa2, 0x73, 0x74)
+		o = msgp.AppendUint8(o, uint8(z.Status))
+		if (zb0001Mask & 0x40) == 0 { // if not omitted
+			// string "a"
+			o = append(o, 0xa1, 0x61)
+			o = msgp.AppendUint32(o, z.Attempt)
+		}
+		if (zb0001Mask & 0x80) == 0 { // if not omitted
+			// string "m"
+			o = append(o, 0xa1, 0x6d)
+			o = msgp.AppendString(o, z.Message)
+		}
+		// string "at"
+		o = append(o, 0xa2, 0x61, 0x74)
+		o = msgp.AppendInt64(o, int64(z.At))
+		if (zb0001Mask & 0x200) == 0 { // if not omitted
+			// string "wf"
+			o = append(o, 0xa2, 0x77, 0x66)
+			o = msgp.AppendString(o, z.Workflow)
+		}
+		if (zb0001Mask & 0x400) == 0 { // if not omitted
+			// string "sp"
+			o = append(o, 0xa2, 0x73, 0x70)
+			o = msgp.AppendString(o, z.Step)
+		}
+	}
+	return
+}
+
+// UnmarshalMsg implements msgp.Unmarshaler
+func (z *SubscriptionEvent) UnmarshalMsg(bts []byte) (o []byte, err error) {
+	var field []byte
+	_ = field
+	var zb0001 uint32
+	zb0001, bts, err = msgp.ReadMapHeaderBytes(bts)
+	if err != nil {
+		err = msgp.WrapError(err)
+		return
+	}
+	for zb0001 > 0 {
+		zb0001--
+		field, bts, err = msgp.ReadMapKeyZC(bts)
+		if err != nil {
+			err = msgp.WrapError(err)
+			return
+		}
+		switch msgp.UnsafeString(field) {
+		case "sub":
+			z.Subscription, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Subscription")
+				return
+			}
+		case "c":
+			z.Cursor, bts, err = msgp.ReadUint64Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Cursor")
+				return
+			}
+		case "id":
+			z.TaskID, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "TaskID")
+				return
+			}
+		case "p":
+			z.Pool, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Pool")
+				return
+			}
+		case "k":
+			z.Kind, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Kind")
+				return
+			}
+		case "st":
+			{
+				var zb0002 uint8
+				zb0002, bts, err = msgp.ReadUint8Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "Status")
+					return
+				}
+				z.Status = Status(zb0002)
+			}
+		case "a":
+			z.Attempt, bts, err = msgp.ReadUint32Bytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Attempt")
+				return
+			}
+		case "m":
+			z.Message, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Message")
+				return
+			}
+		case "at":
+			{
+				var zb0003 int64
+				zb0003, bts, err = msgp.ReadInt64Bytes(bts)
+				if err != nil {
+					err = msgp.WrapError(err, "At")
+					return
+				}
+				z.At = Instant(zb0003)
+			}
+		case "wf":
+			z.Workflow, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Workflow")
+				return
+			}
+		case "sp":
+			z.Step, bts, err = msgp.ReadStringBytes(bts)
+			if err != nil {
+				err = msgp.WrapError(err, "Step")
+				return
+			}
+		default:
+			bts, err = msgp.Skip(bts)
+			if err != nil {
+				err = msgp.WrapError(err)
+				return
+			}
+		}
+	}
+	o = bts
+	return
+}
+
+// Msgsize returns an upper bound estimate of the number of bytes occupied by the serialized message
+func (z *SubscriptionEvent) Msgsize() (s int) {
+	s = 1 + 4 + msgp.StringPrefixSize + len(z.Subscription) + 2 + msgp.Uint64Size + 3 + msgp.StringPrefixSize + len(z.TaskID) + 2 + msgp.StringPrefixSize + len(z.Pool) + 2 + msgp.StringPrefixSize + len(z.Kind) + 3 + msgp.Uint8Size + 2 + msgp.Uint32Size + 2 + msgp.StringPrefixSize + len(z.Message) + 3 + msgp.Int64Size + 3 + msgp.StringPrefixSize + len(z.Workflow) + 3 + msgp.StringPrefixSize + len(z.Step)
 	return
 }
 

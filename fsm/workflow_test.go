@@ -53,6 +53,32 @@ func checkIndexes(t testing.TB, v *View) {
 	require.Equal(t, wantKeys, keys, "task keys")
 	require.Equal(t, wantWfKeys, wfKeys, "workflow keys")
 	require.Equal(t, wantMembers, members, "members")
+
+	// The events held by subscriptions: their subscription exists, they
+	// follow its cursor, and the task index and counts agree with them.
+	var held, wantHeld []heldItem
+	counts := map[string]int{}
+	tb.subEvs.Ascend(func(it subEvItem) bool {
+		sub, ok := tb.subscription(it.sub)
+		require.True(t, ok, "event %d of subscription %q: no such subscription", it.cursor, it.sub)
+		require.Greater(t, it.cursor, sub.Acked)
+		require.Equal(t, it.cursor, it.ev.Cursor)
+		wantHeld = append(wantHeld, heldItem{task: it.ev.TaskID, sub: it.sub, cursor: it.cursor})
+		counts[it.sub]++
+		return true
+	})
+	tb.subHeld.Ascend(func(it heldItem) bool { held = append(held, it); return true })
+	slices.SortFunc(wantHeld, func(a, b heldItem) int {
+		switch {
+		case lessHeld(a, b):
+			return -1
+		case lessHeld(b, a):
+			return 1
+		}
+		return 0
+	})
+	require.Equal(t, wantHeld, held, "events held by task")
+	require.Equal(t, counts, tb.subCount, "events held by subscription")
 }
 
 // indexDump lists every item of every tree of v's tables but the pools,
@@ -68,6 +94,10 @@ func indexDump(v *View) string {
 	tb.wfs.Ascend(func(it wfItem) bool { fmt.Fprintf(&b, "wf %q %p\n", it.id, it.w); return true })
 	tb.wfKeys.Ascend(func(k keyItem) bool { fmt.Fprintf(&b, "wfkey %q %q\n", k.key, k.id); return true })
 	tb.members.Ascend(func(mi memberItem) bool { fmt.Fprintf(&b, "member %q %q\n", mi.wf, mi.id); return true })
+	tb.subs.Ascend(func(it subItem) bool { fmt.Fprintf(&b, "sub %q %p\n", it.name, it.s); return true })
+	tb.subEvs.Ascend(func(it subEvItem) bool { fmt.Fprintf(&b, "subev %q %d %p\n", it.sub, it.cursor, it.ev); return true })
+	tb.subHeld.Ascend(func(it heldItem) bool { fmt.Fprintf(&b, "held %+v\n", it); return true })
+	fmt.Fprintf(&b, "subcount %v\n", tb.subCount)
 	return b.String()
 }
 

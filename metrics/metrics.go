@@ -45,6 +45,10 @@ type Source interface {
 	Pools(fn func(pool string, oldestQueuedAge time.Duration))
 	// Engine returns the gauges of this node's engine while it leads.
 	Engine() (EngineGauges, bool)
+	// Subscriptions calls fn with every durable subscription of this
+	// node's replica: the events it holds (not acked) and whether it
+	// stalled.
+	Subscriptions(fn func(name string, pending int64, stalled bool))
 }
 
 // WorkerSource calls fn with the worker streams connected to this node and
@@ -99,6 +103,9 @@ type Metrics struct {
 	eventsLost prometheus.Counter
 	relayed    prometheus.Gauge
 	lagged     prometheus.Counter
+
+	redeliveries       *prometheus.CounterVec
+	retentionCapPurges prometheus.Counter
 
 	mu     sync.Mutex
 	starts map[string]time.Time // running attempts: task id -> start
@@ -175,7 +182,14 @@ func New() *Metrics {
 		Namespace: Namespace, Name: "event_stream_lagged_total",
 		Help: "Lagged markers sent on event streams: a subscriber missed events (it fell behind the node's history of events, resumed from beyond it, or the replica was replaced by a snapshot).",
 	})
+	m.redeliveries = counter("subscription_redeliveries_total",
+		"Times the leader sent a subscription's unacked events again after its ack timeout, by subscription.", "subscription")
+	m.retentionCapPurges = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "retention_cap_purges_total",
+		Help: "Ended tasks the leader purged at the retention cap while a subscription had not acked an event of them.",
+	})
 	m.reg.MustRegister(
+		m.redeliveries, m.retentionCapPurges,
 		m.submitted, m.dispatched, m.completed, m.retried, m.attempts,
 		m.commitSeconds, m.batchMutations, m.batchBytes, m.commitErrors, m.leaderChanges,
 		m.rpcs, m.rpcSeconds, m.forwarded, m.workers, m.aborts, m.eventsLost, m.relayed, m.lagged,
@@ -331,6 +345,12 @@ func (m *Metrics) WorkerStreams(delta int) { m.workers.Add(float64(delta)) }
 // Aborted records one abort sent to a worker.
 func (m *Metrics) Aborted() { m.aborts.Inc() }
 
+// Redelivered records that the events of subscription name went out again.
+func (m *Metrics) Redelivered(name string) { m.redeliveries.WithLabelValues(name).Inc() }
+
+// RetentionCapPurged records a task purged at the retention cap.
+func (m *Metrics) RetentionCapPurged() { m.retentionCapPurges.Inc() }
+
 // stateCollector reads the replicated state at scrape time.
 type stateCollector struct{ m *Metrics }
 
@@ -363,6 +383,10 @@ var (
 		"1 while the write path is past its threshold and submits are refused, else 0.", nil, nil)
 	descDesired = prometheus.NewDesc(Namespace+"_pool_desired_slots",
 		"Worker slots each pool could use now: its running attempts and its queued tasks ready to run, at most its max_running; reported by the leader (the autoscaling signal).", []string{"pool"}, nil)
+	descSubPending = prometheus.NewDesc(Namespace+"_subscription_pending",
+		"Events a durable subscription holds, not acked yet, in this node's replica.", []string{"subscription"}, nil)
+	descSubStalled = prometheus.NewDesc(Namespace+"_subscription_stalled",
+		"1 while a durable subscription is stalled (its events went out as many times as it allows without an ack), else 0.", []string{"subscription"}, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -381,6 +405,8 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descInFlight
 	ch <- descSaturated
 	ch <- descDesired
+	ch <- descSubPending
+	ch <- descSubStalled
 }
 
 // Collect implements prometheus.Collector.
@@ -402,6 +428,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(s.AppliedIndex()))
 	s.Pools(func(pool string, age time.Duration) {
 		ch <- prometheus.MustNewConstMetric(descQueueAge, prometheus.GaugeValue, age.Seconds(), pool)
+	})
+	s.Subscriptions(func(name string, pending int64, stalled bool) {
+		st := 0.0
+		if stalled {
+			st = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descSubPending, prometheus.GaugeValue, float64(pending), name)
+		ch <- prometheus.MustNewConstMetric(descSubStalled, prometheus.GaugeValue, st, name)
 	})
 	if w := c.m.workerS.Load(); w != nil {
 		(*w)(func(pool string, streams, free int64) {

@@ -25,6 +25,19 @@ type fakeSource struct {
 	applied uint64
 	ages    map[string]time.Duration
 	engine  EngineGauges
+	subs    []sub
+}
+
+type sub struct {
+	name    string
+	pending int64
+	stalled bool
+}
+
+func (f fakeSource) Subscriptions(fn func(name string, pending int64, stalled bool)) {
+	for _, s := range f.subs {
+		fn(s.name, s.pending, s.stalled)
+	}
 }
 
 func (f fakeSource) TaskCounts(fn func(pool, status string, n int64)) {
@@ -127,7 +140,11 @@ func TestCommitsAndState(t *testing.T) {
 	m.SetSource(fakeSource{counts: []count{{"p", "queued", 4}, {"p", "succeeded", 2}, {"p", "failed", 0}}, epoch: 7, leader: true, applied: 42,
 		ages: map[string]time.Duration{"p": 90 * time.Second},
 		engine: EngineGauges{Inbox: 3, Requests: 5, Queued: 7, QueuedBytes: 4096, InFlight: 2, Saturated: true,
-			DesiredSlots: []PoolSlots{{"p", 9}, {"idle", 0}}}})
+			DesiredSlots: []PoolSlots{{"p", 9}, {"idle", 0}}},
+		subs: []sub{{"billing", 12, true}, {"audit", 0, false}}})
+	m.Redelivered("billing")
+	m.Redelivered("billing")
+	m.RetentionCapPurged()
 	m.SetWorkerSource(func(fn func(pool string, streams, free int64)) { fn("p", 2, 12) })
 	out = scrape(t, m)
 	for _, want := range []string{
@@ -148,6 +165,12 @@ func TestCommitsAndState(t *testing.T) {
 		"cronoq_engine_write_path_saturated 1",
 		`cronoq_pool_desired_slots{pool="p"} 9`,
 		`cronoq_pool_desired_slots{pool="idle"} 0`,
+		`cronoq_subscription_pending{subscription="billing"} 12`,
+		`cronoq_subscription_stalled{subscription="billing"} 1`,
+		`cronoq_subscription_pending{subscription="audit"} 0`,
+		`cronoq_subscription_stalled{subscription="audit"} 0`,
+		`cronoq_subscription_redeliveries_total{subscription="billing"} 2`,
+		"cronoq_retention_cap_purges_total 1",
 	} {
 		require.Contains(t, out, want)
 	}

@@ -86,6 +86,16 @@ var gates = map[string]gate{
 
 	cronoqv1connect.WorkerServiceConnectProcedure: {gatePool, acl.Work},
 
+	// A subscription's own pools are checked by its handlers: write on
+	// every pool of its filter to create or remove it, read to read, ack,
+	// get or list it ("*" for a subscription of every pool).
+	cronoqv1connect.SubscriptionServiceCreateProcedure: {gatePool, acl.Write},
+	cronoqv1connect.SubscriptionServiceRemoveProcedure: {gatePool, acl.Write},
+	cronoqv1connect.SubscriptionServiceListProcedure:   {gatePool, acl.Read},
+	cronoqv1connect.SubscriptionServiceGetProcedure:    {gatePool, acl.Read},
+	cronoqv1connect.SubscriptionServiceReadProcedure:   {gatePool, acl.Read},
+	cronoqv1connect.SubscriptionServiceAckProcedure:    {gatePool, acl.Read},
+
 	cronoqv1connect.OperatorServiceMembersProcedure: {gateOperator, acl.Read},
 	cronoqv1connect.OperatorServicePeersProcedure:   {gateOperator, acl.Read},
 	// Health says what GET /v1/health says, which needs no token.

@@ -26,6 +26,7 @@ type rawClients struct {
 	workers   cronoqv1connect.WorkerServiceClient
 	operator  cronoqv1connect.OperatorServiceClient
 	acl       cronoqv1connect.AclServiceClient
+	subs      cronoqv1connect.SubscriptionServiceClient
 }
 
 func newRawClients(addr string) rawClients {
@@ -41,6 +42,7 @@ func newRawClients(addr string) rawClients {
 		workers:   cronoqv1connect.NewWorkerServiceClient(hc, base),
 		operator:  cronoqv1connect.NewOperatorServiceClient(hc, base),
 		acl:       cronoqv1connect.NewAclServiceClient(hc, base),
+		subs:      cronoqv1connect.NewSubscriptionServiceClient(hc, base),
 	}
 }
 
@@ -277,6 +279,36 @@ func deniedCalls(c rawClients, ids map[string]string) map[string]func(ctx contex
 			_, err := c.acl.TokenRevoke(ctx, req(&cronoqv1.AclTokenRevokeRequest{Accessor: ids["accessor"]}, tok))
 			return err
 		},
+		cronoqv1connect.SubscriptionServiceCreateProcedure: func(ctx context.Context, tok string) error {
+			_, err := c.subs.Create(ctx, req(&cronoqv1.CreateSubscriptionRequest{Subscription: &cronoqv1.Subscription{Name: "mine", Pools: []string{"etl"}}}, tok))
+			return err
+		},
+		cronoqv1connect.SubscriptionServiceListProcedure: func(ctx context.Context, tok string) error {
+			_, err := c.subs.List(ctx, req(&cronoqv1.ListSubscriptionsRequest{}, tok))
+			return err
+		},
+		cronoqv1connect.SubscriptionServiceGetProcedure: func(ctx context.Context, tok string) error {
+			_, err := c.subs.Get(ctx, req(&cronoqv1.GetSubscriptionRequest{Name: ids["subscription"]}, tok))
+			return err
+		},
+		cronoqv1connect.SubscriptionServiceRemoveProcedure: func(ctx context.Context, tok string) error {
+			_, err := c.subs.Remove(ctx, req(&cronoqv1.RemoveSubscriptionRequest{Name: ids["subscription"]}, tok))
+			return err
+		},
+		cronoqv1connect.SubscriptionServiceReadProcedure: func(ctx context.Context, tok string) error {
+			s, err := c.subs.Read(ctx, req(&cronoqv1.ReadSubscriptionRequest{Name: ids["subscription"]}, tok))
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			for s.Receive() {
+			}
+			return s.Err()
+		},
+		cronoqv1connect.SubscriptionServiceAckProcedure: func(ctx context.Context, tok string) error {
+			_, err := c.subs.Ack(ctx, req(&cronoqv1.AckSubscriptionRequest{Name: ids["subscription"], Cursor: 1}, tok))
+			return err
+		},
 	}
 }
 
@@ -318,11 +350,14 @@ func TestACLDeniesEveryCall(t *testing.T) {
 	require.NoError(t, err)
 	_, err = cl.AddSchedule(ctx, client.Schedule{Name: "yearly", Cron: "0 0 1 1 *", Task: client.Template{Pool: "etl", Kind: "k"}})
 	require.NoError(t, err)
+	_, err = cl.CreateSubscription(ctx, client.SubscriptionSpec{Name: "etl-ends", Pools: []string{"etl"}})
+	require.NoError(t, err)
 	task, err := cl.Get(ctx, sub.ID)
 	require.NoError(t, err)
 	require.NotEmpty(t, task.Principal, "the task records the token that submitted it")
 
-	ids := map[string]string{"task": sub.ID, "external": ext.ID, "workflow": wf.ID, "follower": followers[0].ID, "accessor": pools.Accessor}
+	ids := map[string]string{"task": sub.ID, "external": ext.ID, "workflow": wf.ID, "follower": followers[0].ID, "accessor": pools.Accessor,
+		"subscription": "etl-ends"}
 	before := c.Converged()
 
 	for _, target := range []*testcluster.Node{followers[0], leader} {

@@ -59,6 +59,14 @@ type Backend interface {
 	PutACLToken(ctx context.Context, tok fsm.ACLToken) (fsm.ACLToken, error)
 	DeleteACL(ctx context.Context, d fsm.DelACL) error
 
+	// Subscriptions reads the durable subscriptions of this node's
+	// replica; the others change them, and feed a reader, on the leader.
+	Subscriptions() cluster.SubscriptionReader
+	CreateSubscription(ctx context.Context, spec cluster.SubscriptionSpec) (fsm.Subscription, error)
+	RemoveSubscription(ctx context.Context, name string) (bool, error)
+	AckSubscription(ctx context.Context, name string, cursor uint64) (uint64, error)
+	FeedSubscription(name string) (cluster.SubscriptionFeed, error)
+
 	ConsistentRead(ctx context.Context) (fsm.Reader, error)
 	// StaleRead is this node's replica, with how stale it may be.
 	StaleRead() (fsm.Reader, cluster.Staleness)

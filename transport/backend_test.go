@@ -28,9 +28,12 @@ type fakeBackend struct {
 	mu      sync.Mutex
 	leading bool
 	leader  string // id of the leader when this node does not lead
-	addr    string
-	state   *fsm.State
-	term    chan struct{}
+	// leaderAddr is the leader's address when this node does not lead
+	// (default 127.0.0.9:8650).
+	leaderAddr string
+	addr       string
+	state      *fsm.State
+	term       chan struct{}
 
 	submit           func(mode cluster.SubmitMode, specs []cluster.Spec) (*cluster.SubmitResult, error)
 	cancel           func(ref cluster.TaskRef) (cluster.Cancelled, error)
@@ -51,6 +54,9 @@ type fakeBackend struct {
 	subscribed chan struct{}
 	// completions receives the completions the worker streams report.
 	completions chan []cluster.Completion
+	// feeds receives the feed of each subscription reader (nil: feeding
+	// one fails).
+	feeds chan *fakeFeed
 
 	calls []string
 
@@ -113,6 +119,9 @@ func (f *fakeBackend) Leader() (string, string) {
 	defer f.mu.Unlock()
 	if f.leading {
 		return "n1", f.addr
+	}
+	if f.leaderAddr != "" {
+		return f.leader, f.leaderAddr
 	}
 	return f.leader, "127.0.0.9:8650"
 }

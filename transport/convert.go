@@ -679,3 +679,61 @@ func eventToProto(ev cluster.Event) *cronoqv1.Event {
 		WorkflowStatus: workflowStatusToProto(ev.WorkflowStatus),
 	}
 }
+
+// fsmEventToProto converts an event of the replicated state, with its
+// cursor.
+func fsmEventToProto(ev *fsm.Event) *cronoqv1.Event {
+	return &cronoqv1.Event{
+		TaskId:  ev.TaskID,
+		Pool:    ev.Pool,
+		Kind:    ev.Kind,
+		Status:  statusToProto(ev.Status),
+		Attempt: ev.Attempt,
+		Message: ev.Message,
+		At:      instantToProto(ev.At),
+
+		Workflow:       ev.Workflow,
+		Step:           ev.Step,
+		WorkflowStatus: workflowStatusToProto(ev.WorkflowStatus),
+		Cursor:         ev.Cursor,
+	}
+}
+
+// subscriptionSpecFromProto reads what a create of a subscription sets.
+func subscriptionSpecFromProto(p *cronoqv1.Subscription, secret string) (cluster.SubscriptionSpec, error) {
+	if p == nil {
+		return cluster.SubscriptionSpec{}, invalidf("subscription", "required")
+	}
+	spec := cluster.SubscriptionSpec{
+		Name: p.GetName(), Pools: p.GetPools(), Kinds: p.GetKinds(),
+		Webhook: p.GetWebhook(), Secret: secret, MaxDeliveries: p.GetMaxDeliveries(),
+	}
+	for i, st := range p.GetStatuses() {
+		s, err := statusFromProto(st)
+		if err != nil {
+			return spec, invalidf(fmt.Sprintf("statuses[%d]", i), "unknown status %d", int32(st))
+		}
+		spec.Statuses = append(spec.Statuses, s)
+	}
+	d, err := durationFromProto("ack_timeout", p.GetAckTimeout())
+	if err != nil {
+		return spec, err
+	}
+	spec.AckTimeout = d
+	return spec, nil
+}
+
+// subscriptionToProto converts a subscription, without its secret.
+func subscriptionToProto(s *fsm.Subscription, pending int) *cronoqv1.Subscription {
+	out := &cronoqv1.Subscription{
+		Name: s.Name, Pools: s.Pools, Kinds: s.Kinds, Webhook: s.Webhook, HasSecret: s.Secret != "",
+		AckTimeout: durationToProto(s.AckTimeout), MaxDeliveries: s.MaxDeliveries, Acked: s.Acked,
+		Stalled: s.Stalled, StallReason: s.StallReason, StalledAt: instantToProto(s.StalledAt),
+		Pending: uint64(pending), CreatedAt: instantToProto(s.CreatedAt),
+		CreateIndex: s.CreateIndex, ModifyIndex: s.ModifyIndex,
+	}
+	for _, st := range s.Statuses {
+		out.Statuses = append(out.Statuses, statusToProto(st))
+	}
+	return out
+}

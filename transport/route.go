@@ -43,6 +43,8 @@ type endpoint struct {
 	operator  cronoqv1connect.OperatorServiceClient
 	acl       cronoqv1connect.AclServiceClient
 	workers   cronoqv1connect.WorkerServiceClient
+
+	subscriptions cronoqv1connect.SubscriptionServiceClient
 }
 
 // newForwarder returns a forwarder dialing from the IP of selfAddr (no
@@ -130,6 +132,8 @@ func (f *forwarder) endpoint(addr string) *endpoint {
 		operator:  cronoqv1connect.NewOperatorServiceClient(f.httpc, base, opts...),
 		acl:       cronoqv1connect.NewAclServiceClient(f.httpc, base, opts...),
 		workers:   cronoqv1connect.NewWorkerServiceClient(f.httpc, base, opts...),
+
+		subscriptions: cronoqv1connect.NewSubscriptionServiceClient(f.httpc, base, opts...),
 	}
 	f.endpoints[addr] = ep
 	return ep

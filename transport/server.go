@@ -258,6 +258,7 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle(cronoqv1connect.NewWorkerServiceHandler(&workerService{s}, workerOpts...))
 	mux.Handle(cronoqv1connect.NewOperatorServiceHandler(&operatorService{s}, common...))
 	mux.Handle(cronoqv1connect.NewAclServiceHandler(&aclService{s}, common...))
+	mux.Handle(cronoqv1connect.NewSubscriptionServiceHandler(&subscriptionService{s}, common...))
 	mux.HandleFunc("GET /v1/health", s.serveHealth)
 	mux.Handle("GET /metrics", s.m.Handler())
 	if cfg.EnableDebug {

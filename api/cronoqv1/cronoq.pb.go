@@ -2511,7 +2511,8 @@ type Event struct {
 	WorkflowStatus WorkflowStatus `protobuf:"varint,11,opt,name=workflow_status,json=workflowStatus,proto3,enum=cronoq.v1.WorkflowStatus" json:"workflow_status,omitempty"`
 	// Orders the events: the log index of the entry that made the
 	// transition and the event's place in it. Every node gives an event the
-	// same cursor; it grows with the log. 0 on a lagged marker.
+	// same cursor; it grows with the log. 0 on a lagged marker. A
+	// subscription acks up to one.
 	Cursor        uint64 `protobuf:"varint,12,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -8800,6 +8801,706 @@ func (x *AclTokenSelfResponse) GetEnabled() bool {
 	return false
 }
 
+// A durable subscription: from its creation on, every task status event its
+// filter takes is kept in the replicated state, in log order, until a
+// consumer acks it or the subscription is removed. Events sent and not
+// acked within ack_timeout are sent again, up to max_deliveries times; then
+// the subscription stalls (its events are kept; an ack clears it).
+type Subscription struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Task events of these pools, statuses and kinds only (each empty: any).
+	Pools    []string `protobuf:"bytes,2,rep,name=pools,proto3" json:"pools,omitempty"`
+	Statuses []Status `protobuf:"varint,3,rep,packed,name=statuses,proto3,enum=cronoq.v1.Status" json:"statuses,omitempty"`
+	Kinds    []string `protobuf:"bytes,4,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// The URL the leader posts the events to (none when empty).
+	Webhook string `protobuf:"bytes,5,opt,name=webhook,proto3" json:"webhook,omitempty"`
+	// Whether the webhook has a signing secret (never returned itself).
+	HasSecret bool `protobuf:"varint,6,opt,name=has_secret,json=hasSecret,proto3" json:"has_secret,omitempty"`
+	// Unset when creating: 30s.
+	AckTimeout *durationpb.Duration `protobuf:"bytes,7,opt,name=ack_timeout,json=ackTimeout,proto3" json:"ack_timeout,omitempty"`
+	// 0 when creating: 10.
+	MaxDeliveries uint32 `protobuf:"varint,8,opt,name=max_deliveries,json=maxDeliveries,proto3" json:"max_deliveries,omitempty"`
+	// The cursor up to which (inclusive) its events were acked; 0: none.
+	Acked       uint64                 `protobuf:"varint,9,opt,name=acked,proto3" json:"acked,omitempty"`
+	Stalled     bool                   `protobuf:"varint,10,opt,name=stalled,proto3" json:"stalled,omitempty"`
+	StallReason string                 `protobuf:"bytes,11,opt,name=stall_reason,json=stallReason,proto3" json:"stall_reason,omitempty"`
+	StalledAt   *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=stalled_at,json=stalledAt,proto3" json:"stalled_at,omitempty"`
+	// Events it holds, not acked yet.
+	Pending       uint64                 `protobuf:"varint,13,opt,name=pending,proto3" json:"pending,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreateIndex   uint64                 `protobuf:"varint,15,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64                 `protobuf:"varint,16,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Subscription) Reset() {
+	*x = Subscription{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[135]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Subscription) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Subscription) ProtoMessage() {}
+
+func (x *Subscription) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[135]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Subscription.ProtoReflect.Descriptor instead.
+func (*Subscription) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{135}
+}
+
+func (x *Subscription) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Subscription) GetPools() []string {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
+func (x *Subscription) GetStatuses() []Status {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *Subscription) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+func (x *Subscription) GetWebhook() string {
+	if x != nil {
+		return x.Webhook
+	}
+	return ""
+}
+
+func (x *Subscription) GetHasSecret() bool {
+	if x != nil {
+		return x.HasSecret
+	}
+	return false
+}
+
+func (x *Subscription) GetAckTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.AckTimeout
+	}
+	return nil
+}
+
+func (x *Subscription) GetMaxDeliveries() uint32 {
+	if x != nil {
+		return x.MaxDeliveries
+	}
+	return 0
+}
+
+func (x *Subscription) GetAcked() uint64 {
+	if x != nil {
+		return x.Acked
+	}
+	return 0
+}
+
+func (x *Subscription) GetStalled() bool {
+	if x != nil {
+		return x.Stalled
+	}
+	return false
+}
+
+func (x *Subscription) GetStallReason() string {
+	if x != nil {
+		return x.StallReason
+	}
+	return ""
+}
+
+func (x *Subscription) GetStalledAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StalledAt
+	}
+	return nil
+}
+
+func (x *Subscription) GetPending() uint64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *Subscription) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Subscription) GetCreateIndex() uint64 {
+	if x != nil {
+		return x.CreateIndex
+	}
+	return 0
+}
+
+func (x *Subscription) GetModifyIndex() uint64 {
+	if x != nil {
+		return x.ModifyIndex
+	}
+	return 0
+}
+
+type CreateSubscriptionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its name, filter, webhook, ack_timeout and max_deliveries are read; the
+	// other fields are ignored.
+	Subscription *Subscription `protobuf:"bytes,1,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	// Signs the posts of the webhook.
+	Secret        string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSubscriptionRequest) Reset() {
+	*x = CreateSubscriptionRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[136]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSubscriptionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSubscriptionRequest) ProtoMessage() {}
+
+func (x *CreateSubscriptionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[136]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSubscriptionRequest.ProtoReflect.Descriptor instead.
+func (*CreateSubscriptionRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{136}
+}
+
+func (x *CreateSubscriptionRequest) GetSubscription() *Subscription {
+	if x != nil {
+		return x.Subscription
+	}
+	return nil
+}
+
+func (x *CreateSubscriptionRequest) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+type CreateSubscriptionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Subscription  *Subscription          `protobuf:"bytes,1,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSubscriptionResponse) Reset() {
+	*x = CreateSubscriptionResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[137]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSubscriptionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSubscriptionResponse) ProtoMessage() {}
+
+func (x *CreateSubscriptionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[137]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSubscriptionResponse.ProtoReflect.Descriptor instead.
+func (*CreateSubscriptionResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{137}
+}
+
+func (x *CreateSubscriptionResponse) GetSubscription() *Subscription {
+	if x != nil {
+		return x.Subscription
+	}
+	return nil
+}
+
+type ListSubscriptionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSubscriptionsRequest) Reset() {
+	*x = ListSubscriptionsRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[138]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSubscriptionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSubscriptionsRequest) ProtoMessage() {}
+
+func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[138]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSubscriptionsRequest.ProtoReflect.Descriptor instead.
+func (*ListSubscriptionsRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{138}
+}
+
+type ListSubscriptionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Subscriptions []*Subscription        `protobuf:"bytes,1,rep,name=subscriptions,proto3" json:"subscriptions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSubscriptionsResponse) Reset() {
+	*x = ListSubscriptionsResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[139]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSubscriptionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSubscriptionsResponse) ProtoMessage() {}
+
+func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[139]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSubscriptionsResponse.ProtoReflect.Descriptor instead.
+func (*ListSubscriptionsResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{139}
+}
+
+func (x *ListSubscriptionsResponse) GetSubscriptions() []*Subscription {
+	if x != nil {
+		return x.Subscriptions
+	}
+	return nil
+}
+
+type GetSubscriptionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSubscriptionRequest) Reset() {
+	*x = GetSubscriptionRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[140]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSubscriptionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSubscriptionRequest) ProtoMessage() {}
+
+func (x *GetSubscriptionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[140]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSubscriptionRequest.ProtoReflect.Descriptor instead.
+func (*GetSubscriptionRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{140}
+}
+
+func (x *GetSubscriptionRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type GetSubscriptionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Subscription  *Subscription          `protobuf:"bytes,1,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSubscriptionResponse) Reset() {
+	*x = GetSubscriptionResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[141]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSubscriptionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSubscriptionResponse) ProtoMessage() {}
+
+func (x *GetSubscriptionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[141]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSubscriptionResponse.ProtoReflect.Descriptor instead.
+func (*GetSubscriptionResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{141}
+}
+
+func (x *GetSubscriptionResponse) GetSubscription() *Subscription {
+	if x != nil {
+		return x.Subscription
+	}
+	return nil
+}
+
+type RemoveSubscriptionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveSubscriptionRequest) Reset() {
+	*x = RemoveSubscriptionRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[142]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveSubscriptionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveSubscriptionRequest) ProtoMessage() {}
+
+func (x *RemoveSubscriptionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[142]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveSubscriptionRequest.ProtoReflect.Descriptor instead.
+func (*RemoveSubscriptionRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{142}
+}
+
+func (x *RemoveSubscriptionRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RemoveSubscriptionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Removed       bool                   `protobuf:"varint,2,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveSubscriptionResponse) Reset() {
+	*x = RemoveSubscriptionResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[143]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveSubscriptionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveSubscriptionResponse) ProtoMessage() {}
+
+func (x *RemoveSubscriptionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[143]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveSubscriptionResponse.ProtoReflect.Descriptor instead.
+func (*RemoveSubscriptionResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{143}
+}
+
+func (x *RemoveSubscriptionResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RemoveSubscriptionResponse) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
+}
+
+type ReadSubscriptionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Start after this cursor; 0 (or a cursor before it): after the
+	// subscription's acked cursor.
+	After         uint64 `protobuf:"varint,2,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadSubscriptionRequest) Reset() {
+	*x = ReadSubscriptionRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[144]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadSubscriptionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadSubscriptionRequest) ProtoMessage() {}
+
+func (x *ReadSubscriptionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[144]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadSubscriptionRequest.ProtoReflect.Descriptor instead.
+func (*ReadSubscriptionRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{144}
+}
+
+func (x *ReadSubscriptionRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReadSubscriptionRequest) GetAfter() uint64 {
+	if x != nil {
+		return x.After
+	}
+	return 0
+}
+
+type AckSubscriptionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Ack every event up to this cursor (inclusive).
+	Cursor        uint64 `protobuf:"varint,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckSubscriptionRequest) Reset() {
+	*x = AckSubscriptionRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[145]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckSubscriptionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckSubscriptionRequest) ProtoMessage() {}
+
+func (x *AckSubscriptionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[145]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckSubscriptionRequest.ProtoReflect.Descriptor instead.
+func (*AckSubscriptionRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{145}
+}
+
+func (x *AckSubscriptionRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AckSubscriptionRequest) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+type AckSubscriptionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The subscription's acked cursor now (an ack of an older cursor
+	// changes nothing).
+	Acked         uint64 `protobuf:"varint,2,opt,name=acked,proto3" json:"acked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckSubscriptionResponse) Reset() {
+	*x = AckSubscriptionResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[146]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckSubscriptionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckSubscriptionResponse) ProtoMessage() {}
+
+func (x *AckSubscriptionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[146]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckSubscriptionResponse.ProtoReflect.Descriptor instead.
+func (*AckSubscriptionResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{146}
+}
+
+func (x *AckSubscriptionResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AckSubscriptionResponse) GetAcked() uint64 {
+	if x != nil {
+		return x.Acked
+	}
+	return 0
+}
+
 var File_cronoq_v1_cronoq_proto protoreflect.FileDescriptor
 
 const file_cronoq_v1_cronoq_proto_rawDesc = "" +
@@ -9418,7 +10119,55 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x14AclTokenSelfResponse\x12)\n" +
 	"\x05token\x18\x01 \x01(\v2\x13.cronoq.v1.AclTokenR\x05token\x12\x1c\n" +
 	"\tanonymous\x18\x02 \x01(\bR\tanonymous\x12\x18\n" +
-	"\aenabled\x18\x03 \x01(\bR\aenabled*D\n" +
+	"\aenabled\x18\x03 \x01(\bR\aenabled\"\xc2\x04\n" +
+	"\fSubscription\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05pools\x18\x02 \x03(\tR\x05pools\x12-\n" +
+	"\bstatuses\x18\x03 \x03(\x0e2\x11.cronoq.v1.StatusR\bstatuses\x12\x14\n" +
+	"\x05kinds\x18\x04 \x03(\tR\x05kinds\x12\x18\n" +
+	"\awebhook\x18\x05 \x01(\tR\awebhook\x12\x1d\n" +
+	"\n" +
+	"has_secret\x18\x06 \x01(\bR\thasSecret\x12:\n" +
+	"\vack_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"ackTimeout\x12%\n" +
+	"\x0emax_deliveries\x18\b \x01(\rR\rmaxDeliveries\x12\x14\n" +
+	"\x05acked\x18\t \x01(\x04R\x05acked\x12\x18\n" +
+	"\astalled\x18\n" +
+	" \x01(\bR\astalled\x12!\n" +
+	"\fstall_reason\x18\v \x01(\tR\vstallReason\x129\n" +
+	"\n" +
+	"stalled_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tstalledAt\x12\x18\n" +
+	"\apending\x18\r \x01(\x04R\apending\x129\n" +
+	"\n" +
+	"created_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
+	"\fcreate_index\x18\x0f \x01(\x04R\vcreateIndex\x12!\n" +
+	"\fmodify_index\x18\x10 \x01(\x04R\vmodifyIndex\"p\n" +
+	"\x19CreateSubscriptionRequest\x12;\n" +
+	"\fsubscription\x18\x01 \x01(\v2\x17.cronoq.v1.SubscriptionR\fsubscription\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"Y\n" +
+	"\x1aCreateSubscriptionResponse\x12;\n" +
+	"\fsubscription\x18\x01 \x01(\v2\x17.cronoq.v1.SubscriptionR\fsubscription\"\x1a\n" +
+	"\x18ListSubscriptionsRequest\"Z\n" +
+	"\x19ListSubscriptionsResponse\x12=\n" +
+	"\rsubscriptions\x18\x01 \x03(\v2\x17.cronoq.v1.SubscriptionR\rsubscriptions\",\n" +
+	"\x16GetSubscriptionRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"V\n" +
+	"\x17GetSubscriptionResponse\x12;\n" +
+	"\fsubscription\x18\x01 \x01(\v2\x17.cronoq.v1.SubscriptionR\fsubscription\"/\n" +
+	"\x19RemoveSubscriptionRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"J\n" +
+	"\x1aRemoveSubscriptionResponse\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aremoved\x18\x02 \x01(\bR\aremoved\"C\n" +
+	"\x17ReadSubscriptionRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05after\x18\x02 \x01(\x04R\x05after\"D\n" +
+	"\x16AckSubscriptionRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\x04R\x06cursor\"C\n" +
+	"\x17AckSubscriptionResponse\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05acked\x18\x02 \x01(\x04R\x05acked*D\n" +
 	"\bPriority\x12\x13\n" +
 	"\x0fPRIORITY_NORMAL\x10\x00\x12\x11\n" +
 	"\rPRIORITY_HIGH\x10\x01\x12\x10\n" +
@@ -9526,7 +10275,14 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\vTokenCreate\x12 .cronoq.v1.AclTokenCreateRequest\x1a!.cronoq.v1.AclTokenCreateResponse\x12L\n" +
 	"\tTokenList\x12\x1e.cronoq.v1.AclTokenListRequest\x1a\x1f.cronoq.v1.AclTokenListResponse\x12R\n" +
 	"\vTokenRevoke\x12 .cronoq.v1.AclTokenRevokeRequest\x1a!.cronoq.v1.AclTokenRevokeResponse\x12L\n" +
-	"\tTokenSelf\x12\x1e.cronoq.v1.AclTokenSelfRequest\x1a\x1f.cronoq.v1.AclTokenSelfResponseB0Z.github.com/cronoq/cronoq/api/cronoqv1;cronoqv1b\x06proto3"
+	"\tTokenSelf\x12\x1e.cronoq.v1.AclTokenSelfRequest\x1a\x1f.cronoq.v1.AclTokenSelfResponse2\xf2\x03\n" +
+	"\x13SubscriptionService\x12U\n" +
+	"\x06Create\x12$.cronoq.v1.CreateSubscriptionRequest\x1a%.cronoq.v1.CreateSubscriptionResponse\x12Q\n" +
+	"\x04List\x12#.cronoq.v1.ListSubscriptionsRequest\x1a$.cronoq.v1.ListSubscriptionsResponse\x12L\n" +
+	"\x03Get\x12!.cronoq.v1.GetSubscriptionRequest\x1a\".cronoq.v1.GetSubscriptionResponse\x12U\n" +
+	"\x06Remove\x12$.cronoq.v1.RemoveSubscriptionRequest\x1a%.cronoq.v1.RemoveSubscriptionResponse\x12>\n" +
+	"\x04Read\x12\".cronoq.v1.ReadSubscriptionRequest\x1a\x10.cronoq.v1.Event0\x01\x12L\n" +
+	"\x03Ack\x12!.cronoq.v1.AckSubscriptionRequest\x1a\".cronoq.v1.AckSubscriptionResponseB0Z.github.com/cronoq/cronoq/api/cronoqv1;cronoqv1b\x06proto3"
 
 var (
 	file_cronoq_v1_cronoq_proto_rawDescOnce sync.Once
@@ -9541,7 +10297,7 @@ func file_cronoq_v1_cronoq_proto_rawDescGZIP() []byte {
 }
 
 var file_cronoq_v1_cronoq_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 139)
+var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 151)
 var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(Priority)(0),                      // 0: cronoq.v1.Priority
 	(Status)(0),                        // 1: cronoq.v1.Status
@@ -9686,42 +10442,54 @@ var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(*AclTokenRevokeResponse)(nil),     // 140: cronoq.v1.AclTokenRevokeResponse
 	(*AclTokenSelfRequest)(nil),        // 141: cronoq.v1.AclTokenSelfRequest
 	(*AclTokenSelfResponse)(nil),       // 142: cronoq.v1.AclTokenSelfResponse
-	nil,                                // 143: cronoq.v1.PoolCounts.ByStatusEntry
-	nil,                                // 144: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
-	nil,                                // 145: cronoq.v1.PoolInfo.CountsEntry
-	nil,                                // 146: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
-	(*durationpb.Duration)(nil),        // 147: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 148: google.protobuf.Timestamp
+	(*Subscription)(nil),               // 143: cronoq.v1.Subscription
+	(*CreateSubscriptionRequest)(nil),  // 144: cronoq.v1.CreateSubscriptionRequest
+	(*CreateSubscriptionResponse)(nil), // 145: cronoq.v1.CreateSubscriptionResponse
+	(*ListSubscriptionsRequest)(nil),   // 146: cronoq.v1.ListSubscriptionsRequest
+	(*ListSubscriptionsResponse)(nil),  // 147: cronoq.v1.ListSubscriptionsResponse
+	(*GetSubscriptionRequest)(nil),     // 148: cronoq.v1.GetSubscriptionRequest
+	(*GetSubscriptionResponse)(nil),    // 149: cronoq.v1.GetSubscriptionResponse
+	(*RemoveSubscriptionRequest)(nil),  // 150: cronoq.v1.RemoveSubscriptionRequest
+	(*RemoveSubscriptionResponse)(nil), // 151: cronoq.v1.RemoveSubscriptionResponse
+	(*ReadSubscriptionRequest)(nil),    // 152: cronoq.v1.ReadSubscriptionRequest
+	(*AckSubscriptionRequest)(nil),     // 153: cronoq.v1.AckSubscriptionRequest
+	(*AckSubscriptionResponse)(nil),    // 154: cronoq.v1.AckSubscriptionResponse
+	nil,                                // 155: cronoq.v1.PoolCounts.ByStatusEntry
+	nil,                                // 156: cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	nil,                                // 157: cronoq.v1.PoolInfo.CountsEntry
+	nil,                                // 158: cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	(*durationpb.Duration)(nil),        // 159: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 160: google.protobuf.Timestamp
 }
 var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
-	147, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
-	147, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
+	159, // 0: cronoq.v1.Backoff.initial:type_name -> google.protobuf.Duration
+	159, // 1: cronoq.v1.Backoff.max:type_name -> google.protobuf.Duration
 	0,   // 2: cronoq.v1.TaskTemplate.priority:type_name -> cronoq.v1.Priority
 	8,   // 3: cronoq.v1.TaskTemplate.labels:type_name -> cronoq.v1.KV
 	8,   // 4: cronoq.v1.TaskTemplate.tags:type_name -> cronoq.v1.KV
-	147, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
+	159, // 5: cronoq.v1.TaskTemplate.timeout:type_name -> google.protobuf.Duration
 	9,   // 6: cronoq.v1.TaskTemplate.backoff:type_name -> cronoq.v1.Backoff
 	10,  // 7: cronoq.v1.TaskSpec.template:type_name -> cronoq.v1.TaskTemplate
-	148, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
-	147, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
-	148, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
+	160, // 8: cronoq.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
+	159, // 9: cronoq.v1.TaskSpec.delay:type_name -> google.protobuf.Duration
+	160, // 10: cronoq.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
 	23,  // 11: cronoq.v1.TaskSpec.depends_on:type_name -> cronoq.v1.TaskRef
 	2,   // 12: cronoq.v1.TaskSpec.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
 	10,  // 13: cronoq.v1.Task.template:type_name -> cronoq.v1.TaskTemplate
 	1,   // 14: cronoq.v1.Task.status:type_name -> cronoq.v1.Status
-	148, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
-	148, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	148, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	148, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	148, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	148, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
-	148, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
+	160, // 15: cronoq.v1.Task.submitted_at:type_name -> google.protobuf.Timestamp
+	160, // 16: cronoq.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	160, // 17: cronoq.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	160, // 18: cronoq.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	160, // 19: cronoq.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	160, // 20: cronoq.v1.Task.deadline:type_name -> google.protobuf.Timestamp
+	160, // 21: cronoq.v1.Task.slot:type_name -> google.protobuf.Timestamp
 	2,   // 22: cronoq.v1.Task.dependency_policy:type_name -> cronoq.v1.DependencyPolicy
 	13,  // 23: cronoq.v1.Task.attempts:type_name -> cronoq.v1.Attempt
-	148, // 24: cronoq.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	148, // 25: cronoq.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	160, // 24: cronoq.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	160, // 25: cronoq.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	3,   // 26: cronoq.v1.Attempt.outcome:type_name -> cronoq.v1.AttemptOutcome
-	147, // 27: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
+	159, // 27: cronoq.v1.ReadMeta.last_contact:type_name -> google.protobuf.Duration
 	11,  // 28: cronoq.v1.SubmitRequest.spec:type_name -> cronoq.v1.TaskSpec
 	14,  // 29: cronoq.v1.SubmitResponse.result:type_name -> cronoq.v1.Submitted
 	11,  // 30: cronoq.v1.SubmitBatchRequest.specs:type_name -> cronoq.v1.TaskSpec
@@ -9733,7 +10501,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	12,  // 36: cronoq.v1.GetResponse.task:type_name -> cronoq.v1.Task
 	15,  // 37: cronoq.v1.GetResponse.meta:type_name -> cronoq.v1.ReadMeta
 	23,  // 38: cronoq.v1.WaitRequest.ref:type_name -> cronoq.v1.TaskRef
-	147, // 39: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
+	159, // 39: cronoq.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
 	12,  // 40: cronoq.v1.WaitResponse.task:type_name -> cronoq.v1.Task
 	23,  // 41: cronoq.v1.CancelRequest.ref:type_name -> cronoq.v1.TaskRef
 	23,  // 42: cronoq.v1.CompleteRequest.ref:type_name -> cronoq.v1.TaskRef
@@ -9742,46 +10510,46 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	1,   // 45: cronoq.v1.ListRequest.statuses:type_name -> cronoq.v1.Status
 	12,  // 46: cronoq.v1.ListResponse.tasks:type_name -> cronoq.v1.Task
 	15,  // 47: cronoq.v1.ListResponse.meta:type_name -> cronoq.v1.ReadMeta
-	143, // 48: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
+	155, // 48: cronoq.v1.PoolCounts.by_status:type_name -> cronoq.v1.PoolCounts.ByStatusEntry
 	35,  // 49: cronoq.v1.CountsResponse.pools:type_name -> cronoq.v1.PoolCounts
 	15,  // 50: cronoq.v1.CountsResponse.meta:type_name -> cronoq.v1.ReadMeta
 	1,   // 51: cronoq.v1.Event.status:type_name -> cronoq.v1.Status
-	148, // 52: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
+	160, // 52: cronoq.v1.Event.at:type_name -> google.protobuf.Timestamp
 	4,   // 53: cronoq.v1.Event.workflow_status:type_name -> cronoq.v1.WorkflowStatus
 	23,  // 54: cronoq.v1.RetryRequest.ref:type_name -> cronoq.v1.TaskRef
 	12,  // 55: cronoq.v1.RetryResponse.task:type_name -> cronoq.v1.Task
 	1,   // 56: cronoq.v1.CancelManyRequest.statuses:type_name -> cronoq.v1.Status
 	23,  // 57: cronoq.v1.DeleteRequest.ref:type_name -> cronoq.v1.TaskRef
-	144, // 58: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
+	156, // 58: cronoq.v1.PoolLimits.max_pending_per_class:type_name -> cronoq.v1.PoolLimits.MaxPendingPerClassEntry
 	45,  // 59: cronoq.v1.PoolLimits.kind_rates:type_name -> cronoq.v1.KindRate
 	9,   // 60: cronoq.v1.PoolLimits.backoff:type_name -> cronoq.v1.Backoff
-	147, // 61: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
-	145, // 62: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
-	147, // 63: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
+	159, // 61: cronoq.v1.PoolLimits.lease_grace:type_name -> google.protobuf.Duration
+	157, // 62: cronoq.v1.PoolInfo.counts:type_name -> cronoq.v1.PoolInfo.CountsEntry
+	159, // 63: cronoq.v1.PoolInfo.oldest_queued_age:type_name -> google.protobuf.Duration
 	46,  // 64: cronoq.v1.PoolInfo.limits:type_name -> cronoq.v1.PoolLimits
 	47,  // 65: cronoq.v1.ListPoolsResponse.pools:type_name -> cronoq.v1.PoolInfo
 	47,  // 66: cronoq.v1.GetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
-	146, // 67: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
+	158, // 67: cronoq.v1.SetPoolRequest.max_pending_per_class:type_name -> cronoq.v1.SetPoolRequest.MaxPendingPerClassEntry
 	45,  // 68: cronoq.v1.SetPoolRequest.kind_rates:type_name -> cronoq.v1.KindRate
 	9,   // 69: cronoq.v1.SetPoolRequest.backoff:type_name -> cronoq.v1.Backoff
-	147, // 70: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
+	159, // 70: cronoq.v1.SetPoolRequest.lease_grace:type_name -> google.protobuf.Duration
 	47,  // 71: cronoq.v1.SetPoolResponse.pool:type_name -> cronoq.v1.PoolInfo
 	8,   // 72: cronoq.v1.WorkerInfo.labels:type_name -> cronoq.v1.KV
-	148, // 73: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
+	160, // 73: cronoq.v1.WorkerInfo.last_seen:type_name -> google.protobuf.Timestamp
 	54,  // 74: cronoq.v1.ListWorkersResponse.workers:type_name -> cronoq.v1.WorkerInfo
-	147, // 75: cronoq.v1.KindSettings.timeout:type_name -> google.protobuf.Duration
+	159, // 75: cronoq.v1.KindSettings.timeout:type_name -> google.protobuf.Duration
 	9,   // 76: cronoq.v1.KindSettings.backoff:type_name -> cronoq.v1.Backoff
-	147, // 77: cronoq.v1.SetKindRequest.timeout:type_name -> google.protobuf.Duration
+	159, // 77: cronoq.v1.SetKindRequest.timeout:type_name -> google.protobuf.Duration
 	9,   // 78: cronoq.v1.SetKindRequest.backoff:type_name -> cronoq.v1.Backoff
 	57,  // 79: cronoq.v1.SetKindResponse.kind:type_name -> cronoq.v1.KindSettings
 	57,  // 80: cronoq.v1.GetKindResponse.kind:type_name -> cronoq.v1.KindSettings
 	11,  // 81: cronoq.v1.WorkflowStep.spec:type_name -> cronoq.v1.TaskSpec
 	62,  // 82: cronoq.v1.WorkflowSpec.steps:type_name -> cronoq.v1.WorkflowStep
 	4,   // 83: cronoq.v1.Workflow.status:type_name -> cronoq.v1.WorkflowStatus
-	148, // 84: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
-	148, // 85: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
-	148, // 86: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
-	148, // 87: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
+	160, // 84: cronoq.v1.Workflow.submitted_at:type_name -> google.protobuf.Timestamp
+	160, // 85: cronoq.v1.Workflow.updated_at:type_name -> google.protobuf.Timestamp
+	160, // 86: cronoq.v1.Workflow.finished_at:type_name -> google.protobuf.Timestamp
+	160, // 87: cronoq.v1.Workflow.slot:type_name -> google.protobuf.Timestamp
 	12,  // 88: cronoq.v1.Workflow.tasks:type_name -> cronoq.v1.Task
 	63,  // 89: cronoq.v1.SubmitWorkflowRequest.spec:type_name -> cronoq.v1.WorkflowSpec
 	66,  // 90: cronoq.v1.SubmitWorkflowResponse.tasks:type_name -> cronoq.v1.StepTask
@@ -9789,7 +10557,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	64,  // 92: cronoq.v1.GetWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
 	15,  // 93: cronoq.v1.GetWorkflowResponse.meta:type_name -> cronoq.v1.ReadMeta
 	65,  // 94: cronoq.v1.WaitWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
-	147, // 95: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
+	159, // 95: cronoq.v1.WaitWorkflowRequest.timeout:type_name -> google.protobuf.Duration
 	64,  // 96: cronoq.v1.WaitWorkflowResponse.workflow:type_name -> cronoq.v1.Workflow
 	65,  // 97: cronoq.v1.CancelWorkflowRequest.ref:type_name -> cronoq.v1.WorkflowRef
 	4,   // 98: cronoq.v1.ListWorkflowsRequest.statuses:type_name -> cronoq.v1.WorkflowStatus
@@ -9798,15 +10566,15 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	10,  // 101: cronoq.v1.Schedule.task:type_name -> cronoq.v1.TaskTemplate
 	5,   // 102: cronoq.v1.Schedule.overlap:type_name -> cronoq.v1.Overlap
 	6,   // 103: cronoq.v1.Schedule.catch_up:type_name -> cronoq.v1.CatchUp
-	148, // 104: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
-	148, // 105: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
+	160, // 104: cronoq.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	160, // 105: cronoq.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
 	62,  // 106: cronoq.v1.Schedule.steps:type_name -> cronoq.v1.WorkflowStep
 	77,  // 107: cronoq.v1.AddScheduleRequest.schedule:type_name -> cronoq.v1.Schedule
-	148, // 108: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
+	160, // 108: cronoq.v1.AddScheduleResponse.next_fire:type_name -> google.protobuf.Timestamp
 	77,  // 109: cronoq.v1.ListSchedulesResponse.schedules:type_name -> cronoq.v1.Schedule
 	8,   // 110: cronoq.v1.Hello.labels:type_name -> cronoq.v1.KV
 	7,   // 111: cronoq.v1.Completion.outcome:type_name -> cronoq.v1.OutcomeKind
-	147, // 112: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
+	159, // 112: cronoq.v1.Completion.retry_after:type_name -> google.protobuf.Duration
 	62,  // 113: cronoq.v1.Completion.children:type_name -> cronoq.v1.WorkflowStep
 	62,  // 114: cronoq.v1.Completion.then:type_name -> cronoq.v1.WorkflowStep
 	89,  // 115: cronoq.v1.Complete.completions:type_name -> cronoq.v1.Completion
@@ -9814,7 +10582,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	87,  // 117: cronoq.v1.WorkerMessage.poll:type_name -> cronoq.v1.Poll
 	88,  // 118: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
 	90,  // 119: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
-	147, // 120: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
+	159, // 120: cronoq.v1.Welcome.heartbeat_window:type_name -> google.protobuf.Duration
 	1,   // 121: cronoq.v1.DependencyResult.status:type_name -> cronoq.v1.Status
 	12,  // 122: cronoq.v1.Grant.task:type_name -> cronoq.v1.Task
 	93,  // 123: cronoq.v1.Grant.dependencies:type_name -> cronoq.v1.DependencyResult
@@ -9830,7 +10598,7 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	104, // 133: cronoq.v1.PeersResponse.peers:type_name -> cronoq.v1.Peer
 	117, // 134: cronoq.v1.KeyringResponse.keys:type_name -> cronoq.v1.KeyringKey
 	116, // 135: cronoq.v1.KeyringResponse.nodes:type_name -> cronoq.v1.KeyringNode
-	148, // 136: cronoq.v1.AclToken.created_at:type_name -> google.protobuf.Timestamp
+	160, // 136: cronoq.v1.AclToken.created_at:type_name -> google.protobuf.Timestamp
 	124, // 137: cronoq.v1.AclBootstrapResponse.token:type_name -> cronoq.v1.AclToken
 	123, // 138: cronoq.v1.AclPolicyApplyRequest.policy:type_name -> cronoq.v1.AclPolicy
 	123, // 139: cronoq.v1.AclPolicyApplyResponse.policy:type_name -> cronoq.v1.AclPolicy
@@ -9839,109 +10607,129 @@ var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
 	124, // 142: cronoq.v1.AclTokenCreateResponse.token:type_name -> cronoq.v1.AclToken
 	124, // 143: cronoq.v1.AclTokenListResponse.tokens:type_name -> cronoq.v1.AclToken
 	124, // 144: cronoq.v1.AclTokenSelfResponse.token:type_name -> cronoq.v1.AclToken
-	16,  // 145: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
-	18,  // 146: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
-	20,  // 147: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
-	24,  // 148: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
-	26,  // 149: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
-	28,  // 150: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
-	30,  // 151: cronoq.v1.TaskService.Complete:input_type -> cronoq.v1.CompleteRequest
-	32,  // 152: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
-	34,  // 153: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
-	37,  // 154: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
-	43,  // 155: cronoq.v1.TaskService.Delete:input_type -> cronoq.v1.DeleteRequest
-	39,  // 156: cronoq.v1.TaskService.Retry:input_type -> cronoq.v1.RetryRequest
-	41,  // 157: cronoq.v1.TaskService.CancelMany:input_type -> cronoq.v1.CancelManyRequest
-	48,  // 158: cronoq.v1.PoolService.List:input_type -> cronoq.v1.ListPoolsRequest
-	50,  // 159: cronoq.v1.PoolService.Get:input_type -> cronoq.v1.GetPoolRequest
-	52,  // 160: cronoq.v1.PoolService.Set:input_type -> cronoq.v1.SetPoolRequest
-	55,  // 161: cronoq.v1.PoolService.Workers:input_type -> cronoq.v1.ListWorkersRequest
-	58,  // 162: cronoq.v1.PoolService.SetKind:input_type -> cronoq.v1.SetKindRequest
-	60,  // 163: cronoq.v1.PoolService.GetKind:input_type -> cronoq.v1.GetKindRequest
-	67,  // 164: cronoq.v1.WorkflowService.Submit:input_type -> cronoq.v1.SubmitWorkflowRequest
-	69,  // 165: cronoq.v1.WorkflowService.Get:input_type -> cronoq.v1.GetWorkflowRequest
-	71,  // 166: cronoq.v1.WorkflowService.Wait:input_type -> cronoq.v1.WaitWorkflowRequest
-	73,  // 167: cronoq.v1.WorkflowService.Cancel:input_type -> cronoq.v1.CancelWorkflowRequest
-	75,  // 168: cronoq.v1.WorkflowService.List:input_type -> cronoq.v1.ListWorkflowsRequest
-	78,  // 169: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
-	80,  // 170: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
-	82,  // 171: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
-	84,  // 172: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
-	91,  // 173: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
-	102, // 174: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
-	105, // 175: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
-	107, // 176: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
-	109, // 177: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
-	111, // 178: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
-	119, // 179: cronoq.v1.OperatorService.KeyringList:input_type -> cronoq.v1.KeyringListRequest
-	120, // 180: cronoq.v1.OperatorService.KeyringInstall:input_type -> cronoq.v1.KeyringInstallRequest
-	121, // 181: cronoq.v1.OperatorService.KeyringUse:input_type -> cronoq.v1.KeyringUseRequest
-	122, // 182: cronoq.v1.OperatorService.KeyringRemove:input_type -> cronoq.v1.KeyringRemoveRequest
-	113, // 183: cronoq.v1.OperatorService.SnapshotSave:input_type -> cronoq.v1.SnapshotSaveRequest
-	114, // 184: cronoq.v1.OperatorService.SnapshotRestore:input_type -> cronoq.v1.SnapshotChunk
-	125, // 185: cronoq.v1.AclService.Bootstrap:input_type -> cronoq.v1.AclBootstrapRequest
-	127, // 186: cronoq.v1.AclService.PolicyApply:input_type -> cronoq.v1.AclPolicyApplyRequest
-	129, // 187: cronoq.v1.AclService.PolicyList:input_type -> cronoq.v1.AclPolicyListRequest
-	131, // 188: cronoq.v1.AclService.PolicyGet:input_type -> cronoq.v1.AclPolicyGetRequest
-	133, // 189: cronoq.v1.AclService.PolicyDelete:input_type -> cronoq.v1.AclPolicyDeleteRequest
-	135, // 190: cronoq.v1.AclService.TokenCreate:input_type -> cronoq.v1.AclTokenCreateRequest
-	137, // 191: cronoq.v1.AclService.TokenList:input_type -> cronoq.v1.AclTokenListRequest
-	139, // 192: cronoq.v1.AclService.TokenRevoke:input_type -> cronoq.v1.AclTokenRevokeRequest
-	141, // 193: cronoq.v1.AclService.TokenSelf:input_type -> cronoq.v1.AclTokenSelfRequest
-	17,  // 194: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
-	19,  // 195: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
-	22,  // 196: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
-	25,  // 197: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
-	27,  // 198: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
-	29,  // 199: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
-	31,  // 200: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
-	33,  // 201: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
-	36,  // 202: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
-	38,  // 203: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
-	44,  // 204: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
-	40,  // 205: cronoq.v1.TaskService.Retry:output_type -> cronoq.v1.RetryResponse
-	42,  // 206: cronoq.v1.TaskService.CancelMany:output_type -> cronoq.v1.CancelManyResponse
-	49,  // 207: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
-	51,  // 208: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
-	53,  // 209: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
-	56,  // 210: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
-	59,  // 211: cronoq.v1.PoolService.SetKind:output_type -> cronoq.v1.SetKindResponse
-	61,  // 212: cronoq.v1.PoolService.GetKind:output_type -> cronoq.v1.GetKindResponse
-	68,  // 213: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
-	70,  // 214: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
-	72,  // 215: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
-	74,  // 216: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
-	76,  // 217: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
-	79,  // 218: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
-	81,  // 219: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
-	83,  // 220: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
-	85,  // 221: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
-	100, // 222: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
-	103, // 223: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
-	106, // 224: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
-	108, // 225: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
-	110, // 226: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
-	112, // 227: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
-	118, // 228: cronoq.v1.OperatorService.KeyringList:output_type -> cronoq.v1.KeyringResponse
-	118, // 229: cronoq.v1.OperatorService.KeyringInstall:output_type -> cronoq.v1.KeyringResponse
-	118, // 230: cronoq.v1.OperatorService.KeyringUse:output_type -> cronoq.v1.KeyringResponse
-	118, // 231: cronoq.v1.OperatorService.KeyringRemove:output_type -> cronoq.v1.KeyringResponse
-	114, // 232: cronoq.v1.OperatorService.SnapshotSave:output_type -> cronoq.v1.SnapshotChunk
-	115, // 233: cronoq.v1.OperatorService.SnapshotRestore:output_type -> cronoq.v1.SnapshotRestoreResponse
-	126, // 234: cronoq.v1.AclService.Bootstrap:output_type -> cronoq.v1.AclBootstrapResponse
-	128, // 235: cronoq.v1.AclService.PolicyApply:output_type -> cronoq.v1.AclPolicyApplyResponse
-	130, // 236: cronoq.v1.AclService.PolicyList:output_type -> cronoq.v1.AclPolicyListResponse
-	132, // 237: cronoq.v1.AclService.PolicyGet:output_type -> cronoq.v1.AclPolicyGetResponse
-	134, // 238: cronoq.v1.AclService.PolicyDelete:output_type -> cronoq.v1.AclPolicyDeleteResponse
-	136, // 239: cronoq.v1.AclService.TokenCreate:output_type -> cronoq.v1.AclTokenCreateResponse
-	138, // 240: cronoq.v1.AclService.TokenList:output_type -> cronoq.v1.AclTokenListResponse
-	140, // 241: cronoq.v1.AclService.TokenRevoke:output_type -> cronoq.v1.AclTokenRevokeResponse
-	142, // 242: cronoq.v1.AclService.TokenSelf:output_type -> cronoq.v1.AclTokenSelfResponse
-	194, // [194:243] is the sub-list for method output_type
-	145, // [145:194] is the sub-list for method input_type
-	145, // [145:145] is the sub-list for extension type_name
-	145, // [145:145] is the sub-list for extension extendee
-	0,   // [0:145] is the sub-list for field type_name
+	1,   // 145: cronoq.v1.Subscription.statuses:type_name -> cronoq.v1.Status
+	159, // 146: cronoq.v1.Subscription.ack_timeout:type_name -> google.protobuf.Duration
+	160, // 147: cronoq.v1.Subscription.stalled_at:type_name -> google.protobuf.Timestamp
+	160, // 148: cronoq.v1.Subscription.created_at:type_name -> google.protobuf.Timestamp
+	143, // 149: cronoq.v1.CreateSubscriptionRequest.subscription:type_name -> cronoq.v1.Subscription
+	143, // 150: cronoq.v1.CreateSubscriptionResponse.subscription:type_name -> cronoq.v1.Subscription
+	143, // 151: cronoq.v1.ListSubscriptionsResponse.subscriptions:type_name -> cronoq.v1.Subscription
+	143, // 152: cronoq.v1.GetSubscriptionResponse.subscription:type_name -> cronoq.v1.Subscription
+	16,  // 153: cronoq.v1.TaskService.Submit:input_type -> cronoq.v1.SubmitRequest
+	18,  // 154: cronoq.v1.TaskService.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
+	20,  // 155: cronoq.v1.TaskService.EnqueueMany:input_type -> cronoq.v1.EnqueueManyRequest
+	24,  // 156: cronoq.v1.TaskService.Get:input_type -> cronoq.v1.GetRequest
+	26,  // 157: cronoq.v1.TaskService.Wait:input_type -> cronoq.v1.WaitRequest
+	28,  // 158: cronoq.v1.TaskService.Cancel:input_type -> cronoq.v1.CancelRequest
+	30,  // 159: cronoq.v1.TaskService.Complete:input_type -> cronoq.v1.CompleteRequest
+	32,  // 160: cronoq.v1.TaskService.List:input_type -> cronoq.v1.ListRequest
+	34,  // 161: cronoq.v1.TaskService.Counts:input_type -> cronoq.v1.CountsRequest
+	37,  // 162: cronoq.v1.TaskService.Events:input_type -> cronoq.v1.EventsRequest
+	43,  // 163: cronoq.v1.TaskService.Delete:input_type -> cronoq.v1.DeleteRequest
+	39,  // 164: cronoq.v1.TaskService.Retry:input_type -> cronoq.v1.RetryRequest
+	41,  // 165: cronoq.v1.TaskService.CancelMany:input_type -> cronoq.v1.CancelManyRequest
+	48,  // 166: cronoq.v1.PoolService.List:input_type -> cronoq.v1.ListPoolsRequest
+	50,  // 167: cronoq.v1.PoolService.Get:input_type -> cronoq.v1.GetPoolRequest
+	52,  // 168: cronoq.v1.PoolService.Set:input_type -> cronoq.v1.SetPoolRequest
+	55,  // 169: cronoq.v1.PoolService.Workers:input_type -> cronoq.v1.ListWorkersRequest
+	58,  // 170: cronoq.v1.PoolService.SetKind:input_type -> cronoq.v1.SetKindRequest
+	60,  // 171: cronoq.v1.PoolService.GetKind:input_type -> cronoq.v1.GetKindRequest
+	67,  // 172: cronoq.v1.WorkflowService.Submit:input_type -> cronoq.v1.SubmitWorkflowRequest
+	69,  // 173: cronoq.v1.WorkflowService.Get:input_type -> cronoq.v1.GetWorkflowRequest
+	71,  // 174: cronoq.v1.WorkflowService.Wait:input_type -> cronoq.v1.WaitWorkflowRequest
+	73,  // 175: cronoq.v1.WorkflowService.Cancel:input_type -> cronoq.v1.CancelWorkflowRequest
+	75,  // 176: cronoq.v1.WorkflowService.List:input_type -> cronoq.v1.ListWorkflowsRequest
+	78,  // 177: cronoq.v1.ScheduleService.Add:input_type -> cronoq.v1.AddScheduleRequest
+	80,  // 178: cronoq.v1.ScheduleService.List:input_type -> cronoq.v1.ListSchedulesRequest
+	82,  // 179: cronoq.v1.ScheduleService.Remove:input_type -> cronoq.v1.RemoveScheduleRequest
+	84,  // 180: cronoq.v1.ScheduleService.Pause:input_type -> cronoq.v1.PauseScheduleRequest
+	91,  // 181: cronoq.v1.WorkerService.Connect:input_type -> cronoq.v1.WorkerMessage
+	102, // 182: cronoq.v1.OperatorService.Members:input_type -> cronoq.v1.MembersRequest
+	105, // 183: cronoq.v1.OperatorService.Peers:input_type -> cronoq.v1.PeersRequest
+	107, // 184: cronoq.v1.OperatorService.RemovePeer:input_type -> cronoq.v1.RemovePeerRequest
+	109, // 185: cronoq.v1.OperatorService.TransferLeadership:input_type -> cronoq.v1.TransferLeadershipRequest
+	111, // 186: cronoq.v1.OperatorService.Health:input_type -> cronoq.v1.HealthRequest
+	119, // 187: cronoq.v1.OperatorService.KeyringList:input_type -> cronoq.v1.KeyringListRequest
+	120, // 188: cronoq.v1.OperatorService.KeyringInstall:input_type -> cronoq.v1.KeyringInstallRequest
+	121, // 189: cronoq.v1.OperatorService.KeyringUse:input_type -> cronoq.v1.KeyringUseRequest
+	122, // 190: cronoq.v1.OperatorService.KeyringRemove:input_type -> cronoq.v1.KeyringRemoveRequest
+	113, // 191: cronoq.v1.OperatorService.SnapshotSave:input_type -> cronoq.v1.SnapshotSaveRequest
+	114, // 192: cronoq.v1.OperatorService.SnapshotRestore:input_type -> cronoq.v1.SnapshotChunk
+	125, // 193: cronoq.v1.AclService.Bootstrap:input_type -> cronoq.v1.AclBootstrapRequest
+	127, // 194: cronoq.v1.AclService.PolicyApply:input_type -> cronoq.v1.AclPolicyApplyRequest
+	129, // 195: cronoq.v1.AclService.PolicyList:input_type -> cronoq.v1.AclPolicyListRequest
+	131, // 196: cronoq.v1.AclService.PolicyGet:input_type -> cronoq.v1.AclPolicyGetRequest
+	133, // 197: cronoq.v1.AclService.PolicyDelete:input_type -> cronoq.v1.AclPolicyDeleteRequest
+	135, // 198: cronoq.v1.AclService.TokenCreate:input_type -> cronoq.v1.AclTokenCreateRequest
+	137, // 199: cronoq.v1.AclService.TokenList:input_type -> cronoq.v1.AclTokenListRequest
+	139, // 200: cronoq.v1.AclService.TokenRevoke:input_type -> cronoq.v1.AclTokenRevokeRequest
+	141, // 201: cronoq.v1.AclService.TokenSelf:input_type -> cronoq.v1.AclTokenSelfRequest
+	144, // 202: cronoq.v1.SubscriptionService.Create:input_type -> cronoq.v1.CreateSubscriptionRequest
+	146, // 203: cronoq.v1.SubscriptionService.List:input_type -> cronoq.v1.ListSubscriptionsRequest
+	148, // 204: cronoq.v1.SubscriptionService.Get:input_type -> cronoq.v1.GetSubscriptionRequest
+	150, // 205: cronoq.v1.SubscriptionService.Remove:input_type -> cronoq.v1.RemoveSubscriptionRequest
+	152, // 206: cronoq.v1.SubscriptionService.Read:input_type -> cronoq.v1.ReadSubscriptionRequest
+	153, // 207: cronoq.v1.SubscriptionService.Ack:input_type -> cronoq.v1.AckSubscriptionRequest
+	17,  // 208: cronoq.v1.TaskService.Submit:output_type -> cronoq.v1.SubmitResponse
+	19,  // 209: cronoq.v1.TaskService.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
+	22,  // 210: cronoq.v1.TaskService.EnqueueMany:output_type -> cronoq.v1.EnqueueManyResponse
+	25,  // 211: cronoq.v1.TaskService.Get:output_type -> cronoq.v1.GetResponse
+	27,  // 212: cronoq.v1.TaskService.Wait:output_type -> cronoq.v1.WaitResponse
+	29,  // 213: cronoq.v1.TaskService.Cancel:output_type -> cronoq.v1.CancelResponse
+	31,  // 214: cronoq.v1.TaskService.Complete:output_type -> cronoq.v1.CompleteResponse
+	33,  // 215: cronoq.v1.TaskService.List:output_type -> cronoq.v1.ListResponse
+	36,  // 216: cronoq.v1.TaskService.Counts:output_type -> cronoq.v1.CountsResponse
+	38,  // 217: cronoq.v1.TaskService.Events:output_type -> cronoq.v1.Event
+	44,  // 218: cronoq.v1.TaskService.Delete:output_type -> cronoq.v1.DeleteResponse
+	40,  // 219: cronoq.v1.TaskService.Retry:output_type -> cronoq.v1.RetryResponse
+	42,  // 220: cronoq.v1.TaskService.CancelMany:output_type -> cronoq.v1.CancelManyResponse
+	49,  // 221: cronoq.v1.PoolService.List:output_type -> cronoq.v1.ListPoolsResponse
+	51,  // 222: cronoq.v1.PoolService.Get:output_type -> cronoq.v1.GetPoolResponse
+	53,  // 223: cronoq.v1.PoolService.Set:output_type -> cronoq.v1.SetPoolResponse
+	56,  // 224: cronoq.v1.PoolService.Workers:output_type -> cronoq.v1.ListWorkersResponse
+	59,  // 225: cronoq.v1.PoolService.SetKind:output_type -> cronoq.v1.SetKindResponse
+	61,  // 226: cronoq.v1.PoolService.GetKind:output_type -> cronoq.v1.GetKindResponse
+	68,  // 227: cronoq.v1.WorkflowService.Submit:output_type -> cronoq.v1.SubmitWorkflowResponse
+	70,  // 228: cronoq.v1.WorkflowService.Get:output_type -> cronoq.v1.GetWorkflowResponse
+	72,  // 229: cronoq.v1.WorkflowService.Wait:output_type -> cronoq.v1.WaitWorkflowResponse
+	74,  // 230: cronoq.v1.WorkflowService.Cancel:output_type -> cronoq.v1.CancelWorkflowResponse
+	76,  // 231: cronoq.v1.WorkflowService.List:output_type -> cronoq.v1.ListWorkflowsResponse
+	79,  // 232: cronoq.v1.ScheduleService.Add:output_type -> cronoq.v1.AddScheduleResponse
+	81,  // 233: cronoq.v1.ScheduleService.List:output_type -> cronoq.v1.ListSchedulesResponse
+	83,  // 234: cronoq.v1.ScheduleService.Remove:output_type -> cronoq.v1.RemoveScheduleResponse
+	85,  // 235: cronoq.v1.ScheduleService.Pause:output_type -> cronoq.v1.PauseScheduleResponse
+	100, // 236: cronoq.v1.WorkerService.Connect:output_type -> cronoq.v1.ServerMessage
+	103, // 237: cronoq.v1.OperatorService.Members:output_type -> cronoq.v1.MembersResponse
+	106, // 238: cronoq.v1.OperatorService.Peers:output_type -> cronoq.v1.PeersResponse
+	108, // 239: cronoq.v1.OperatorService.RemovePeer:output_type -> cronoq.v1.RemovePeerResponse
+	110, // 240: cronoq.v1.OperatorService.TransferLeadership:output_type -> cronoq.v1.TransferLeadershipResponse
+	112, // 241: cronoq.v1.OperatorService.Health:output_type -> cronoq.v1.HealthResponse
+	118, // 242: cronoq.v1.OperatorService.KeyringList:output_type -> cronoq.v1.KeyringResponse
+	118, // 243: cronoq.v1.OperatorService.KeyringInstall:output_type -> cronoq.v1.KeyringResponse
+	118, // 244: cronoq.v1.OperatorService.KeyringUse:output_type -> cronoq.v1.KeyringResponse
+	118, // 245: cronoq.v1.OperatorService.KeyringRemove:output_type -> cronoq.v1.KeyringResponse
+	114, // 246: cronoq.v1.OperatorService.SnapshotSave:output_type -> cronoq.v1.SnapshotChunk
+	115, // 247: cronoq.v1.OperatorService.SnapshotRestore:output_type -> cronoq.v1.SnapshotRestoreResponse
+	126, // 248: cronoq.v1.AclService.Bootstrap:output_type -> cronoq.v1.AclBootstrapResponse
+	128, // 249: cronoq.v1.AclService.PolicyApply:output_type -> cronoq.v1.AclPolicyApplyResponse
+	130, // 250: cronoq.v1.AclService.PolicyList:output_type -> cronoq.v1.AclPolicyListResponse
+	132, // 251: cronoq.v1.AclService.PolicyGet:output_type -> cronoq.v1.AclPolicyGetResponse
+	134, // 252: cronoq.v1.AclService.PolicyDelete:output_type -> cronoq.v1.AclPolicyDeleteResponse
+	136, // 253: cronoq.v1.AclService.TokenCreate:output_type -> cronoq.v1.AclTokenCreateResponse
+	138, // 254: cronoq.v1.AclService.TokenList:output_type -> cronoq.v1.AclTokenListResponse
+	140, // 255: cronoq.v1.AclService.TokenRevoke:output_type -> cronoq.v1.AclTokenRevokeResponse
+	142, // 256: cronoq.v1.AclService.TokenSelf:output_type -> cronoq.v1.AclTokenSelfResponse
+	145, // 257: cronoq.v1.SubscriptionService.Create:output_type -> cronoq.v1.CreateSubscriptionResponse
+	147, // 258: cronoq.v1.SubscriptionService.List:output_type -> cronoq.v1.ListSubscriptionsResponse
+	149, // 259: cronoq.v1.SubscriptionService.Get:output_type -> cronoq.v1.GetSubscriptionResponse
+	151, // 260: cronoq.v1.SubscriptionService.Remove:output_type -> cronoq.v1.RemoveSubscriptionResponse
+	38,  // 261: cronoq.v1.SubscriptionService.Read:output_type -> cronoq.v1.Event
+	154, // 262: cronoq.v1.SubscriptionService.Ack:output_type -> cronoq.v1.AckSubscriptionResponse
+	208, // [208:263] is the sub-list for method output_type
+	153, // [153:208] is the sub-list for method input_type
+	153, // [153:153] is the sub-list for extension type_name
+	153, // [153:153] is the sub-list for extension extendee
+	0,   // [0:153] is the sub-list for field type_name
 }
 
 func init() { file_cronoq_v1_cronoq_proto_init() }
@@ -9970,9 +10758,9 @@ func file_cronoq_v1_cronoq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronoq_v1_cronoq_proto_rawDesc), len(file_cronoq_v1_cronoq_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   139,
+			NumMessages:   151,
 			NumExtensions: 0,
-			NumServices:   7,
+			NumServices:   8,
 		},
 		GoTypes:           file_cronoq_v1_cronoq_proto_goTypes,
 		DependencyIndexes: file_cronoq_v1_cronoq_proto_depIdxs,

@@ -88,6 +88,7 @@ type agentConfig struct {
 	poolBlocks      []poolBlock // pool "NAME" { ... } blocks of the config file
 	heartbeatWindow time.Duration
 	retention       time.Duration
+	retentionCap    time.Duration // 0: 10 x retention
 	maxAttempts     int
 	maxPending      int
 	overflow        string
@@ -230,6 +231,7 @@ func agentFlags(c *cmd, cfg *agentConfig) {
 	fs.Var(&fileList{list: &cfg.pools}, "pools", "fixed list of pool `NAMES` (comma-separated); tasks of other pools are refused (default: any pool)")
 	fs.Var(durationValue{&cfg.heartbeatWindow, true}, "heartbeat-window", "a lease is lost after `DUR` without a heartbeat")
 	fs.Var(durationValue{&cfg.retention, true}, "retention", "keep ended tasks and their outputs for `DUR`")
+	fs.Var(durationValue{&cfg.retentionCap, true}, "retention-cap", "keep an ended task at most `DUR` after its end while a subscription has not acked its events (default 10 x -retention)")
 	fs.Var(intValue{&cfg.maxAttempts, 1}, "max-attempts", "at most `N` attempts per task whose spec sets none")
 	fs.Var(intValue{&cfg.maxPending, 1}, "max-pending", "pending (scheduled, queued, retrying) tasks per pool, at most `N`")
 	fs.Var(enumValue{&cfg.overflow, []string{"reject", "wait", "park"}}, "overflow", "`POLICY` for a submit that does not fit -max-pending: reject (answer overloaded), wait (the submitter waits until there is room) or park (accept its tasks as parked, admitted as room frees)")
@@ -384,6 +386,7 @@ type fileConfig struct {
 	Pools            []string `hcl:"pools,optional"`
 	HeartbeatWindow  *string  `hcl:"heartbeat_window,optional"`
 	Retention        *string  `hcl:"retention,optional"`
+	RetentionCap     *string  `hcl:"retention_cap,optional"`
 	MaxAttempts      *int     `hcl:"max_attempts,optional"`
 	MaxPending       *int     `hcl:"max_pending,optional"`
 	Overflow         *string  `hcl:"overflow,optional"`
@@ -666,6 +669,7 @@ func (cfg agentConfig) engineConfig() core.Config {
 	c := core.Config{
 		HeartbeatWindow: cfg.heartbeatWindow,
 		Retention:       cfg.retention,
+		RetentionCap:    cfg.retentionCap,
 		MaxPayload:      cfg.maxPayload,
 		MaxOutput:       cfg.maxOutput,
 		MaxAttempts:     uint32(cfg.maxAttempts),

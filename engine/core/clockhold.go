@@ -8,8 +8,9 @@ import (
 // the core is given cannot be trusted (the leader's clock disagrees with a
 // majority of the cluster's). While held, the timers that end or start work
 // on the strength of the clock alone wait: recurring schedules do not fire,
-// and running attempts are not ended for a missed heartbeat window or an
-// attempt timeout. Everything else goes on: delayed and retrying tasks
+// running attempts are not ended for a missed heartbeat window or an
+// attempt timeout, and subscriptions neither send again nor stall for a
+// missed ack. Everything else goes on: delayed and retrying tasks
 // become ready at their run time, deadlines expire tasks, retention purges
 // ended ones, rate limits refill, and commands are served as usual
 // (heartbeats extend leases, completions end attempts).
@@ -22,7 +23,7 @@ import (
 
 // heldByClock reports whether timers of kind k wait while the clock is held.
 func heldByClock(k timerKind) bool {
-	return k == tmFire || k == tmLease || k == tmTimeout
+	return k == tmFire || k == tmLease || k == tmTimeout || k == tmRedeliver
 }
 
 // SetClockHold holds (held true) or releases the timers that act on the

@@ -64,6 +64,9 @@ type Core struct {
 
 	acl aclState // the replicated ACL objects, as far as changes to them need
 
+	subs  map[string]*subscription // durable subscriptions, by name
+	holds Holds                    // what retention waits for (nil: nothing)
+
 	shutdown bool
 	// clockHold: the driver does not trust the clock; heldTimers are the
 	// due timers it keeps from running meanwhile (see SetClockHold).
@@ -255,6 +258,8 @@ type Stats struct {
 	Tasks       int // tasks known to the core, terminal ones included
 	Schedules   int
 	Workflows   int // workflows known to the core, ended ones included
+	// Subscriptions are the durable subscriptions.
+	Subscriptions int
 	// InertSchedules are recovered schedules whose expression no longer
 	// parses: they are kept but never fire.
 	InertSchedules int
@@ -295,6 +300,7 @@ func newCore(cfg Config, epoch uint64) (*Core, error) {
 		workflows:   make(map[string]*workflow),
 		wfKeys:      make(map[string]*workflow),
 		wfWaiting:   make(map[ReqID]*workflow),
+		subs:        make(map[string]*subscription),
 	}, nil
 }
 
@@ -353,19 +359,20 @@ func (c *Core) requireVersion(what string, need uint16) error {
 // Stats returns the current sizes.
 func (c *Core) Stats() Stats {
 	s := Stats{
-		Pending:      c.global.total,
-		Parked:       c.parked.Len(),
-		ParkedTasks:  c.nParked,
-		Polls:        len(c.polls),
-		Leases:       len(c.leases),
-		Waiters:      len(c.waiting),
-		Tasks:        len(c.tasks),
-		Schedules:    len(c.schedules),
-		Workflows:    len(c.workflows),
-		Timers:       len(c.timers) + c.purges.Len() + len(c.heldTimers),
-		ShuttingDown: c.shutdown,
-		ClockHeld:    c.clockHold,
-		HeldTimers:   len(c.heldTimers),
+		Pending:       c.global.total,
+		Parked:        c.parked.Len(),
+		ParkedTasks:   c.nParked,
+		Polls:         len(c.polls),
+		Leases:        len(c.leases),
+		Waiters:       len(c.waiting),
+		Tasks:         len(c.tasks),
+		Schedules:     len(c.schedules),
+		Workflows:     len(c.workflows),
+		Subscriptions: len(c.subs),
+		Timers:        len(c.timers) + c.purges.Len() + len(c.heldTimers),
+		ShuttingDown:  c.shutdown,
+		ClockHeld:     c.clockHold,
+		HeldTimers:    len(c.heldTimers),
 	}
 	for _, p := range c.pools {
 		s.Running += p.running
@@ -521,6 +528,9 @@ func (c *Core) timerValid(tm timer) bool {
 		return ok && s.gen == tm.gen && !s.rec.Paused && s.expr != nil
 	case tmRate:
 		return c.rateTimerValid(tm)
+	case tmRedeliver:
+		s, ok := c.subs[tm.id]
+		return ok && s.gen == tm.gen
 	}
 	t, ok := c.tasks[tm.id]
 	if !ok {
@@ -560,6 +570,10 @@ func (c *Core) runTimers() {
 			c.markDirty(p)
 			continue
 		}
+		if tm.kind == tmRedeliver {
+			c.redeliver(c.subs[tm.id])
+			continue
+		}
 		t := c.tasks[tm.id]
 		switch tm.kind {
 		case tmDeadline:
@@ -590,7 +604,9 @@ func (c *Core) runTimers() {
 		c.purges.DeleteMin()
 		switch {
 		case p.wf:
-			c.purgeWorkflow(c.workflows[p.id])
+			if w := c.workflows[p.id]; w != nil { // a purge put off may meet another
+				c.purgeWorkflow(w)
+			}
 		case c.tasks[p.id] != nil && c.tasks[p.id].status.Terminal():
 			// An operator may have deleted it, or retried it.
 			c.purge(c.tasks[p.id])

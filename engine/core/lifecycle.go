@@ -140,10 +140,14 @@ func (c *Core) expire(t *task) {
 }
 
 // purge forgets a terminal task whose retention ended and frees its key,
-// unless a task that depends on it lives (it then waits for it).
+// unless a task that depends on it lives (it then waits for it) or a
+// subscription still holds an event of it (see retained).
 func (c *Core) purge(t *task) {
 	if t.flow != nil && t.flow.liveDependents > 0 {
 		t.flow.purgeHeld = true
+		return
+	}
+	if c.retained(purgeItem{id: t.id}, t.finishedAt, t.id) {
 		return
 	}
 	c.mutate(fsm.Mutation{Purge: &fsm.Purge{ID: t.id}})

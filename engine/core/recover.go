@@ -16,6 +16,7 @@ type Source interface {
 	EachWorkflow(fn func(*fsm.Workflow) bool)
 	EachPool(fn func(*fsm.Pool) bool)
 	ACLSource
+	SubscriptionSource
 }
 
 // Recover rebuilds a core for a new epoch from the durable state, as a new
@@ -38,6 +39,7 @@ func Recover(cfg Config, src Source, epoch uint64, now time.Time) (*Core, error)
 	}
 	c.now = fsm.InstantOf(now)
 	c.recoverACL(src)
+	c.recoverSubscriptions(src)
 	// Pool settings first: a pool's tasks are filed under its settings.
 	src.EachPool(func(rec *fsm.Pool) bool {
 		c.poolRecs[rec.Name] = rec.Clone() // GlobalPool's too: the global bounds

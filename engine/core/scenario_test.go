@@ -79,6 +79,9 @@ type harness struct {
 	reqCmds  map[ReqID]string // the command that made each request
 	nextReq  ReqID
 	grants   map[string]uint64 // task -> last granted lease
+	// consumers holds, per subscription, the cursor after which the
+	// scenario's consumer reads next (see deliver).
+	consumers map[string]uint64
 
 	trace *strings.Builder // raw entries and actions, for the determinism test
 	quiet bool             // print counts instead of every mutation and action
@@ -126,9 +129,11 @@ func (h *harness) reset(cfg Config, autocommit bool) {
 	h.reqCmds = map[ReqID]string{}
 	h.nextReq = 0
 	h.grants = map[string]uint64{}
+	h.consumers = map[string]uint64{}
 	h.applyEntry(mustEncode(fsm.EncodeEpochBump(&fsm.EpochBump{Epoch: 1, Leader: "n1", Time: fsm.InstantOf(t0)})))
 	c, err := New(cfg, 1, t0)
 	require.NoError(h.t, err)
+	c.SetHolds(h.state)
 	h.core = c
 }
 
@@ -463,6 +468,8 @@ func (h *harness) fmtMutation(m fsm.Mutation) string {
 		return fmt.Sprintf("fire %s slot=%s skipped=%d task=%s", f.Name, fmtAt(f.Slot), f.Skipped, h.name(f.TaskID))
 	case m.Tombstone != nil:
 		return fmt.Sprintf("tombstone %s", m.Tombstone.NodeID)
+	case m.PutSubscription != nil, m.DelSubscription != nil, m.AckSubscription != nil, m.StallSubscription != nil:
+		return fmtSubscriptionMutation(m)
 	}
 	return "empty mutation"
 }
@@ -567,6 +574,10 @@ func (h *harness) fmtReply(r Reply) string {
 		return s + " " + fmtACLToken(v)
 	case fsm.ACLPolicy:
 		return s + " policy " + v.Name
+	case fsm.Subscription:
+		return s + " subscription " + v.Name
+	case uint64:
+		return s + " acked=" + fmtCursor(v)
 	case fsm.Instant:
 		if v != 0 {
 			return s + " next-fire=" + fmtAt(v)
@@ -575,7 +586,7 @@ func (h *harness) fmtReply(r Reply) string {
 		switch cmd := h.reqCmds[r.Req]; {
 		case v && cmd == "acl-delete":
 			return s + " deleted"
-		case v && cmd == "schedule-rm":
+		case v && (cmd == "schedule-rm" || cmd == "unsubscribe"):
 			return s + " removed"
 		case v:
 			return s + " paused"
@@ -633,6 +644,12 @@ func (h *harness) actions(o Output) []string {
 	for _, a := range o.Aborts {
 		out = append(out, "now  "+fmtAbort(a))
 	}
+	for _, r := range o.Redeliveries {
+		out = append(out, fmt.Sprintf("now  redeliver %s from=%s deliveries=%d", r.Subscription, fmtCursor(r.From), r.Deliveries))
+	}
+	for _, n := range o.Notices {
+		out = append(out, "now  "+h.fmtNotice(n))
+	}
 	return out
 }
 
@@ -640,6 +657,7 @@ func (h *harness) actions(o Output) []string {
 // autocommit is on.
 func (h *harness) collect(b *strings.Builder) {
 	o := h.core.Ready()
+	h.rewind(o.Redeliveries)
 	if h.quiet {
 		h.summarize(b, o)
 	}
@@ -743,6 +761,7 @@ func (h *harness) crossCheck(b *strings.Builder) {
 	if wfs != len(h.core.workflows) {
 		fmt.Fprintf(b, "MISMATCH: %d workflows in the FSM, %d in the core\n", wfs, len(h.core.workflows))
 	}
+	h.crossCheckSubscriptions(b)
 }
 
 // ---------------------------------------------------------------------------
@@ -1029,6 +1048,22 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			}
 		}
 		h.core.SetKind(h.now, h.req(d), ch)
+	case "subscribe":
+		h.core.CreateSubscription(h.now, h.req(d), h.subscriptionSpec(d))
+	case "unsubscribe":
+		var n string
+		d.ScanArgs(t, "name", &n)
+		h.core.RemoveSubscription(h.now, h.req(d), n)
+	case "ack":
+		var n string
+		d.ScanArgs(t, "name", &n)
+		h.core.AckSubscription(h.now, h.req(d), n, h.ackCursor(d, n))
+	case "deliver":
+		h.deliver(&b, d)
+	case "subscription":
+		var n string
+		d.ScanArgs(t, "name", &n)
+		return h.dumpSubscription(n)
 	case "kind":
 		var pool, kind string
 		d.ScanArgs(t, "pool", &pool)
@@ -1078,6 +1113,10 @@ func (h *harness) config(d *datadriven.TestData) {
 			cfg.Backoff = h.backoff(a.Vals)
 		case "retention":
 			cfg.Retention = dur()
+		case "retention-cap":
+			cfg.RetentionCap = dur()
+		case "hold-recheck":
+			cfg.HoldRecheck = dur()
 		case "max-payload":
 			cfg.MaxPayload = num()
 		case "max-output":
@@ -1553,13 +1592,20 @@ func (h *harness) recover(b *strings.Builder) {
 	require.Equal(h.t, h.epoch, res)
 	c, err := Recover(h.cfg, h.state.View(), h.epoch, h.now)
 	require.NoError(h.t, err)
+	c.SetHolds(h.state)
 	h.core = c
+	// The consumers reconnect to the new leader: they read from the
+	// durable cursor.
+	clear(h.consumers)
 	out := c.Ready()
 	require.True(h.t, out.Empty(), "recover produced output")
 	s := c.Stats()
 	fmt.Fprintf(b, "epoch %d: pending=%d queued=%d running=%d tasks=%d schedules=%d", h.epoch, s.Pending, s.Queued, s.Running, s.Tasks, s.Schedules)
 	if s.Workflows > 0 {
 		fmt.Fprintf(b, " workflows=%d", s.Workflows)
+	}
+	if s.Subscriptions > 0 {
+		fmt.Fprintf(b, " subscriptions=%d", s.Subscriptions)
 	}
 	b.WriteByte('\n')
 	h.crossCheck(b)

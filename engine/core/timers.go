@@ -12,12 +12,13 @@ import (
 type timerKind uint8
 
 const (
-	tmDeadline timerKind = iota + 1 // the task's deadline: it ends expired
-	tmTimeout                       // the attempt under lease gen ran too long
-	tmLease                         // the attempt under lease gen may have missed its heartbeat window
-	tmReady                         // a scheduled or retrying task reaches its run time (gen = task generation)
-	tmFire                          // a recurring schedule's next slot (id = name, gen = schedule generation)
-	tmRate                          // a pool's rate limit allows dispatches again (id = pool)
+	tmDeadline  timerKind = iota + 1 // the task's deadline: it ends expired
+	tmTimeout                        // the attempt under lease gen ran too long
+	tmLease                          // the attempt under lease gen may have missed its heartbeat window
+	tmReady                          // a scheduled or retrying task reaches its run time (gen = task generation)
+	tmFire                           // a recurring schedule's next slot (id = name, gen = schedule generation)
+	tmRate                           // a pool's rate limit allows dispatches again (id = pool)
+	tmRedeliver                      // a subscription's ack timeout passed (id = name, gen = its timer generation)
 )
 
 // timer is one entry of the timer heap. Entries are never removed when they

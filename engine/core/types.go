@@ -225,11 +225,14 @@ type Output struct {
 	Dispatches []Dispatch
 	Events     []Event
 	Aborts     []Abort
+	// Redeliveries and Notices take effect at once, like Aborts.
+	Redeliveries []Redelivery
+	Notices      []Notice
 }
 
 // Empty reports whether o carries nothing.
 func (o *Output) Empty() bool {
-	return len(o.Mutations) == 0 && !o.Holds() && len(o.Aborts) == 0
+	return len(o.Mutations) == 0 && !o.Holds() && len(o.Aborts) == 0 && len(o.Redeliveries) == 0 && len(o.Notices) == 0
 }
 
 // Holds reports whether o has actions to hold until its mutations commit.
@@ -394,9 +397,15 @@ type Config struct {
 	MaxAttempts     uint32        // default per task (5)
 	Backoff         fsm.Backoff   // default per task (1s doubling, cap 5m, ±20%)
 	Retention       time.Duration // how long terminal tasks are kept (24h)
-	MaxPayload      int           // bytes (1 MiB)
-	MaxOutput       int           // bytes (1 MiB)
-	MaxKindLen      int           // bytes (256)
+	// RetentionCap bounds how long past its end a task is kept while a
+	// subscription has not acked an event of it (10 x Retention);
+	// HoldRecheck is how often such a task is looked at again (1m, at
+	// most Retention).
+	RetentionCap time.Duration
+	HoldRecheck  time.Duration
+	MaxPayload   int // bytes (1 MiB)
+	MaxOutput    int // bytes (1 MiB)
+	MaxKindLen   int // bytes (256)
 
 	Global      Bounds     // across all pools (none)
 	DefaultPool PoolConfig // pools not listed in Pools (1,000,000 pending)
@@ -458,6 +467,12 @@ func (c Config) WithDefaults() Config {
 	if c.Retention <= 0 {
 		c.Retention = d.Retention
 	}
+	if c.RetentionCap <= 0 {
+		c.RetentionCap = 10 * c.Retention
+	}
+	if c.HoldRecheck <= 0 {
+		c.HoldRecheck = min(time.Minute, c.Retention)
+	}
 	if c.MaxPayload <= 0 {
 		c.MaxPayload = d.MaxPayload
 	}
@@ -485,6 +500,8 @@ func (c Config) Validate() error {
 		return Invalid("Backoff.Max", "must be at least Backoff.Initial")
 	case c.Backoff.Jitter < 0 || c.Backoff.Jitter >= 1:
 		return Invalid("Backoff.Jitter", "must be in [0, 1)")
+	case c.RetentionCap < c.Retention:
+		return Invalid("RetentionCap", "must be at least Retention")
 	case c.FixedPools && len(c.Pools) == 0:
 		return Invalid("Pools", "a fixed pool list must name at least one pool")
 	case c.LogVersion > fsm.LogVersion:

@@ -276,11 +276,16 @@ func (c *Core) settleWorkflows() {
 // purgeWorkflow forgets an ended workflow and its members, unless a member
 // is the dependency of a live task elsewhere (then it waits for it).
 func (c *Core) purgeWorkflow(w *workflow) {
+	ids := make([]string, 0, len(w.members))
 	for _, m := range w.members {
 		if m.flow != nil && m.flow.liveDependents > 0 {
 			w.purgeHeld = true
 			return
 		}
+		ids = append(ids, m.id)
+	}
+	if c.retained(purgeItem{id: w.rec.ID, wf: true}, w.rec.FinishedAt, ids...) {
+		return
 	}
 	c.mutate(fsm.Mutation{PurgeWorkflow: &fsm.PurgeWorkflow{ID: w.rec.ID}})
 	for _, m := range w.members {

@@ -2345,3 +2345,313 @@ var AclService_ServiceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "cronoq/v1/services.proto",
 }
+
+const (
+	SubscriptionService_Create_FullMethodName = "/cronoq.v1.SubscriptionService/Create"
+	SubscriptionService_List_FullMethodName   = "/cronoq.v1.SubscriptionService/List"
+	SubscriptionService_Get_FullMethodName    = "/cronoq.v1.SubscriptionService/Get"
+	SubscriptionService_Remove_FullMethodName = "/cronoq.v1.SubscriptionService/Remove"
+	SubscriptionService_Read_FullMethodName   = "/cronoq.v1.SubscriptionService/Read"
+	SubscriptionService_Ack_FullMethodName    = "/cronoq.v1.SubscriptionService/Ack"
+)
+
+// SubscriptionServiceClient is the client API for SubscriptionService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+type SubscriptionServiceClient interface {
+	// Creating one that exists with the same settings answers it; with other
+	// settings it is refused (remove it first).
+	Create(ctx context.Context, in *cronoqv1.CreateSubscriptionRequest, opts ...grpc.CallOption) (*cronoqv1.CreateSubscriptionResponse, error)
+	List(ctx context.Context, in *cronoqv1.ListSubscriptionsRequest, opts ...grpc.CallOption) (*cronoqv1.ListSubscriptionsResponse, error)
+	Get(ctx context.Context, in *cronoqv1.GetSubscriptionRequest, opts ...grpc.CallOption) (*cronoqv1.GetSubscriptionResponse, error)
+	// Removes a subscription and the events it holds.
+	Remove(ctx context.Context, in *cronoqv1.RemoveSubscriptionRequest, opts ...grpc.CallOption) (*cronoqv1.RemoveSubscriptionResponse, error)
+	// Streams the events of a subscription in cursor (log) order: those held
+	// after the start, then the later ones as they come. Served by the leader
+	// (a follower relays it); events not acked within the ack timeout come
+	// again from the acked cursor. The stream ends with the leader's term.
+	Read(ctx context.Context, in *cronoqv1.ReadSubscriptionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[cronoqv1.Event], error)
+	Ack(ctx context.Context, in *cronoqv1.AckSubscriptionRequest, opts ...grpc.CallOption) (*cronoqv1.AckSubscriptionResponse, error)
+}
+
+type subscriptionServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewSubscriptionServiceClient(cc grpc.ClientConnInterface) SubscriptionServiceClient {
+	return &subscriptionServiceClient{cc}
+}
+
+func (c *subscriptionServiceClient) Create(ctx context.Context, in *cronoqv1.CreateSubscriptionRequest, opts ...grpc.CallOption) (*cronoqv1.CreateSubscriptionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(cronoqv1.CreateSubscriptionResponse)
+	err := c.cc.Invoke(ctx, SubscriptionService_Create_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *subscriptionServiceClient) List(ctx context.Context, in *cronoqv1.ListSubscriptionsRequest, opts ...grpc.CallOption) (*cronoqv1.ListSubscriptionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(cronoqv1.ListSubscriptionsResponse)
+	err := c.cc.Invoke(ctx, SubscriptionService_List_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *subscriptionServiceClient) Get(ctx context.Context, in *cronoqv1.GetSubscriptionRequest, opts ...grpc.CallOption) (*cronoqv1.GetSubscriptionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(cronoqv1.GetSubscriptionResponse)
+	err := c.cc.Invoke(ctx, SubscriptionService_Get_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *subscriptionServiceClient) Remove(ctx context.Context, in *cronoqv1.RemoveSubscriptionRequest, opts ...grpc.CallOption) (*cronoqv1.RemoveSubscriptionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(cronoqv1.RemoveSubscriptionResponse)
+	err := c.cc.Invoke(ctx, SubscriptionService_Remove_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *subscriptionServiceClient) Read(ctx context.Context, in *cronoqv1.ReadSubscriptionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[cronoqv1.Event], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SubscriptionService_ServiceDesc.Streams[0], SubscriptionService_Read_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[cronoqv1.ReadSubscriptionRequest, cronoqv1.Event]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SubscriptionService_ReadClient = grpc.ServerStreamingClient[cronoqv1.Event]
+
+func (c *subscriptionServiceClient) Ack(ctx context.Context, in *cronoqv1.AckSubscriptionRequest, opts ...grpc.CallOption) (*cronoqv1.AckSubscriptionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(cronoqv1.AckSubscriptionResponse)
+	err := c.cc.Invoke(ctx, SubscriptionService_Ack_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// SubscriptionServiceServer is the server API for SubscriptionService service.
+// All implementations must embed UnimplementedSubscriptionServiceServer
+// for forward compatibility.
+type SubscriptionServiceServer interface {
+	// Creating one that exists with the same settings answers it; with other
+	// settings it is refused (remove it first).
+	Create(context.Context, *cronoqv1.CreateSubscriptionRequest) (*cronoqv1.CreateSubscriptionResponse, error)
+	List(context.Context, *cronoqv1.ListSubscriptionsRequest) (*cronoqv1.ListSubscriptionsResponse, error)
+	Get(context.Context, *cronoqv1.GetSubscriptionRequest) (*cronoqv1.GetSubscriptionResponse, error)
+	// Removes a subscription and the events it holds.
+	Remove(context.Context, *cronoqv1.RemoveSubscriptionRequest) (*cronoqv1.RemoveSubscriptionResponse, error)
+	// Streams the events of a subscription in cursor (log) order: those held
+	// after the start, then the later ones as they come. Served by the leader
+	// (a follower relays it); events not acked within the ack timeout come
+	// again from the acked cursor. The stream ends with the leader's term.
+	Read(*cronoqv1.ReadSubscriptionRequest, grpc.ServerStreamingServer[cronoqv1.Event]) error
+	Ack(context.Context, *cronoqv1.AckSubscriptionRequest) (*cronoqv1.AckSubscriptionResponse, error)
+	mustEmbedUnimplementedSubscriptionServiceServer()
+}
+
+// UnimplementedSubscriptionServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedSubscriptionServiceServer struct{}
+
+func (UnimplementedSubscriptionServiceServer) Create(context.Context, *cronoqv1.CreateSubscriptionRequest) (*cronoqv1.CreateSubscriptionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Create not implemented")
+}
+func (UnimplementedSubscriptionServiceServer) List(context.Context, *cronoqv1.ListSubscriptionsRequest) (*cronoqv1.ListSubscriptionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method List not implemented")
+}
+func (UnimplementedSubscriptionServiceServer) Get(context.Context, *cronoqv1.GetSubscriptionRequest) (*cronoqv1.GetSubscriptionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Get not implemented")
+}
+func (UnimplementedSubscriptionServiceServer) Remove(context.Context, *cronoqv1.RemoveSubscriptionRequest) (*cronoqv1.RemoveSubscriptionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Remove not implemented")
+}
+func (UnimplementedSubscriptionServiceServer) Read(*cronoqv1.ReadSubscriptionRequest, grpc.ServerStreamingServer[cronoqv1.Event]) error {
+	return status.Error(codes.Unimplemented, "method Read not implemented")
+}
+func (UnimplementedSubscriptionServiceServer) Ack(context.Context, *cronoqv1.AckSubscriptionRequest) (*cronoqv1.AckSubscriptionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Ack not implemented")
+}
+func (UnimplementedSubscriptionServiceServer) mustEmbedUnimplementedSubscriptionServiceServer() {}
+func (UnimplementedSubscriptionServiceServer) testEmbeddedByValue()                             {}
+
+// UnsafeSubscriptionServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to SubscriptionServiceServer will
+// result in compilation errors.
+type UnsafeSubscriptionServiceServer interface {
+	mustEmbedUnimplementedSubscriptionServiceServer()
+}
+
+func RegisterSubscriptionServiceServer(s grpc.ServiceRegistrar, srv SubscriptionServiceServer) {
+	// If the following call panics, it indicates UnimplementedSubscriptionServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&SubscriptionService_ServiceDesc, srv)
+}
+
+func _SubscriptionService_Create_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(cronoqv1.CreateSubscriptionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SubscriptionServiceServer).Create(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SubscriptionService_Create_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SubscriptionServiceServer).Create(ctx, req.(*cronoqv1.CreateSubscriptionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SubscriptionService_List_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(cronoqv1.ListSubscriptionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SubscriptionServiceServer).List(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SubscriptionService_List_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SubscriptionServiceServer).List(ctx, req.(*cronoqv1.ListSubscriptionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SubscriptionService_Get_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(cronoqv1.GetSubscriptionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SubscriptionServiceServer).Get(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SubscriptionService_Get_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SubscriptionServiceServer).Get(ctx, req.(*cronoqv1.GetSubscriptionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SubscriptionService_Remove_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(cronoqv1.RemoveSubscriptionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SubscriptionServiceServer).Remove(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SubscriptionService_Remove_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SubscriptionServiceServer).Remove(ctx, req.(*cronoqv1.RemoveSubscriptionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SubscriptionService_Read_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(cronoqv1.ReadSubscriptionRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SubscriptionServiceServer).Read(m, &grpc.GenericServerStream[cronoqv1.ReadSubscriptionRequest, cronoqv1.Event]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SubscriptionService_ReadServer = grpc.ServerStreamingServer[cronoqv1.Event]
+
+func _SubscriptionService_Ack_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(cronoqv1.AckSubscriptionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SubscriptionServiceServer).Ack(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SubscriptionService_Ack_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SubscriptionServiceServer).Ack(ctx, req.(*cronoqv1.AckSubscriptionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// SubscriptionService_ServiceDesc is the grpc.ServiceDesc for SubscriptionService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var SubscriptionService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "cronoq.v1.SubscriptionService",
+	HandlerType: (*SubscriptionServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Create",
+			Handler:    _SubscriptionService_Create_Handler,
+		},
+		{
+			MethodName: "List",
+			Handler:    _SubscriptionService_List_Handler,
+		},
+		{
+			MethodName: "Get",
+			Handler:    _SubscriptionService_Get_Handler,
+		},
+		{
+			MethodName: "Remove",
+			Handler:    _SubscriptionService_Remove_Handler,
+		},
+		{
+			MethodName: "Ack",
+			Handler:    _SubscriptionService_Ack_Handler,
+		},
+	},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Read",
+			Handler:       _SubscriptionService_Read_Handler,
+			ServerStreams: true,
+		},
+	},
+	Metadata: "cronoq/v1/services.proto",
+}

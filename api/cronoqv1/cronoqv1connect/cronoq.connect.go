@@ -39,6 +39,8 @@ const (
 	OperatorServiceName = "cronoq.v1.OperatorService"
 	// AclServiceName is the fully-qualified name of the AclService service.
 	AclServiceName = "cronoq.v1.AclService"
+	// SubscriptionServiceName is the fully-qualified name of the SubscriptionService service.
+	SubscriptionServiceName = "cronoq.v1.SubscriptionService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -155,6 +157,22 @@ const (
 	AclServiceTokenRevokeProcedure = "/cronoq.v1.AclService/TokenRevoke"
 	// AclServiceTokenSelfProcedure is the fully-qualified name of the AclService's TokenSelf RPC.
 	AclServiceTokenSelfProcedure = "/cronoq.v1.AclService/TokenSelf"
+	// SubscriptionServiceCreateProcedure is the fully-qualified name of the SubscriptionService's
+	// Create RPC.
+	SubscriptionServiceCreateProcedure = "/cronoq.v1.SubscriptionService/Create"
+	// SubscriptionServiceListProcedure is the fully-qualified name of the SubscriptionService's List
+	// RPC.
+	SubscriptionServiceListProcedure = "/cronoq.v1.SubscriptionService/List"
+	// SubscriptionServiceGetProcedure is the fully-qualified name of the SubscriptionService's Get RPC.
+	SubscriptionServiceGetProcedure = "/cronoq.v1.SubscriptionService/Get"
+	// SubscriptionServiceRemoveProcedure is the fully-qualified name of the SubscriptionService's
+	// Remove RPC.
+	SubscriptionServiceRemoveProcedure = "/cronoq.v1.SubscriptionService/Remove"
+	// SubscriptionServiceReadProcedure is the fully-qualified name of the SubscriptionService's Read
+	// RPC.
+	SubscriptionServiceReadProcedure = "/cronoq.v1.SubscriptionService/Read"
+	// SubscriptionServiceAckProcedure is the fully-qualified name of the SubscriptionService's Ack RPC.
+	SubscriptionServiceAckProcedure = "/cronoq.v1.SubscriptionService/Ack"
 )
 
 // TaskServiceClient is a client for the cronoq.v1.TaskService service.
@@ -1759,4 +1777,218 @@ func (UnimplementedAclServiceHandler) TokenRevoke(context.Context, *connect.Requ
 
 func (UnimplementedAclServiceHandler) TokenSelf(context.Context, *connect.Request[cronoqv1.AclTokenSelfRequest]) (*connect.Response[cronoqv1.AclTokenSelfResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.AclService.TokenSelf is not implemented"))
+}
+
+// SubscriptionServiceClient is a client for the cronoq.v1.SubscriptionService service.
+type SubscriptionServiceClient interface {
+	// Creating one that exists with the same settings answers it; with other
+	// settings it is refused (remove it first).
+	Create(context.Context, *connect.Request[cronoqv1.CreateSubscriptionRequest]) (*connect.Response[cronoqv1.CreateSubscriptionResponse], error)
+	List(context.Context, *connect.Request[cronoqv1.ListSubscriptionsRequest]) (*connect.Response[cronoqv1.ListSubscriptionsResponse], error)
+	Get(context.Context, *connect.Request[cronoqv1.GetSubscriptionRequest]) (*connect.Response[cronoqv1.GetSubscriptionResponse], error)
+	// Removes a subscription and the events it holds.
+	Remove(context.Context, *connect.Request[cronoqv1.RemoveSubscriptionRequest]) (*connect.Response[cronoqv1.RemoveSubscriptionResponse], error)
+	// Streams the events of a subscription in cursor (log) order: those held
+	// after the start, then the later ones as they come. Served by the leader
+	// (a follower relays it); events not acked within the ack timeout come
+	// again from the acked cursor. The stream ends with the leader's term.
+	Read(context.Context, *connect.Request[cronoqv1.ReadSubscriptionRequest]) (*connect.ServerStreamForClient[cronoqv1.Event], error)
+	Ack(context.Context, *connect.Request[cronoqv1.AckSubscriptionRequest]) (*connect.Response[cronoqv1.AckSubscriptionResponse], error)
+}
+
+// NewSubscriptionServiceClient constructs a client for the cronoq.v1.SubscriptionService service.
+// By default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped
+// responses, and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewSubscriptionServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) SubscriptionServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	subscriptionServiceMethods := cronoqv1.File_cronoq_v1_cronoq_proto.Services().ByName("SubscriptionService").Methods()
+	return &subscriptionServiceClient{
+		create: connect.NewClient[cronoqv1.CreateSubscriptionRequest, cronoqv1.CreateSubscriptionResponse](
+			httpClient,
+			baseURL+SubscriptionServiceCreateProcedure,
+			connect.WithSchema(subscriptionServiceMethods.ByName("Create")),
+			connect.WithClientOptions(opts...),
+		),
+		list: connect.NewClient[cronoqv1.ListSubscriptionsRequest, cronoqv1.ListSubscriptionsResponse](
+			httpClient,
+			baseURL+SubscriptionServiceListProcedure,
+			connect.WithSchema(subscriptionServiceMethods.ByName("List")),
+			connect.WithClientOptions(opts...),
+		),
+		get: connect.NewClient[cronoqv1.GetSubscriptionRequest, cronoqv1.GetSubscriptionResponse](
+			httpClient,
+			baseURL+SubscriptionServiceGetProcedure,
+			connect.WithSchema(subscriptionServiceMethods.ByName("Get")),
+			connect.WithClientOptions(opts...),
+		),
+		remove: connect.NewClient[cronoqv1.RemoveSubscriptionRequest, cronoqv1.RemoveSubscriptionResponse](
+			httpClient,
+			baseURL+SubscriptionServiceRemoveProcedure,
+			connect.WithSchema(subscriptionServiceMethods.ByName("Remove")),
+			connect.WithClientOptions(opts...),
+		),
+		read: connect.NewClient[cronoqv1.ReadSubscriptionRequest, cronoqv1.Event](
+			httpClient,
+			baseURL+SubscriptionServiceReadProcedure,
+			connect.WithSchema(subscriptionServiceMethods.ByName("Read")),
+			connect.WithClientOptions(opts...),
+		),
+		ack: connect.NewClient[cronoqv1.AckSubscriptionRequest, cronoqv1.AckSubscriptionResponse](
+			httpClient,
+			baseURL+SubscriptionServiceAckProcedure,
+			connect.WithSchema(subscriptionServiceMethods.ByName("Ack")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// subscriptionServiceClient implements SubscriptionServiceClient.
+type subscriptionServiceClient struct {
+	create *connect.Client[cronoqv1.CreateSubscriptionRequest, cronoqv1.CreateSubscriptionResponse]
+	list   *connect.Client[cronoqv1.ListSubscriptionsRequest, cronoqv1.ListSubscriptionsResponse]
+	get    *connect.Client[cronoqv1.GetSubscriptionRequest, cronoqv1.GetSubscriptionResponse]
+	remove *connect.Client[cronoqv1.RemoveSubscriptionRequest, cronoqv1.RemoveSubscriptionResponse]
+	read   *connect.Client[cronoqv1.ReadSubscriptionRequest, cronoqv1.Event]
+	ack    *connect.Client[cronoqv1.AckSubscriptionRequest, cronoqv1.AckSubscriptionResponse]
+}
+
+// Create calls cronoq.v1.SubscriptionService.Create.
+func (c *subscriptionServiceClient) Create(ctx context.Context, req *connect.Request[cronoqv1.CreateSubscriptionRequest]) (*connect.Response[cronoqv1.CreateSubscriptionResponse], error) {
+	return c.create.CallUnary(ctx, req)
+}
+
+// List calls cronoq.v1.SubscriptionService.List.
+func (c *subscriptionServiceClient) List(ctx context.Context, req *connect.Request[cronoqv1.ListSubscriptionsRequest]) (*connect.Response[cronoqv1.ListSubscriptionsResponse], error) {
+	return c.list.CallUnary(ctx, req)
+}
+
+// Get calls cronoq.v1.SubscriptionService.Get.
+func (c *subscriptionServiceClient) Get(ctx context.Context, req *connect.Request[cronoqv1.GetSubscriptionRequest]) (*connect.Response[cronoqv1.GetSubscriptionResponse], error) {
+	return c.get.CallUnary(ctx, req)
+}
+
+// Remove calls cronoq.v1.SubscriptionService.Remove.
+func (c *subscriptionServiceClient) Remove(ctx context.Context, req *connect.Request[cronoqv1.RemoveSubscriptionRequest]) (*connect.Response[cronoqv1.RemoveSubscriptionResponse], error) {
+	return c.remove.CallUnary(ctx, req)
+}
+
+// Read calls cronoq.v1.SubscriptionService.Read.
+func (c *subscriptionServiceClient) Read(ctx context.Context, req *connect.Request[cronoqv1.ReadSubscriptionRequest]) (*connect.ServerStreamForClient[cronoqv1.Event], error) {
+	return c.read.CallServerStream(ctx, req)
+}
+
+// Ack calls cronoq.v1.SubscriptionService.Ack.
+func (c *subscriptionServiceClient) Ack(ctx context.Context, req *connect.Request[cronoqv1.AckSubscriptionRequest]) (*connect.Response[cronoqv1.AckSubscriptionResponse], error) {
+	return c.ack.CallUnary(ctx, req)
+}
+
+// SubscriptionServiceHandler is an implementation of the cronoq.v1.SubscriptionService service.
+type SubscriptionServiceHandler interface {
+	// Creating one that exists with the same settings answers it; with other
+	// settings it is refused (remove it first).
+	Create(context.Context, *connect.Request[cronoqv1.CreateSubscriptionRequest]) (*connect.Response[cronoqv1.CreateSubscriptionResponse], error)
+	List(context.Context, *connect.Request[cronoqv1.ListSubscriptionsRequest]) (*connect.Response[cronoqv1.ListSubscriptionsResponse], error)
+	Get(context.Context, *connect.Request[cronoqv1.GetSubscriptionRequest]) (*connect.Response[cronoqv1.GetSubscriptionResponse], error)
+	// Removes a subscription and the events it holds.
+	Remove(context.Context, *connect.Request[cronoqv1.RemoveSubscriptionRequest]) (*connect.Response[cronoqv1.RemoveSubscriptionResponse], error)
+	// Streams the events of a subscription in cursor (log) order: those held
+	// after the start, then the later ones as they come. Served by the leader
+	// (a follower relays it); events not acked within the ack timeout come
+	// again from the acked cursor. The stream ends with the leader's term.
+	Read(context.Context, *connect.Request[cronoqv1.ReadSubscriptionRequest], *connect.ServerStream[cronoqv1.Event]) error
+	Ack(context.Context, *connect.Request[cronoqv1.AckSubscriptionRequest]) (*connect.Response[cronoqv1.AckSubscriptionResponse], error)
+}
+
+// NewSubscriptionServiceHandler builds an HTTP handler from the service implementation. It returns
+// the path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewSubscriptionServiceHandler(svc SubscriptionServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	subscriptionServiceMethods := cronoqv1.File_cronoq_v1_cronoq_proto.Services().ByName("SubscriptionService").Methods()
+	subscriptionServiceCreateHandler := connect.NewUnaryHandler(
+		SubscriptionServiceCreateProcedure,
+		svc.Create,
+		connect.WithSchema(subscriptionServiceMethods.ByName("Create")),
+		connect.WithHandlerOptions(opts...),
+	)
+	subscriptionServiceListHandler := connect.NewUnaryHandler(
+		SubscriptionServiceListProcedure,
+		svc.List,
+		connect.WithSchema(subscriptionServiceMethods.ByName("List")),
+		connect.WithHandlerOptions(opts...),
+	)
+	subscriptionServiceGetHandler := connect.NewUnaryHandler(
+		SubscriptionServiceGetProcedure,
+		svc.Get,
+		connect.WithSchema(subscriptionServiceMethods.ByName("Get")),
+		connect.WithHandlerOptions(opts...),
+	)
+	subscriptionServiceRemoveHandler := connect.NewUnaryHandler(
+		SubscriptionServiceRemoveProcedure,
+		svc.Remove,
+		connect.WithSchema(subscriptionServiceMethods.ByName("Remove")),
+		connect.WithHandlerOptions(opts...),
+	)
+	subscriptionServiceReadHandler := connect.NewServerStreamHandler(
+		SubscriptionServiceReadProcedure,
+		svc.Read,
+		connect.WithSchema(subscriptionServiceMethods.ByName("Read")),
+		connect.WithHandlerOptions(opts...),
+	)
+	subscriptionServiceAckHandler := connect.NewUnaryHandler(
+		SubscriptionServiceAckProcedure,
+		svc.Ack,
+		connect.WithSchema(subscriptionServiceMethods.ByName("Ack")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/cronoq.v1.SubscriptionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case SubscriptionServiceCreateProcedure:
+			subscriptionServiceCreateHandler.ServeHTTP(w, r)
+		case SubscriptionServiceListProcedure:
+			subscriptionServiceListHandler.ServeHTTP(w, r)
+		case SubscriptionServiceGetProcedure:
+			subscriptionServiceGetHandler.ServeHTTP(w, r)
+		case SubscriptionServiceRemoveProcedure:
+			subscriptionServiceRemoveHandler.ServeHTTP(w, r)
+		case SubscriptionServiceReadProcedure:
+			subscriptionServiceReadHandler.ServeHTTP(w, r)
+		case SubscriptionServiceAckProcedure:
+			subscriptionServiceAckHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedSubscriptionServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedSubscriptionServiceHandler struct{}
+
+func (UnimplementedSubscriptionServiceHandler) Create(context.Context, *connect.Request[cronoqv1.CreateSubscriptionRequest]) (*connect.Response[cronoqv1.CreateSubscriptionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.SubscriptionService.Create is not implemented"))
+}
+
+func (UnimplementedSubscriptionServiceHandler) List(context.Context, *connect.Request[cronoqv1.ListSubscriptionsRequest]) (*connect.Response[cronoqv1.ListSubscriptionsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.SubscriptionService.List is not implemented"))
+}
+
+func (UnimplementedSubscriptionServiceHandler) Get(context.Context, *connect.Request[cronoqv1.GetSubscriptionRequest]) (*connect.Response[cronoqv1.GetSubscriptionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.SubscriptionService.Get is not implemented"))
+}
+
+func (UnimplementedSubscriptionServiceHandler) Remove(context.Context, *connect.Request[cronoqv1.RemoveSubscriptionRequest]) (*connect.Response[cronoqv1.RemoveSubscriptionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.SubscriptionService.Remove is not implemented"))
+}
+
+func (UnimplementedSubscriptionServiceHandler) Read(context.Context, *connect.Request[cronoqv1.ReadSubscriptionRequest], *connect.ServerStream[cronoqv1.Event]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.SubscriptionService.Read is not implemented"))
+}
+
+func (UnimplementedSubscriptionServiceHandler) Ack(context.Context, *connect.Request[cronoqv1.AckSubscriptionRequest]) (*connect.Response[cronoqv1.AckSubscriptionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronoq.v1.SubscriptionService.Ack is not implemented"))
 }
