@@ -101,7 +101,7 @@ run: build
 ## namespaces, iptables inside them). See jepsen/run-in-netns.sh.
 JEPSEN          := bin/jepsen
 JEPSEN_NODE     := bin/cronoq-jepsen
-JEPSEN_BUGS     := ackearly noepoch stalelease cronrefire followerread depdone laneoverlap
+JEPSEN_BUGS     := ackearly noepoch stalelease cronrefire followerread depdone laneoverlap ackonsend
 JEPSEN_DURATION ?= 30m
 JEPSEN_LIMIT    ?= 40m
 JEPSEN_SEED     ?= 0

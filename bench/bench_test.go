@@ -194,3 +194,20 @@ func TestSecureABPairsRunByRun(t *testing.T) {
 
 	require.Empty(t, renderSecureAB(&Report{Cells: rep.Cells[:1]}))
 }
+
+func TestSubABPairsRunByRun(t *testing.T) {
+	rep := &Report{Options: map[string]any{"w1_tasks": 1000}, Cells: []CellResult{
+		{System: "cronoq", Workload: "w1", Run: 1, Copies: 3, ServerCPUs: 1, W1: &W1Result{Tasks: 1000, Rate: 10000}},
+		{System: "cronoq-sub", Workload: "w1", Run: 1, Copies: 3, ServerCPUs: 1.2, W1: &W1Result{Tasks: 1000, Rate: 9000, SubEvents: 1000, SubRate: 8000, SubLagMs: 12}},
+		{System: "cronoq-secure", Workload: "w1", Run: 1, Copies: 3, ServerCPUs: 1.5, W1: &W1Result{Tasks: 1000, Rate: 8000}},
+		{System: "cronoq-sub", Workload: "w1", Run: 2, Copies: 3, Error: "subscription: 10 of 1000 events read"},
+		{System: "cronoq", Workload: "w1", Run: 2, Copies: 3, ServerCPUs: 1, W1: &W1Result{Tasks: 1000, Rate: 10000}},
+	}}
+	md := renderTables(rep)
+	require.Contains(t, md, "### A durable subscription — W1, cronoq-sub against cronoq run by run")
+	require.Contains(t, md, "| 1 | cronoq | 10,000 | 9,000 | 0.900 | 8,000 | 12 | 1,000 | 1,200 | 1.200 |")
+	require.Contains(t, md, "| **median** | | **10,000** | **9,000** | **0.900** | **8,000** |")
+	// The secure comparison pairs only cronoq-secure.
+	require.Contains(t, md, "| 1 | cronoq | 10,000 | 8,000 | 0.800 | 1,000 | 1,500 | 1.500 |")
+	require.Empty(t, renderSubAB(&Report{Cells: rep.Cells[:1]}))
+}

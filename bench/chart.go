@@ -10,6 +10,7 @@ import (
 var sysColor = map[string]string{
 	"cronoq":         "#2b6cb0",
 	"cronoq-secure":  "#2c5282",
+	"cronoq-sub":     "#4299e1",
 	"river":          "#c05621",
 	"asynq-always":   "#9b2c2c",
 	"asynq-everysec": "#e53e3e",
@@ -186,7 +187,7 @@ func renderChart(rep *Report) string {
 	// Legend.
 	x := lx0
 	for _, name := range allSystems {
-		if name == "cronoq-secure" && !hasSystem(rep, name) {
+		if (name == "cronoq-secure" || name == "cronoq-sub") && !hasSystem(rep, name) {
 			continue
 		}
 		label := name
@@ -195,6 +196,8 @@ func renderChart(rep *Report) string {
 			label = "cronoq (3 copies)"
 		case "cronoq-secure":
 			label = "cronoq-secure (3 copies, TLS+ACLs)"
+		case "cronoq-sub":
+			label = "cronoq-sub (3 copies, a subscription read)"
 		case "raft":
 			label = "bare raft (3 copies)"
 		default:

@@ -57,14 +57,26 @@ type cronoqSys struct {
 	// made fresh in each cell's directory as sec.
 	secureTLS bool
 	sec       *cronoqSecurity
+
+	// subscribe: one durable subscription is consumed for the whole cell
+	// (system cronoq-sub), by sub.
+	subscribe bool
+	sub       *subConsumer
 }
 
 func (s *cronoqSys) Name() string {
-	if s.secureTLS {
+	switch {
+	case s.secureTLS:
 		return "cronoq-secure"
+	case s.subscribe:
+		return "cronoq-sub"
 	}
 	return "cronoq"
 }
+
+// Subscription returns the consumer of the cell's subscription (nil
+// unless the system is cronoq-sub).
+func (s *cronoqSys) Subscription() *subConsumer { return s.sub }
 
 func (s *cronoqSys) Batches() bool { return true }
 func (s *cronoqSys) Copies() int   { return 3 }
@@ -75,7 +87,16 @@ func (s *cronoqSys) Config() string {
 	return fmt.Sprintf("3 × `bin/cronoq agent` on 127.0.0.1 with default (production) settings: raft-boltdb with fsync, raft.DefaultConfig timings; "+
 		"Go SDK: %d workers × %d slots (no-op handler), completions sent as soon as the stream takes them (the default); submits with Submit / SubmitBatch (random idempotency key per task, as the SDK does; "+
 		"the SDK's default coalescing sends at most 4 Submit calls per client at once and the submits made meanwhile together in one EnqueueMany call)",
-		cronoqWorkers, s.env.opts.concurrency/cronoqWorkers) + s.secureConfig()
+		cronoqWorkers, s.env.opts.concurrency/cronoqWorkers) + s.secureConfig() + s.subConfig()
+}
+
+// subConfig describes the subscription of cronoq-sub, for the report.
+func (s *cronoqSys) subConfig() string {
+	if !s.subscribe {
+		return ""
+	}
+	return fmt.Sprintf("; **one durable subscription** (`%s`: pool %s, status succeeded; ack timeout 30 s), created before the first submit, read for the whole cell by one SDK client "+
+		"(`ReadSubscription`) that acks its last cursor every %d events or %s (`Ack`)", benchSub, cronoqPool, subAckEvery, subAckAfter)
 }
 
 // secureConfig describes the security settings, for the report.
@@ -179,7 +200,16 @@ func (s *cronoqSys) Start(ctx context.Context, dir string) error {
 		s.submit = append(s.submit, c)
 	}
 	if s.sec != nil {
-		return s.sec.waitToken(ctx, s.submit[0], s.http)
+		if err := s.sec.waitToken(ctx, s.submit[0], s.http); err != nil {
+			return err
+		}
+	}
+	if s.subscribe {
+		sub, err := startSubConsumer(ctx, s.http, s.clientOptions())
+		if err != nil {
+			return err
+		}
+		s.sub = sub
 	}
 	return nil
 }
@@ -434,6 +464,10 @@ func (s *cronoqSys) Completed(ctx context.Context) (int64, error) {
 
 func (s *cronoqSys) Stop() error {
 	werr := s.StopWorkers()
+	if s.sub != nil {
+		s.sub.Stop()
+		s.sub = nil
+	}
 	for _, c := range s.submit {
 		c.Close()
 	}

@@ -94,7 +94,7 @@ func parseFlags(args []string) (options, error) {
 	var systems, workloads, rates string
 	fs.BoolVar(&o.quick, "quick", false, "W1 only at 20,000 tasks (overrides -workloads and -w1-tasks; 3 runs unless -runs is given)")
 	fs.IntVar(&o.runs, "runs", 3, "runs per cell (systems alternated between runs)")
-	fs.StringVar(&systems, "systems", strings.Join(defaultSystems, ","), "comma-separated `LIST` of systems (also cronoq-secure: cronoq with TLS, client certificates and ACLs)")
+	fs.StringVar(&systems, "systems", strings.Join(defaultSystems, ","), "comma-separated `LIST` of systems (also cronoq-secure: cronoq with TLS, client certificates and ACLs; cronoq-sub: cronoq with a durable subscription read and acked all along)")
 	fs.StringVar(&workloads, "workloads", "w1,w2,w3,w4", "comma-separated `LIST` of workloads (w1, w2, w3, w4)")
 	fs.IntVar(&o.concurrency, "concurrency", 1024, "worker slots per system (cronoq: split over 4 SDK workers)")
 	fs.IntVar(&o.batch, "batch", 1000, "tasks per batched enqueue call (pre-insert and W2)")

@@ -495,6 +495,7 @@ func renderTables(rep *Report) string {
 		}
 	}
 	w("%s", renderSecureAB(rep))
+	w("%s", renderSubAB(rep))
 	w("Fsync latency of this disk: p50 %.2f ms, p99 %.2f ms. River and asynq keep one copy of each task; cronoq keeps three.\n", rep.Fsync.P50ms, rep.Fsync.P99ms)
 	return b.String()
 }

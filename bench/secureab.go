@@ -20,11 +20,17 @@ type abPair struct {
 // abPairs pairs the successful cronoq and cronoq-secure cells of wl at
 // rate by run.
 func abPairs(rep *Report, wl string, rate int) []abPair {
+	return abPairsOf(rep, wl, rate, "cronoq-secure")
+}
+
+// abPairsOf pairs the successful cells of cronoq and of the cronoq
+// variant other (in the secure field) of wl at rate by run.
+func abPairsOf(rep *Report, wl string, rate int, other string) []abPair {
 	plain := map[int]CellResult{}
 	secure := map[int]CellResult{}
 	first := map[int]string{}
 	for _, c := range rep.Cells {
-		if c.Workload != wl || c.Rate != rate || !isCronoq(c.System) {
+		if c.Workload != wl || c.Rate != rate || (c.System != "cronoq" && c.System != other) {
 			continue
 		}
 		if first[c.Run] == "" {
@@ -36,7 +42,7 @@ func abPairs(rep *Report, wl string, rate int) []abPair {
 		switch c.System {
 		case "cronoq":
 			plain[c.Run] = c
-		case "cronoq-secure":
+		case other:
 			secure[c.Run] = c
 		}
 	}

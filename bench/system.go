@@ -12,14 +12,17 @@ import (
 )
 
 // The systems, in the order they are alternated.
-var allSystems = []string{"cronoq", "cronoq-secure", "river", "asynq-always", "asynq-everysec", "raft"}
+var allSystems = []string{"cronoq", "cronoq-secure", "cronoq-sub", "river", "asynq-always", "asynq-everysec", "raft"}
 
 // defaultSystems are those run without -systems: cronoq-secure is cronoq
-// with TLS and ACLs, for measuring their cost against cronoq.
+// with TLS and ACLs, cronoq-sub cronoq with a durable subscription read
+// all along, for measuring their cost against cronoq.
 var defaultSystems = []string{"cronoq", "river", "asynq-always", "asynq-everysec", "raft"}
 
 // isCronoq reports whether the system is a cronoq cluster.
-func isCronoq(name string) bool { return name == "cronoq" || name == "cronoq-secure" }
+func isCronoq(name string) bool {
+	return name == "cronoq" || name == "cronoq-secure" || name == "cronoq-sub"
+}
 
 // PayloadSize is the size of every task's payload.
 const PayloadSize = 256
@@ -63,6 +66,8 @@ func newSystem(env *Env, name string) (System, error) {
 		return &cronoqSys{env: env}, nil
 	case "cronoq-secure":
 		return &cronoqSys{env: env, secureTLS: true}, nil
+	case "cronoq-sub":
+		return &cronoqSys{env: env, subscribe: true}, nil
 	case "river":
 		return &riverSys{env: env}, nil
 	case "asynq-always":

@@ -116,6 +116,12 @@ type W1Result struct {
 	StoreCompleted int64   `json:"store_completed"`
 	Duplicates     int64   `json:"duplicate_completions"`
 	OrderingKeys   int     `json:"ordering_keys,omitempty"`
+	// The subscription of cronoq-sub: events read during the burn-down
+	// (one per task), their rate from the start of the workers to the
+	// last one read, and how long after the last completion that was.
+	SubEvents int64   `json:"sub_events,omitempty"`
+	SubRate   float64 `json:"sub_events_per_s,omitempty"`
+	SubLagMs  float64 `json:"sub_lag_ms,omitempty"`
 }
 
 // W2Result is the enqueue rates.
@@ -351,6 +357,12 @@ func runW1(ctx context.Context, env *Env, sys System, res *CellResult) error {
 			env.prog.note("%v", err)
 		}
 	}()
+	var sub *subConsumer
+	var subBase int64
+	if ss, ok := sys.(subscribed); ok && ss.Subscription() != nil {
+		sub = ss.Subscription()
+		subBase, _ = sub.Events()
+	}
 	start := tr.now()
 	if err := sys.StartWorkers(ctx, tr.hooks()); err != nil {
 		return err
@@ -367,6 +379,23 @@ func runW1(ctx context.Context, env *Env, sys System, res *CellResult) error {
 	w.Seconds = float64(end-start) / 1e9
 	if werr == nil {
 		w.Rate = float64(n) / w.Seconds
+	}
+	if sub != nil && werr == nil {
+		// Every succeeded task's event, read after its completion.
+		env.prog.note("waiting for the subscription's reader")
+		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		werr = sub.Wait(sctx, subBase+int64(n))
+		cancel()
+		got, last := sub.Events()
+		w.SubEvents = got - subBase
+		lastRel := int64(last.Sub(tr.base))
+		if werr == nil && lastRel > start {
+			w.SubRate = float64(w.SubEvents) / (float64(lastRel-start) / 1e9)
+			w.SubLagMs = float64(lastRel-end) / 1e6
+		}
+		if werr != nil {
+			werr = fmt.Errorf("subscription: %w", werr)
+		}
 	}
 	serr := sys.StopWorkers()
 	w.Duplicates = tr.dups.Load()

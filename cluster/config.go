@@ -14,6 +14,7 @@ import (
 	"github.com/cronoq/cronoq/internal/loophealth"
 	"github.com/cronoq/cronoq/internal/tlsutil"
 	"github.com/cronoq/cronoq/metrics"
+	"github.com/cronoq/cronoq/webhook"
 )
 
 // Default addresses of a node (CONTRACT.md).
@@ -148,6 +149,9 @@ type Config struct {
 
 	// Engine configures the engine the leader runs.
 	Engine engine.Config
+	// Webhook configures the webhook deliveries the leader runs (see
+	// webhook.Config; zero fields take its defaults).
+	Webhook webhook.Config
 	// LogVersion is the newest log format the node understands and
 	// advertises (default fsm.LogVersion). Upgrade tests lower it to play a
 	// node of an older release: its state halts on entries that need more,

@@ -343,20 +343,31 @@ func (n *Node) establish(ctx context.Context) (*engine.Engine, error) {
 		}
 		return nil, fmt.Errorf("starting engine at epoch %d: %w", epoch, err)
 	}
+	hooks, err := n.startWebhooks(ctx, eng)
+	if err != nil {
+		_ = eng.Stop(ctx)
+		if feed != nil {
+			feed.wait()
+		}
+		return nil, err
+	}
 	n.mu.Lock()
-	n.eng, n.epoch, n.ready, n.feed = eng, epoch, true, feed
+	n.eng, n.epoch, n.ready, n.feed, n.hooks = eng, epoch, true, feed, hooks
 	n.mu.Unlock()
 	n.logger.Info("leadership established", "epoch", epoch)
 	return eng, nil
 }
 
-// revoke stops serving: it clears readiness, then stops the engine and waits
-// for it and for the term's metrics feed.
+// revoke stops serving: it clears readiness, stops the webhook deliveries,
+// then stops the engine and waits for it and for the term's metrics feed.
 func (n *Node) revoke() {
 	n.mu.Lock()
-	eng, feed := n.eng, n.feed
-	n.eng, n.ready, n.feed = nil, false, nil
+	eng, feed, hooks := n.eng, n.feed, n.hooks
+	n.eng, n.ready, n.feed, n.hooks = nil, false, nil, nil
 	n.mu.Unlock()
+	if hooks != nil {
+		hooks.Stop() // ends requests in flight; what was not acked goes out again from the durable cursor
+	}
 	if eng != nil {
 		_ = eng.Stop(context.Background()) // bounded by the engine's stop grace
 	}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/cronoq/cronoq/engine"
 	"github.com/cronoq/cronoq/fsm"
+	"github.com/cronoq/cronoq/webhook"
 )
 
 const (
@@ -88,7 +89,8 @@ type Node struct {
 
 	mu    sync.Mutex // guards the leader state below
 	eng   *engine.Engine
-	feed  *termFeed // the metrics feed of the term
+	feed  *termFeed          // the metrics feed of the term
+	hooks *webhook.Deliverer // the webhook deliveries of the term
 	ready bool
 	epoch uint64
 

@@ -1,6 +1,10 @@
 package engine
 
-import "github.com/cronoq/cronoq/engine/core"
+import (
+	"context"
+
+	"github.com/cronoq/cronoq/engine/core"
+)
 
 // ackEarly is the early-ack fault of the fault-injection harness's self-test
 // builds (bug_ackearly_on.go): it answers the submits of s at once, before
@@ -20,4 +24,17 @@ func (e *Engine) ackEarly(s *pendingStep) {
 	}
 	clear(s.out.Replies[len(kept):])
 	s.out.Replies = kept
+}
+
+// ackOnSend is the ack-on-send fault of the self-test builds
+// (bug_ackonsend_on.go): it acks the events of subscription name up to
+// upTo as they go out to a consumer, so that a consumer that never
+// processes them (it crashes) never gets them again. It does nothing in
+// release builds.
+func (e *Engine) ackOnSend(ctx context.Context, name string, upTo uint64) error {
+	if !bugAckOnSend {
+		return nil
+	}
+	_, err := e.AckSubscription(ctx, name, upTo)
+	return err
 }

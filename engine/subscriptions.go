@@ -38,7 +38,10 @@ func (e *Engine) AckSubscription(ctx context.Context, name string, cursor uint64
 // SubscriptionSent reports that the events of subscription name after
 // cursor after, up to upTo, are going out to a consumer now.
 func (e *Engine) SubscriptionSent(ctx context.Context, name string, after, upTo uint64) error {
-	return e.ask(ctx, func(c *core.Core, now time.Time) { c.SubscriptionSent(now, name, after, upTo) })
+	if err := e.ask(ctx, func(c *core.Core, now time.Time) { c.SubscriptionSent(now, name, after, upTo) }); err != nil {
+		return err
+	}
+	return e.ackOnSend(ctx, name, upTo)
 }
 
 // Subscription returns the delivery state of subscription name, read on

@@ -106,6 +106,7 @@ type Metrics struct {
 
 	redeliveries       *prometheus.CounterVec
 	retentionCapPurges prometheus.Counter
+	webhook            *webhookMetrics
 
 	mu     sync.Mutex
 	starts map[string]time.Time // running attempts: task id -> start
@@ -188,6 +189,8 @@ func New() *Metrics {
 		Namespace: Namespace, Name: "retention_cap_purges_total",
 		Help: "Ended tasks the leader purged at the retention cap while a subscription had not acked an event of them.",
 	})
+	m.webhook = newWebhookMetrics()
+	m.reg.MustRegister(m.webhook.collectors()...)
 	m.reg.MustRegister(
 		m.redeliveries, m.retentionCapPurges,
 		m.submitted, m.dispatched, m.completed, m.retried, m.attempts,

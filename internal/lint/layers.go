@@ -7,6 +7,7 @@ package lint
 //	cmd/node ──► transport ──► cluster ──► engine ──► engine/core ──► fsm
 //	   └──► client ──► api       (jepsen: client and api only)
 //	metrics: a leaf that cluster and transport feed
+//	webhook: a leaf (its wire format, signatures and deliverer) the cluster runs
 //	internal/tlsutil: a leaf that cluster, transport and client use
 //	internal/loophealth: a leaf that the engine's driver, cluster and
 //	transport run their background loops with
@@ -18,7 +19,7 @@ var Layers = []Layer{
 	// The driver and its in-memory log.
 	{Pkg: "engine/...", May: []string{"fsm", "engine/core/...", "internal/loophealth/..."}},
 	// The cluster: raft, gossip, the leader's terms.
-	{Pkg: "cluster/...", May: []string{"fsm", "engine/...", "metrics", "internal/tlsutil", "internal/loophealth/..."}},
+	{Pkg: "cluster/...", May: []string{"fsm", "engine/...", "metrics", "internal/tlsutil", "internal/loophealth/...", "webhook"}},
 	// The API server reaches the engine only through the cluster, and of
 	// the state it reads only.
 	{Pkg: "transport/...", May: []string{"acl", "api/...", "cluster", "fsm", "metrics", "internal/tlsutil", "internal/loophealth/..."}, Names: map[string][]string{
@@ -41,6 +42,9 @@ var Layers = []Layer{
 	// Leaves that others feed or ask.
 	{Pkg: "metrics/..."},
 	{Pkg: "acl/..."},
+	// Webhook delivery imports nothing of cronoq, so that receivers can
+	// check signatures with it alone.
+	{Pkg: "webhook/..."},
 	// TLS configurations and certificates: a leaf of the standard library.
 	{Pkg: "internal/tlsutil"},
 	// Health and backoff of background loops, and its test clock.

@@ -9,6 +9,6 @@ import (
 // porcupine visualization.
 func All(ops []history.Op, leaders []nodes.LeaderSample, p Params, registerHTML string) ([]*Result, error) {
 	reg, err := Register(ops, p, registerHTML)
-	rs := []*Result{Queue(ops, p), reg, Cron(ops, p), Workflow(ops, p), Ordering(ops, p), FSM(ops, p), Vacuity(ops, leaders, p)}
+	rs := []*Result{Queue(ops, p), reg, Cron(ops, p), Workflow(ops, p), Ordering(ops, p), Delivery(ops, p), FSM(ops, p), Vacuity(ops, leaders, p)}
 	return rs, err
 }

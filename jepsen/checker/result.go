@@ -2,8 +2,10 @@
 // (no loss, no phantom, one task per key, one recorded completion, fencing),
 // per-task linearizability (porcupine), recurring schedule safety, workflow
 // safety (dependencies, cancels, spawns, statuses), ordering lanes (one
-// task of a key at a time, in submit order), equal replicated state on
-// every node, and whether the run did enough to mean anything (vacuity).
+// task of a key at a time, in submit order), durable subscriptions (every
+// terminal event delivered and acknowledged, in log order), equal
+// replicated state on every node, and whether the run did enough to mean
+// anything (vacuity).
 package checker
 
 import (

@@ -94,6 +94,17 @@ type Value struct {
 	Count    int               `json:"count,omitempty"`
 	Shape    string            `json:"shape,omitempty"`
 
+	// Durable subscriptions. Subscription names one, Statuses its status
+	// filter (with Pool); Session numbers a consumer's read streams; Events
+	// are what a read delivered, what a consumer discarded, or what an ack
+	// acknowledges; Cursor is an ack's cursor or a subscription's durable
+	// one.
+	Subscription string       `json:"sub,omitempty"`
+	Statuses     []string     `json:"statuses,omitempty"`
+	Session      int          `json:"session,omitempty"`
+	Cursor       uint64       `json:"cursor,omitempty"`
+	Events       []EventState `json:"events,omitempty"`
+
 	// Schedules.
 	Schedule string `json:"schedule,omitempty"`
 	Cron     string `json:"cron,omitempty"`
@@ -144,6 +155,15 @@ type TaskState struct {
 	Parent    string   `json:"parent,omitempty"`
 	DependsOn []string `json:"depends_on,omitempty"`
 	Policy    string   `json:"policy,omitempty"`
+}
+
+// EventState is a status event as a subscription delivered it.
+type EventState struct {
+	Cursor  uint64 `json:"c"`
+	ID      string `json:"id"`
+	Pool    string `json:"pool"`
+	Status  string `json:"st"`
+	Attempt int    `json:"a,omitempty"`
 }
 
 // DepState is a dependency of a granted task as the grant reported it.

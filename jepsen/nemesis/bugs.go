@@ -143,6 +143,9 @@ func bugSchedules(workers []string) map[string]Schedule {
 		"bug-laneoverlap": {Name: "bug-laneoverlap", Steps: []Step{
 			laneBursts(4), killNode("kill-leader", pickLeader, 2*time.Second, 2, 3, 8), laneBursts(4),
 		}},
+		"bug-ackonsend": {Name: "bug-ackonsend", Steps: []Step{
+			consumerCrashes(8 * time.Second), killNode("kill-leader", pickLeader, 2*time.Second, 2, 3, 8), consumerCrashes(8 * time.Second),
+		}},
 	}
 }
 
@@ -241,6 +244,23 @@ func doomedWorkflows(n int) Step {
 			}
 			e.Workflows.Doom(n)
 			hold(ctx, 8*time.Second)
+			return nil
+		}}
+}
+
+// consumerCrashes has the delivery workload's consumers discard a third
+// of their reads unprocessed for d, as consumers that crash do: a build
+// that acks a subscription's events as they are sent never sends those
+// again (D1).
+func consumerCrashes(d time.Duration) Step {
+	return Step{Name: "consumer-crashes", Gap: 2 * time.Second,
+		Run: func(ctx context.Context, e *Env) error {
+			if e.Delivery == nil {
+				return errors.New("no delivery workload")
+			}
+			e.Delivery.SetDropRate(0.3)
+			defer e.Delivery.SetDropRate(workload.DefaultDropRate)
+			hold(ctx, d)
 			return nil
 		}}
 }

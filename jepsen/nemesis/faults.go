@@ -36,7 +36,9 @@ type Env struct {
 	// Workers).
 	Lanes       *workload.Lanes
 	LaneWorkers []string
-	Rand        *rand.Rand
+	// Delivery is the delivery workload (durable subscriptions).
+	Delivery *workload.Delivery
+	Rand     *rand.Rand
 	// SnapshotFlags reports whether the nodes run with a small snapshot
 	// threshold (so an isolated follower is caught up by a snapshot).
 	SnapshotFlags bool

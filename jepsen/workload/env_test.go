@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cronoq/cronoq/client"
@@ -36,4 +37,11 @@ func TestResultNamesTheLease(t *testing.T) {
 	require.NotEqual(t, ResultFor("p", 1), ResultFor("p", 2))
 	require.Equal(t, ResultFor("p", 7), ResultFor("p", 7))
 	require.Contains(t, ResultFor("p", 7), "r-7-")
+}
+
+func TestSubOutcome(t *testing.T) {
+	require.Equal(t, history.OK, subOutcome(nil))
+	require.Equal(t, history.Fail, subOutcome(connect.NewError(connect.CodeInvalidArgument, errors.New("bad cursor"))))
+	require.Equal(t, history.Info, subOutcome(connect.NewError(connect.CodeUnavailable, errors.New("not the leader"))))
+	require.Equal(t, history.Info, subOutcome(context.DeadlineExceeded))
 }

@@ -62,12 +62,12 @@ type runConfig struct {
 	StartedAt  string         `json:"started_at"`
 }
 
-// Addresses (JEPSEN.md B1): nodes .11-.13, workers .21-.28, clients .31-.42.
+// Addresses (JEPSEN.md B1): nodes .11-.13, workers .21-.28, clients .31-.44.
 var (
 	nodeIPs   = []string{"127.0.0.11", "127.0.0.12", "127.0.0.13"}
 	workerIPs = []string{"127.0.0.21", "127.0.0.22", "127.0.0.23", "127.0.0.24", "127.0.0.25", "127.0.0.26", "127.0.0.27", "127.0.0.28"}
 	clientIPs = []string{"127.0.0.31", "127.0.0.32", "127.0.0.33", "127.0.0.34", "127.0.0.35", "127.0.0.36", "127.0.0.37", "127.0.0.38",
-		"127.0.0.39", "127.0.0.40", "127.0.0.41", "127.0.0.42"}
+		"127.0.0.39", "127.0.0.40", "127.0.0.41", "127.0.0.42", "127.0.0.43", "127.0.0.44"}
 )
 
 // optionalFlags are passed to the agent when its -h lists them: the raft
@@ -93,7 +93,7 @@ func cmdRun(args []string) int {
 	var o runOptions
 	var seed int64
 	fs.StringVar(&o.Bin, "bin", "bin/cronoq-jepsen", "the cronoq binary (built with -tags jepsenfaults)")
-	fs.StringVar(&o.Schedule, "schedule", "smoke", "fault schedule: smoke, smoke-secure, soak, or bug-ackearly|bug-noepoch|bug-stalelease|bug-cronrefire|bug-followerread|bug-depdone|bug-laneoverlap")
+	fs.StringVar(&o.Schedule, "schedule", "smoke", "fault schedule: smoke, smoke-secure, soak, or bug-ackearly|bug-noepoch|bug-stalelease|bug-cronrefire|bug-followerread|bug-depdone|bug-laneoverlap|bug-ackonsend")
 	fs.DurationVar(&o.Duration, "duration", 30*time.Minute, "length of the fault phase of a soak")
 	fs.Int64Var(&seed, "seed", 0, "random seed (0: from the clock)")
 	fs.StringVar(&o.Results, "results", "jepsen/results", "folder that receives <UTC-time>-<seed>/")
@@ -334,6 +334,7 @@ func run(o runOptions) (int, error) {
 	cron := workload.NewCron(env, proc(7), 10)
 	flows := workload.NewWorkflows(env, proc(8), proc(9))
 	lanes := workload.NewLanes(env, []workload.Process{proc(10), proc(11)})
+	delivery := workload.NewDelivery(env, []workload.Process{proc(12), proc(13)})
 	raceRand := env.Rand()
 	var raceMu sync.Mutex
 	workers := map[string]*workload.Worker{}
@@ -377,6 +378,11 @@ func run(o runOptions) (int, error) {
 
 	setupCtx, setupCancel := context.WithTimeout(ctx, 30*time.Second)
 	err = cron.Setup(setupCtx)
+	if err == nil {
+		// Before any task of the queue pool exists: every terminal event
+		// of the run is the subscriptions'.
+		err = delivery.Setup(setupCtx)
+	}
 	setupCancel()
 	if err != nil {
 		stopMonitor()
@@ -394,10 +400,14 @@ func run(o runOptions) (int, error) {
 			w.Run(workCtx)
 		}()
 	}
-	loadWG.Add(4)
+	loadWG.Add(5)
 	go func() {
 		defer loadWG.Done()
 		queue.Run(loadCtx)
+	}()
+	go func() {
+		defer loadWG.Done()
+		delivery.Run(loadCtx)
 	}()
 	go func() {
 		defer loadWG.Done()
@@ -421,7 +431,7 @@ func run(o runOptions) (int, error) {
 
 	// Faults.
 	nem := &nemesis.Env{Rec: rec, Cluster: cl, Monitor: mon, Net: netw, Workers: workers, Queue: queue, Cron: cron,
-		Workflows: flows, WorkflowWorkers: flowWorkers, Lanes: lanes, LaneWorkers: laneWorkers,
+		Workflows: flows, WorkflowWorkers: flowWorkers, Lanes: lanes, LaneWorkers: laneWorkers, Delivery: delivery,
 		Rand: rand.New(rand.NewPCG(o.Seed, 11)), SnapshotFlags: len(missingSnapshot) == 0}
 	tFaults := time.Now()
 	params.FaultStart = rec.Now()
@@ -487,6 +497,14 @@ func run(o runOptions) (int, error) {
 	// Leases abandoned by the register workload expire now.
 	sleepCtx(bg, o.TTL+time.Second)
 	mark("drain", tDrain)
+
+	// The queue pool no longer changes: the consumers catch up.
+	tCatch := time.Now()
+	phase(start, "subscriptions catching up")
+	cctx, ccancel := context.WithTimeout(bg, min(20*time.Second, max(5*time.Second, left()-45*time.Second)))
+	delivery.CatchUp(cctx)
+	ccancel()
+	mark("catch-up", tCatch)
 	if !drained {
 		phase(start, "queue did not drain")
 	}

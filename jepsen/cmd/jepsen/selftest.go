@@ -33,6 +33,7 @@ func selfCases(binDir string) []selfCase {
 		{"followerread", b("cronoq-jepsen-followerread"), "bug-followerread", []string{"register"}},
 		{"depdone", b("cronoq-jepsen-depdone"), "bug-depdone", []string{"workflow"}},
 		{"laneoverlap", b("cronoq-jepsen-laneoverlap"), "bug-laneoverlap", []string{"ordering"}},
+		{"ackonsend", b("cronoq-jepsen-ackonsend"), "bug-ackonsend", []string{"delivery"}},
 		{"none", b("cronoq-jepsen"), "smoke", nil},
 	}
 }
