@@ -170,13 +170,19 @@ func (s *Server) relayTo(ctx context.Context, down *workerDown, t target, first 
 	}()
 
 	// The watchdog ends the relay when the leader changes or the server
-	// stops.
+	// stops. Once the relay ends, for any reason, it closes both halves of
+	// the leader's stream: a context that ends after the response began
+	// does not reset the stream (net/http's HTTP/2 transport waits on the
+	// open request body), and the leader would keep serving, and granting
+	// tasks to, a worker that is gone.
 	watchDone := make(chan struct{})
 	defer close(watchDone)
 	helpers.Add(1)
 	go func() {
 		defer helpers.Done()
 		s.watchRelay(t, watchDone, uctx.Done(), func(err error) { cancel(relayEnd{err}) })
+		_ = up.CloseRequest()
+		_ = up.CloseResponse()
 	}()
 
 	// upErr is err from the leader's side, or why this node cut it.
