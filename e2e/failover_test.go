@@ -183,11 +183,11 @@ func TestLeaderKill9UnderLoad(t *testing.T) {
 						ackMu.Unlock()
 						break
 					}
-					if try == 0 && s.Duplicate {
-						ackMu.Lock()
-						ackErrs = append(ackErrs, fmt.Sprintf("key %s: first submit answered duplicate", key))
-						ackMu.Unlock()
-					}
+					// A first call may answer duplicate too: the client
+					// repeats a submit whose attempt was cut off in
+					// flight (it carries its key), and that attempt may
+					// have been admitted. The key still names one task
+					// (checked below).
 					if try > 0 {
 						retriedOK.Add(1)
 						if s.Duplicate {
