@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
+	"github.com/cronoq/cronoq/internal/tracectx"
 )
 
 // Tags that carry a task's W3C trace context. A task whose tags hold a
@@ -20,8 +21,8 @@ import (
 // has no traceparent of its own; a handler's Spawn does the same with the
 // attempt's span.
 const (
-	TagTraceparent = "traceparent"
-	TagTracestate  = "tracestate"
+	TagTraceparent = tracectx.Traceparent
+	TagTracestate  = tracectx.Tracestate
 )
 
 // tracerName names the tracer of the worker's spans.
@@ -90,31 +91,6 @@ func injectTrace(ctx context.Context, spec *cronoqv1.TaskSpec) {
 	traceContext.Inject(ctx, c)
 }
 
-// pairCarrier carries a trace context in a traceparent and a tracestate
-// field (a grant's or a completion's).
-type pairCarrier struct{ parent, state *string }
-
-func (c pairCarrier) Get(key string) string {
-	switch key {
-	case TagTraceparent:
-		return *c.parent
-	case TagTracestate:
-		return *c.state
-	}
-	return ""
-}
-
-func (c pairCarrier) Set(key, value string) {
-	switch key {
-	case TagTraceparent:
-		*c.parent = value
-	case TagTracestate:
-		*c.state = value
-	}
-}
-
-func (c pairCarrier) Keys() []string { return []string{TagTraceparent, TagTracestate} }
-
 // mapCarrier reads a trace context from a task's tags.
 type mapCarrier map[string]string
 
@@ -129,7 +105,7 @@ func attemptParent(g *cronoqv1.Grant, tags map[string]string) (context.Context, 
 	var carrier propagation.TextMapCarrier = mapCarrier(tags)
 	if g.GetTraceparent() != "" {
 		parent, state := g.GetTraceparent(), g.GetTracestate()
-		carrier = pairCarrier{&parent, &state}
+		carrier = tracectx.Pair{Parent: &parent, State: &state}
 	}
 	if carrier.Get(TagTraceparent) == "" {
 		return nil, false
@@ -195,7 +171,7 @@ func traceCompletion(span trace.Span, c *cronoqv1.Completion) {
 		return
 	}
 	ctx := trace.ContextWithSpan(context.Background(), span)
-	traceContext.Inject(ctx, pairCarrier{&c.Traceparent, &c.Tracestate})
+	traceContext.Inject(ctx, tracectx.Pair{Parent: &c.Traceparent, State: &c.Tracestate})
 	for _, st := range append(slices.Clone(c.GetChildren()), c.GetThen()) {
 		if st != nil {
 			injectTrace(ctx, st.GetSpec())

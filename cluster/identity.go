@@ -1,14 +1,14 @@
 package cluster
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/google/uuid"
 )
 
 // nodeIDFile is the name of the file in the data directory that holds the
@@ -51,12 +51,11 @@ func validateNodeID(id string) error {
 
 // generateNodeID returns a random UUID-shaped id.
 func generateNodeID() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	u, err := uuid.NewRandom()
+	if err != nil {
 		return "", fmt.Errorf("generating node id: %w", err)
 	}
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32], nil
+	return u.String(), nil
 }
 
 // resolveNodeID returns the identity of the node that owns dataDir. On first

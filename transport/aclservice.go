@@ -2,12 +2,11 @@ package transport
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 
 	"connectrpc.com/connect"
+	"github.com/google/uuid"
 
 	"github.com/cronoq/cronoq/acl"
 	"github.com/cronoq/cronoq/api/apierr"
@@ -23,14 +22,11 @@ type aclService struct{ s *Server }
 
 // newSecret returns a fresh UUID-shaped random string.
 func newSecret() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	u, err := uuid.NewRandom()
+	if err != nil {
 		return "", fmt.Errorf("making a token: %w", err)
 	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], nil
+	return u.String(), nil
 }
 
 // newToken returns a token record with a fresh accessor and secret (the

@@ -12,6 +12,7 @@ import (
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
 	"github.com/cronoq/cronoq/cluster"
 	"github.com/cronoq/cronoq/fsm"
+	"github.com/cronoq/cronoq/internal/tracectx"
 )
 
 // Tracing. A task whose tags carry a W3C trace context (a traceparent tag,
@@ -36,12 +37,6 @@ import (
 // children. The grant carries the dispatch span's context to the worker,
 // and the completion the attempt span's context back. Untraced tasks cost
 // nothing, and without a tracer provider (the default) nothing is traced.
-
-// Tags of a task that carry its trace context (W3C trace context).
-const (
-	tagTraceparent = "traceparent"
-	tagTracestate  = "tracestate"
-)
 
 // tracerName names the tracer of the node's spans.
 const tracerName = "github.com/cronoq/cronoq/transport"
@@ -110,35 +105,10 @@ func (c tagCarrier) Keys() []string {
 	return keys
 }
 
-// pairCarrier carries a trace context in a traceparent and a tracestate
-// field of a message.
-type pairCarrier struct{ parent, state *string }
-
-func (c pairCarrier) Get(key string) string {
-	switch key {
-	case tagTraceparent:
-		return *c.parent
-	case tagTracestate:
-		return *c.state
-	}
-	return ""
-}
-
-func (c pairCarrier) Set(key, value string) {
-	switch key {
-	case tagTraceparent:
-		*c.parent = value
-	case tagTracestate:
-		*c.state = value
-	}
-}
-
-func (c pairCarrier) Keys() []string { return []string{tagTraceparent, tagTracestate} }
-
 // remote returns a context holding the trace context carrier c carries,
 // and whether it carries a valid one.
 func (t *tracing) remote(c propagation.TextMapCarrier) (context.Context, bool) {
-	if c.Get(tagTraceparent) == "" {
+	if c.Get(tracectx.Traceparent) == "" {
 		return nil, false
 	}
 	ctx := t.prop.Extract(context.Background(), c)
@@ -288,7 +258,7 @@ func (tr *traced) startDispatch(t *fsm.Task, g *cronoqv1.Grant, worker string) {
 		trace.WithAttributes(attrTaskID.String(t.ID), attrPool.String(t.Pool), attrKind.String(t.Kind),
 			attrAttempt.Int64(int64(g.GetAttempt())), attrLease.Int64(int64(g.GetLease())), attrWorker.String(worker),
 			attrNode.String(tr.t.node)))
-	tr.t.prop.Inject(ctx, pairCarrier{&g.Traceparent, &g.Tracestate})
+	tr.t.prop.Inject(ctx, tracectx.Pair{Parent: &g.Traceparent, State: &g.Tracestate})
 	tr.add(span, 0)
 	tr.commit(len(tr.spans) - 1)
 }
@@ -296,7 +266,7 @@ func (tr *traced) startDispatch(t *fsm.Task, g *cronoqv1.Grant, worker string) {
 // startCompletion starts the span of completion c, answer slot of its
 // call, when the worker's attempt was traced.
 func (tr *traced) startCompletion(c *cronoqv1.Completion, out cluster.Outcome, slot int) {
-	parent, ok := tr.t.remote(pairCarrier{&c.Traceparent, &c.Tracestate})
+	parent, ok := tr.t.remote(tracectx.Pair{Parent: &c.Traceparent, State: &c.Tracestate})
 	if !ok {
 		return
 	}

@@ -36,21 +36,11 @@ JSON output: the task object.`)
 	if err := c.parse(s, args, -1); err != nil {
 		return err
 	}
-	id, err := taskRef(c, key)
-	if err != nil {
-		return err
-	}
-	ref := client.ByID(id)
-	if id == "" {
-		ref = client.ByKey(key)
-	}
 	// A refusal of the task (a workflow member, an external task, a
 	// dependency) names it: say just that.
-	c.explain = func(field, reason string) string {
-		if field == "id" || field == "key" {
-			return reason
-		}
-		return ""
+	id, ref, err := taskTarget(c, key)
+	if err != nil {
+		return err
 	}
 	t, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (*client.Task, error) {
 		return cl.RetryTask(ctx, ref)

@@ -116,6 +116,27 @@ func objectRef(c *cmd, what, key string) (id string, err error) {
 // taskRef is objectRef for a task.
 func taskRef(c *cmd, key string) (string, error) { return objectRef(c, "task", key) }
 
+// taskTarget is taskRef for a command that acts on one task and whose
+// refusals name it: it returns the reference to send, and narrows the
+// command's explanation of a refusal to the reason given for the id or
+// key.
+func taskTarget(c *cmd, key string) (id string, ref client.TaskRef, err error) {
+	if id, err = taskRef(c, key); err != nil {
+		return "", ref, err
+	}
+	ref = client.ByID(id)
+	if id == "" {
+		ref = client.ByKey(key)
+	}
+	c.explain = func(field, reason string) string {
+		if field == "id" || field == "key" {
+			return reason
+		}
+		return ""
+	}
+	return id, ref, nil
+}
+
 // notFound rewrites a not-found error about a task or workflow (what).
 func notFound(err error, what, id, key string) error {
 	if !errors.Is(err, client.ErrNotFound) {
@@ -523,20 +544,10 @@ JSON output: {"id": "...", "deleted": true|false}`)
 	if err := c.parse(s, args, -1); err != nil {
 		return err
 	}
-	id, err := taskRef(c, key)
+	// The refusal of a live task names it: say just that.
+	id, ref, err := taskTarget(c, key)
 	if err != nil {
 		return err
-	}
-	ref := client.ByID(id)
-	if id == "" {
-		ref = client.ByKey(key)
-	}
-	// The refusal of a live task names it: say just that.
-	c.explain = func(field, reason string) string {
-		if field == "id" || field == "key" {
-			return reason
-		}
-		return ""
 	}
 	type result struct {
 		id      string

@@ -9,6 +9,7 @@ package lint
 //	metrics: a leaf that cluster and transport feed
 //	webhook: a leaf (its wire format, signatures and deliverer) the cluster runs
 //	internal/tlsutil: a leaf that cluster, transport and client use
+//	internal/tracectx: a leaf (trace-context tags) that transport and client use
 //	internal/loophealth: a leaf that the engine's driver, cluster and
 //	transport run their background loops with
 var Layers = []Layer{
@@ -22,7 +23,7 @@ var Layers = []Layer{
 	{Pkg: "cluster/...", May: []string{"fsm", "engine/...", "metrics", "internal/tlsutil", "internal/loophealth/...", "webhook"}},
 	// The API server reaches the engine only through the cluster, and of
 	// the state it reads only.
-	{Pkg: "transport/...", May: []string{"acl", "api/...", "cluster", "fsm", "metrics", "internal/tlsutil", "internal/loophealth/..."}, Names: map[string][]string{
+	{Pkg: "transport/...", May: []string{"acl", "api/...", "cluster", "fsm", "metrics", "internal/tlsutil", "internal/loophealth/...", "internal/tracectx"}, Names: map[string][]string{
 		"fsm": {
 			"Reader", "Task", "Schedule", "Template", "KV", "Backoff", "Instant", "InstantOf",
 			"Status", "Status*", "AllStatuses", "Priority", "Priority*", "Overlap*", "CatchUp*",
@@ -36,7 +37,7 @@ var Layers = []Layer{
 	// The wire contract stands alone.
 	{Pkg: "api/..."},
 	// The SDK and what is built on it only.
-	{Pkg: "client/...", May: []string{"api/...", "internal/tlsutil"}},
+	{Pkg: "client/...", May: []string{"api/...", "internal/tlsutil", "internal/tracectx"}},
 	{Pkg: "execworker/...", May: []string{"client"}},
 	{Pkg: "jepsen/...", May: []string{"api/...", "client"}},
 	// Leaves that others feed or ask.
@@ -47,6 +48,8 @@ var Layers = []Layer{
 	{Pkg: "webhook/..."},
 	// TLS configurations and certificates: a leaf of the standard library.
 	{Pkg: "internal/tlsutil"},
+	// The trace-context tags and carrier the SDK and the server share.
+	{Pkg: "internal/tracectx"},
 	// Health and backoff of background loops, and its test clock.
 	{Pkg: "internal/loophealth/...", May: []string{"internal/loophealth"}},
 	{Pkg: "internal/lint"},
