@@ -830,6 +830,14 @@ func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 		return errors.Join(err, node.Stop(sctx))
 	}
 	defer shutdownTracing(tp, log)
+	console, err := newConsole(cfg, node.ID(), ln.Addr().String(), root.Named("ui"))
+	if err != nil {
+		_ = ln.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+		defer cancel()
+		return errors.Join(err, node.Stop(sctx))
+	}
+	defer func() { _ = console.Close() }()
 	scfg := transport.Config{
 		Backend:         node,
 		Listener:        ln,
@@ -843,6 +851,7 @@ func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 		EnableDebug:     cfg.enableDebug,
 		ACLs:            cfg.acl,
 		TLS:             tlsr,
+		Console:         console,
 
 		TLSVerifyIncoming: cfg.tlsVerifyIncoming,
 	}
