@@ -207,3 +207,92 @@ func TestBrowserLeaderStopped(t *testing.T) {
 	require.True(t, p.Paused, "paused in the cluster")
 	screenshot(t, ctx, dir, "pools")
 }
+
+// TestBrowserWorkflow opens a workflow's page before a worker runs it: its
+// DAG shows each step's status, updated in place as the steps run.
+func TestBrowserWorkflow(t *testing.T) {
+	ctx := browser(t)
+	dir := artifacts(t)
+	c := testcluster.New(t, 3, testcluster.Console())
+	_, followers := c.Leader()
+	cl := c.Client()
+	base := "http://" + followers[0].Addr()
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+
+	step := func(name, kind string, deps ...string) client.Step {
+		return client.Step{Name: name, Task: client.TaskSpec{Template: client.Template{Pool: "etl", Kind: kind}}, DependsOn: deps}
+	}
+	wf, err := cl.SubmitWorkflow(sctx, client.WorkflowSpec{Name: "nightly", Steps: []client.Step{
+		step("extract", "extract"),
+		step("clean", "clean", "extract"),
+		step("validate", "validate", "extract"),
+		step("load", "load", "clean", "validate"),
+		step("report", "report", "load"),
+	}})
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/ui/workflows/"+wf.ID)))
+	_, err = waitText(ctx, "#live-status", func(s string) bool { return s == "live" })
+	require.NoError(t, err)
+	_, err = chromedp.Run(ctx, chromedp.Evaluate[int](markPage))
+	require.NoError(t, err)
+	nodes, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#dag g.node").length`))
+	require.NoError(t, err)
+	require.Equal(t, 5, nodes)
+	edges, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#dag path.edge").length`))
+	require.NoError(t, err)
+	require.Equal(t, 5, edges)
+
+	// A worker runs the steps; "load" waits for the test.
+	release := make(chan struct{})
+	done := func(context.Context, *client.Job) ([]byte, error) { return []byte("ok"), nil }
+	w, err := cl.NewWorker(client.WorkerConfig{Pool: "etl", ID: "etl-worker-1", Handlers: map[string]client.Handler{
+		"extract": client.HandlerFunc(done), "clean": client.HandlerFunc(done), "validate": client.HandlerFunc(done),
+		"report": client.HandlerFunc(done),
+		"load": client.HandlerFunc(func(ctx context.Context, _ *client.Job) ([]byte, error) {
+			select {
+			case <-release:
+				return []byte("loaded 1204 rows"), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}),
+	}})
+	require.NoError(t, err)
+	released := false
+	releaseOnce := func() {
+		if !released {
+			released = true
+			close(release)
+		}
+	}
+	require.NoError(t, w.Start(context.Background()))
+	t.Cleanup(func() {
+		releaseOnce()
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+	})
+
+	nodeWith := func(id, status string) string {
+		return fmt.Sprintf(`#dag a[data-task-id=%q] g.st-%s`, id, status)
+	}
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.WaitVisible(chromedp.CSS(nodeWith(wf.Tasks["extract"], "succeeded"))),
+		chromedp.WaitVisible(chromedp.CSS(nodeWith(wf.Tasks["validate"], "succeeded"))),
+		chromedp.WaitVisible(chromedp.CSS(nodeWith(wf.Tasks["load"], "running"))),
+	), "the steps' statuses shown as they run")
+	screenshot(t, ctx, dir, "workflow")
+
+	releaseOnce()
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.WaitVisible(chromedp.CSS(nodeWith(wf.Tasks["report"], "succeeded"))),
+		chromedp.WaitVisible(chromedp.CSS(`#workflow-status .st-succeeded`)),
+	))
+	same, err := chromedp.Run(ctx, chromedp.Evaluate[bool](notReloaded))
+	require.NoError(t, err)
+	require.True(t, same, "the page was updated in place, not reloaded")
+	got, err := cl.GetWorkflow(sctx, wf.ID)
+	require.NoError(t, err)
+	require.Equal(t, client.WorkflowSucceeded, got.Status)
+}

@@ -331,6 +331,8 @@ func (c *Console) workflowsPage(ctx context.Context, cl *client.Client, r *http.
 type workflowData struct {
 	Workflow *client.Workflow
 	Graph    graph
+	// Steps names the members by id.
+	Steps map[string]string
 }
 
 func (c *Console) workflowPage(ctx context.Context, cl *client.Client, r *http.Request, p *pageData) (string, error) {
@@ -340,7 +342,11 @@ func (c *Console) workflowPage(ctx context.Context, cl *client.Client, r *http.R
 	if err != nil {
 		return "workflow", err
 	}
-	p.Data = &workflowData{Workflow: wf, Graph: layout(wf.Tasks)}
+	steps := make(map[string]string, len(wf.Tasks))
+	for _, t := range wf.Tasks {
+		steps[t.ID] = t.Step
+	}
+	p.Data = &workflowData{Workflow: wf, Graph: layout(wf.Tasks), Steps: steps}
 	return "workflow", nil
 }
 

@@ -240,9 +240,11 @@ func backTo(next string) string {
 
 // pageData is what every page's template gets.
 type pageData struct {
-	Title   string
-	Nav     string
-	Node    string
+	Title string
+	Nav   string
+	Node  string
+	// Scheme is the request's, for links to the other nodes' consoles.
+	Scheme  string
 	HasAuth bool
 	Path    string
 	// Live tells the script how to refresh the page: "events" (on events
@@ -266,7 +268,7 @@ type pageFunc func(ctx context.Context, cl *client.Client, r *http.Request, p *p
 // error in the page's frame.
 func (c *Console) page(fn pageFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		p := &pageData{Node: c.cfg.Node, HasAuth: token(r) != "", Path: r.URL.RequestURI(), Flash: r.URL.Query().Get("done")}
+		p := &pageData{Node: c.cfg.Node, Scheme: scheme(r), HasAuth: token(r) != "", Path: r.URL.RequestURI(), Flash: r.URL.Query().Get("done")}
 		cl, err := c.clientFor(r)
 		name := "error"
 		if err == nil {
@@ -294,7 +296,7 @@ type actionFunc func(ctx context.Context, cl *client.Client, r *http.Request) (n
 // the error.
 func (c *Console) action(fn actionFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		p := &pageData{Node: c.cfg.Node, HasAuth: token(r) != "", Path: r.URL.RequestURI(), Title: "Error"}
+		p := &pageData{Node: c.cfg.Node, Scheme: scheme(r), HasAuth: token(r) != "", Path: r.URL.RequestURI(), Title: "Error"}
 		if !sameOrigin(r) {
 			p.Error = "refused: the form was posted from another site"
 			c.render(w, http.StatusForbidden, "error", p)
@@ -322,6 +324,13 @@ func (c *Console) action(fn actionFunc) http.HandlerFunc {
 		p.Error = err.Error()
 		c.render(w, errorCode(err), "error", p)
 	}
+}
+
+func scheme(r *http.Request) string {
+	if r.TLS != nil {
+		return "https"
+	}
+	return "http"
 }
 
 // errorCode maps an error of the SDK to an HTTP status.

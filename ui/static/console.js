@@ -31,6 +31,7 @@
         var err = doc.getElementById("error"), cur = document.getElementById("error");
         if (cur && !err) { cur.remove(); }
         body.dataset.refreshed = String(Date.now());
+        if (mode === "poll") { setBadge("live", "on"); }
       })
       .catch(function () { setBadge("offline", "off"); })
       .finally(function () {

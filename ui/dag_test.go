@@ -1,0 +1,74 @@
+package ui
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cronoq/cronoq/client"
+)
+
+func task(id, step string, deps ...string) *client.Task {
+	return &client.Task{ID: id, Step: step, Status: client.StatusQueued, DependsOn: deps}
+}
+
+func TestLayoutLayers(t *testing.T) {
+	g := layout([]*client.Task{
+		task("a", "extract"),
+		task("b", "clean", "a"),
+		task("c", "validate", "a"),
+		task("d", "load", "b", "c"),
+		task("e", "report", "d", "a"),
+		task("f", "other", "outside"), // a dependency outside the workflow is not drawn
+	})
+	layers := map[string]int{}
+	rows := map[string]int{}
+	for _, n := range g.Nodes {
+		layers[n.Step] = n.Layer
+		rows[n.Step] = (n.Y - padding) / (boxH + gapY)
+		require.Equal(t, padding+n.Layer*(boxW+gapX), n.X)
+	}
+	require.Equal(t, map[string]int{"extract": 0, "other": 0, "clean": 1, "validate": 1, "load": 2, "report": 3}, layers)
+	// Within a layer: by the mean row of the dependencies, then by step.
+	require.Equal(t, 0, rows["extract"])
+	require.Equal(t, 1, rows["other"])
+	require.Equal(t, 0, rows["clean"])
+	require.Equal(t, 1, rows["validate"])
+	require.Len(t, g.Edges, 6)
+	require.Equal(t, 2*padding+4*(boxW+gapX)-gapX, g.Width)
+	require.Equal(t, 2*padding+2*(boxH+gapY)-gapY, g.Height)
+	for _, e := range g.Edges {
+		require.NotEqual(t, "f", e.To)
+	}
+	// The same input gives the same drawing.
+	require.Equal(t, g, layout([]*client.Task{
+		task("a", "extract"), task("b", "clean", "a"), task("c", "validate", "a"),
+		task("d", "load", "b", "c"), task("e", "report", "d", "a"), task("f", "other", "outside"),
+	}))
+}
+
+func TestLayoutCycleEnds(t *testing.T) {
+	g := layout([]*client.Task{task("a", "x", "b"), task("b", "y", "a"), task("c", "z", "c")})
+	require.Len(t, g.Nodes, 3)
+}
+
+func TestLayoutEmpty(t *testing.T) {
+	g := layout(nil)
+	require.Empty(t, g.Nodes)
+	require.Positive(t, g.Width)
+}
+
+func TestViewBytes(t *testing.T) {
+	v := viewBytes([]byte("héllo"))
+	require.Equal(t, bytesView{Text: "héllo", Size: 6}, v)
+	v = viewBytes([]byte{0xff, 0x00})
+	require.True(t, v.Base64)
+	require.Equal(t, "/wA=", v.Text)
+	big := make([]byte, maxShownBytes+10)
+	for i := range big {
+		big[i] = 'a'
+	}
+	v = viewBytes(big)
+	require.True(t, v.Cut)
+	require.Len(t, v.Text, maxShownBytes)
+}
