@@ -175,6 +175,40 @@ func TestToken(t *testing.T) {
 	code, body = get(t, base, "/ui/pools", secret)
 	require.Equal(t, http.StatusOK, code, body)
 
+	// The event stream without a token ends on the refusal; with the
+	// token it starts.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	events := func(tok, until string) string {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+base+"/ui/events", nil)
+		require.NoError(t, err)
+		if tok != "" {
+			req.AddCookie(&http.Cookie{Name: "cronoq_token", Value: url.QueryEscape(tok)})
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+		buf := make([]byte, 4096)
+		var got strings.Builder
+		for !strings.Contains(got.String(), until) {
+			n, err := resp.Body.Read(buf)
+			got.Write(buf[:n])
+			if err != nil {
+				break
+			}
+		}
+		if until == "event: failed" {
+			// The refusal ends the stream.
+			rest, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			got.Write(rest)
+		}
+		return got.String()
+	}
+	require.Contains(t, events("", "event: failed"), "permission denied")
+	require.Contains(t, events(secret, "event: ready"), "event: ready")
+
 	// The token form sets the cookie and goes back.
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := noRedirect.PostForm("http://"+base+"/ui/token", url.Values{"token": {secret}, "next": {"/ui/pools"}})
