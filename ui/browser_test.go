@@ -135,7 +135,11 @@ func TestBrowserLiveTasksAndCancel(t *testing.T) {
 	sub, err := cl.Submit(sctx, client.TaskSpec{Template: client.Template{Pool: "etl", Kind: "extract", Payload: []byte(`{"source":"s3://bucket/2026-12-03"}`)}, Key: "extract-2026-12-03"})
 	require.NoError(t, err)
 	row := fmt.Sprintf(`#tasks tr[data-task-id=%q]`, sub.ID)
-	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(row))), "the submitted task appears")
+	// Sooner than the page's fallback refresh (every 10 s): the event
+	// brought it.
+	lctx, lcancel := context.WithTimeout(ctx, 8*time.Second)
+	defer lcancel()
+	require.NoError(t, chromedp.Do(lctx, chromedp.WaitVisible(chromedp.CSS(row))), "the submitted task appears")
 	same, err := chromedp.Run(ctx, chromedp.Evaluate[bool](notReloaded))
 	require.NoError(t, err)
 	require.True(t, same, "the page was updated in place, not reloaded")

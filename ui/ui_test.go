@@ -159,6 +159,30 @@ func TestActionsFromFollower(t *testing.T) {
 	task, err = cl.Get(ctx, sub.ID)
 	require.NoError(t, err)
 	require.Equal(t, client.StatusQueued, task.Status)
+
+	_, err = cl.AddSchedule(ctx, client.Schedule{Name: "hourly", Cron: "@hourly", Task: client.Template{Pool: "etl", Kind: "report"}})
+	require.NoError(t, err)
+	resp = post("/ui/schedules/hourly/pause", nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	scheds, err := cl.ListSchedules(ctx)
+	require.NoError(t, err)
+	require.Len(t, scheds, 1)
+	require.True(t, scheds[0].Paused)
+
+	wf, err := cl.SubmitWorkflow(ctx, client.WorkflowSpec{Name: "w", Steps: []client.Step{
+		{Name: "a", Task: client.TaskSpec{Template: client.Template{Pool: "etl", Kind: "a"}}},
+		{Name: "b", Task: client.TaskSpec{Template: client.Template{Pool: "etl", Kind: "b"}}, DependsOn: []string{"a"}},
+	}})
+	require.NoError(t, err)
+	resp = post("/ui/workflows/"+wf.ID+"/cancel", nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, "/ui/workflows/"+wf.ID+"?done=2+members+cancelled", resp.Header.Get("Location"))
+	w, err := cl.GetWorkflow(ctx, wf.ID)
+	require.NoError(t, err)
+	require.Equal(t, client.WorkflowCancelled, w.Status)
+
+	resp = post("/ui/tasks/"+sub.ID+"/explode", nil)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 }
 
 // TestToken checks that the token entered in the console is what its
