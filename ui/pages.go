@@ -3,11 +3,13 @@ package ui
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cronoq/cronoq/client"
 )
@@ -130,12 +132,16 @@ type tasksFilter struct {
 	Oldest                  bool
 	Limit                   int
 	After                   string
+	// From and To bound the submission times as given (FromTime and
+	// ToTime parsed; zero: no bound).
+	From, To         string
+	FromTime, ToTime time.Time
 }
 
 // query returns the filter as URL parameters, with after as the cursor.
 func (f tasksFilter) query(after string) string {
 	v := url.Values{}
-	for k, s := range map[string]string{"pool": f.Pool, "status": f.Status, "kind": f.Kind, "key": f.Key, "after": after} {
+	for k, s := range map[string]string{"pool": f.Pool, "status": f.Status, "kind": f.Kind, "key": f.Key, "after": after, "from": f.From, "to": f.To} {
 		if s != "" {
 			v.Set(k, s)
 		}
@@ -173,6 +179,15 @@ func parseTasksFilter(q url.Values) (tasksFilter, error) {
 	if f.Status != "" && !slices.Contains(statusOrder, f.Status) {
 		return f, badRequest("status %q: one of %s", f.Status, strings.Join(statusOrder, ", "))
 	}
+	now := time.Now()
+	var err error
+	f.From, f.To = strings.TrimSpace(q.Get("from")), strings.TrimSpace(q.Get("to"))
+	if f.FromTime, err = parseWhen(f.From, now); err != nil {
+		return f, badRequest("from: %v", err)
+	}
+	if f.ToTime, err = parseWhen(f.To, now); err != nil {
+		return f, badRequest("to: %v", err)
+	}
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxPageSize {
@@ -205,12 +220,15 @@ func (c *Console) tasksPage(ctx context.Context, cl *client.Client, r *http.Requ
 		if err != nil {
 			return "tasks", err
 		}
-		if (f.Pool == "" || t.Pool == f.Pool) && (f.Status == "" || t.Status == f.Status) && (f.Kind == "" || t.Kind == f.Kind) {
+		if (f.Pool == "" || t.Pool == f.Pool) && (f.Status == "" || t.Status == f.Status) && (f.Kind == "" || t.Kind == f.Kind) && f.within(t) {
 			d.Tasks = []*client.Task{t}
 		}
 		return "tasks", nil
 	}
 	opt := client.ListOptions{NewestFirst: !f.Oldest, After: f.After, Limit: f.Limit, Stale: true}
+	if !f.FromTime.IsZero() || !f.ToTime.IsZero() {
+		opt.Limit = maxPageSize
+	}
 	if f.Pool != "" {
 		opt.Pools = []string{f.Pool}
 	}
@@ -220,7 +238,18 @@ func (c *Console) tasksPage(ctx context.Context, cl *client.Client, r *http.Requ
 	if f.Kind != "" {
 		opt.Kinds = []string{f.Kind}
 	}
-	tasks, next, err := cl.List(ctx, opt)
+	if f.FromTime.IsZero() && f.ToTime.IsZero() {
+		tasks, next, err := cl.List(ctx, opt)
+		if err != nil {
+			return "tasks", err
+		}
+		d.Tasks = tasks
+		if next != "" {
+			d.Next = f.query(next)
+		}
+		return "tasks", nil
+	}
+	tasks, next, err := scanByTime(ctx, cl, opt, f)
 	if err != nil {
 		return "tasks", err
 	}
@@ -229,6 +258,80 @@ func (c *Console) tasksPage(ctx context.Context, cl *client.Client, r *http.Requ
 		d.Next = f.query(next)
 	}
 	return "tasks", nil
+}
+
+// within reports whether t was submitted within the filter's bounds.
+func (f tasksFilter) within(t *client.Task) bool {
+	return (f.FromTime.IsZero() || !t.SubmittedAt.Before(f.FromTime)) && (f.ToTime.IsZero() || !t.SubmittedAt.After(f.ToTime))
+}
+
+// maxScan bounds the tasks read to fill one page filtered by time; the
+// page then ends early, with a link that resumes the scan.
+const maxScan = 20000
+
+// timeSlack is how far out of order submission times may be in id order
+// (ids are assigned in order by the leader, submission times read its
+// clock, and a new leader's clock may be a little behind).
+const timeSlack = time.Minute
+
+// scanByTime lists the tasks of opt whose submission time is within the
+// filter's bounds: the list API has no time filter, so it reads pages in
+// id order and keeps the tasks in the bounds, stopping once the ids are
+// past the bound the order goes towards (with timeSlack) or after maxScan
+// tasks. next is the id to resume after, "" when the scan ended.
+func scanByTime(ctx context.Context, cl *client.Client, opt client.ListOptions, f tasksFilter) ([]*client.Task, string, error) {
+	past := func(t *client.Task) bool {
+		if opt.NewestFirst {
+			return !f.FromTime.IsZero() && t.SubmittedAt.Before(f.FromTime.Add(-timeSlack))
+		}
+		return !f.ToTime.IsZero() && t.SubmittedAt.After(f.ToTime.Add(timeSlack))
+	}
+	var out []*client.Task
+	scanned := 0
+	for {
+		page, next, err := cl.List(ctx, opt)
+		if err != nil {
+			return nil, "", err
+		}
+		for _, t := range page {
+			scanned++
+			if past(t) {
+				return out, "", nil
+			}
+			if f.within(t) {
+				out = append(out, t)
+			}
+			if len(out) == f.Limit || scanned >= maxScan {
+				return out, t.ID, nil
+			}
+		}
+		if next == "" {
+			return out, "", nil
+		}
+		opt.After = next
+	}
+}
+
+// parseWhen reads a time bound: RFC 3339, a UTC date and time
+// ("2006-01-02T15:04", as a browser's datetime-local input sends it,
+// "2006-01-02 15:04:05", "2006-01-02"), or a duration back from now
+// ("15m", "2h").
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			d = -d
+		}
+		return now.Add(-d), nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02 15:04:05", "2006-01-02 15:04", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%q is not a time (RFC 3339, UTC 2006-01-02 15:04:05) nor a duration back from now (15m)", s)
 }
 
 type taskData struct {

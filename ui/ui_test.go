@@ -43,6 +43,12 @@ func TestPagesRender(t *testing.T) {
 
 	sub, err := cl.Submit(ctx, client.TaskSpec{Template: client.Template{Pool: "etl", Kind: "extract", Payload: []byte("s3://bucket/<x>")}, Key: "first"})
 	require.NoError(t, err)
+	// A moment between the first task and the workflow, on the leader's
+	// clock (the same machine's).
+	first, err := cl.Get(ctx, sub.ID)
+	require.NoError(t, err)
+	mid := first.SubmittedAt.Add(time.Millisecond)
+	require.Eventually(t, func() bool { return time.Now().After(mid.Add(time.Millisecond)) }, time.Second, time.Millisecond)
 	wf, err := cl.SubmitWorkflow(ctx, client.WorkflowSpec{Name: "nightly", Steps: []client.Step{
 		{Name: "extract", Task: client.TaskSpec{Template: client.Template{Pool: "etl", Kind: "extract"}}},
 		{Name: "clean", Task: client.TaskSpec{Template: client.Template{Pool: "etl", Kind: "clean"}}, DependsOn: []string{"extract"}},
@@ -81,6 +87,21 @@ func TestPagesRender(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	require.Equal(t, 2, strings.Count(body, "<tr data-task-id="))
 	require.Contains(t, body, `id="next-page"`)
+
+	code, body = get(t, base, "/ui/tasks?from="+url.QueryEscape(mid.Format(time.RFC3339Nano)), "")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, 3, strings.Count(body, "<tr data-task-id="), "the workflow's members only")
+	require.NotContains(t, body, `data-task-id="`+sub.ID+`"`)
+	code, body = get(t, base, "/ui/tasks?to="+url.QueryEscape(mid.Format(time.RFC3339Nano)), "")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, 1, strings.Count(body, "<tr data-task-id="), "the first task only")
+	require.Contains(t, body, `data-task-id="`+sub.ID+`"`)
+	code, body = get(t, base, "/ui/tasks?from=1h&limit=1", "")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, 1, strings.Count(body, "<tr data-task-id="))
+	require.Contains(t, body, `id="next-page"`)
+	code, _ = get(t, base, "/ui/tasks?from=yesterday", "")
+	require.Equal(t, http.StatusBadRequest, code)
 
 	code, body = get(t, base, "/ui/tasks?status=nope", "")
 	require.Equal(t, http.StatusBadRequest, code)

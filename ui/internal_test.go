@@ -2,6 +2,7 @@ package ui
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -71,4 +72,23 @@ func TestViewBytes(t *testing.T) {
 	v = viewBytes(big)
 	require.True(t, v.Cut)
 	require.Len(t, v.Text, maxShownBytes)
+}
+
+func TestParseWhen(t *testing.T) {
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	for in, want := range map[string]time.Time{
+		"":                          {},
+		"15m":                       now.Add(-15 * time.Minute),
+		"-2h":                       now.Add(-2 * time.Hour),
+		"2026-12-03T09:30:00+01:00": time.Date(2026, 12, 3, 8, 30, 0, 0, time.UTC),
+		"2026-12-03T09:30":          time.Date(2026, 12, 3, 9, 30, 0, 0, time.UTC),
+		"2026-12-03 09:30:05":       time.Date(2026, 12, 3, 9, 30, 5, 0, time.UTC),
+		"2026-12-03":                time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC),
+	} {
+		got, err := parseWhen(in, now)
+		require.NoError(t, err, in)
+		require.True(t, want.Equal(got), "%s: %s", in, got)
+	}
+	_, err := parseWhen("yesterday", now)
+	require.ErrorContains(t, err, "not a time")
 }
