@@ -179,11 +179,14 @@ func (c *Console) clientFor(r *http.Request) (*client.Client, error) {
 		return nil, fmt.Errorf("connecting to the node's API: %w", err)
 	}
 	if len(c.clients) >= maxClients {
-		var oldest string
-		var at time.Time
+		var (
+			oldest string
+			at     time.Time
+			found  bool
+		)
 		for k, cc := range c.clients {
-			if oldest == "" && at.IsZero() || cc.lastUsed.Before(at) {
-				oldest, at = k, cc.lastUsed
+			if !found || cc.lastUsed.Before(at) {
+				oldest, at, found = k, cc.lastUsed, true
 			}
 		}
 		if old, ok := c.clients[oldest]; ok {
