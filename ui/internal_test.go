@@ -1,6 +1,10 @@
 package ui
 
 import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -91,4 +95,35 @@ func TestParseWhen(t *testing.T) {
 	}
 	_, err := parseWhen("yesterday", now)
 	require.ErrorContains(t, err, "not a time")
+}
+
+func TestClientsBounded(t *testing.T) {
+	var made []string
+	c, err := New(Config{NewClient: func(token string) (*client.Client, error) {
+		made = append(made, token)
+		return client.New([]string{"127.0.0.1:1"})
+	}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+	req := func(tok string) *http.Request {
+		r := httptest.NewRequest(http.MethodGet, "/ui/", nil)
+		if tok != "" {
+			r.AddCookie(&http.Cookie{Name: TokenCookie, Value: tok})
+		}
+		return r
+	}
+	first, err := c.clientFor(req(""))
+	require.NoError(t, err)
+	again, err := c.clientFor(req(""))
+	require.NoError(t, err)
+	require.Same(t, first, again, "one client per token")
+	for i := range maxClients {
+		_, err := c.clientFor(req(fmt.Sprintf("t%d", i)))
+		require.NoError(t, err)
+	}
+	require.Len(t, c.clients, maxClients)
+	require.NotContains(t, c.clients, "", "the least recently used went")
+	_, err = first.Health(context.Background())
+	require.ErrorIs(t, err, client.ErrClosed)
+	require.Len(t, made, maxClients+1)
 }

@@ -72,12 +72,13 @@ type Console struct {
 
 	mu      sync.Mutex
 	clients map[string]*cachedClient
+	uses    uint64 // counts clientFor calls: the clients' use order
 	closed  bool
 }
 
 type cachedClient struct {
 	c        *client.Client
-	lastUsed time.Time
+	lastUsed uint64 // the value of uses when last used
 }
 
 // New returns a console.
@@ -170,8 +171,9 @@ func (c *Console) clientFor(r *http.Request) (*client.Client, error) {
 	if c.closed {
 		return nil, errors.New("the console is shut down")
 	}
+	c.uses++
 	if cc, ok := c.clients[tok]; ok {
-		cc.lastUsed = time.Now()
+		cc.lastUsed = c.uses
 		return cc.c, nil
 	}
 	cl, err := c.cfg.NewClient(tok)
@@ -181,11 +183,11 @@ func (c *Console) clientFor(r *http.Request) (*client.Client, error) {
 	if len(c.clients) >= maxClients {
 		var (
 			oldest string
-			at     time.Time
+			at     uint64
 			found  bool
 		)
 		for k, cc := range c.clients {
-			if !found || cc.lastUsed.Before(at) {
+			if !found || cc.lastUsed < at {
 				oldest, at, found = k, cc.lastUsed, true
 			}
 		}
@@ -194,7 +196,7 @@ func (c *Console) clientFor(r *http.Request) (*client.Client, error) {
 			delete(c.clients, oldest)
 		}
 	}
-	c.clients[tok] = &cachedClient{c: cl, lastUsed: time.Now()}
+	c.clients[tok] = &cachedClient{c: cl, lastUsed: c.uses}
 	return cl, nil
 }
 
