@@ -98,6 +98,21 @@ func waitText(ctx context.Context, sel string, ok func(string) bool) (string, er
 	}
 }
 
+// click clicks the element sel in the page itself: a refresh may swap
+// the element between a lookup and a click done through the protocol.
+func click(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		found, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(`(function(){var e=document.querySelector(%q);if(!e){return false;}e.click();return true;})()`, sel)))
+		if err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("clicking %s: no such element", sel)
+		}
+		return nil
+	})
+}
+
 // notReloaded reports whether the marker set by markPage is still there:
 // the page was updated in place, not loaded again.
 const markPage = `window.__cronoqMark = 1`
@@ -152,9 +167,9 @@ func TestBrowserLiveTasksAndCancel(t *testing.T) {
 
 	// Cancelling it from its page cancels it.
 	require.NoError(t, chromedp.Do(ctx,
-		chromedp.Click(chromedp.CSS(row+" a")),
+		click(row+" a"),
 		chromedp.WaitVisible(chromedp.CSS(`#task-status[data-status="queued"]`)),
-		chromedp.Click(chromedp.CSS(`#cancel`)),
+		click(`#cancel`),
 		chromedp.WaitVisible(chromedp.CSS(`#task-status[data-status="cancelled"]`)),
 	))
 	flash, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#flash`)))
@@ -202,7 +217,8 @@ func TestBrowserLeaderStopped(t *testing.T) {
 	// Still working: a write from the page reaches the new leader.
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(base+"/ui/pools"),
-		chromedp.Click(chromedp.CSS(`#pools tr[data-pool="etl"] button`)),
+		chromedp.WaitVisible(chromedp.CSS(`#pools tr[data-pool="etl"] button`)),
+		click(`#pools tr[data-pool="etl"] button`),
 		chromedp.WaitVisible(chromedp.CSS(`#flash`)),
 		chromedp.WaitVisible(chromedp.CSS(`#pools tr[data-pool="etl"] .st-paused`)),
 	))

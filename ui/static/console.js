@@ -26,7 +26,11 @@
         var doc = new DOMParser().parseFromString(html, "text/html");
         document.querySelectorAll(".refresh[id]").forEach(function (el) {
           var fresh = doc.getElementById(el.id);
-          if (fresh) { el.replaceWith(document.importNode(fresh, true)); }
+          // Only what changed is swapped: the rest keeps its focus,
+          // selection and the element a click is landing on.
+          if (fresh && fresh.outerHTML !== el.outerHTML) {
+            el.replaceWith(document.importNode(fresh, true));
+          }
         });
         var err = doc.getElementById("error"), cur = document.getElementById("error");
         if (cur && !err) { cur.remove(); }
