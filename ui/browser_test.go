@@ -172,6 +172,12 @@ func TestBrowserLiveTasksAndCancel(t *testing.T) {
 		click(`#cancel`),
 		chromedp.WaitVisible(chromedp.CSS(`#task-status[data-status="cancelled"]`)),
 	))
+	// Its page lists its events: those the node held when the page
+	// loaded, from its submission to its cancel.
+	_, err = waitText(ctx, "#events", func(s string) bool {
+		return strings.Contains(s, "queued") && strings.Contains(s, "cancelled")
+	})
+	require.NoError(t, err, "the task's events listed")
 	flash, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#flash`)))
 	require.NoError(t, err)
 	require.Equal(t, "cancelled", flash)

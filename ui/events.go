@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/cronoq/cronoq/client"
@@ -30,12 +31,30 @@ type eventJSON struct {
 
 // serveEvents streams the status events of the pools named by the pool
 // parameters (every pool, and the workflows' events, when none) as
-// Server-Sent Events: each a JSON eventJSON; a gap in the stream (events
-// dropped) is an event named "lagged", and an error that ends it one named
-// "failed". The stream is the SDK's event subscription of the node's own
-// API, with the caller's token, and lasts until the browser leaves or the
-// node stops.
+// Server-Sent Events: each a JSON eventJSON with its cursor as the event's
+// id; a gap in the stream (events dropped) is an event named "lagged", and
+// an error that ends it one named "failed". The parameter task or workflow
+// keeps the events of one task or one workflow. The stream starts after
+// the cursor of the parameter after, or of the Last-Event-ID header that
+// a browser sends when it reconnects (with the events after it that the
+// node still holds), else with the events from now on. It is the SDK's
+// event subscription of the node's own API, with the caller's token, and
+// lasts until the browser leaves or the node stops.
 func (c *Console) serveEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var after uint64
+	for _, s := range []string{q.Get("after"), r.Header.Get("Last-Event-ID")} {
+		if s == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			http.Error(w, fmt.Sprintf("bad cursor %q: a number", s), http.StatusBadRequest)
+			return
+		}
+		after = max(after, n)
+	}
+	task, workflow := q.Get("task"), q.Get("workflow")
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		http.Error(w, "streaming is not supported on this connection", http.StatusInternalServerError)
@@ -47,7 +66,7 @@ func (c *Console) serveEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	events, err := cl.Events(ctx, r.URL.Query()["pool"]...)
+	events, err := cl.EventsAfter(ctx, after, q["pool"]...)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
@@ -84,13 +103,15 @@ func (c *Console) serveEvents(w http.ResponseWriter, r *http.Request) {
 				return
 			case ev.Lagged:
 				_, werr = fmt.Fprint(w, "event: lagged\ndata: {}\n\n")
+			case task != "" && ev.TaskID != task, workflow != "" && ev.Workflow != workflow:
+				continue
 			default:
 				b, err := json.Marshal(toEventJSON(ev))
 				if err != nil {
 					c.log.Error("encoding an event for the console", "error", err)
 					return
 				}
-				_, werr = fmt.Fprintf(w, "data: %s\n\n", b)
+				_, werr = fmt.Fprintf(w, "id: %d\ndata: %s\n\n", ev.Cursor, b)
 			}
 			if werr != nil {
 				return

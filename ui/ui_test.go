@@ -31,6 +31,25 @@ func get(t *testing.T, base, path, token string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// readSSE reads a console event stream until it has carried until.
+func readSSE(t *testing.T, ctx context.Context, base, path, until string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+base+path, nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	buf := make([]byte, 4096)
+	var got strings.Builder
+	for !strings.Contains(got.String(), until) {
+		n, err := resp.Body.Read(buf)
+		got.Write(buf[:n])
+		require.NoError(t, err, "reading the event stream: %s", got.String())
+	}
+	return got.String()
+}
+
 // TestPagesRender loads every page of the console of a follower of a
 // three-node cluster, without a browser: the pages are readable as
 // rendered by the server.
@@ -114,6 +133,12 @@ func TestPagesRender(t *testing.T) {
 
 	code, _ = get(t, base, "/ui/tasks/nosuchtask", "")
 	require.Equal(t, http.StatusNotFound, code)
+
+	// The event stream of one task, from the events the node holds.
+	sse := readSSE(t, ctx, base, "/ui/events?after=1&task="+sub.ID, `"task_id":"`+sub.ID+`"`)
+	require.Contains(t, sse, `"status":"queued"`)
+	require.Regexp(t, `id: \d+\ndata: \{"task_id":"`+sub.ID, sse)
+	require.NotContains(t, sse, wf.Tasks["load"], "only the task's events")
 
 	code, body = get(t, base, "/ui/workflows", "")
 	require.Equal(t, http.StatusOK, code, body)

@@ -70,7 +70,12 @@
       (ev.attempt ? "  attempt " + ev.attempt : "") + (ev.message ? "  " + ev.message : "");
     log.appendChild(li);
   }
-  var q = pools.map(function (p) { return "pool=" + encodeURIComponent(p); }).join("&");
+  var params = pools.map(function (p) { return "pool=" + encodeURIComponent(p); });
+  // A task's page starts with the events of the task that the node
+  // still holds; the others with the events from now on.
+  if (task) { params.push("task=" + encodeURIComponent(task), "after=1"); }
+  if (workflow) { params.push("workflow=" + encodeURIComponent(workflow)); }
+  var q = params.join("&");
   if (!window.EventSource) {
     setInterval(refresh, 3000);
     return;
@@ -84,7 +89,15 @@
     show(ev);
     soon();
   };
-  es.addEventListener("lagged", function () { soon(); });
+  es.addEventListener("lagged", function () {
+    if (log && task) {
+      var li = document.createElement("li");
+      li.className = "muted";
+      li.textContent = "(earlier events are no longer held by this node)";
+      log.appendChild(li);
+    }
+    soon();
+  });
   es.addEventListener("failed", function (m) {
     setBadge("stopped", "off");
     try { badge.title = JSON.parse(m.data).error; } catch (e) { /* keep */ }
