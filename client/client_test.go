@@ -630,6 +630,38 @@ func TestEventsResumeAfterCursor(t *testing.T) {
 	}
 }
 
+func TestEventsAfterStartsAfterTheCursor(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, addrs(fc, 0))
+	fc.ScriptEvents(func(n int, send func(*cronoqv1.Event) error) error {
+		if n == 1 {
+			if err := send(&cronoqv1.Event{TaskId: "T8", Pool: "p", Status: cronoqv1.Status_STATUS_QUEUED, Cursor: 8}); err != nil {
+				return err
+			}
+		}
+		return errors.New("subscription lost")
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := c.EventsAfter(ctx, 7, "p")
+	require.NoError(t, err)
+	e := <-ch
+	require.NoError(t, e.Err)
+	require.Equal(t, "T8", e.TaskID)
+	require.Eventually(t, func() bool {
+		return len(fc.Requests(cronoqv1connect.TaskServiceEventsProcedure)) >= 2
+	}, 5*time.Second, 5*time.Millisecond)
+	var after []uint64
+	for _, m := range fc.Requests(cronoqv1connect.TaskServiceEventsProcedure)[:2] {
+		after = append(after, m.(*cronoqv1.EventsRequest).GetAfterCursor())
+	}
+	require.Equal(t, []uint64{7, 8}, after, "from the cursor given, then after the last event")
+	cancel()
+	for range ch {
+	}
+}
+
 func TestEventsEndWithClientClose(t *testing.T) {
 	t.Parallel()
 	fc := newFakeCluster(t, 1, 0)

@@ -408,6 +408,15 @@ const eventsBuffer = 64
 // way retrying cannot fix, a last event carries Err before the channel
 // closes.
 func (c *Client) Events(ctx context.Context, pools ...string) (<-chan Event, error) {
+	return c.EventsAfter(ctx, 0, pools...)
+}
+
+// EventsAfter is Events starting after cursor (an Event.Cursor): with the
+// events after it that the answering node still holds, after a Lagged
+// marker when it no longer holds them all (a node holds a bounded history
+// of the events it applied since it started), then the new ones. A cursor
+// of 0 starts with the events applied from now on, as Events does.
+func (c *Client) EventsAfter(ctx context.Context, cursor uint64, pools ...string) (<-chan Event, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -424,13 +433,14 @@ func (c *Client) Events(ctx context.Context, pools ...string) (<-chan Event, err
 		defer close(ch)
 		defer cancel()
 		defer stop()
-		c.runEvents(ctx, append([]string(nil), pools...), ch)
+		c.runEvents(ctx, cursor, append([]string(nil), pools...), ch)
 	}()
 	return ch, nil
 }
 
-// runEvents feeds ch until ctx ends or a final error.
-func (c *Client) runEvents(ctx context.Context, pools []string, ch chan<- Event) {
+// runEvents feeds ch, from the events after cursor, until ctx ends or a
+// final error.
+func (c *Client) runEvents(ctx context.Context, cursor uint64, pools []string, ch chan<- Event) {
 	emit := func(ev Event) bool {
 		select {
 		case ch <- ev:
@@ -439,9 +449,10 @@ func (c *Client) runEvents(ctx context.Context, pools []string, ch chan<- Event)
 			return false
 		}
 	}
+	// cursor is that of the last event delivered (or the one to start
+	// after): a new stream resumes after it.
 	var (
-		cursor    uint64 // of the last event delivered: a new stream resumes after it
-		gapMarked bool   // a gap was marked and no event delivered since
+		gapMarked bool // a gap was marked and no event delivered since
 		// unsure: the stream was lost after cursor, and the next one may
 		// not resume after it (a node of an older release does not):
 		// a gap is marked unless it does.

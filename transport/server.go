@@ -1,6 +1,7 @@
 // Package transport is the network API of a cronoq node: the ConnectRPC
 // services of the schema in proto/ (tasks, workflows, schedules, workers,
-// operators), `GET /v1/health` and `GET /metrics`, on one HTTP address that
+// operators), `GET /v1/health`, `GET /metrics` and the web console under
+// /ui/ (Config.Console), on one HTTP address that
 // speaks HTTP/1.1 and unencrypted HTTP/2 (h2c, which the worker stream
 // needs), or, with Config.TLS, HTTPS with HTTP/2 and HTTP/1.1 chosen
 // through ALPN.
@@ -130,6 +131,10 @@ type Config struct {
 	// of the commits of each (see tracing.go). Nil (the default) traces
 	// nothing.
 	TracerProvider trace.TracerProvider
+	// Console, when set, serves the web console under /ui/ (see package
+	// ui). Its pages need no token to load; the API calls they make carry
+	// the token the user entered in them.
+	Console http.Handler
 }
 
 func (c Config) withDefaults() Config {
@@ -267,6 +272,10 @@ func New(cfg Config) (*Server, error) {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	if cfg.Console != nil {
+		mux.Handle("/ui/", cfg.Console)
+		mux.Handle("GET /ui", cfg.Console)
 	}
 	mountAdmin(mux, cfg.Backend)
 	s.mountClock(mux)

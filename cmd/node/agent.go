@@ -133,8 +133,8 @@ func defaultAgentConfig() agentConfig {
 
 const agentAbout = `
 Run a cronoq node: a Raft voter, a gossip member, and the HTTP API that
-clients, workers and the CLI use (ConnectRPC, GET /v1/health, GET /metrics),
-all on the addresses below. The leader runs the scheduler; any node serves
+clients, workers and the CLI use (ConnectRPC, GET /v1/health, GET /metrics)
+with the web console at /ui/, all on the addresses below. The leader runs the scheduler; any node serves
 any call and forwards what needs the leader.
 
 -dev runs one node with a temporary data dir that bootstraps itself, for
@@ -181,8 +181,8 @@ SIZE is a number of bytes with an optional unit: 512KiB, 1MiB, 2MB, 1G.
 serves HTTPS (HTTP/2 and HTTP/1.1), calls forwarded to the leader go over
 HTTPS with the node's certificate as client certificate, and raft links are
 mutual TLS, where both nodes present a server certificate of the CA. With
--tls-verify-incoming, every API client (GET /v1/health and /metrics too)
-must present a certificate of the CA. 'cronoq tls' makes a CA and the
+-tls-verify-incoming, every API client (GET /v1/health, /metrics and the
+console's browser too) must present a certificate of the CA. 'cronoq tls' makes a CA and the
 certificates. On SIGHUP the node reads the three files again: new
 connections use them, and on an error it keeps the ones it has. With TLS
 off, a node whose API, raft or gossip address is not on loopback warns at
@@ -206,7 +206,7 @@ func agentFlags(c *cmd, cfg *agentConfig) {
 	fs.BoolVar(&cfg.dev, "dev", cfg.dev, "run a single self-bootstrapping node with a temporary data dir (unless -data-dir)")
 	fs.StringVar(&cfg.nodeID, "node-id", cfg.nodeID, "node `ID` (raft server id, gossip name); default: the id kept in the data dir, else a new one")
 	fs.StringVar(&cfg.dataDir, "data-dir", cfg.dataDir, "`DIR` holding the node id, the raft log and snapshots (required unless -dev)")
-	fs.StringVar(&cfg.httpAddr, "http-addr", cfg.httpAddr, "`HOST:PORT` of the HTTP API (RPC, /v1/health, /metrics)")
+	fs.StringVar(&cfg.httpAddr, "http-addr", cfg.httpAddr, "`HOST:PORT` of the HTTP API (RPC, /v1/health, /metrics, the console at /ui/)")
 	fs.StringVar(&cfg.httpAdvertise, "http-advertise", cfg.httpAdvertise, "`HOST:PORT` other nodes and workers are given for the API (default: -http-addr)")
 	fs.StringVar(&cfg.raftAddr, "raft-addr", cfg.raftAddr, "`IP:PORT` raft listens on, advertises and dials from")
 	fs.StringVar(&cfg.gossipAddr, "gossip-addr", cfg.gossipAddr, "`IP:PORT` of gossip (TCP and UDP)")
@@ -830,6 +830,14 @@ func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 		return errors.Join(err, node.Stop(sctx))
 	}
 	defer shutdownTracing(tp, log)
+	console, err := newConsole(cfg, node.ID(), ln.Addr().String(), root.Named("ui"))
+	if err != nil {
+		_ = ln.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+		defer cancel()
+		return errors.Join(err, node.Stop(sctx))
+	}
+	defer func() { _ = console.Close() }()
 	scfg := transport.Config{
 		Backend:         node,
 		Listener:        ln,
@@ -843,6 +851,7 @@ func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 		EnableDebug:     cfg.enableDebug,
 		ACLs:            cfg.acl,
 		TLS:             tlsr,
+		Console:         console,
 
 		TLSVerifyIncoming: cfg.tlsVerifyIncoming,
 	}

@@ -6,6 +6,7 @@ package lint
 //
 //	cmd/node ──► transport ──► cluster ──► engine ──► engine/core ──► fsm
 //	   └──► client ──► api       (jepsen: client and api only)
+//	   └──► ui ──► client        (the web console: the SDK's client of its own node)
 //	metrics: a leaf that cluster and transport feed
 //	webhook: a leaf (its wire format, signatures and deliverer) the cluster runs
 //	internal/tlsutil: a leaf that cluster, transport and client use
@@ -40,6 +41,9 @@ var Layers = []Layer{
 	{Pkg: "client/...", May: []string{"api/...", "internal/tlsutil", "internal/tracectx"}},
 	{Pkg: "execworker/...", May: []string{"client"}},
 	{Pkg: "jepsen/...", May: []string{"api/...", "client"}},
+	// The web console reaches the cluster through the SDK only, as any
+	// client does; the API server mounts it as a plain http.Handler.
+	{Pkg: "ui/...", May: []string{"api/...", "client"}},
 	// Leaves that others feed or ask.
 	{Pkg: "metrics/..."},
 	{Pkg: "acl/..."},

@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,6 +31,7 @@ import (
 	"github.com/cronoq/cronoq/cluster"
 	"github.com/cronoq/cronoq/metrics"
 	"github.com/cronoq/cronoq/transport"
+	"github.com/cronoq/cronoq/ui"
 )
 
 // The ports every node listens on, on its own IP (the agent's defaults).
@@ -119,6 +121,8 @@ type Node struct {
 	Node    *cluster.Node
 	Server  *transport.Server
 	Metrics *metrics.Metrics
+	// Console is the node's web console (with the Console option).
+	Console *ui.Console
 
 	hold time.Duration
 }
@@ -150,6 +154,8 @@ type options struct {
 	aclSecret string
 	// tracer, when set, is every API server's tracer provider.
 	tracer trace.TracerProvider
+	// console serves the web console on every node.
+	console bool
 }
 
 // Option tunes New.
@@ -174,6 +180,10 @@ func Tracing(tp trace.TracerProvider) Option { return func(o *options) { o.trace
 // ACLs turns ACLs on for every node, with secret as the initial
 // management token (see Cluster.Client's token).
 func ACLs(secret string) Option { return func(o *options) { o.aclSecret = secret } }
+
+// Console serves the web console under /ui/ on every node, as the agent
+// does: its pages call the node's own API.
+func Console() Option { return func(o *options) { o.console = true } }
 
 // New starts n nodes that form one cluster: bootstrap-expect n, every node
 // joining all, short test timings, no fsync. With n = 0 it starts none
@@ -254,7 +264,13 @@ func (c *Cluster) Start(cfg cluster.Config) *Node {
 		_ = ln.Close()
 		require.NoError(t, err, "starting %s", cfg.NodeID)
 	}
+	var console *ui.Console
+	if c.opts.console {
+		console, err = c.newConsole(cfg)
+		require.NoError(t, err, "creating the console of %s", cfg.NodeID)
+	}
 	srv, err := transport.New(transport.Config{
+		Console:         consoleHandler(console),
 		Backend:         node,
 		Listener:        ln,
 		Logger:          c.logger.Named("transport"),
@@ -278,7 +294,7 @@ func (c *Cluster) Start(cfg cluster.Config) *Node {
 		_ = node.Stop(context.Background())
 		require.NoError(t, err, "starting the API server of %s", cfg.NodeID)
 	}
-	n.ID, n.Node, n.Server = node.ID(), node, srv
+	n.ID, n.Node, n.Server, n.Console = node.ID(), node, srv, console
 	c.mu.Lock()
 	c.nodes = append(c.nodes, n)
 	c.all[n.ID] = n
@@ -293,6 +309,9 @@ func stopNode(n *Node) error {
 	n.Server.Drain()
 	nodeErr := n.Node.Stop(ctx)
 	srvErr := n.Server.Stop(ctx)
+	if n.Console != nil {
+		_ = n.Console.Close()
+	}
 	if nodeErr != nil {
 		return nodeErr
 	}
@@ -431,6 +450,33 @@ func (c *Cluster) Describe() string {
 			n.ID, st["state"], st["last_log_index"], st["applied_index"], ai, h[:4])
 	}
 	return b.String()
+}
+
+// newConsole returns the web console of the node of cfg: its clients call
+// that node only, with the cluster's TLS.
+func (c *Cluster) newConsole(cfg cluster.Config) (*ui.Console, error) {
+	return ui.New(ui.Config{
+		Node:   cfg.NodeID,
+		Logger: c.logger.Named("ui"),
+		NewClient: func(token string) (*client.Client, error) {
+			opts := []client.Option{client.WithTimeout(5 * time.Second), client.WithBackoff(10*time.Millisecond, 200*time.Millisecond)}
+			if c.opts.ca != nil {
+				opts = append(opts, client.WithTLS(c.opts.ca.ClientTLS(true)))
+			}
+			if token != "" {
+				opts = append(opts, client.WithToken(token))
+			}
+			return client.New([]string{cfg.HTTPAddr}, opts...)
+		},
+	})
+}
+
+// consoleHandler is the console as a handler, nil without one.
+func consoleHandler(c *ui.Console) http.Handler {
+	if c == nil {
+		return nil
+	}
+	return c
 }
 
 // Client returns an SDK client for the given nodes (every live node when
