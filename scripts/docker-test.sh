@@ -294,7 +294,7 @@ t=$(date +%s%N)
 wait_for "three healthy containers, one leader, three alive members and voters" 60 whole
 log "cluster up in $(ms_since "$t") ms: leader $agreed_leader"
 
-"$BIN" worker -addr "$ADDRS" -pool "$POOL" -concurrency 4 -handler 'hash=sleep 0.1; sha256sum | cut -c1-16' \
+"$BIN" worker -addr "$ADDRS" -pool "$POOL" -concurrency 4 -handler 'hash=sleep 0.5; sha256sum | cut -c1-16' \
 	>"$work/worker.log" 2>&1 &
 worker_pid=$!
 log "worker on the host (pid $worker_pid) for pool $POOL"
