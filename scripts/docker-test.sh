@@ -14,14 +14,14 @@
 #
 # Settings: BIN (bin/cronoq), DOCKER_IMAGE (cronoq:dev),
 # DOCKER_TEST_TASKS (200), DOCKER_TEST_LIMIT (seconds for the run before
-# cleanup, 270).
+# cleanup, 240; a run takes about 75).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BIN=${BIN:-bin/cronoq}
 IMAGE=${DOCKER_IMAGE:-cronoq:dev}
 TASKS=${DOCKER_TEST_TASKS:-200}
-LIMIT=${DOCKER_TEST_LIMIT:-270}
+LIMIT=${DOCKER_TEST_LIMIT:-240}
 POOL=dockertest
 COMPOSE=(docker-compose -f deploy/docker-compose.yml)
 
@@ -120,11 +120,11 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/cronoq-docker-test.XXXXXX")
 wait_for() {
 	local desc=$1 secs=$2
 	shift 2
-	local until=$(($(date +%s) + secs))
-	[ "$until" -gt "$deadline" ] && until=$deadline
+	local until=$(($(date +%s) + secs)) limit="after $secs s"
+	[ "$until" -gt "$deadline" ] && until=$deadline && limit="at the run's limit of $LIMIT s"
 	why=""
 	until "$@"; do
-		[ "$(date +%s)" -lt "$until" ] || die "timed out after $secs s waiting for $desc${why:+ ($why)}"
+		[ "$(date +%s)" -lt "$until" ] || die "timed out $limit waiting for $desc${why:+ ($why)}"
 		sleep 0.25
 	done
 }
@@ -259,12 +259,19 @@ index_of() { # node name -> index
 
 submitted=0
 batch() { # NAME COUNT FIRST
-	local name=$1 count=$2 first=$3 i out
+	local name=$1 count=$2 first=$3 i sub="" rc
+	# Ended, it ends its submit too.
+	trap '[ -n "$sub" ] && kill -TERM "$sub" 2>/dev/null; exit 143' TERM
 	: >"$work/acked.$name"
 	for ((i = first; i < first + count; i++)); do
-		if out=$("$BIN" submit -addr "$ADDRS" -pool "$POOL" -kind hash -payload "task $i of $project" \
-			-key "$project-$i" -o json 2>>"$work/submit.err"); then
-			jq -r .id <<<"$out" | tee -a "$work/acked" >>"$work/acked.$name"
+		"$BIN" submit -addr "$ADDRS" -pool "$POOL" -kind hash -payload "task $i of $project" \
+			-key "$project-$i" -o json >"$work/out.$name" 2>>"$work/submit.err" &
+		sub=$!
+		rc=0
+		wait "$sub" || rc=$?
+		sub=""
+		if [ "$rc" -eq 0 ]; then
+			jq -r .id <"$work/out.$name" | tee -a "$work/acked" >>"$work/acked.$name"
 		else
 			echo "$i" >>"$work/unacked"
 		fi
