@@ -136,10 +136,10 @@ type Config struct {
 	GossipPushPullInterval time.Duration
 	GossipSuspicionMult    int
 	// GossipReconnectInterval is how often the node tries to join the pool
-	// again through each member gossip declared failed (not those that
-	// left). memberlist never probes a dead member again: without this, a
-	// node back from a network partition, or restarted without a join list,
-	// would be listed as failed for ever. Default 10s.
+	// again through each member gossip declared failed that is a server of
+	// the raft configuration. memberlist never probes a dead member again:
+	// without this, a node back from a network partition, or restarted
+	// without a join list, would be listed as failed for ever. Default 10s.
 	GossipReconnectInterval time.Duration
 	// GossipDeadNodeReclaimTime lets a dead node come back under the same
 	// name with another address after this long. Default 30s.

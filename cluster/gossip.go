@@ -173,9 +173,12 @@ func (n *Node) joinLoop(addrs []string) {
 // heals later, or a failed node comes back without a join list, each side
 // would go on listing the other as failed. A join exchanges the full
 // member state with the failed member, whereupon each refutes the other's
-// claim that it is dead. A member that is really gone costs one failed dial
-// per interval until it is reaped (MemberReapTime); one that left on
-// purpose is not tried.
+// claim that it is dead.
+//
+// Only servers of the raft configuration are tried: one that left on
+// purpose or was removed is not (its address may serve another cluster by
+// now). A server that is really gone costs one failed dial per interval
+// until it is removed or reaped.
 func (n *Node) reconnectLoop() {
 	defer n.loopsWG.Done()
 	t := time.NewTimer(n.cfg.GossipReconnectInterval)
@@ -191,10 +194,20 @@ func (n *Node) reconnectLoop() {
 	}
 }
 
-// reconnectFailed tries each failed member once.
+// reconnectFailed tries once each failed member that is a server of the
+// raft configuration.
 func (n *Node) reconnectFailed() {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		n.logger.Debug("not reconnecting failed members: reading the raft configuration", "error", err)
+		return
+	}
+	servers := make(map[string]bool)
+	for _, s := range f.Configuration().Servers {
+		servers[string(s.ID)] = true
+	}
 	for _, m := range n.Members() {
-		if m.Name == n.id || m.Status != StatusFailed || m.Addr == "" {
+		if m.Name == n.id || m.Status != StatusFailed || m.Addr == "" || !servers[m.Name] {
 			continue
 		}
 		select {
