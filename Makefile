@@ -8,7 +8,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 CRONOQ_PROPERTY_SEEDS ?= 200
 export CRONOQ_PROPERTY_SEEDS
 
-.PHONY: all build run test test-short lint fmt fmt-check vet staticcheck fuzz clean generate generate-api generate-codec generate-check
+.PHONY: all build docker docker-test run test test-short lint fmt fmt-check vet staticcheck fuzz clean generate generate-api generate-codec generate-check
 
 all: build
 
@@ -91,6 +91,23 @@ generate-check: generate
 	if [ -n "$$new" ] || ! git diff --quiet -I '^//[[:space:]]+protoc[[:space:]]' -- api fsm cluster internal/grpcstubs; then \
 		echo "generated code differs from what is committed (run make generate):"; \
 		echo "$$new"; git diff --stat -I '^//[[:space:]]+protoc[[:space:]]' -- api fsm cluster internal/grpcstubs; exit 1; fi
+
+## docker: the image $(DOCKER_IMAGE), FROM scratch with the static binary of
+## build (see deploy/Dockerfile). The build context is a temporary directory
+## holding only the Dockerfile, the binary and the image's /tmp and /data.
+DOCKER_IMAGE ?= cronoq:dev
+docker: build
+	@ctx=$$(mktemp -d "$${TMPDIR:-/tmp}/cronoq-docker.XXXXXX") && trap 'rm -rf "$$ctx"' EXIT && \
+	mkdir -p "$$ctx/rootfs/tmp" "$$ctx/rootfs/data" && chmod 1777 "$$ctx/rootfs/tmp" && \
+	cp deploy/Dockerfile $(BIN) "$$ctx/" && \
+	docker build -q -t $(DOCKER_IMAGE) "$$ctx" && echo "built $(DOCKER_IMAGE)"
+
+## docker-test: the three-node cluster of deploy/docker-compose.yml under a
+## leader kill, a network disconnect and a restart, with a worker on this
+## host; every acknowledged task must succeed (needs docker, docker-compose
+## and jq; run as root). See scripts/docker-test.sh.
+docker-test: docker
+	DOCKER_IMAGE=$(DOCKER_IMAGE) BIN=$(BIN) ./scripts/docker-test.sh
 
 ## run: a local three-node cluster on loopback with a worker, doing real work.
 run: build

@@ -135,6 +135,12 @@ type Config struct {
 	GossipInterval         time.Duration
 	GossipPushPullInterval time.Duration
 	GossipSuspicionMult    int
+	// GossipReconnectInterval is how often the node tries to join the pool
+	// again through each member gossip declared failed that is a server of
+	// the raft configuration. memberlist never probes a dead member again:
+	// without this, a node back from a network partition, or restarted
+	// without a join list, would be listed as failed for ever. Default 10s.
+	GossipReconnectInterval time.Duration
 	// GossipDeadNodeReclaimTime lets a dead node come back under the same
 	// name with another address after this long. Default 30s.
 	GossipDeadNodeReclaimTime time.Duration
@@ -255,6 +261,7 @@ func (c Config) WithDefaults() Config {
 		c.GossipSuspicionMult = 4
 	}
 	setDur(&c.GossipDeadNodeReclaimTime, 30*time.Second)
+	setDur(&c.GossipReconnectInterval, 10*time.Second)
 
 	if c.Logger == nil {
 		c.Logger = hclog.Default()
@@ -292,6 +299,7 @@ func (c Config) WithTestTimings() Config {
 	c.GossipPushPullInterval = 2 * time.Second
 	c.GossipSuspicionMult = 3
 	c.GossipDeadNodeReclaimTime = time.Second
+	c.GossipReconnectInterval = 300 * time.Millisecond
 	c.DiskProbeInterval = 100 * time.Millisecond
 	c.Loops.MinBackoff = 50 * time.Millisecond
 	c.Loops.MaxBackoff = time.Second

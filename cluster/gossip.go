@@ -166,6 +166,63 @@ func (n *Node) joinLoop(addrs []string) {
 	}
 }
 
+// reconnectLoop joins the gossip pool again through each member gossip
+// declared failed, every GossipReconnectInterval, as serf does for Consul
+// and Nomad. memberlist stops probing a member once it declared it dead,
+// and gossips to it only for a while after that: when a network partition
+// heals later, or a failed node comes back without a join list, each side
+// would go on listing the other as failed. A join exchanges the full
+// member state with the failed member, whereupon each refutes the other's
+// claim that it is dead.
+//
+// Only servers of the raft configuration are tried: one that left on
+// purpose or was removed is not (its address may serve another cluster by
+// now). A server that is really gone costs one failed dial per interval
+// until it is removed or reaped.
+func (n *Node) reconnectLoop() {
+	defer n.loopsWG.Done()
+	t := time.NewTimer(n.cfg.GossipReconnectInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.shutdownCh:
+			return
+		case <-t.C:
+		}
+		n.reconnectFailed()
+		t.Reset(n.cfg.GossipReconnectInterval)
+	}
+}
+
+// reconnectFailed tries once each failed member that is a server of the
+// raft configuration.
+func (n *Node) reconnectFailed() {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		n.logger.Debug("not reconnecting failed members: reading the raft configuration", "error", err)
+		return
+	}
+	servers := make(map[string]bool)
+	for _, s := range f.Configuration().Servers {
+		servers[string(s.ID)] = true
+	}
+	for _, m := range n.Members() {
+		if m.Name == n.id || m.Status != StatusFailed || m.Addr == "" || !servers[m.Name] {
+			continue
+		}
+		select {
+		case <-n.shutdownCh:
+			return
+		default:
+		}
+		if _, err := n.ml.Join([]string{m.Addr}); err != nil {
+			n.logger.Debug("failed member still unreachable", "member", m.Name, "addr", m.Addr, "error", err)
+			continue
+		}
+		n.logger.Info("reached a failed member again", "member", m.Name, "addr", m.Addr)
+	}
+}
+
 // Join adds this node to the gossip pool through addrs (as the agent's
 // -join does, once). It returns how many nodes answered.
 func (n *Node) Join(addrs []string) (int, error) {

@@ -74,7 +74,7 @@ type Node struct {
 	restoreCh   chan restoreRequest
 
 	shutdownCh chan struct{}
-	loopsWG    sync.WaitGroup // join, bootstrap and meta loops
+	loopsWG    sync.WaitGroup // join, reconnect, bootstrap and meta loops
 	leaderWG   sync.WaitGroup // the leadership monitor
 	futures    waiters        // goroutines waiting on raft futures
 
@@ -369,6 +369,8 @@ func (n *Node) open() error {
 		n.loopsWG.Add(1)
 		go n.joinLoop(cfg.Join)
 	}
+	n.loopsWG.Add(1)
+	go n.reconnectLoop()
 	return nil
 }
 
@@ -483,7 +485,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	if err := n.ml.Shutdown(); err != nil {
 		errs = append(errs, fmt.Errorf("stopping gossip: %w", err))
 	}
-	n.loopsWG.Wait() // join, bootstrap and meta loops (gossip dials cancelled)
+	n.loopsWG.Wait() // join, reconnect, bootstrap and meta loops (gossip dials cancelled)
 	// Let in-flight raft futures resolve while raft still runs: raft
 	// never answers a future still queued for its FSM when it shuts down.
 	drain := n.futures.close()
