@@ -463,6 +463,9 @@ func (c *Client) runEvents(ctx context.Context, pools []string, ch chan<- Event)
 		stream, err := c.endpointFor(addr).tasks.Events(ctx, connect.NewRequest(&cronoqv1.EventsRequest{Pools: pools, AfterCursor: cursor}))
 		if err == nil {
 			for stream.Receive() {
+				if !received {
+					c.noteAttempt(addr, nil)
+				}
 				n, received = 0, true
 				c.succeeded(addr)
 				ev := eventFromProto(stream.Msg())
@@ -495,6 +498,9 @@ func (c *Client) runEvents(ctx context.Context, pools []string, ch chan<- Event)
 			return
 		}
 		err = decodeError(err)
+		if !received {
+			c.noteAttempt(addr, err)
+		}
 		if !resubscribable(err) {
 			emit(Event{Err: fmt.Errorf("subscribing to events: %w", err)})
 			return
@@ -519,7 +525,8 @@ func (c *Client) runEvents(ctx context.Context, pools []string, ch chan<- Event)
 		c.failed(addr, hint, false)
 		c.log.Debug("event stream lost, resubscribing", "addr", addr, "after_cursor", cursor, "error", err)
 		n++
-		if sleep(ctx, c.backoff(n)) != nil {
+		wait, _ := c.checkReach(c.backoff(n), false)
+		if sleep(ctx, wait) != nil {
 			return
 		}
 	}

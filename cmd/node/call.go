@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -15,6 +16,19 @@ import (
 // client flags, bound each call by -rpc-timeout, and explain errors for
 // people.
 
+// How soon a command gives up when no address accepts a connection, and
+// how soon a command that waits says so (then again every noticeRepeat).
+const (
+	failFast     = time.Second
+	noticeAfter  = 2 * time.Second
+	noticeRepeat = 30 * time.Second
+)
+
+// waiting marks the command as one that waits (for a task, events or
+// work): when no address accepts a connection it says so on s.Stderr after
+// noticeAfter and keeps trying, where other commands fail after failFast.
+func (cf *clientFlags) waiting(s stdio) { cf.waits, cf.stderr = true, s.Stderr }
+
 // connect validates the client flags and returns a Client for them.
 func (cf *clientFlags) connect(logger hclog.Logger) (*client.Client, error) {
 	addrs, err := cf.validate()
@@ -22,6 +36,15 @@ func (cf *clientFlags) connect(logger hclog.Logger) (*client.Client, error) {
 		return nil, err
 	}
 	opts := []client.Option{}
+	switch {
+	case !cf.waits:
+		opts = append(opts, client.WithFailFast(failFast))
+	case cf.stderr != nil:
+		w := cf.stderr
+		opts = append(opts, client.WithUnreachableNotice(noticeAfter, noticeRepeat, func(ue *client.UnreachableError) {
+			fmt.Fprintf(w, "cronoq: %v; still trying (Ctrl-C to stop)\n", ue)
+		}))
+	}
 	if cf.token != "" {
 		opts = append(opts, client.WithToken(cf.token))
 	}

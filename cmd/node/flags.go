@@ -204,6 +204,9 @@ type clientFlags struct {
 	out        *outputFlag
 	rpcTimeout time.Duration
 	tls        tlsClientFlags
+	// waits: the command waits (see waiting); stderr gets its notices.
+	waits  bool
+	stderr io.Writer
 }
 
 const (

@@ -70,6 +70,9 @@ JSON output: {"id": "...", "duplicate": false}, or the task object with -wait.`)
 	if spec.Template, err = tf.template(c, s); err != nil {
 		return err
 	}
+	if wait {
+		cf.waiting(s)
+	}
 	cl, err := cf.connect(nil)
 	if err != nil {
 		return err
@@ -204,6 +207,7 @@ JSON output: the task object once it has ended.`)
 	if err != nil {
 		return err
 	}
+	cf.waiting(s)
 	cl, err := cf.connect(nil)
 	if err != nil {
 		return err

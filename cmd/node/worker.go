@@ -97,6 +97,8 @@ it in its environment, to continue the trace. See docs/tracing.md.`)
 		JSONFormat: cf.out.json(),
 	})
 
+	// The worker logs itself that it cannot connect (see client.Worker).
+	cf.waits = true
 	cl, err := cf.connect(logger)
 	if err != nil {
 		return err

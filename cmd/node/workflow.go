@@ -67,6 +67,9 @@ JSON output: {"id": "...", "duplicate": false, "key": "...", "tasks": {"extract"
 		return err
 	}
 	c.explain = explainWorkflowField("f", file, steps)
+	if wait {
+		cf.waiting(s)
+	}
 	cl, err := cf.connect(nil)
 	if err != nil {
 		return err
@@ -157,6 +160,7 @@ JSON output: the workflow object once it has ended.`)
 	if err != nil {
 		return err
 	}
+	cf.waiting(s)
 	cl, err := cf.connect(nil)
 	if err != nil {
 		return err
