@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -754,12 +753,7 @@ func newAgentLogger(cfg *agentConfig, w io.Writer) hclog.Logger {
 	})
 }
 
-func agentVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "dev"
-}
+func agentVersion() string { return binaryVersion() }
 
 func runAgent(ctx context.Context, s stdio, args []string) error {
 	cfg, err := parseAgentArgs(s, args)
