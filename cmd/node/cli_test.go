@@ -162,7 +162,7 @@ func TestLocalValidation(t *testing.T) {
 		{"list bad status", []string{"list"}, []string{"-status", "done"}, []string{`flag -status: unknown status "done"`}},
 		{"list empty pool", []string{"list"}, []string{"-pool", ","}, []string{"flag -pool: empty value"}},
 		{"list positional", []string{"list"}, []string{"queued"}, []string{`unexpected argument "queued"`}},
-		{"list bad order", []string{"list"}, []string{"-order", "newest"}, []string{"flag -order: must be one of desc, asc"}},
+		{"list bad order", []string{"list"}, []string{"-order", "latest"}, []string{"flag -order: must be one of desc, asc, newest, oldest"}},
 		{"list empty kind", []string{"list"}, []string{"-kind", ","}, []string{"flag -kind: empty value"}},
 
 		{"recurring add without name", []string{"recurring", "add"}, []string{"-cron", "@hourly", "-pool", "p", "-kind", "k"}, []string{"missing argument"}},
@@ -303,7 +303,7 @@ func TestListHelpOrder(t *testing.T) {
 	r := runCLI(t, "", "list", "-h")
 	require.Equal(t, exitOK, r.code)
 	require.Contains(t, r.stdout, "List tasks newest first")
-	require.Contains(t, r.stdout, "desc (newest first) or asc (oldest first) (default desc)")
+	require.Contains(t, r.stdout, "desc (newest first, also: newest) or asc (oldest first, also: oldest) (default desc)")
 }
 
 func TestVersion(t *testing.T) {

@@ -364,19 +364,22 @@ var statuses = []string{
 
 const defaultListLimit = 100
 
-// List orders of -order.
+// List orders of -order; newest and oldest are other names of desc and asc.
 const (
-	orderDesc = "desc"
-	orderAsc  = "asc"
+	orderDesc   = "desc"
+	orderAsc    = "asc"
+	orderNewest = "newest"
+	orderOldest = "oldest"
 )
 
 func runList(ctx context.Context, s stdio, args []string) error {
 	c := newCmd("list", "cronoq list [-pool P]... [-status S]... [-kind K]... [-order desc|asc] [-limit N] [-after ID]", `
 List tasks newest first (in decreasing id, that is submission, order; -order
-asc lists them oldest first), filtered by pools, statuses and kinds, one page
-at a time: when more tasks match, "next" is the id the page ended with. Pass
-it to -after, with the same filters and order, for the following page; the
-text output ends with that command line.
+asc, or oldest, lists them oldest first), filtered by pools, statuses and
+kinds, one page at a time: when more tasks match, "next" is the id the page
+ended with. Pass it to -after, with the same filters and order, for the
+following page; the text output ends with that command line (with the
+filters, order, limit and -addr given).
 
 Statuses: blocked (waiting for its dependencies), scheduled, queued, parked
 (accepted beyond its pool's pending bound, waiting for room), running,
@@ -390,8 +393,8 @@ JSON output: {"tasks": [task...], "next": "ID or empty"}`)
 	c.fs.Var(listValue{&opt.Pools}, "pool", "only tasks of this `pool` (repeatable, or comma-separated)")
 	c.fs.Var(statusList{list: &opt.Statuses}, "status", "only tasks with this `status` (repeatable, or comma-separated)")
 	c.fs.Var(listValue{&opt.Kinds}, "kind", "only tasks of this `kind` (repeatable, or comma-separated)")
-	c.fs.Var(enumValue{&order, []string{orderDesc, orderAsc}}, "order",
-		"`order` of the list: desc (newest first) or asc (oldest first)")
+	c.fs.Var(enumValue{&order, []string{orderDesc, orderAsc, orderNewest, orderOldest}}, "order",
+		"`ORDER` of the list: desc (newest first, also: newest) or asc (oldest first, also: oldest)")
 	c.fs.Var(intValue{&opt.Limit, 1}, "limit", "at most `N` tasks")
 	c.fs.StringVar(&opt.After, "after", "",
 		"start after this task `ID` in the list's order (the \"next\" of the previous page)")
@@ -399,7 +402,7 @@ JSON output: {"tasks": [task...], "next": "ID or empty"}`)
 	if err := c.parse(s, args, 0); err != nil {
 		return err
 	}
-	opt.NewestFirst = order == orderDesc
+	opt.NewestFirst = order == orderDesc || order == orderNewest
 	type page struct {
 		tasks []*client.Task
 		next  string
@@ -431,7 +434,7 @@ JSON output: {"tasks": [task...], "next": "ID or empty"}`)
 		return err
 	}
 	if next != "" {
-		_, err = fmt.Fprintf(s.Stdout, "more: %s\n", c.nextPage(next, "pool", "status", "kind", "order", "limit", "stale"))
+		_, err = fmt.Fprintf(s.Stdout, "more: %s\n", c.nextPage(next, "pool", "status", "kind", "order", "limit", "stale", "addr"))
 	}
 	return err
 }

@@ -323,7 +323,7 @@ empty"}`)
 		return err
 	}
 	if p.next != "" {
-		_, err = fmt.Fprintf(s.Stdout, "more: %s\n", c.nextPage(p.next, "status", "limit", "stale"))
+		_, err = fmt.Fprintf(s.Stdout, "more: %s\n", c.nextPage(p.next, "status", "limit", "stale", "addr"))
 	}
 	return err
 }
