@@ -546,9 +546,9 @@ func (c *Client) do(ctx context.Context, what string, policy retryPolicy, anyNod
 		v := classify(ctx, err)
 		if v == final || (v == uncertain && policy == once) {
 			if v == uncertain {
-				return fmt.Errorf("%s: %w: %w", what, ErrOutcomeUnknown, err)
+				return fmt.Errorf("%s: %w: %w", what, ErrOutcomeUnknown, described(err))
 			}
-			return fmt.Errorf("%s: %w", what, err)
+			return fmt.Errorf("%s: %w", what, described(err))
 		}
 		if v == uncertain {
 			unsure = true
@@ -581,12 +581,12 @@ func (c *Client) do(ctx context.Context, what string, policy retryPolicy, anyNod
 
 // gaveUp is the error of a call whose ctx ended while retrying: the ctx
 // error, ErrOutcomeUnknown when an attempt may have taken effect, and the
-// last attempt's error as text.
+// last attempt's error (errors.Is sees it too: ErrNoLeader says why).
 func (c *Client) gaveUp(ctx context.Context, what string, last error, unsure bool) error {
 	if unsure {
-		return fmt.Errorf("%s: %w: %w (last error: %v)", what, ctx.Err(), ErrOutcomeUnknown, last)
+		return fmt.Errorf("%s: %w: %w (last error: %w)", what, ctx.Err(), ErrOutcomeUnknown, described(last))
 	}
-	return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), last)
+	return fmt.Errorf("%s: %w (last error: %w)", what, ctx.Err(), described(last))
 }
 
 // unary runs a unary RPC with routing and retries. call picks the method of

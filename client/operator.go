@@ -89,7 +89,7 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 		if isDialError(err) {
 			ue.Addrs, ue.Errs = append(ue.Addrs, addr), append(ue.Errs, err)
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+		errs = append(errs, fmt.Errorf("%s: %w", addr, described(err)))
 		if ctx.Err() != nil {
 			break
 		}

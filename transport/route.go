@@ -169,10 +169,18 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 		return nil, apierr.ShuttingDown()
 	}
 	procedure := req.Spec().Procedure
-	hold := time.NewTimer(s.cfg.HoldTimeout)
+	hold := time.NewTimer(holdFor(ctx, s.cfg.HoldTimeout))
 	defer hold.Stop()
-	var last error // why the last round could not serve
+	var (
+		last error // why the last round could not serve
+		// unreachable: the last round's forward to the leader could not
+		// connect (lastID at lastAddr): if the hold runs out so, the
+		// answer is that no leader can be reached, not a hint naming it.
+		unreachable      bool
+		lastID, lastAddr string
+	)
 	for {
+		unreachable = false
 		if _, err := s.node.Leading(); err == nil {
 			res, err := local(ctx)
 			if err == nil {
@@ -224,6 +232,7 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 			}
 			s.log.Debug("forwarded call not taken, routing again", "procedure", procedure, "leader", id, "error", err)
 			last = again
+			unreachable, lastID, lastAddr = neverSent(err), id, addr
 		default:
 			// No leader known, this node leads but does not serve yet, or
 			// the leader's address is not known yet.
@@ -236,9 +245,28 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 			if s.stopping() {
 				return nil, apierr.ShuttingDown()
 			}
+			if unreachable {
+				return nil, apierr.New(apierr.KindNoLeader, fmt.Sprintf(
+					"no leader reachable: %s at %s, the last leader known, does not answer", lastID, lastAddr))
+			}
 			return nil, s.apiError(last)
 		}
 	}
+}
+
+// holdSlack is how long before the caller's deadline a held call is
+// answered with why it could not be served, so that the answer arrives
+// before the caller gives up.
+const holdSlack = 200 * time.Millisecond
+
+// holdFor is how long route holds a call: the hold timeout, or until
+// holdSlack before ctx's deadline if that comes first (at least a
+// millisecond).
+func holdFor(ctx context.Context, timeout time.Duration) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl)-holdSlack)
+	}
+	return max(timeout, time.Millisecond)
 }
 
 // forwardOutcome decides what a failed forward to leader id at addr means:

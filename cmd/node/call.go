@@ -107,6 +107,9 @@ func (cf *clientFlags) callError(parent context.Context, c *cmd, err error) erro
 		return &usageError{msg: err.Error()}
 	case parent.Err() != nil:
 		return fmt.Errorf("interrupted: %w", err)
+	case errors.Is(err, client.ErrNoLeader):
+		return fmt.Errorf("%w: the cluster has no leader: too few of its servers can reach each other "+
+			"to elect one (see 'cronoq health' and 'cronoq members')%s", noLeaderError{err}, gaveUpAfter(err, cf.rpcTimeout))
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("no answer within -rpc-timeout %s: %w", cf.rpcTimeout, err)
 	}
@@ -132,4 +135,23 @@ func flagFor(c *cmd, field string) string {
 		return ""
 	}
 	return name
+}
+
+// noLeaderError is a call that failed for want of a leader; its text is
+// what was being done.
+type noLeaderError struct{ err error }
+
+func (e noLeaderError) Error() string {
+	what, _, _ := strings.Cut(e.err.Error(), ": ")
+	return what
+}
+
+func (e noLeaderError) Unwrap() error { return e.err }
+
+// gaveUpAfter says that the call gave up after -rpc-timeout, when it did.
+func gaveUpAfter(err error, rpcTimeout time.Duration) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Sprintf("; gave up after -rpc-timeout %s", rpcTimeout)
+	}
+	return ""
 }
