@@ -181,7 +181,7 @@ func TestLocalValidation(t *testing.T) {
 		{"worker without handler", []string{"worker"}, []string{"-pool", "p"}, []string{"at least one -handler KIND=COMMAND is required"}},
 		{"worker bad handler", []string{"worker"}, []string{"-pool", "p", "-handler", "cat"}, []string{"flag -handler: want KIND=COMMAND"}},
 		{"worker zero concurrency", []string{"worker"}, []string{"-pool", "p", "-handler", "k=cat", "-concurrency", "0"}, []string{"flag -concurrency: must be at least 1"}},
-		{"worker zero max-output", []string{"worker"}, []string{"-pool", "p", "-handler", "k=cat", "-max-output", "0"}, []string{"flag -max-output: must be at least 1"}},
+		{"worker zero max-output", []string{"worker"}, []string{"-pool", "p", "-handler", "k=cat", "-max-output", "0"}, []string{"flag -max-output: must be positive"}},
 		{"worker zero kill-grace", []string{"worker"}, []string{"-pool", "p", "-handler", "k=cat", "-kill-grace", "0s"}, []string{"flag -kill-grace: must be positive"}},
 		{"worker bad log level", []string{"worker"}, []string{"-pool", "p", "-handler", "k=cat", "-log-level", "loud"}, []string{"flag -log-level: must be one of"}},
 		{"worker bad addr", []string{"worker"}, []string{"-pool", "p", "-handler", "k=cat", "-addr", ":x"}, []string{`invalid -addr ":x"`}},

@@ -40,17 +40,18 @@ naming the failing JSON path.
 
 JSON output: {"id": "...", "duplicate": false}, or the task object with -wait.`)
 	cf := c.clientFlags()
+	c.waitsHelp()
 	tf := c.templateFlags()
 	var spec client.TaskSpec
 	var waitTimeout time.Duration
 	var wait bool
-	c.fs.StringVar(&spec.Key, "key", "", "idempotency `key`")
+	c.fs.StringVar(&spec.Key, "key", "", "idempotency `KEY`")
 	c.fs.Var(durationValue{&spec.Delay, false}, "delay", "run the task this long (`DUR`) after submission; excludes -run-at")
 	c.fs.Var(timeValue{&spec.RunAt}, "run-at", "run the task at this `RFC3339` time; excludes -delay")
 	c.fs.Var(timeValue{&spec.Deadline}, "deadline", "the task expires if it has not succeeded by this `RFC3339` time")
 	c.fs.Var(taskRefList{&spec.DependsOn}, "depends-on", "wait for the task `ID`, or key:KEY for the task with that key (repeatable)")
 	c.fs.Var(enumValue{&spec.DependencyPolicy, []string{client.DependencyPolicySucceeded, client.DependencyPolicyDone}},
-		"dependency-policy", "with -depends-on, run once they all succeeded (succeeded, the default) or once they ended (done)")
+		"dependency-policy", "with -depends-on, run once they all succeeded (`POLICY` succeeded, the default) or once they ended (done)")
 	c.fs.BoolVar(&spec.External, "external", false, "no worker runs the task: 'cronoq complete' ends it")
 	c.fs.BoolVar(&wait, "wait", false, "wait until the task ends and print it")
 	c.fs.Var(durationValue{&waitTimeout, false}, "wait-timeout", "with -wait, give up waiting after `DUR` (0 = no limit)")
@@ -158,7 +159,7 @@ Show a task, by id or by idempotency key.
 JSON output: the task object.`)
 	cf := c.clientFlags()
 	var key string
-	c.fs.StringVar(&key, "key", "", "find the task by its idempotency `key`")
+	c.fs.StringVar(&key, "key", "", "find the task by its idempotency `KEY`")
 	if err := c.parse(s, args, -1); err != nil {
 		return err
 	}
@@ -196,9 +197,10 @@ the wait timed out or failed.
 
 JSON output: the task object once it has ended.`)
 	cf := c.clientFlags()
+	c.waitsHelp()
 	var key string
 	var timeout time.Duration
-	c.fs.StringVar(&key, "key", "", "find the task by its idempotency `key`")
+	c.fs.StringVar(&key, "key", "", "find the task by its idempotency `KEY`")
 	c.fs.Var(durationValue{&timeout, false}, "timeout", "give up after `DUR` (0 = no limit)")
 	if err := c.parse(s, args, -1); err != nil {
 		return err
@@ -271,10 +273,10 @@ of tasks this call cancelled (0 or 1 with -key).`)
 	cf := c.clientFlags()
 	var key, pool string
 	var sts, kinds []string
-	c.fs.StringVar(&key, "key", "", "cancel the task with this idempotency `key`")
-	c.fs.StringVar(&pool, "pool", "", "cancel the live tasks of this `pool` that have one of the -status given")
-	c.fs.Var(statusList{list: &sts, allowed: liveStatuses}, "status", "with -pool, cancel the tasks with this `status` (repeatable, or comma-separated)")
-	c.fs.Var(listValue{&kinds}, "kind", "with -pool, cancel only the tasks of this `kind` (repeatable, or comma-separated)")
+	c.fs.StringVar(&key, "key", "", "cancel the task with this idempotency `KEY`")
+	c.fs.StringVar(&pool, "pool", "", "cancel the live tasks of this `POOL` that have one of the -status given")
+	c.fs.Var(statusList{list: &sts, allowed: liveStatuses}, "status", "with -pool, cancel the tasks with this `STATUS` (repeatable, or comma-separated)")
+	c.fs.Var(listValue{&kinds}, "kind", "with -pool, cancel only the tasks of this `KIND` (repeatable, or comma-separated)")
 	if err := c.parse(s, args, -1); err != nil {
 		return err
 	}
@@ -390,9 +392,9 @@ JSON output: {"tasks": [task...], "next": "ID or empty"}`)
 	var opt client.ListOptions
 	opt.Limit = defaultListLimit
 	order := orderDesc
-	c.fs.Var(listValue{&opt.Pools}, "pool", "only tasks of this `pool` (repeatable, or comma-separated)")
-	c.fs.Var(statusList{list: &opt.Statuses}, "status", "only tasks with this `status` (repeatable, or comma-separated)")
-	c.fs.Var(listValue{&opt.Kinds}, "kind", "only tasks of this `kind` (repeatable, or comma-separated)")
+	c.fs.Var(listValue{&opt.Pools}, "pool", "only tasks of this `POOL` (repeatable, or comma-separated)")
+	c.fs.Var(statusList{list: &opt.Statuses}, "status", "only tasks with this `STATUS` (repeatable, or comma-separated)")
+	c.fs.Var(listValue{&opt.Kinds}, "kind", "only tasks of this `KIND` (repeatable, or comma-separated)")
 	c.fs.Var(enumValue{&order, []string{orderDesc, orderAsc, orderNewest, orderOldest}}, "order",
 		"`ORDER` of the list: desc (newest first, also: newest) or asc (oldest first, also: oldest)")
 	c.fs.Var(intValue{&opt.Limit, 1}, "limit", "at most `N` tasks")
@@ -477,7 +479,7 @@ already ended), is refused.
 JSON output: the task object.`)
 	cf := c.clientFlags()
 	var key, output, reason string
-	c.fs.StringVar(&key, "key", "", "find the task by its idempotency `key`")
+	c.fs.StringVar(&key, "key", "", "find the task by its idempotency `KEY`")
 	c.fs.StringVar(&output, "output", "", "output of the task: `TEXT` as is, @FILE the file's bytes, @- the standard input")
 	c.fs.StringVar(&reason, "fail", "", "fail the task with this `REASON` instead of completing it")
 	if err := c.parse(s, args, -1); err != nil {
@@ -547,7 +549,7 @@ earlier attempt of this same call had deleted it (its answer was lost).
 JSON output: {"id": "...", "deleted": true|false}`)
 	cf := c.clientFlags()
 	var key string
-	c.fs.StringVar(&key, "key", "", "find the task by its idempotency `key`")
+	c.fs.StringVar(&key, "key", "", "find the task by its idempotency `KEY`")
 	if err := c.parse(s, args, -1); err != nil {
 		return err
 	}
