@@ -502,6 +502,9 @@ func (b poolBlock) config(def core.PoolConfig) (core.PoolConfig, error) {
 // before every command-line flag; it returns its pool blocks.
 func loadConfigFile(fs *flag.FlagSet, path string) ([]poolBlock, error) {
 	var fc fileConfig
+	if err := checkConfigTypes(path); err != nil {
+		return nil, fmt.Errorf("reading -config %s: %w", path, err)
+	}
 	if err := hclsimple.DecodeFile(path, nil, &fc); err != nil {
 		return nil, fmt.Errorf("reading -config %s: %w", path, err)
 	}

@@ -600,3 +600,28 @@ func BenchmarkAgentDevStartup(b *testing.B) {
 		<-exited
 	}
 }
+
+// A configuration value of the wrong type is refused, naming the key, where
+// it is, and the type wanted (not converted: "data_dir": 5 is no
+// directory "5").
+func TestAgentConfigFileTypes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, content, want string }{
+		{"c.json", `{"data_dir": 5}`, "data_dir (" + "%s:1,2-15): want a string, got a number"},
+		{"c.json", `{"bootstrap_expect": "3"}`, "bootstrap_expect (%s:1,2-25): want a number, got a string"},
+		{"c.json", `{"log_json": "yes"}`, "log_json (%s:1,2-19): want true or false, got a string"},
+		{"c.hcl", "join = [\"127.0.0.1:8652\", 8662]\n", "join (%s:1,1-32): want a list of strings, got a list"},
+		{"c.hcl", "pool \"etl\" {\n  max_pending = \"lots\"\n}\n", `pool "etl": max_pending (%s:2,3-23): want a number, got a string`},
+		{"c.json", `{"node_id": ["a"]}`, "node_id (%s:1,2-18): want a string, got a list"},
+	} {
+		path := writeFile(t, tc.name, tc.content)
+		_, err := parseAgent(t, "-config", path)
+		require.Error(t, err, tc.content)
+		require.Contains(t, err.Error(), fmt.Sprintf(tc.want, path), tc.content)
+	}
+	// Sizes may be numbers.
+	cfg, err := parseAgent(t, "-dev", "-config", writeFile(t, "c.json", `{"max_payload": 2048, "max_output": "1MiB"}`))
+	require.NoError(t, err)
+	require.Equal(t, 2048, cfg.maxPayload)
+	require.Equal(t, 1<<20, cfg.maxOutput)
+}
