@@ -647,11 +647,13 @@ func (r *workerRun) onWelcome(wl *cronoqv1.Welcome, leader string) {
 	if r.hasUnsent() {
 		r.flushNow = true
 	}
-	via := "direct"
+	// A node that relays the stream names the leader; one that does not
+	// leads itself.
+	args := []any{"addr", r.conn.addr, "node", wl.GetNode(), "leader", "this node"}
 	if leader = normalizeAddr(leader); leader != "" && leader != r.conn.addr {
-		via = "relayed to the leader at " + leader
+		args = []any{"addr", r.conn.addr, "node", wl.GetNode(), "leader", leader, "relayed", true}
 	}
-	args := []any{"addr", r.conn.addr, "node", wl.GetNode(), "leader", via, "epoch", wl.GetEpoch()}
+	args = append(args, "epoch", wl.GetEpoch())
 	if !r.lastWarn.IsZero() {
 		args = append(args, "after", time.Since(r.downSince).Round(100*time.Millisecond))
 	}
