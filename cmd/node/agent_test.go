@@ -469,6 +469,10 @@ func TestAgentDevInProcess(t *testing.T) {
 	t.Logf("dev agent ready after %s", ready)
 	require.Equal(t, h["node"], h["leader"])
 	require.Equal(t, true, h["ready"])
+	// Named after the host, as Nomad and Consul dev agents are.
+	if host := hostNodeID(os.Hostname); host != "" {
+		require.Equal(t, host, h["node"])
+	}
 
 	// -enable-debug serves the profiler.
 	resp, err := http.Get("http://" + addr + "/debug/pprof/cmdline")
@@ -501,7 +505,10 @@ func TestAgentDevInProcess(t *testing.T) {
 		t.Fatal("agent did not stop")
 	}
 	logs := out.String()
-	for _, want := range []string{"agent: agent started", "agent: agent ready", "raft: ", "transport: serving the API", "agent: agent stopped"} {
+	for _, want := range []string{"agent: agent started", "agent: agent ready", "raft: ", "transport: serving the API", "agent: agent stopped",
+		// The next step, against this agent's address.
+		"cronoq submit -addr " + addr + " -pool default -kind hello -payload hi -wait",
+		"cronoq worker -addr " + addr + " -pool default -handler 'hello=tr a-z A-Z'"} {
 		require.Contains(t, logs, want)
 	}
 }
@@ -624,4 +631,25 @@ func TestAgentConfigFileTypes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2048, cfg.maxPayload)
 	require.Equal(t, 1<<20, cfg.maxOutput)
+}
+
+func TestHostNodeID(t *testing.T) {
+	t.Parallel()
+	for host, want := range map[string]string{
+		"build-7":               "build-7",
+		"web01.example.com":     "web01",
+		"my host_name":          "my-host_name",
+		"":                      "",
+		strings.Repeat("h", 80): strings.Repeat("h", 64),
+		"émile":                 "mile",
+	} {
+		got := hostNodeID(func() (string, error) { return host, nil })
+		require.Equal(t, want, got, "%q", host)
+	}
+	require.Empty(t, hostNodeID(func() (string, error) { return "", errors.New("no host name") }))
+	require.Equal(t, []string{
+		"try it: in another terminal, run a worker, then submit a task and wait for it:",
+		"  cronoq worker -pool default -handler 'hello=tr a-z A-Z'",
+		"  cronoq submit -pool default -kind hello -payload hi -wait",
+	}, devNextSteps(defaultAddr))
 }
