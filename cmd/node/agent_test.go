@@ -495,6 +495,27 @@ func TestAgentDevInProcess(t *testing.T) {
 	require.ErrorAs(t, err, &ie)
 	require.Equal(t, "payload", ie.Field)
 
+	// The JSON API as the README's curl example calls it.
+	post := func(method, body string) (int, map[string]any) {
+		resp, err := http.Post("http://"+addr+"/cronoq.v1.TaskService/"+method, "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var m map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&m))
+		return resp.StatusCode, m
+	}
+	status, body := post("Submit", `{"spec": {"template": {"pool": "default", "kind": "hello", "payload": "aGk="}, "key": "order-42"}}`)
+	require.Equal(t, http.StatusOK, status, "%v", body)
+	id := body["result"].(map[string]any)["id"]
+	require.NotEmpty(t, id)
+	status, body = post("Get", `{"ref": {"key": "order-42"}}`)
+	require.Equal(t, http.StatusOK, status, "%v", body)
+	require.Equal(t, id, body["task"].(map[string]any)["id"])
+	require.Equal(t, "aGk=", body["task"].(map[string]any)["template"].(map[string]any)["payload"])
+	status, body = post("Get", `{"ref": {"id": "nope"}}`)
+	require.Equal(t, http.StatusNotFound, status)
+	require.Equal(t, "not_found", body["code"])
+
 	// The ready line is logged by a poller: wait for it before stopping.
 	require.Eventually(t, func() bool { return strings.Contains(out.String(), "agent: agent ready") }, 10*time.Second, 10*time.Millisecond, out.String())
 	cancel() // what the first SIGINT/SIGTERM does
