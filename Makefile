@@ -97,7 +97,8 @@ generate-check: generate
 		echo "generated code differs from what is committed (run make generate):"; \
 		echo "$$new"; git diff --stat -I '^//[[:space:]]+protoc[[:space:]]' -- api fsm cluster internal/grpcstubs; exit 1; fi
 
-## run: a local three-node cluster on loopback with a worker, doing real work.
+## run: a local three-node cluster on loopback with a worker, doing real work
+## (API ports 8650, 8660, 8670; CRONOQ_RUN_BASE=9640 makes them 9650...).
 run: build
 	./scripts/run-local.sh
 
