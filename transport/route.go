@@ -211,7 +211,9 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 				// The leader checks the call again, against its replica.
 				fwd.Header().Set(HeaderToken, tok)
 			}
-			resp, err := remote(s.fwd.endpoint(addr))(ctx, fwd)
+			fctx, stopWatch := s.watchForward(ctx, id)
+			resp, err := remote(s.fwd.endpoint(addr))(fctx, fwd)
+			moved := stopWatch()
 			if err == nil {
 				// Name the leader so that the client sends its next calls
 				// there instead of through this node.
@@ -222,6 +224,19 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 			}
 			if ctx.Err() != nil {
 				return nil, s.apiError(ctx.Err())
+			}
+			if moved != "" {
+				// Another leader was elected while the call was with the
+				// old one (cut off, or it would have answered): route it
+				// there at once. A write that may have reached the old
+				// leader is answered outcome_unknown, for the caller to
+				// retry with its idempotency key.
+				s.log.Debug("forwarded call abandoned: new leader", "procedure", procedure, "old_leader", id, "leader", moved)
+				if kind == writeCall && !neverSent(err) {
+					return nil, apierr.OutcomeUnknown(fmt.Sprintf(
+						"forwarding to leader %s at %s: abandoned when %s was elected", id, addr, moved))
+				}
+				continue
 			}
 			final, again := forwardOutcome(kind, id, addr, err)
 			if final != nil {
@@ -251,6 +266,45 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 			}
 			return nil, s.apiError(last)
 		}
+	}
+}
+
+// forwardLeaderCheck is how often a call forwarded to the leader checks
+// whether another leader has been elected meanwhile.
+const forwardLeaderCheck = 25 * time.Millisecond
+
+// watchForward returns the context of a call forwarded to leader id: ctx,
+// cancelled as soon as this node knows another leader. stop ends the watch
+// and returns that leader's id ("" when none was elected meanwhile).
+func (s *Server) watchForward(ctx context.Context, id string) (context.Context, func() (moved string)) {
+	fctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var newID string // written by the watcher before cancel, read after it exits
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		tick := time.NewTicker(forwardLeaderCheck)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-fctx.Done():
+				return
+			case <-tick.C:
+				if lid, _ := s.node.Leader(); lid != "" && lid != id {
+					newID = lid
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return fctx, func() string {
+		close(done)
+		<-exited
+		cancel()
+		return newID
 	}
 }
 
