@@ -115,15 +115,9 @@ func (c *Client) noteAttempt(addr string, err error) {
 	}
 }
 
-// outage returns the error describing that no address of the list accepts
-// connections, and since when; nil when some address has not failed to
-// connect since the last answer.
-func (c *Client) outage() (*UnreachableError, time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.outageLocked()
-}
-
+// outageLocked returns the error describing that no address of the list
+// accepts connections, and since when; nil when some address has not
+// failed to connect since the last answer. c.mu is held.
 func (c *Client) outageLocked() (*UnreachableError, time.Time) {
 	if len(c.reach.down) == 0 {
 		return nil, time.Time{}
