@@ -53,6 +53,7 @@ func TestUnreachableAddressWaitingCommandSaysSo(t *testing.T) {
 	for _, args := range [][]string{
 		{"wait", "-addr", dead, "some-id"},
 		{"events", "-addr", dead},
+		{"submit", "-addr", dead, "-pool", "p", "-kind", "k", "-wait"},
 	} {
 		t.Run(args[0], func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3500*time.Millisecond)
