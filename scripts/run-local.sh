@@ -77,25 +77,25 @@ for i in 1 2 3; do
 	echo "==> node$i  http 127.0.0.1:$base  log $DIR/node$i.log"
 done
 
-# Each node must come up: its API answers, whatever its health.
-for i in 1 2 3; do
-	up=
-	for _ in $(seq 1 150); do
-		if ! kill -0 "${pids[$((i - 1))]}" 2>/dev/null; then
-			fail "$i" "exited at start"
-		fi
+# Each node must come up: its API answers, whatever its health; a node that
+# exits meanwhile stops everything at once.
+up=(0 0 0)
+for _ in $(seq 1 150); do
+	all=1
+	for i in 1 2 3; do
+		kill -0 "${pids[$((i - 1))]}" 2>/dev/null || fail "$i" "exited at start"
+		[ "${up[$((i - 1))]}" = 1 ] && continue
 		out=$("$BIN" health -addr "127.0.0.1:$((BASE + i * 10))" -rpc-timeout 1s 2>&1) || true
 		case $out in
-		*"no node reachable"*) sleep 0.1 ;;
-		*)
-			up=1
-			break
-			;;
+		*"no node reachable"*) all= ;;
+		*) up[$((i - 1))]=1 ;;
 		esac
 	done
-	if [ -z "$up" ]; then
-		fail "$i" "does not answer on 127.0.0.1:$((BASE + i * 10)) after 15 s"
-	fi
+	[ -n "$all" ] && break
+	sleep 0.1
+done
+for i in 1 2 3; do
+	[ "${up[$((i - 1))]}" = 1 ] || fail "$i" "does not answer on 127.0.0.1:$((BASE + i * 10)) after 15 s"
 done
 
 export CRONOQ_ADDR=$ADDRS
