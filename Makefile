@@ -12,8 +12,13 @@ export CRONOQ_PROPERTY_SEEDS
 
 all: build
 
+# VERSION is stamped into the binary (cronoq version, members, the agent's
+# gossip metadata): the Git tag or commit, "-dirty" when the tree has changes.
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+LDFLAGS     := -X main.version=$(VERSION)
+
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/node
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/node
 
 ## test: vet, formatting, the lint rules and every test under the race
 ## detector, then the tests of the fault-injection builds: the admin API and
@@ -109,7 +114,8 @@ docker: build
 docker-test: docker
 	DOCKER_IMAGE=$(DOCKER_IMAGE) BIN=$(BIN) ./scripts/docker-test.sh
 
-## run: a local three-node cluster on loopback with a worker, doing real work.
+## run: a local three-node cluster on loopback with a worker, doing real work
+## (API ports 8650, 8660, 8670; CRONOQ_RUN_BASE=9640 makes them 9650...).
 run: build
 	./scripts/run-local.sh
 
@@ -127,7 +133,7 @@ JEPSEN_SEED     ?= 0
 
 ## jepsen-build: the node binary with the test-only admin API and the harness.
 jepsen-build:
-	CGO_ENABLED=0 $(GO) build -trimpath -tags jepsenfaults -o $(JEPSEN_NODE) ./cmd/node
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -tags jepsenfaults -o $(JEPSEN_NODE) ./cmd/node
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(JEPSEN) ./jepsen/cmd/jepsen
 
 ## jepsen-smoke: the fixed CI schedule, about three minutes, then a shorter

@@ -14,7 +14,9 @@
 // rounds. Calls that are safe to repeat (reads, submits, which always carry an
 // idempotency key, cancels, deletes, schedule and pool changes) are retried
 // until their ctx ends; others only when the node refused them before doing
-// anything.
+// anything. With WithFailFast, a call gives up early when no address accepts
+// a connection at all (ErrUnreachable); WithUnreachableNotice tells a
+// program that keeps waiting why nothing happens.
 //
 // # Handlers
 //
@@ -90,6 +92,7 @@ type Client struct {
 	badHint   string // last leader address named by answers that could not be reached
 	endpoints map[string]*endpoint
 	closed    bool
+	reach     reachability
 
 	// coalesce merges concurrent Submit calls (nil: every Submit alone).
 	coalesce *coalescer
@@ -126,6 +129,11 @@ type options struct {
 	backoffMax time.Duration
 	submitConc int
 	token      string
+
+	failFast     time.Duration
+	noticeAfter  time.Duration
+	noticeRepeat time.Duration
+	notice       func(*UnreachableError)
 }
 
 // Option configures New.
@@ -255,6 +263,8 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 		return nil, errors.New("creating client: WithLocalAddr and WithHTTPClient exclude each other")
 	case o.tls != nil && o.httpClient != nil:
 		return nil, errors.New("creating client: WithTLS and WithHTTPClient exclude each other")
+	case o.failFast < 0 || o.noticeAfter < 0 || o.noticeRepeat < 0:
+		return nil, errors.New("creating client: fail-fast and notice periods must not be negative")
 	}
 	c := &Client{
 		opts:      o,
@@ -519,6 +529,7 @@ func (c *Client) do(ctx context.Context, what string, policy retryPolicy, anyNod
 		leader, err := fn(actx, c.endpointFor(addr))
 		err = decodeError(err)
 		cancel()
+		c.noteAttempt(addr, err)
 		if err == nil {
 			c.succeededVia(addr, leader)
 			return nil
@@ -535,9 +546,9 @@ func (c *Client) do(ctx context.Context, what string, policy retryPolicy, anyNod
 		v := classify(ctx, err)
 		if v == final || (v == uncertain && policy == once) {
 			if v == uncertain {
-				return fmt.Errorf("%s: %w: %w", what, ErrOutcomeUnknown, err)
+				return fmt.Errorf("%s: %w: %w", what, ErrOutcomeUnknown, described(err))
 			}
-			return fmt.Errorf("%s: %w", what, err)
+			return fmt.Errorf("%s: %w", what, described(err))
 		}
 		if v == uncertain {
 			unsure = true
@@ -555,6 +566,13 @@ func (c *Client) do(ctx context.Context, what string, policy retryPolicy, anyNod
 			wait = c.backoff(n + 1)
 		}
 		lastHint = hint
+		wait, uerr := c.checkReach(wait, true)
+		if uerr != nil {
+			if unsure {
+				return fmt.Errorf("%s: %w: %w", what, ErrOutcomeUnknown, uerr)
+			}
+			return fmt.Errorf("%s: %w", what, uerr)
+		}
 		if err := sleep(ctx, wait); err != nil {
 			return c.gaveUp(ctx, what, lastErr, unsure)
 		}
@@ -563,12 +581,12 @@ func (c *Client) do(ctx context.Context, what string, policy retryPolicy, anyNod
 
 // gaveUp is the error of a call whose ctx ended while retrying: the ctx
 // error, ErrOutcomeUnknown when an attempt may have taken effect, and the
-// last attempt's error as text.
+// last attempt's error (errors.Is sees it too: ErrNoLeader says why).
 func (c *Client) gaveUp(ctx context.Context, what string, last error, unsure bool) error {
 	if unsure {
-		return fmt.Errorf("%s: %w: %w (last error: %v)", what, ctx.Err(), ErrOutcomeUnknown, last)
+		return fmt.Errorf("%s: %w: %w (last error: %w)", what, ctx.Err(), ErrOutcomeUnknown, described(last))
 	}
-	return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), last)
+	return fmt.Errorf("%s: %w (last error: %w)", what, ctx.Err(), described(last))
 }
 
 // unary runs a unary RPC with routing and retries. call picks the method of

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"strings"
 
 	"connectrpc.com/connect"
 
@@ -15,42 +16,42 @@ import (
 // wrap them when the node answered with the matching detail.
 var (
 	// ErrNotFound: the task, schedule or peer does not exist.
-	ErrNotFound = errors.New("cronoq: not found")
+	ErrNotFound = errors.New("not found")
 	// ErrOverloaded: the submit does not fit the cluster's bounds; it was not
 	// admitted and is not retried by the SDK.
-	ErrOverloaded = errors.New("cronoq: overloaded")
+	ErrOverloaded = errors.New("overloaded")
 	// ErrStaleLease: the lease is not the task's current one (another attempt
 	// owns the task, or it has ended).
-	ErrStaleLease = errors.New("cronoq: stale lease")
+	ErrStaleLease = errors.New("stale lease")
 	// ErrOutcomeUnknown: the call may or may not have taken effect. The SDK
 	// retries idempotent calls itself; it reports this when it had to give
 	// up (ctx ended) after such an answer or a lost connection.
-	ErrOutcomeUnknown = errors.New("cronoq: outcome unknown")
+	ErrOutcomeUnknown = errors.New("outcome unknown")
 	// ErrShuttingDown: the node is stopping.
-	ErrShuttingDown = errors.New("cronoq: node shutting down")
+	ErrShuttingDown = errors.New("node shutting down")
 	// ErrNoLeader: the cluster has no leader at the moment.
-	ErrNoLeader = errors.New("cronoq: no leader")
+	ErrNoLeader = errors.New("no leader")
 	// ErrNotLeader: the node does not lead and the call needs the leader.
-	ErrNotLeader = errors.New("cronoq: not the leader")
+	ErrNotLeader = errors.New("not the leader")
 	// ErrInvalid: a field has a bad value; the error is an *InvalidError.
-	ErrInvalid = errors.New("cronoq: invalid argument")
+	ErrInvalid = errors.New("invalid argument")
 	// ErrClosed: the Client was closed.
-	ErrClosed = errors.New("cronoq: client closed")
+	ErrClosed = errors.New("client closed")
 	// ErrNotWaiting: Complete or Fail on a task that is not an external
 	// task waiting for its completion.
-	ErrNotWaiting = errors.New("cronoq: task not waiting for an external completion")
+	ErrNotWaiting = errors.New("task not waiting for an external completion")
 	// ErrPermissionDenied: the call's ACL token (or the anonymous policy,
 	// without one) does not allow it; nothing changed.
-	ErrPermissionDenied = errors.New("cronoq: permission denied")
+	ErrPermissionDenied = errors.New("permission denied")
 	// ErrACLBootstrapped: the ACL bootstrap was done already.
-	ErrACLBootstrapped = errors.New("cronoq: ACL bootstrap already done")
+	ErrACLBootstrapped = errors.New("ACL bootstrap already done")
 	// ErrNotRetryable: RetryTask on a task that is live or succeeded (only
 	// a task that ended failed, expired or cancelled can be retried).
-	ErrNotRetryable = errors.New("cronoq: task not retryable")
+	ErrNotRetryable = errors.New("task not retryable")
 	// ErrDiskFull: the leader's data directory has no space left; the call
 	// was not executed and is not retried by the SDK. The node takes writes
 	// again once space is freed.
-	ErrDiskFull = errors.New("cronoq: disk full")
+	ErrDiskFull = errors.New("disk full")
 )
 
 // InvalidError names the field a node (or the SDK, before sending) refused
@@ -81,11 +82,56 @@ type APIError struct {
 	cause   error
 }
 
+// Error is the node's message; the code, in words, when there is none.
 func (e *APIError) Error() string {
 	if e.Message == "" {
-		return "cronoq: " + e.Code.String()
+		return codeWords(e.Code)
 	}
-	return "cronoq: " + e.Code.String() + ": " + e.Message
+	return e.Message
+}
+
+// codeWords is a connect code for people: "unavailable", "deadline
+// exceeded".
+func codeWords(c connect.Code) string { return strings.ReplaceAll(c.String(), "_", " ") }
+
+// Describe words an error of a call for people: a failure to connect names
+// the address and why, a transport error drops its RPC code; others are
+// their text.
+func Describe(err error) string {
+	if err == nil {
+		return ""
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		if oe.Addr != nil {
+			return oe.Addr.String() + ": " + DescribeDialError(err)
+		}
+		return DescribeDialError(err)
+	}
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return err.Error()
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) && ce.Message() != "" {
+		return strings.Replace(err.Error(), ce.Error(), ce.Message(), 1)
+	}
+	return err.Error()
+}
+
+// describedError is an error whose text is Describe's; it unwraps to the
+// error.
+type describedError struct{ err error }
+
+func (e describedError) Error() string { return Describe(e.err) }
+func (e describedError) Unwrap() error { return e.err }
+
+// described wraps err so that its text is Describe's (nil stays nil).
+func described(err error) error {
+	if err == nil {
+		return nil
+	}
+	return describedError{err}
 }
 
 // Unwrap gives the sentinel of the kind and the connect error.

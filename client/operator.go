@@ -77,6 +77,7 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 		return Health{}, fmt.Errorf("checking health: %w", ErrClosed)
 	}
 	var errs []error
+	ue := &UnreachableError{}
 	for _, addr := range addrs {
 		actx, cancel := context.WithTimeout(ctx, c.opts.timeout)
 		resp, err := c.endpointFor(addr).operator.Health(actx, connect.NewRequest(&cronoqv1.HealthRequest{}))
@@ -84,10 +85,18 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 		if err == nil {
 			return healthFromProto(resp.Msg), nil
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", addr, decodeError(err)))
+		err = decodeError(err)
+		if isDialError(err) {
+			ue.Addrs, ue.Errs = append(ue.Addrs, addr), append(ue.Errs, err)
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", addr, described(err)))
 		if ctx.Err() != nil {
 			break
 		}
+	}
+	if len(ue.Addrs) == len(addrs) {
+		// No node accepted a connection: say so plainly.
+		return Health{}, fmt.Errorf("checking health: %w", ue)
 	}
 	return Health{}, fmt.Errorf("checking health: %w", errors.Join(errs...))
 }

@@ -474,6 +474,9 @@ func (c *Client) runEvents(ctx context.Context, cursor uint64, pools []string, c
 		stream, err := c.endpointFor(addr).tasks.Events(ctx, connect.NewRequest(&cronoqv1.EventsRequest{Pools: pools, AfterCursor: cursor}))
 		if err == nil {
 			for stream.Receive() {
+				if !received {
+					c.noteAttempt(addr, nil)
+				}
 				n, received = 0, true
 				c.succeeded(addr)
 				ev := eventFromProto(stream.Msg())
@@ -506,6 +509,9 @@ func (c *Client) runEvents(ctx context.Context, cursor uint64, pools []string, c
 			return
 		}
 		err = decodeError(err)
+		if !received {
+			c.noteAttempt(addr, err)
+		}
 		if !resubscribable(err) {
 			emit(Event{Err: fmt.Errorf("subscribing to events: %w", err)})
 			return
@@ -530,7 +536,8 @@ func (c *Client) runEvents(ctx context.Context, cursor uint64, pools []string, c
 		c.failed(addr, hint, false)
 		c.log.Debug("event stream lost, resubscribing", "addr", addr, "after_cursor", cursor, "error", err)
 		n++
-		if sleep(ctx, c.backoff(n)) != nil {
+		wait, _ := c.checkReach(c.backoff(n), false)
+		if sleep(ctx, wait) != nil {
 			return
 		}
 	}

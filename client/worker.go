@@ -307,8 +307,13 @@ type workerRun struct {
 	gen      int
 	failures int
 	lastHint string
-	offered  int // slots announced on the current stream, not yet granted
-	hbDue    map[uint64]bool
+	// downSince is when the worker last lost (or first sought) a stream
+	// and has had none welcomed since; zero while connected. lastWarn
+	// rate-limits the warnings of warnDown.
+	downSince time.Time
+	lastWarn  time.Time
+	offered   int // slots announced on the current stream, not yet granted
+	hbDue     map[uint64]bool
 	// unsentQ holds, oldest first, the leases whose completion waits to be
 	// sent; entries whose lease no longer waits (dropped, or gone) are
 	// skipped where they are met.
@@ -378,6 +383,7 @@ func (r *workerRun) run(ctx context.Context) error {
 		r.welcomeT.Stop()
 	}()
 
+	r.downSince = time.Now()
 	r.connect(life)
 	stop := ctx.Done()
 	for {
@@ -503,7 +509,7 @@ func (r *workerRun) connFailed(err error) {
 	if r.conn == nil {
 		return
 	}
-	addr := r.conn.addr
+	addr, welcomed := r.conn.addr, r.conn.welcomed
 	err = decodeError(err)
 	hint := ""
 	var ae *APIError
@@ -542,13 +548,25 @@ func (r *workerRun) connFailed(err error) {
 	// An address that did not answer is not followed again as a leader
 	// hint until it answers (a relaying node names the leader).
 	r.w.c.failed(addr, hint, !answered(err))
+	if !welcomed {
+		r.w.c.noteAttempt(addr, err)
+	}
 	r.failures++
+	if r.downSince.IsZero() {
+		r.downSince = time.Now()
+	}
 	var wait time.Duration
 	if hint == "" || hint == r.lastHint {
 		wait = r.w.c.backoff(r.failures)
 	}
+	wait, _ = r.w.c.checkReach(wait, false)
+	if r.lastWarn.IsZero() {
+		// Be back in time for the first warning.
+		wait = max(min(wait, time.Until(r.downSince.Add(warnAfter))), 0)
+	}
 	r.lastHint = hint
 	r.log.Debug("stream lost, reconnecting", "addr", addr, "error", err, "leader_hint", hint, "in", wait)
+	r.warnDown(addr, err)
 	r.reconnectT.Reset(wait)
 }
 
@@ -579,6 +597,30 @@ func (r *workerRun) onConnEvent(ev connEvent) {
 	}
 }
 
+// Warnings that the worker cannot connect start once it has been without a
+// stream for warnAfter, and repeat every warnEvery while that lasts.
+const (
+	warnAfter = 2 * time.Second
+	warnEvery = 30 * time.Second
+)
+
+// warnDown logs at WARN, rate-limited, that the worker has been without a
+// stream for a while, with the last error.
+func (r *workerRun) warnDown(addr string, err error) {
+	now := time.Now()
+	down := now.Sub(r.downSince)
+	if down < warnAfter || (!r.lastWarn.IsZero() && now.Sub(r.lastWarn) < warnEvery) {
+		return
+	}
+	r.lastWarn = now
+	msg := err.Error()
+	if isDialError(err) {
+		msg = DescribeDialError(err)
+	}
+	r.log.Warn("cannot connect to the cluster, still trying", "addr", addr, "error", msg,
+		"for", down.Round(100*time.Millisecond))
+}
+
 // onWelcome starts using a stream the node at r.conn.addr welcomed; leader
 // is the leader's address when that node relays the stream to it (the next
 // stream goes straight there, saving the relay).
@@ -587,6 +629,7 @@ func (r *workerRun) onWelcome(wl *cronoqv1.Welcome, leader string) {
 	r.welcomeT.Stop()
 	r.failures, r.lastHint = 0, ""
 	r.w.c.succeededVia(r.conn.addr, leader)
+	r.w.c.noteAttempt(r.conn.addr, nil)
 	if w := wl.GetHeartbeatWindow().AsDuration(); w > 0 {
 		r.window = w
 	}
@@ -604,8 +647,19 @@ func (r *workerRun) onWelcome(wl *cronoqv1.Welcome, leader string) {
 	if r.hasUnsent() {
 		r.flushNow = true
 	}
-	r.log.Debug("connected", "addr", r.conn.addr, "node", wl.GetNode(), "epoch", wl.GetEpoch(),
-		"window", r.window, "in_hand", len(r.leases))
+	// A node that relays the stream names the leader; one that does not
+	// leads itself.
+	args := []any{"addr", r.conn.addr, "node", wl.GetNode(), "leader", "this node"}
+	if leader = normalizeAddr(leader); leader != "" && leader != r.conn.addr {
+		args = []any{"addr", r.conn.addr, "node", wl.GetNode(), "leader", leader, "relayed", true}
+	}
+	args = append(args, "epoch", wl.GetEpoch())
+	if !r.lastWarn.IsZero() {
+		args = append(args, "after", time.Since(r.downSince).Round(100*time.Millisecond))
+	}
+	r.downSince, r.lastWarn = time.Time{}, time.Time{}
+	r.log.Info("connected", args...)
+	r.log.Debug("connection settings", "window", r.window, "in_hand", len(r.leases))
 }
 
 func (r *workerRun) onGrant(g *cronoqv1.Grant) {

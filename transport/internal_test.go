@@ -315,3 +315,15 @@ func TestForwardOutcome(t *testing.T) {
 	require.Equal(t, "n2", id)
 	require.Equal(t, "127.0.0.2:8650", addr)
 }
+
+func TestHoldFor(t *testing.T) {
+	require.Equal(t, 5*time.Second, holdFor(context.Background(), 5*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	d := holdFor(ctx, 5*time.Second)
+	require.LessOrEqual(t, d, time.Second-holdSlack, "answered before the caller's deadline")
+	require.Greater(t, d, time.Second-holdSlack-100*time.Millisecond)
+	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	require.Equal(t, time.Millisecond, holdFor(ctx, 5*time.Second))
+}

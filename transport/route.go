@@ -169,10 +169,18 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 		return nil, apierr.ShuttingDown()
 	}
 	procedure := req.Spec().Procedure
-	hold := time.NewTimer(s.cfg.HoldTimeout)
+	hold := time.NewTimer(holdFor(ctx, s.cfg.HoldTimeout))
 	defer hold.Stop()
-	var last error // why the last round could not serve
+	var (
+		last error // why the last round could not serve
+		// unreachable: the last round's forward to the leader could not
+		// connect (lastID at lastAddr): if the hold runs out so, the
+		// answer is that no leader can be reached, not a hint naming it.
+		unreachable      bool
+		lastID, lastAddr string
+	)
 	for {
+		unreachable = false
 		if _, err := s.node.Leading(); err == nil {
 			res, err := local(ctx)
 			if err == nil {
@@ -203,7 +211,9 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 				// The leader checks the call again, against its replica.
 				fwd.Header().Set(HeaderToken, tok)
 			}
-			resp, err := remote(s.fwd.endpoint(addr))(ctx, fwd)
+			fctx, stopWatch := s.watchForward(ctx, id)
+			resp, err := remote(s.fwd.endpoint(addr))(fctx, fwd)
+			moved := stopWatch()
 			if err == nil {
 				// Name the leader so that the client sends its next calls
 				// there instead of through this node.
@@ -215,6 +225,19 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 			if ctx.Err() != nil {
 				return nil, s.apiError(ctx.Err())
 			}
+			if moved != "" {
+				// Another leader was elected while the call was with the
+				// old one (cut off, or it would have answered): route it
+				// there at once. A write that may have reached the old
+				// leader is answered outcome_unknown, for the caller to
+				// retry with its idempotency key.
+				s.log.Debug("forwarded call abandoned: new leader", "procedure", procedure, "old_leader", id, "leader", moved)
+				if kind == writeCall && !neverSent(err) {
+					return nil, apierr.OutcomeUnknown(fmt.Sprintf(
+						"forwarding to leader %s at %s: abandoned when %s was elected", id, addr, moved))
+				}
+				continue
+			}
 			final, again := forwardOutcome(kind, id, addr, err)
 			if final != nil {
 				if apierr.Kind(final) == apierr.KindOutcomeUnknown {
@@ -224,6 +247,7 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 			}
 			s.log.Debug("forwarded call not taken, routing again", "procedure", procedure, "leader", id, "error", err)
 			last = again
+			unreachable, lastID, lastAddr = neverSent(err), id, addr
 		default:
 			// No leader known, this node leads but does not serve yet, or
 			// the leader's address is not known yet.
@@ -236,9 +260,67 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 			if s.stopping() {
 				return nil, apierr.ShuttingDown()
 			}
+			if unreachable {
+				return nil, apierr.New(apierr.KindNoLeader, fmt.Sprintf(
+					"no leader reachable: %s at %s, the last leader known, does not answer", lastID, lastAddr))
+			}
 			return nil, s.apiError(last)
 		}
 	}
+}
+
+// forwardLeaderCheck is how often a call forwarded to the leader checks
+// whether another leader has been elected meanwhile.
+const forwardLeaderCheck = 25 * time.Millisecond
+
+// watchForward returns the context of a call forwarded to leader id: ctx,
+// cancelled as soon as this node knows another leader. stop ends the watch
+// and returns that leader's id ("" when none was elected meanwhile).
+func (s *Server) watchForward(ctx context.Context, id string) (context.Context, func() (moved string)) {
+	fctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var newID string // written by the watcher before cancel, read after it exits
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		tick := time.NewTicker(forwardLeaderCheck)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-fctx.Done():
+				return
+			case <-tick.C:
+				if lid, _ := s.node.Leader(); lid != "" && lid != id {
+					newID = lid
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return fctx, func() string {
+		close(done)
+		<-exited
+		cancel()
+		return newID
+	}
+}
+
+// holdSlack is how long before the caller's deadline a held call is
+// answered with why it could not be served, so that the answer arrives
+// before the caller gives up.
+const holdSlack = 200 * time.Millisecond
+
+// holdFor is how long route holds a call: the hold timeout, or until
+// holdSlack before ctx's deadline if that comes first (at least a
+// millisecond).
+func holdFor(ctx context.Context, timeout time.Duration) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl)-holdSlack)
+	}
+	return max(timeout, time.Millisecond)
 }
 
 // forwardOutcome decides what a failed forward to leader id at addr means:

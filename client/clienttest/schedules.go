@@ -72,7 +72,7 @@ func (c *Cluster) checkSchedule(p *cronoqv1.Schedule) (*cronoqv1.Schedule, *cron
 			return nil, nil, invalid("task", "a schedule fires a task or a workflow, not both")
 		}
 		if len(p.GetWorkflow()) > maxKindLen {
-			return nil, nil, invalid("workflow", "%d bytes exceeds the limit of %d", len(p.GetWorkflow()), maxKindLen)
+			return nil, nil, invalid("workflow", "%s", tooBig(len(p.GetWorkflow()), maxKindLen))
 		}
 		steps, err := c.checkStepTemplates(p.GetSteps())
 		if err != nil {

@@ -244,11 +244,11 @@ func (c *Cluster) checkTemplate(tpl *cronoqv1.TaskTemplate) (*cronoqv1.TaskTempl
 	case tpl.GetKind() == "":
 		return nil, invalid("kind", "must not be empty")
 	case len(tpl.GetKind()) > maxKindLen:
-		return nil, invalid("kind", "%d bytes exceeds the limit of %d", len(tpl.GetKind()), maxKindLen)
+		return nil, invalid("kind", "%s", tooBig(len(tpl.GetKind()), maxKindLen))
 	case p != cronoqv1.Priority_PRIORITY_NORMAL && p != cronoqv1.Priority_PRIORITY_HIGH && p != cronoqv1.Priority_PRIORITY_LOW:
 		return nil, invalid("priority", "unknown priority %d", int32(p))
 	case len(tpl.GetPayload()) > c.cfg.maxPayload:
-		return nil, invalid("payload", "%d bytes exceeds the limit of %d", len(tpl.GetPayload()), c.cfg.maxPayload)
+		return nil, invalid("payload", "%s", tooBig(len(tpl.GetPayload()), c.cfg.maxPayload))
 	case timeout < 0:
 		return nil, invalid("timeout", "must not be negative")
 	}
@@ -964,7 +964,7 @@ func (c *Cluster) completeLocked(comp *cronoqv1.Completion) error {
 		switch {
 		case len(out) > c.cfg.maxOutput:
 			c.finishLocked(t, cronoqv1.Status_STATUS_FAILED, nil,
-				fmt.Sprintf("output of %d bytes exceeds the limit of %d", len(out), c.cfg.maxOutput), "")
+				"output of "+tooBig(len(out), c.cfg.maxOutput), "")
 		case schemaErr != "":
 			// Like an oversized output: the attempt fails for good.
 			c.finishLocked(t, cronoqv1.Status_STATUS_FAILED, nil, schemaErr, "")

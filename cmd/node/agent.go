@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,7 +137,8 @@ with the web console at /ui/, all on the addresses below. The leader runs the sc
 any call and forwards what needs the leader.
 
 -dev runs one node with a temporary data dir that bootstraps itself, for
-local use. Otherwise -data-dir is required; -bootstrap-expect N forms a new
+local use, named after the host (unless -node-id); once ready it logs what
+to try next. Otherwise -data-dir is required; -bootstrap-expect N forms a new
 cluster once N nodes see each other through gossip, and -join (repeatable,
 retried until it succeeds) names gossip addresses of other nodes; the same
 -join list (every server, this one included) can be given to every node.
@@ -148,7 +148,8 @@ brings the node back with its data, and a different -node-id is refused.
 -config FILE reads settings from an HCL (.hcl) or JSON (.json) file whose
 keys are the flag names with underscores (node_id, data_dir, http_addr,
 bootstrap_expect, join = [...], max_payload = "2MiB", heartbeat_window =
-"15s", ...). Flags given on the command line override the file.
+"15s", ...); a value of the wrong type is refused. Flags given on the
+command line override the file. docs/examples has examples.
 
 -encrypt KEY turns on gossip encryption (AES-GCM): KEY is base64 of 16, 24
 or 32 bytes, made by 'cronoq operator keyring generate', the same on every
@@ -204,7 +205,7 @@ second signal kills it at once.`
 func agentFlags(c *cmd, cfg *agentConfig) {
 	fs := c.fs
 	fs.BoolVar(&cfg.dev, "dev", cfg.dev, "run a single self-bootstrapping node with a temporary data dir (unless -data-dir)")
-	fs.StringVar(&cfg.nodeID, "node-id", cfg.nodeID, "node `ID` (raft server id, gossip name); default: the id kept in the data dir, else a new one")
+	fs.StringVar(&cfg.nodeID, "node-id", cfg.nodeID, "node `ID` (raft server id, gossip name); default: the id kept in the data dir, else a new one (the host name with -dev)")
 	fs.StringVar(&cfg.dataDir, "data-dir", cfg.dataDir, "`DIR` holding the node id, the raft log and snapshots (required unless -dev)")
 	fs.StringVar(&cfg.httpAddr, "http-addr", cfg.httpAddr, "`HOST:PORT` of the HTTP API (RPC, /v1/health, /metrics, the console at /ui/)")
 	fs.StringVar(&cfg.httpAdvertise, "http-advertise", cfg.httpAdvertise, "`HOST:PORT` other nodes and workers are given for the API (default: -http-addr)")
@@ -503,6 +504,9 @@ func (b poolBlock) config(def core.PoolConfig) (core.PoolConfig, error) {
 // before every command-line flag; it returns its pool blocks.
 func loadConfigFile(fs *flag.FlagSet, path string) ([]poolBlock, error) {
 	var fc fileConfig
+	if err := checkConfigTypes(path); err != nil {
+		return nil, fmt.Errorf("reading -config %s: %w", path, err)
+	}
 	if err := hclsimple.DecodeFile(path, nil, &fc); err != nil {
 		return nil, fmt.Errorf("reading -config %s: %w", path, err)
 	}
@@ -712,6 +716,11 @@ func (cfg *agentConfig) clusterConfig(advertise string, root hclog.Logger) clust
 		LeaveOnTerminate: cfg.leaveOnTerminate,
 		Logger:           root,
 	}
+	if c.Dev && c.NodeID == "" && c.DataDir == "" {
+		// Named after the host, as Nomad and Consul dev agents are (a
+		// generated id otherwise).
+		c.NodeID = hostNodeID(os.Hostname)
+	}
 	if cfg.acl {
 		c.ACLInitialManagement = cfg.aclInitialMgmt
 	}
@@ -754,12 +763,7 @@ func newAgentLogger(cfg *agentConfig, w io.Writer) hclog.Logger {
 	})
 }
 
-func agentVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "dev"
-}
+func agentVersion() string { return binaryVersion() }
 
 func runAgent(ctx context.Context, s stdio, args []string) error {
 	cfg, err := parseAgentArgs(s, args)
@@ -874,9 +878,13 @@ func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 	var wg sync.WaitGroup
 	readyCtx, stopReady := context.WithCancel(ctx)
 	wg.Add(1)
+	var next []string
+	if cfg.dev {
+		next = devNextSteps(ln.Addr().String())
+	}
 	go func() {
 		defer wg.Done()
-		logReady(readyCtx, node, log, start)
+		logReady(readyCtx, node, log, start, next)
 	}()
 	wg.Add(1)
 	go func() {
@@ -908,15 +916,52 @@ func runNode(ctx context.Context, cfg *agentConfig, root hclog.Logger) error {
 	return nil
 }
 
+// hostNodeID is the node id of a dev agent: the host name, with what a node
+// id cannot hold replaced by '-', at most 64 bytes; "" (a generated id)
+// when there is no usable host name.
+func hostNodeID(hostname func() (string, error)) string {
+	h, err := hostname()
+	if err != nil {
+		return ""
+	}
+	h, _, _ = strings.Cut(h, ".") // the short name, as Consul shows it
+	b := []byte(h)
+	for i, r := range b {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_'
+		if !ok {
+			b[i] = '-'
+		}
+	}
+	id := strings.Trim(string(b[:min(len(b), 64)]), "-")
+	return id
+}
+
+// devNextSteps are the lines a dev agent logs once ready: what to try,
+// against its API address addr.
+func devNextSteps(addr string) []string {
+	a := ""
+	if addr != defaultAddr {
+		a = " -addr " + addr
+	}
+	return []string{
+		"try it: in another terminal, run a worker, then submit a task and wait for it:",
+		"  cronoq worker" + a + " -pool default -handler 'hello=tr a-z A-Z'",
+		"  cronoq submit" + a + " -pool default -kind hello -payload hi -wait",
+	}
+}
+
 // logReady logs once the node is ready: it serves as leader, or it knows a
 // leader that does.
-func logReady(ctx context.Context, node *cluster.Node, log hclog.Logger, start time.Time) {
+func logReady(ctx context.Context, node *cluster.Node, log hclog.Logger, start time.Time, next []string) {
 	t := time.NewTicker(readyPoll)
 	defer t.Stop()
 	for {
 		h := node.Health()
 		if h.Leader != "" && (h.Leader != h.Node || h.Ready) {
 			log.Info("agent ready", "leader", h.Leader, "epoch", h.Epoch, "is_leader", h.Ready, "after", time.Since(start).Round(time.Millisecond).String())
+			for _, line := range next {
+				log.Info(line)
+			}
 			return
 		}
 		select {

@@ -469,6 +469,10 @@ func TestAgentDevInProcess(t *testing.T) {
 	t.Logf("dev agent ready after %s", ready)
 	require.Equal(t, h["node"], h["leader"])
 	require.Equal(t, true, h["ready"])
+	// Named after the host, as Nomad and Consul dev agents are.
+	if host := hostNodeID(os.Hostname); host != "" {
+		require.Equal(t, host, h["node"])
+	}
 
 	// -enable-debug serves the profiler.
 	resp, err := http.Get("http://" + addr + "/debug/pprof/cmdline")
@@ -491,6 +495,27 @@ func TestAgentDevInProcess(t *testing.T) {
 	require.ErrorAs(t, err, &ie)
 	require.Equal(t, "payload", ie.Field)
 
+	// The JSON API as the README's curl example calls it.
+	post := func(method, body string) (int, map[string]any) {
+		resp, err := http.Post("http://"+addr+"/cronoq.v1.TaskService/"+method, "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var m map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&m))
+		return resp.StatusCode, m
+	}
+	status, body := post("Submit", `{"spec": {"template": {"pool": "default", "kind": "hello", "payload": "aGk="}, "key": "order-42"}}`)
+	require.Equal(t, http.StatusOK, status, "%v", body)
+	id := body["result"].(map[string]any)["id"]
+	require.NotEmpty(t, id)
+	status, body = post("Get", `{"ref": {"key": "order-42"}}`)
+	require.Equal(t, http.StatusOK, status, "%v", body)
+	require.Equal(t, id, body["task"].(map[string]any)["id"])
+	require.Equal(t, "aGk=", body["task"].(map[string]any)["template"].(map[string]any)["payload"])
+	status, body = post("Get", `{"ref": {"id": "nope"}}`)
+	require.Equal(t, http.StatusNotFound, status)
+	require.Equal(t, "not_found", body["code"])
+
 	// The ready line is logged by a poller: wait for it before stopping.
 	require.Eventually(t, func() bool { return strings.Contains(out.String(), "agent: agent ready") }, 10*time.Second, 10*time.Millisecond, out.String())
 	cancel() // what the first SIGINT/SIGTERM does
@@ -501,7 +526,10 @@ func TestAgentDevInProcess(t *testing.T) {
 		t.Fatal("agent did not stop")
 	}
 	logs := out.String()
-	for _, want := range []string{"agent: agent started", "agent: agent ready", "raft: ", "transport: serving the API", "agent: agent stopped"} {
+	for _, want := range []string{"agent: agent started", "agent: agent ready", "raft: ", "transport: serving the API", "agent: agent stopped",
+		// The next step, against this agent's address.
+		"cronoq submit -addr " + addr + " -pool default -kind hello -payload hi -wait",
+		"cronoq worker -addr " + addr + " -pool default -handler 'hello=tr a-z A-Z'"} {
 		require.Contains(t, logs, want)
 	}
 }
@@ -599,4 +627,50 @@ func BenchmarkAgentDevStartup(b *testing.B) {
 		cancel()
 		<-exited
 	}
+}
+
+// A configuration value of the wrong type is refused, naming the key, where
+// it is, and the type wanted (not converted: "data_dir": 5 is no
+// directory "5").
+func TestAgentConfigFileTypes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, content, want string }{
+		{"c.json", `{"data_dir": 5}`, "data_dir (" + "%s:1,2-15): want a string, got a number"},
+		{"c.json", `{"bootstrap_expect": "3"}`, "bootstrap_expect (%s:1,2-25): want a number, got a string"},
+		{"c.json", `{"log_json": "yes"}`, "log_json (%s:1,2-19): want true or false, got a string"},
+		{"c.hcl", "join = [\"127.0.0.1:8652\", 8662]\n", "join (%s:1,1-32): want a list of strings, got a list"},
+		{"c.hcl", "pool \"etl\" {\n  max_pending = \"lots\"\n}\n", `pool "etl": max_pending (%s:2,3-23): want a number, got a string`},
+		{"c.json", `{"node_id": ["a"]}`, "node_id (%s:1,2-18): want a string, got a list"},
+	} {
+		path := writeFile(t, tc.name, tc.content)
+		_, err := parseAgent(t, "-config", path)
+		require.Error(t, err, tc.content)
+		require.Contains(t, err.Error(), fmt.Sprintf(tc.want, path), tc.content)
+	}
+	// Sizes may be numbers.
+	cfg, err := parseAgent(t, "-dev", "-config", writeFile(t, "c.json", `{"max_payload": 2048, "max_output": "1MiB"}`))
+	require.NoError(t, err)
+	require.Equal(t, 2048, cfg.maxPayload)
+	require.Equal(t, 1<<20, cfg.maxOutput)
+}
+
+func TestHostNodeID(t *testing.T) {
+	t.Parallel()
+	for host, want := range map[string]string{
+		"build-7":               "build-7",
+		"web01.example.com":     "web01",
+		"my host_name":          "my-host_name",
+		"":                      "",
+		strings.Repeat("h", 80): strings.Repeat("h", 64),
+		"émile":                 "mile",
+	} {
+		got := hostNodeID(func() (string, error) { return host, nil })
+		require.Equal(t, want, got, "%q", host)
+	}
+	require.Empty(t, hostNodeID(func() (string, error) { return "", errors.New("no host name") }))
+	require.Equal(t, []string{
+		"try it: in another terminal, run a worker, then submit a task and wait for it:",
+		"  cronoq worker -pool default -handler 'hello=tr a-z A-Z'",
+		"  cronoq submit -pool default -kind hello -payload hi -wait",
+	}, devNextSteps(defaultAddr))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -15,6 +16,19 @@ import (
 // client flags, bound each call by -rpc-timeout, and explain errors for
 // people.
 
+// How soon a command gives up when no address accepts a connection, and
+// how soon a command that waits says so (then again every noticeRepeat).
+const (
+	failFast     = time.Second
+	noticeAfter  = 2 * time.Second
+	noticeRepeat = 30 * time.Second
+)
+
+// waiting marks the command as one that waits (for a task, events or
+// work): when no address accepts a connection it says so on s.Stderr after
+// noticeAfter and keeps trying, where other commands fail after failFast.
+func (cf *clientFlags) waiting(s stdio) { cf.waits, cf.stderr = true, s.Stderr }
+
 // connect validates the client flags and returns a Client for them.
 func (cf *clientFlags) connect(logger hclog.Logger) (*client.Client, error) {
 	addrs, err := cf.validate()
@@ -22,6 +36,15 @@ func (cf *clientFlags) connect(logger hclog.Logger) (*client.Client, error) {
 		return nil, err
 	}
 	opts := []client.Option{}
+	switch {
+	case !cf.waits:
+		opts = append(opts, client.WithFailFast(failFast))
+	case cf.stderr != nil:
+		w := cf.stderr
+		opts = append(opts, client.WithUnreachableNotice(noticeAfter, noticeRepeat, func(ue *client.UnreachableError) {
+			fmt.Fprintf(w, "cronoq: %v; still trying (Ctrl-C to stop)\n", ue)
+		}))
+	}
 	if cf.token != "" {
 		opts = append(opts, client.WithToken(cf.token))
 	}
@@ -84,6 +107,9 @@ func (cf *clientFlags) callError(parent context.Context, c *cmd, err error) erro
 		return &usageError{msg: err.Error()}
 	case parent.Err() != nil:
 		return fmt.Errorf("interrupted: %w", err)
+	case errors.Is(err, client.ErrNoLeader):
+		return fmt.Errorf("%w: the cluster has no leader: too few of its servers can reach each other "+
+			"to elect one (see 'cronoq health' and 'cronoq members')%s", noLeaderError{err}, gaveUpAfter(err, cf.rpcTimeout))
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("no answer within -rpc-timeout %s: %w", cf.rpcTimeout, err)
 	}
@@ -109,4 +135,23 @@ func flagFor(c *cmd, field string) string {
 		return ""
 	}
 	return name
+}
+
+// noLeaderError is a call that failed for want of a leader; its text is
+// what was being done.
+type noLeaderError struct{ err error }
+
+func (e noLeaderError) Error() string {
+	what, _, _ := strings.Cut(e.err.Error(), ": ")
+	return what
+}
+
+func (e noLeaderError) Unwrap() error { return e.err }
+
+// gaveUpAfter says that the call gave up after -rpc-timeout, when it did.
+func gaveUpAfter(err error, rpcTimeout time.Duration) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Sprintf("; gave up after -rpc-timeout %s", rpcTimeout)
+	}
+	return ""
 }

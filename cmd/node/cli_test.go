@@ -162,7 +162,7 @@ func TestLocalValidation(t *testing.T) {
 		{"list bad status", []string{"list"}, []string{"-status", "done"}, []string{`flag -status: unknown status "done"`}},
 		{"list empty pool", []string{"list"}, []string{"-pool", ","}, []string{"flag -pool: empty value"}},
 		{"list positional", []string{"list"}, []string{"queued"}, []string{`unexpected argument "queued"`}},
-		{"list bad order", []string{"list"}, []string{"-order", "newest"}, []string{"flag -order: must be one of desc, asc"}},
+		{"list bad order", []string{"list"}, []string{"-order", "latest"}, []string{"flag -order: must be one of desc, asc, newest, oldest"}},
 		{"list empty kind", []string{"list"}, []string{"-kind", ","}, []string{"flag -kind: empty value"}},
 
 		{"recurring add without name", []string{"recurring", "add"}, []string{"-cron", "@hourly", "-pool", "p", "-kind", "k"}, []string{"missing argument"}},
@@ -181,7 +181,7 @@ func TestLocalValidation(t *testing.T) {
 		{"worker without handler", []string{"worker"}, []string{"-pool", "p"}, []string{"at least one -handler KIND=COMMAND is required"}},
 		{"worker bad handler", []string{"worker"}, []string{"-pool", "p", "-handler", "cat"}, []string{"flag -handler: want KIND=COMMAND"}},
 		{"worker zero concurrency", []string{"worker"}, []string{"-pool", "p", "-handler", "k=cat", "-concurrency", "0"}, []string{"flag -concurrency: must be at least 1"}},
-		{"worker zero max-output", []string{"worker"}, []string{"-pool", "p", "-handler", "k=cat", "-max-output", "0"}, []string{"flag -max-output: must be at least 1"}},
+		{"worker zero max-output", []string{"worker"}, []string{"-pool", "p", "-handler", "k=cat", "-max-output", "0"}, []string{"flag -max-output: must be positive"}},
 		{"worker zero kill-grace", []string{"worker"}, []string{"-pool", "p", "-handler", "k=cat", "-kill-grace", "0s"}, []string{"flag -kill-grace: must be positive"}},
 		{"worker bad log level", []string{"worker"}, []string{"-pool", "p", "-handler", "k=cat", "-log-level", "loud"}, []string{"flag -log-level: must be one of"}},
 		{"worker bad addr", []string{"worker"}, []string{"-pool", "p", "-handler", "k=cat", "-addr", ":x"}, []string{`invalid -addr ":x"`}},
@@ -303,7 +303,7 @@ func TestListHelpOrder(t *testing.T) {
 	r := runCLI(t, "", "list", "-h")
 	require.Equal(t, exitOK, r.code)
 	require.Contains(t, r.stdout, "List tasks newest first")
-	require.Contains(t, r.stdout, "desc (newest first) or asc (oldest first) (default desc)")
+	require.Contains(t, r.stdout, "desc (newest first, also: newest) or asc (oldest first, also: oldest) (default desc)")
 }
 
 func TestVersion(t *testing.T) {

@@ -204,6 +204,9 @@ type clientFlags struct {
 	out        *outputFlag
 	rpcTimeout time.Duration
 	tls        tlsClientFlags
+	// waits: the command waits (see waiting); stderr gets its notices.
+	waits  bool
+	stderr io.Writer
 }
 
 const (
@@ -215,8 +218,16 @@ const (
 func (c *cmd) clientFlags() *clientFlags {
 	cf := c.addrFlags()
 	c.fs.Var(durationValue{&cf.rpcTimeout, true}, "rpc-timeout",
-		"give up on the cluster after `DUR`, retries included (time spent waiting for a task to end excepted)")
+		"give up on the cluster after `DUR`, retries included")
 	return cf
+}
+
+// waitsHelp says in the help of -rpc-timeout that it does not bound the
+// wait of a command that waits for a task or workflow to end.
+func (c *cmd) waitsHelp() {
+	if f := c.fs.Lookup("rpc-timeout"); f != nil {
+		f.Usage += " (time spent waiting for the end excepted)"
+	}
 }
 
 // addrFlags registers -addr and -o.
@@ -227,7 +238,7 @@ func (c *cmd) addrFlags() *clientFlags {
 		def = defaultAddr
 	}
 	c.fs.StringVar(&cf.addr, "addr", def,
-		"API `addresses` (HOST:PORT, comma-separated) of one or more nodes; env CRONOQ_ADDR")
+		"API addresses of one or more nodes, `ADDRS`: HOST:PORT, comma-separated; env CRONOQ_ADDR")
 	c.fs.StringVar(&cf.token, "token", os.Getenv("CRONOQ_TOKEN"),
 		"ACL token `SECRET` the calls carry (default: none, the anonymous policy applies); env CRONOQ_TOKEN")
 	cf.out = c.outputFlag()
@@ -264,7 +275,7 @@ type outputFlag struct{ format string }
 
 func (c *cmd) outputFlag() *outputFlag {
 	o := &outputFlag{format: "text"}
-	c.fs.Var(o, "o", "output `format`: text or json")
+	c.fs.Var(o, "o", "output `FORMAT`: text or json")
 	return o
 }
 

@@ -182,7 +182,7 @@ func TestKindRefusedArgs(t *testing.T) {
 		requireFailure(t, r, exitUsage, `invalid POOL: unknown pool "nope"`)
 	}
 	r := runCLI(t, "", "kind", "set", "p", strings.Repeat("k", 300), "-max-attempts", "1", "-addr", addr)
-	requireFailure(t, r, exitUsage, "invalid KIND: 300 bytes exceeds the limit of 256")
+	requireFailure(t, r, exitUsage, "invalid KIND: 300 bytes exceeds the limit of 256 bytes")
 }
 
 func TestKindLocalValidation(t *testing.T) {

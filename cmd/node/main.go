@@ -236,10 +236,7 @@ func runVersion(_ context.Context, s stdio, args []string) error {
 	if err := c.parse(s, args, 0); err != nil {
 		return err
 	}
-	version := "(devel)"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		version = bi.Main.Version
-	}
+	version := binaryVersion()
 	if out.json() {
 		return writeJSON(s.Stdout, struct {
 			Version string `json:"version"`
@@ -248,4 +245,43 @@ func runVersion(_ context.Context, s stdio, args []string) error {
 	}
 	_, err := fmt.Fprintf(s.Stdout, "cronoq %s (%s)\n", version, runtime.Version())
 	return err
+}
+
+// version is the release of this binary, stamped by the build:
+//
+//	go build -ldflags "-X main.version=$(git describe --tags --always --dirty)"
+//
+// (make build does so). Empty in a build that did not stamp it; see
+// binaryVersion.
+var version string
+
+// binaryVersion is the stamped version, else the module version of a
+// `go install module@version`, else the Git commit the build recorded
+// ("devel+abc1234", "-dirty" when the tree had changes), else "dev".
+func binaryVersion() string {
+	if version != "" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "-dirty"
+			}
+		}
+	}
+	if rev == "" {
+		return "dev"
+	}
+	return "devel+" + rev[:min(len(rev), 7)] + dirty
 }

@@ -32,7 +32,7 @@ wait for its new end; those its end cancelled stay cancelled. A retry whose answ
 JSON output: the task object.`)
 	cf := c.clientFlags()
 	var key string
-	c.fs.StringVar(&key, "key", "", "find the task by its idempotency `key`")
+	c.fs.StringVar(&key, "key", "", "find the task by its idempotency `KEY`")
 	if err := c.parse(s, args, -1); err != nil {
 		return err
 	}

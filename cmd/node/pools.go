@@ -213,13 +213,13 @@ JSON output: the pool object after the change.
 		c.fs.Var(int64Value{&perClass[i]}, "max-pending-"+cl, "bound the pending tasks of priority "+cl+" at `N` (0 = no bound)")
 	}
 	c.fs.Var(enumValue{&overflow, []string{client.OverflowReject, client.OverflowWait, client.OverflowPark}}, "overflow",
-		"what a submit beyond the pending bound does (`policy`): reject, wait or park")
+		"what a submit beyond the pending bound does (`POLICY`): reject, wait or park")
 	c.fs.Var(floatValue{&rate}, "rate", "dispatch at most `R` tasks per second (0 = no limit)")
 	c.fs.Var(int64Value{&burst}, "burst", "with -rate, dispatch bursts of up to `N` tasks")
 	c.fs.Var(kindRateList{&kindRates}, "kind-rate", "limit the tasks of a kind: `KIND=R[:BURST]` per second (repeatable; R 0 removes the limit)")
 	c.fs.Var(int64Value{&keyLimit}, "concurrency-key-limit", "run at most `N` tasks of one concurrency key at once (0 = 1)")
 	c.fs.Var(enumValue{&ordering, []string{client.OrderingContinue, client.OrderingBlock}}, "ordering",
-		"what a lane does when a task ends without succeeding (`policy`): continue or block")
+		"what a lane does when a task ends without succeeding (`POLICY`): continue or block")
 	c.fs.Var(intValue{&maxAttempts, 0}, "max-attempts", "default attempts of the pool's tasks (`N`, 0 = the cluster's)")
 	c.fs.Var(backoffValue{&backoff}, "backoff", "default retry backoff of the pool's tasks: `INITIAL[:MAX[:JITTER]]`, or default")
 	c.fs.Var(durationValue{&leaseGrace, false}, "lease-grace", "how long running attempts have to report to a new leader (`DUR`, 0 = the cluster's)")
@@ -344,7 +344,7 @@ JSON output: [{"id", "pool", "labels": {...}, "slots", "busy", "node",
 "last_seen": RFC3339}...]`)
 	cf := c.clientFlags()
 	var pool string
-	c.fs.StringVar(&pool, "pool", "", "only the workers of this `pool`")
+	c.fs.StringVar(&pool, "pool", "", "only the workers of this `POOL`")
 	if err := c.parse(s, args, 0); err != nil {
 		return err
 	}

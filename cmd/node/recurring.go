@@ -48,11 +48,11 @@ JSON output: {"name": "...", "next_fire": RFC3339}`)
 	var sched client.Schedule
 	sched.Overlap, sched.CatchUp = client.OverlapSkip, client.CatchUpOnce
 	c.fs.StringVar(&sched.Cron, "cron", "", "cron `EXPR` (required)")
-	c.fs.StringVar(&sched.TZ, "tz", "", "IANA time `zone` of the expression, such as Europe/Paris (default UTC)")
+	c.fs.StringVar(&sched.TZ, "tz", "", "IANA time `ZONE` of the expression, such as Europe/Paris (default UTC)")
 	c.fs.Var(enumValue{&sched.Overlap, []string{client.OverlapSkip, client.OverlapAllow}}, "overlap",
-		"`policy` while the previous task is live: skip or allow")
+		"`POLICY` while the previous task is live: skip or allow")
 	c.fs.Var(enumValue{&sched.CatchUp, []string{client.CatchUpOnce, client.CatchUpSkip, client.CatchUpAll}}, "catch-up",
-		"`policy` for fires missed without a leader: once, skip or all")
+		"`POLICY` for fires missed without a leader: once, skip or all")
 	c.fs.Var(intValue{&sched.CatchUpLimit, 1}, "catch-up-limit", "with -catch-up all, at most `N` missed fires (default: the cluster's)")
 	c.fs.BoolVar(&sched.Paused, "paused", false, "create the schedule paused")
 	var workflow string

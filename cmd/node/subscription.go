@@ -299,6 +299,7 @@ Text output: one line per event. JSON output (-o json): one object per line,
 	case sub == "" && c.set("after"):
 		return c.usageErr("-after needs -subscription")
 	}
+	cf.waiting(s)
 	cl, err := cf.connect(nil)
 	if err != nil {
 		return err

@@ -40,17 +40,18 @@ naming the failing JSON path.
 
 JSON output: {"id": "...", "duplicate": false}, or the task object with -wait.`)
 	cf := c.clientFlags()
+	c.waitsHelp()
 	tf := c.templateFlags()
 	var spec client.TaskSpec
 	var waitTimeout time.Duration
 	var wait bool
-	c.fs.StringVar(&spec.Key, "key", "", "idempotency `key`")
+	c.fs.StringVar(&spec.Key, "key", "", "idempotency `KEY`")
 	c.fs.Var(durationValue{&spec.Delay, false}, "delay", "run the task this long (`DUR`) after submission; excludes -run-at")
 	c.fs.Var(timeValue{&spec.RunAt}, "run-at", "run the task at this `RFC3339` time; excludes -delay")
 	c.fs.Var(timeValue{&spec.Deadline}, "deadline", "the task expires if it has not succeeded by this `RFC3339` time")
 	c.fs.Var(taskRefList{&spec.DependsOn}, "depends-on", "wait for the task `ID`, or key:KEY for the task with that key (repeatable)")
 	c.fs.Var(enumValue{&spec.DependencyPolicy, []string{client.DependencyPolicySucceeded, client.DependencyPolicyDone}},
-		"dependency-policy", "with -depends-on, run once they all succeeded (succeeded, the default) or once they ended (done)")
+		"dependency-policy", "with -depends-on, run once they all succeeded (`POLICY` succeeded, the default) or once they ended (done)")
 	c.fs.BoolVar(&spec.External, "external", false, "no worker runs the task: 'cronoq complete' ends it")
 	c.fs.BoolVar(&wait, "wait", false, "wait until the task ends and print it")
 	c.fs.Var(durationValue{&waitTimeout, false}, "wait-timeout", "with -wait, give up waiting after `DUR` (0 = no limit)")
@@ -69,6 +70,9 @@ JSON output: {"id": "...", "duplicate": false}, or the task object with -wait.`)
 	var err error
 	if spec.Template, err = tf.template(c, s); err != nil {
 		return err
+	}
+	if wait {
+		cf.waiting(s)
 	}
 	cl, err := cf.connect(nil)
 	if err != nil {
@@ -155,7 +159,7 @@ Show a task, by id or by idempotency key.
 JSON output: the task object.`)
 	cf := c.clientFlags()
 	var key string
-	c.fs.StringVar(&key, "key", "", "find the task by its idempotency `key`")
+	c.fs.StringVar(&key, "key", "", "find the task by its idempotency `KEY`")
 	if err := c.parse(s, args, -1); err != nil {
 		return err
 	}
@@ -193,9 +197,10 @@ the wait timed out or failed.
 
 JSON output: the task object once it has ended.`)
 	cf := c.clientFlags()
+	c.waitsHelp()
 	var key string
 	var timeout time.Duration
-	c.fs.StringVar(&key, "key", "", "find the task by its idempotency `key`")
+	c.fs.StringVar(&key, "key", "", "find the task by its idempotency `KEY`")
 	c.fs.Var(durationValue{&timeout, false}, "timeout", "give up after `DUR` (0 = no limit)")
 	if err := c.parse(s, args, -1); err != nil {
 		return err
@@ -204,6 +209,7 @@ JSON output: the task object once it has ended.`)
 	if err != nil {
 		return err
 	}
+	cf.waiting(s)
 	cl, err := cf.connect(nil)
 	if err != nil {
 		return err
@@ -267,10 +273,10 @@ of tasks this call cancelled (0 or 1 with -key).`)
 	cf := c.clientFlags()
 	var key, pool string
 	var sts, kinds []string
-	c.fs.StringVar(&key, "key", "", "cancel the task with this idempotency `key`")
-	c.fs.StringVar(&pool, "pool", "", "cancel the live tasks of this `pool` that have one of the -status given")
-	c.fs.Var(statusList{list: &sts, allowed: liveStatuses}, "status", "with -pool, cancel the tasks with this `status` (repeatable, or comma-separated)")
-	c.fs.Var(listValue{&kinds}, "kind", "with -pool, cancel only the tasks of this `kind` (repeatable, or comma-separated)")
+	c.fs.StringVar(&key, "key", "", "cancel the task with this idempotency `KEY`")
+	c.fs.StringVar(&pool, "pool", "", "cancel the live tasks of this `POOL` that have one of the -status given")
+	c.fs.Var(statusList{list: &sts, allowed: liveStatuses}, "status", "with -pool, cancel the tasks with this `STATUS` (repeatable, or comma-separated)")
+	c.fs.Var(listValue{&kinds}, "kind", "with -pool, cancel only the tasks of this `KIND` (repeatable, or comma-separated)")
 	if err := c.parse(s, args, -1); err != nil {
 		return err
 	}
@@ -360,19 +366,22 @@ var statuses = []string{
 
 const defaultListLimit = 100
 
-// List orders of -order.
+// List orders of -order; newest and oldest are other names of desc and asc.
 const (
-	orderDesc = "desc"
-	orderAsc  = "asc"
+	orderDesc   = "desc"
+	orderAsc    = "asc"
+	orderNewest = "newest"
+	orderOldest = "oldest"
 )
 
 func runList(ctx context.Context, s stdio, args []string) error {
 	c := newCmd("list", "cronoq list [-pool P]... [-status S]... [-kind K]... [-order desc|asc] [-limit N] [-after ID]", `
 List tasks newest first (in decreasing id, that is submission, order; -order
-asc lists them oldest first), filtered by pools, statuses and kinds, one page
-at a time: when more tasks match, "next" is the id the page ended with. Pass
-it to -after, with the same filters and order, for the following page; the
-text output ends with that command line.
+asc, or oldest, lists them oldest first), filtered by pools, statuses and
+kinds, one page at a time: when more tasks match, "next" is the id the page
+ended with. Pass it to -after, with the same filters and order, for the
+following page; the text output ends with that command line (with the
+filters, order, limit and -addr given).
 
 Statuses: blocked (waiting for its dependencies), scheduled, queued, parked
 (accepted beyond its pool's pending bound, waiting for room), running,
@@ -383,11 +392,11 @@ JSON output: {"tasks": [task...], "next": "ID or empty"}`)
 	var opt client.ListOptions
 	opt.Limit = defaultListLimit
 	order := orderDesc
-	c.fs.Var(listValue{&opt.Pools}, "pool", "only tasks of this `pool` (repeatable, or comma-separated)")
-	c.fs.Var(statusList{list: &opt.Statuses}, "status", "only tasks with this `status` (repeatable, or comma-separated)")
-	c.fs.Var(listValue{&opt.Kinds}, "kind", "only tasks of this `kind` (repeatable, or comma-separated)")
-	c.fs.Var(enumValue{&order, []string{orderDesc, orderAsc}}, "order",
-		"`order` of the list: desc (newest first) or asc (oldest first)")
+	c.fs.Var(listValue{&opt.Pools}, "pool", "only tasks of this `POOL` (repeatable, or comma-separated)")
+	c.fs.Var(statusList{list: &opt.Statuses}, "status", "only tasks with this `STATUS` (repeatable, or comma-separated)")
+	c.fs.Var(listValue{&opt.Kinds}, "kind", "only tasks of this `KIND` (repeatable, or comma-separated)")
+	c.fs.Var(enumValue{&order, []string{orderDesc, orderAsc, orderNewest, orderOldest}}, "order",
+		"`ORDER` of the list: desc (newest first, also: newest) or asc (oldest first, also: oldest)")
 	c.fs.Var(intValue{&opt.Limit, 1}, "limit", "at most `N` tasks")
 	c.fs.StringVar(&opt.After, "after", "",
 		"start after this task `ID` in the list's order (the \"next\" of the previous page)")
@@ -395,7 +404,7 @@ JSON output: {"tasks": [task...], "next": "ID or empty"}`)
 	if err := c.parse(s, args, 0); err != nil {
 		return err
 	}
-	opt.NewestFirst = order == orderDesc
+	opt.NewestFirst = order == orderDesc || order == orderNewest
 	type page struct {
 		tasks []*client.Task
 		next  string
@@ -427,7 +436,7 @@ JSON output: {"tasks": [task...], "next": "ID or empty"}`)
 		return err
 	}
 	if next != "" {
-		_, err = fmt.Fprintf(s.Stdout, "more: %s\n", c.nextPage(next, "pool", "status", "kind", "order", "limit", "stale"))
+		_, err = fmt.Fprintf(s.Stdout, "more: %s\n", c.nextPage(next, "pool", "status", "kind", "order", "limit", "stale", "addr"))
 	}
 	return err
 }
@@ -470,7 +479,7 @@ already ended), is refused.
 JSON output: the task object.`)
 	cf := c.clientFlags()
 	var key, output, reason string
-	c.fs.StringVar(&key, "key", "", "find the task by its idempotency `key`")
+	c.fs.StringVar(&key, "key", "", "find the task by its idempotency `KEY`")
 	c.fs.StringVar(&output, "output", "", "output of the task: `TEXT` as is, @FILE the file's bytes, @- the standard input")
 	c.fs.StringVar(&reason, "fail", "", "fail the task with this `REASON` instead of completing it")
 	if err := c.parse(s, args, -1); err != nil {
@@ -540,7 +549,7 @@ earlier attempt of this same call had deleted it (its answer was lost).
 JSON output: {"id": "...", "deleted": true|false}`)
 	cf := c.clientFlags()
 	var key string
-	c.fs.StringVar(&key, "key", "", "find the task by its idempotency `key`")
+	c.fs.StringVar(&key, "key", "", "find the task by its idempotency `KEY`")
 	if err := c.parse(s, args, -1); err != nil {
 		return err
 	}

@@ -222,7 +222,7 @@ func TestList(t *testing.T) {
 		"ID  POOL  KIND  STATUS     ATTEMPT  PRIORITY  SUBMITTED             ERROR\n"+
 		"T4  a     echo  succeeded  1        normal    2030-01-02T14:04:05Z  -\n"+
 		"T3  c     echo  running    1        normal    2030-01-02T14:04:05Z  -\n"+
-		"more: cronoq list -stale -after T3\n", r.stdout)
+		"more: cronoq list -stale -addr "+addr+" -after T3\n", r.stdout)
 	reqs = f.Requests(cronoqv1connect.TaskServiceListProcedure)
 	req = reqs[1].(*cronoqv1.ListRequest)
 	require.Equal(t, int32(defaultListLimit), req.GetLimit())
@@ -331,21 +331,26 @@ func TestListKindsAndHint(t *testing.T) {
 		hint       string
 	}{
 		{nil, []string{"T7", "T6"}, []string{"T2", "T1"},
-			"more: cronoq list -pool 'a b' -status queued -kind 'x y,k,it'\\''s' -limit 2 -after T6\n"},
+			"more: cronoq list -pool 'a b' -status queued -kind 'x y,k,it'\\''s' -limit 2 -addr ADDR -after T6\n"},
 		{[]string{"-order", "desc"}, []string{"T7", "T6"}, []string{"T2", "T1"},
-			"more: cronoq list -pool 'a b' -status queued -kind 'x y,k,it'\\''s' -order desc -limit 2 -after T6\n"},
+			"more: cronoq list -pool 'a b' -status queued -kind 'x y,k,it'\\''s' -order desc -limit 2 -addr ADDR -after T6\n"},
 		{[]string{"-order", "asc"}, []string{"T1", "T2"}, []string{"T6", "T7"},
-			"more: cronoq list -pool 'a b' -status queued -kind 'x y,k,it'\\''s' -order asc -limit 2 -after T2\n"},
+			"more: cronoq list -pool 'a b' -status queued -kind 'x y,k,it'\\''s' -order asc -limit 2 -addr ADDR -after T2\n"},
+		{[]string{"-order", "oldest"}, []string{"T1", "T2"}, []string{"T6", "T7"},
+			"more: cronoq list -pool 'a b' -status queued -kind 'x y,k,it'\\''s' -order oldest -limit 2 -addr ADDR -after T2\n"},
+		{[]string{"-order", "newest"}, []string{"T7", "T6"}, []string{"T2", "T1"},
+			"more: cronoq list -pool 'a b' -status queued -kind 'x y,k,it'\\''s' -order newest -limit 2 -addr ADDR -after T6\n"},
 	} {
 		args := append([]string{"list", "-addr", addr, "-limit", "2", "-kind", "x y", "-pool", "a b", "-status", "queued", "-kind", "k,it's"}, tc.order...)
 		r := runCLI(t, "", args...)
 		requireOK(t, r)
 		require.Equal(t, tc.first, ids(r.stdout), "order %v", tc.order)
-		require.True(t, strings.HasSuffix(r.stdout, tc.hint), "order %v: %q", tc.order, r.stdout)
+		hint := strings.ReplaceAll(tc.hint, "ADDR", addr)
+		require.True(t, strings.HasSuffix(r.stdout, hint), "order %v: %q", tc.order, r.stdout)
 		reqs := f.Requests(cronoqv1connect.TaskServiceListProcedure)
 		req := reqs[len(reqs)-1].(*cronoqv1.ListRequest)
 		require.Equal(t, []string{"x y", "k", "it's"}, req.GetKinds())
-		require.Equal(t, len(tc.order) == 0 || tc.order[1] == "desc", req.GetNewestFirst())
+		require.Equal(t, len(tc.order) == 0 || tc.order[1] == "desc" || tc.order[1] == "newest", req.GetNewestFirst())
 
 		// The hint's command line lists the rest, with the same filters.
 		next := runCLI(t, "", hintArgs(t, r.stdout, addr)...)

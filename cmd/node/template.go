@@ -20,19 +20,19 @@ type templateFlags struct {
 func (c *cmd) templateFlags() *templateFlags {
 	tf := &templateFlags{tpl: client.Template{Priority: client.PriorityNormal, Labels: map[string]string{}, Tags: map[string]string{}}}
 	t := &tf.tpl
-	c.fs.StringVar(&t.Pool, "pool", "", "`pool` of the task (required)")
-	c.fs.StringVar(&t.Kind, "kind", "", "`kind` of the task, as workers know it (required)")
+	c.fs.StringVar(&t.Pool, "pool", "", "`POOL` of the task (required)")
+	c.fs.StringVar(&t.Kind, "kind", "", "`KIND` of the task, as workers know it (required)")
 	c.fs.Var(enumValue{&t.Priority, []string{client.PriorityHigh, client.PriorityNormal, client.PriorityLow}},
-		"priority", "priority `class`: high, normal or low")
+		"priority", "priority `CLASS`: high, normal or low")
 	c.fs.StringVar(&tf.payload, "payload", "", "payload: `TEXT` as is, @FILE the file's bytes, @- the standard input")
 	c.fs.Var(durationValue{&t.Timeout, false}, "timeout", "per-attempt timeout (`DUR`, default: the kind's, else none)")
 	c.fs.Var(intValue{&t.MaxAttempts, 1}, "max-attempts", "most attempts before the task fails (`N`, default: the kind's, else the pool's, else the cluster's)")
-	c.fs.Var(kvValue{t.Labels}, "label", "capacity label `k=v` the worker must offer (repeatable)")
-	c.fs.Var(kvValue{t.Tags}, "tag", "tag `k=v` carried to the worker (repeatable)")
+	c.fs.Var(kvValue{t.Labels}, "label", "capacity label `KEY=VALUE` the worker must offer (repeatable)")
+	c.fs.Var(kvValue{t.Tags}, "tag", "tag `KEY=VALUE` carried to the worker (repeatable)")
 	c.fs.StringVar(&t.OrderingKey, "ordering-key", "",
-		"ordering `key`: the tasks of the pool with this key run one at a time, in submit order")
+		"ordering `KEY`: the tasks of the pool with this key run one at a time, in submit order")
 	c.fs.StringVar(&t.ConcurrencyKey, "concurrency-key", "",
-		"concurrency `key`: the pool's concurrency key limit caps the running tasks with this key")
+		"concurrency `KEY`: the pool's concurrency key limit caps the running tasks with this key")
 	return tf
 }
 

@@ -66,17 +66,17 @@ it in its environment, to continue the trace. See docs/tracing.md.`)
 		handlers          = map[string]string{}
 		tc                = traceConfig{ratio: defaultTraceRatio}
 	)
-	c.fs.StringVar(&pool, "pool", "", "`pool` to take tasks from (required)")
+	c.fs.StringVar(&pool, "pool", "", "`POOL` to take tasks from (required)")
 	c.fs.Var(intValue{&concurrency, 1}, "concurrency", "run at most `N` tasks at once")
-	c.fs.Var(kvValue{labels}, "label", "capacity label `k=v` this worker offers (repeatable)")
+	c.fs.Var(kvValue{labels}, "label", "capacity label `KEY=VALUE` this worker offers (repeatable)")
 	c.fs.Var(handlerValue{handlers}, "handler", "run tasks of kind KIND with COMMAND (`KIND=COMMAND`, repeatable; at least one)")
 	c.fs.StringVar(&workdir, "workdir", "", "`ROOT` of the per-task working directories (default: a temporary directory, removed on exit)")
-	c.fs.Var(intValue{&maxOutput, 1}, "max-output", "most `bytes` a command may write to stdout")
-	c.fs.Var(intValue{&maxSpawn, 1}, "max-spawn", "most `bytes` a command may write to its spawn file")
+	c.fs.Var(sizeValue{&maxOutput}, "max-output", "most a command may write to stdout, `SIZE` (such as 1MiB, 64k or 1000)")
+	c.fs.Var(sizeValue{&maxSpawn}, "max-spawn", "most a command may write to its spawn file, `SIZE`")
 	c.fs.Var(durationValue{&killGrace, true}, "kill-grace", "time between SIGTERM and SIGKILL when stopping a command (`DUR`)")
-	c.fs.StringVar(&id, "id", "", "worker `name` shown to the cluster (default HOST-PID-RANDOM)")
+	c.fs.StringVar(&id, "id", "", "worker `NAME` shown to the cluster (default HOST-PID-RANDOM)")
 	c.fs.Var(enumValue{&logLevel, []string{"trace", "debug", "info", "warn", "error"}}, "log-level",
-		"`level` of the log: trace, debug, info, warn or error")
+		"`LEVEL` of the log: trace, debug, info, warn or error")
 	traceFlags(c.fs, &tc, "the attempts of traced tasks")
 	if err := c.parse(s, args, 0); err != nil {
 		return err
@@ -97,6 +97,8 @@ it in its environment, to continue the trace. See docs/tracing.md.`)
 		JSONFormat: cf.out.json(),
 	})
 
+	// The worker logs itself that it cannot connect (see client.Worker).
+	cf.waits = true
 	cl, err := cf.connect(logger)
 	if err != nil {
 		return err

@@ -46,11 +46,12 @@ cancelled).
 JSON output: {"id": "...", "duplicate": false, "key": "...", "tasks": {"extract":
 "ID", ...}}, or the workflow object with -wait.`)
 	cf := c.clientFlags()
+	c.waitsHelp()
 	var file, key string
 	var wait bool
 	var waitTimeout time.Duration
 	c.fs.StringVar(&file, "f", "", "the workflow `FILE` (.json or .hcl; - for stdin)")
-	c.fs.StringVar(&key, "key", "", "idempotency `key`")
+	c.fs.StringVar(&key, "key", "", "idempotency `KEY`")
 	c.fs.BoolVar(&wait, "wait", false, "wait until the workflow ends and print it")
 	c.fs.Var(durationValue{&waitTimeout, false}, "wait-timeout", "with -wait, give up waiting after `DUR` (0 = no limit)")
 	if err := c.parse(s, args, 0); err != nil {
@@ -67,6 +68,9 @@ JSON output: {"id": "...", "duplicate": false, "key": "...", "tasks": {"extract"
 		return err
 	}
 	c.explain = explainWorkflowField("f", file, steps)
+	if wait {
+		cf.waiting(s)
+	}
 	cl, err := cf.connect(nil)
 	if err != nil {
 		return err
@@ -108,7 +112,7 @@ JSON output: the workflow object, {"id", "name", "key", "status":
 "finished_at", "schedule", "slot", "parent", "tasks": [task...]}.`)
 	cf := c.clientFlags()
 	var key string
-	c.fs.StringVar(&key, "key", "", "find the workflow by its idempotency `key`")
+	c.fs.StringVar(&key, "key", "", "find the workflow by its idempotency `KEY`")
 	if err := c.parse(s, args, -1); err != nil {
 		return err
 	}
@@ -146,9 +150,10 @@ wait timed out or failed.
 
 JSON output: the workflow object once it has ended.`)
 	cf := c.clientFlags()
+	c.waitsHelp()
 	var key string
 	var timeout time.Duration
-	c.fs.StringVar(&key, "key", "", "find the workflow by its idempotency `key`")
+	c.fs.StringVar(&key, "key", "", "find the workflow by its idempotency `KEY`")
 	c.fs.Var(durationValue{&timeout, false}, "timeout", "give up after `DUR` (0 = no limit)")
 	if err := c.parse(s, args, -1); err != nil {
 		return err
@@ -157,6 +162,7 @@ JSON output: the workflow object once it has ended.`)
 	if err != nil {
 		return err
 	}
+	cf.waiting(s)
 	cl, err := cf.connect(nil)
 	if err != nil {
 		return err
@@ -284,7 +290,7 @@ empty"}`)
 	var opt client.WorkflowListOptions
 	opt.Limit = defaultListLimit
 	c.fs.Var(statusList{list: &opt.Statuses, allowed: workflowStatuses}, "status",
-		"only workflows with this `status` (repeatable, or comma-separated)")
+		"only workflows with this `STATUS` (repeatable, or comma-separated)")
 	c.fs.Var(intValue{&opt.Limit, 1}, "limit", "at most `N` workflows")
 	c.fs.StringVar(&opt.After, "after", "", "start after this workflow `ID` (the \"next\" of the previous page)")
 	c.fs.BoolVar(&opt.Stale, "stale", false, "read from the answering node's replica, which may lag behind the leader")
@@ -319,7 +325,7 @@ empty"}`)
 		return err
 	}
 	if p.next != "" {
-		_, err = fmt.Fprintf(s.Stdout, "more: %s\n", c.nextPage(p.next, "status", "limit", "stale"))
+		_, err = fmt.Fprintf(s.Stdout, "more: %s\n", c.nextPage(p.next, "status", "limit", "stale", "addr"))
 	}
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -305,10 +306,10 @@ func TestWorkflowList(t *testing.T) {
 	// The hint for the next page repeats the filters.
 	r = runCLI(t, "", "workflow", "list", "-status", "running", "-status", "cancelled", "-limit", "1", "-stale", "-addr", addr)
 	requireOK(t, r)
-	require.Regexp(t, `\n`+w1+` .*\nmore: cronoq workflow list -status running,cancelled -limit 1 -stale -after `+w1+`\n$`, r.stdout)
+	require.Regexp(t, `\n`+w1+` .*\nmore: cronoq workflow list -status running,cancelled -limit 1 -stale -addr `+regexp.QuoteMeta(addr)+` -after `+w1+`\n$`, r.stdout)
 	r = runCLI(t, "", hintArgs(t, r.stdout, addr)...)
 	requireOK(t, r)
-	require.Regexp(t, `\n`+w2+` .*\nmore: cronoq workflow list -status running,cancelled -limit 1 -stale -after `+w2+`\n$`, r.stdout)
+	require.Regexp(t, `\n`+w2+` .*\nmore: cronoq workflow list -status running,cancelled -limit 1 -stale -addr `+regexp.QuoteMeta(addr)+` -after `+w2+`\n$`, r.stdout)
 	reqs := f.Requests(cronoqv1connect.WorkflowServiceListProcedure)
 	req = reqs[len(reqs)-1].(*cronoqv1.ListWorkflowsRequest)
 	require.Equal(t, w1, req.GetAfter())

@@ -35,7 +35,7 @@ func (noLoader) Load(url string) (any, error) {
 // says otherwise).
 func compileSchema(doc []byte) (*jsonschema.Schema, error) {
 	if len(doc) > maxSchema {
-		return nil, fmt.Errorf("%d bytes exceeds the limit of %d", len(doc), maxSchema)
+		return nil, errors.New(tooBig(len(doc), maxSchema))
 	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
 	if err != nil {
@@ -173,7 +173,7 @@ func (c *Core) SetKind(now time.Time, req ReqID, ch KindChange) {
 		c.fail(req, Invalid("kind", "must not be empty"))
 		return
 	case len(ch.Kind) > c.cfg.MaxKindLen:
-		c.fail(req, Invalid("kind", "%d bytes exceeds the limit of %d", len(ch.Kind), c.cfg.MaxKindLen))
+		c.fail(req, Invalid("kind", "%s", tooBig(len(ch.Kind), c.cfg.MaxKindLen)))
 		return
 	}
 	if err := c.requireVersion("kind settings", 4); err != nil {

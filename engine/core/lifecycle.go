@@ -244,7 +244,7 @@ func (c *Core) Complete(now time.Time, req ReqID, lease uint64, out Outcome) {
 		switch {
 		case len(out.Output) > c.cfg.MaxOutput:
 			c.finish(t, fsm.StatusFailed, nil,
-				fmt.Sprintf("output of %d bytes exceeds the limit of %d", len(out.Output), c.cfg.MaxOutput))
+				"output of "+tooBig(len(out.Output), c.cfg.MaxOutput))
 		case schemaErr != "":
 			// Like an oversized output: the attempt fails for good.
 			c.finish(t, fsm.StatusFailed, nil, schemaErr)

@@ -202,7 +202,7 @@ func (c *Core) checkSchedule(spec *ScheduleSpec) (*fsm.Schedule, *cron.Expr, err
 			return nil, nil, Invalid("task", "a schedule fires a task or a workflow, not both")
 		}
 		if len(spec.Workflow) > c.cfg.MaxKindLen {
-			return nil, nil, Invalid("workflow", "%d bytes exceeds the limit of %d", len(spec.Workflow), c.cfg.MaxKindLen)
+			return nil, nil, Invalid("workflow", "%s", tooBig(len(spec.Workflow), c.cfg.MaxKindLen))
 		}
 		steps, err := c.checkStepTemplates(spec.Steps)
 		if err != nil {

@@ -93,11 +93,11 @@ func (c *Core) checkTemplate(tpl *fsm.Template) (fsm.Template, error) {
 	case tpl.Kind == "":
 		return out, Invalid("kind", "must not be empty")
 	case len(tpl.Kind) > c.cfg.MaxKindLen:
-		return out, Invalid("kind", "%d bytes exceeds the limit of %d", len(tpl.Kind), c.cfg.MaxKindLen)
+		return out, Invalid("kind", "%s", tooBig(len(tpl.Kind), c.cfg.MaxKindLen))
 	case tpl.Priority >= fsm.NumPriorities:
 		return out, Invalid("priority", "unknown class %d", tpl.Priority)
 	case len(tpl.Payload) > c.cfg.MaxPayload:
-		return out, Invalid("payload", "%d bytes exceeds the limit of %d", len(tpl.Payload), c.cfg.MaxPayload)
+		return out, Invalid("payload", "%s", tooBig(len(tpl.Payload), c.cfg.MaxPayload))
 	case tpl.Timeout < 0:
 		return out, Invalid("timeout", "must not be negative")
 	}

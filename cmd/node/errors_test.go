@@ -1,0 +1,56 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cronoq/cronoq/client/clienttest"
+)
+
+// rawRPC matches what errors for people must not show: a connect code
+// prefix ("unavailable: ", "failed_precondition: "), the program's name
+// twice, or a limit as a bare byte count.
+var rawRPC = regexp.MustCompile(`cronoq: .*cronoq: |\b(unavailable|unknown|internal|invalid_argument|failed_precondition|resource_exhausted|deadline_exceeded|not_found|permission_denied|aborted|canceled): |limit of \d+\s*$`)
+
+// With no leader, a command says that the cluster has no leader (and why
+// that may be), once, with no RPC codes.
+func TestNoLeaderError(t *testing.T) {
+	t.Parallel()
+	f, addr := startFake(t)
+	f.SetLeader(-1)
+	for _, args := range [][]string{
+		{"submit", "-pool", "p", "-kind", "k"},
+		{"list"},
+		{"cancel", "T1"},
+	} {
+		r := runCLI(t, "", append(args, "-addr", addr, "-rpc-timeout", "300ms")...)
+		requireFailure(t, r, exitError, "the cluster has no leader", "gave up after -rpc-timeout 300ms", "cronoq health")
+		require.NotRegexp(t, rawRPC, r.stderr)
+	}
+}
+
+// Errors for people: one "cronoq:" prefix, sizes in units, the flag that
+// was given.
+func TestErrorWording(t *testing.T) {
+	t.Parallel()
+	_, addr := startFake(t, clienttest.WithMaxPayload(1<<20))
+	big := filepath.Join(t.TempDir(), "big")
+	require.NoError(t, os.WriteFile(big, []byte(strings.Repeat("a", 1100000)), 0o600))
+	r := runCLI(t, "", "submit", "-addr", addr, "-pool", "p", "-kind", "k", "-payload", "@"+big)
+	requireFailure(t, r, exitUsage, "invalid -payload: 1.05 MiB exceeds the limit of 1 MiB")
+	require.NotRegexp(t, rawRPC, r.stderr)
+
+	r = runCLI(t, "", "status", "-addr", addr, "NOPE")
+	requireFailure(t, r, exitError, "task NOPE not found")
+	require.NotRegexp(t, rawRPC, r.stderr)
+
+	// submit -wait names -wait-timeout, the flag given, when it runs out.
+	r = runCLI(t, "", "submit", "-addr", addr, "-pool", "p", "-kind", "k", "-wait", "-wait-timeout", "300ms")
+	requireFailure(t, r, exitError, "did not end within -wait-timeout 300ms")
+	require.NotContains(t, r.stderr, "rpc-timeout")
+}

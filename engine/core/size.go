@@ -1,0 +1,37 @@
+package core
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// tooBig is the reason a value of n bytes is refused under a limit of
+// limit bytes, for people: "1.05 MiB exceeds the limit of 1 MiB".
+func tooBig(n, limit int) string {
+	return fmt.Sprintf("%s exceeds the limit of %s", sizeWords(n), sizeWords(limit))
+}
+
+// sizeWords is n bytes in binary units, to two decimals at most: "300
+// bytes", "64 KiB", "1.05 MiB".
+func sizeWords(n int) string {
+	const unit = 1024
+	if n < unit {
+		if n == 1 {
+			return "1 byte"
+		}
+		return strconv.Itoa(n) + " bytes"
+	}
+	v, i := float64(n), -1
+	for v >= unit && i < 3 {
+		v /= unit
+		i++
+	}
+	s := strconv.FormatFloat(v, 'f', 2, 64)
+	for s[len(s)-1] == '0' {
+		s = s[:len(s)-1]
+	}
+	if s[len(s)-1] == '.' {
+		s = s[:len(s)-1]
+	}
+	return s + " " + [...]string{"KiB", "MiB", "GiB", "TiB"}[i]
+}

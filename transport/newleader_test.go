@@ -1,0 +1,111 @@
+package transport
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cronoq/cronoq/api/apierr"
+	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
+	"github.com/cronoq/cronoq/api/cronoqv1/cronoqv1connect"
+	"github.com/cronoq/cronoq/client"
+	"github.com/cronoq/cronoq/cluster"
+)
+
+// blackhole accepts connections and never answers, as a leader cut off by
+// a partition looks to a node that had connected to it.
+func blackhole(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// A call a follower forwarded to a leader that was then cut off is
+// abandoned as soon as the follower knows a new leader: a read is routed
+// there at once, a write is answered outcome_unknown and the SDK sends it
+// again (with its key), through the follower to the new leader. Both
+// succeed within 2 s of the election, not after the client's attempt
+// timeout.
+func TestForwardAbandonedForNewLeader(t *testing.T) {
+	for _, write := range []bool{false, true} {
+		name := map[bool]string{false: "read", true: "write"}[write]
+		t.Run(name, func(t *testing.T) {
+			newLeader := newFakeBackend()
+			newLeader.submit = func(_ cluster.SubmitMode, specs []cluster.Spec) (*cluster.SubmitResult, error) {
+				res := &cluster.SubmitResult{Tasks: make([]cluster.Submitted, len(specs))}
+				for i := range specs {
+					res.Tasks[i] = cluster.Submitted{ID: "from-new-leader"}
+				}
+				return res, nil
+			}
+			startFake(t, newLeader, nil)
+
+			follower := newFakeBackend()
+			follower.leading, follower.leader, follower.leaderAddr = false, "n2", blackhole(t)
+			hc, base := startFake(t, follower, func(s *Server) { s.cfg.HoldTimeout = 10 * time.Second })
+
+			elected := make(chan time.Time, 1)
+			go func() {
+				// The election, while the call hangs with the old leader.
+				time.Sleep(500 * time.Millisecond)
+				follower.mu.Lock()
+				follower.leader, follower.leaderAddr = "n3", newLeader.addr
+				follower.mu.Unlock()
+				elected <- time.Now()
+			}()
+
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if write {
+				cl, err := client.New([]string{follower.addr}, client.WithTimeout(10*time.Second))
+				require.NoError(t, err)
+				defer cl.Close()
+				sub, err := cl.Submit(ctx, client.TaskSpec{Template: client.Template{Pool: "p", Kind: "k"}})
+				require.NoError(t, err)
+				require.Equal(t, "from-new-leader", sub.ID)
+			} else {
+				tasks := cronoqv1connect.NewTaskServiceClient(hc, base)
+				_, err := tasks.Get(ctx, connect.NewRequest(&cronoqv1.GetRequest{Ref: &cronoqv1.TaskRef{Id: "t1"}}))
+				// The new leader answered: it has no such task.
+				require.Equal(t, apierr.KindNotFound, apierr.Kind(err), "%v", err)
+			}
+			took := time.Since(<-elected)
+			require.Less(t, took, 2*time.Second, "served %s after the new leader's election", took)
+			if write {
+				newLeader.mu.Lock()
+				defer newLeader.mu.Unlock()
+				require.Equal(t, []string{"submit"}, newLeader.calls, "served by the new leader")
+			}
+		})
+	}
+}
