@@ -108,8 +108,14 @@ func (cf *clientFlags) callError(parent context.Context, c *cmd, err error) erro
 	case parent.Err() != nil:
 		return fmt.Errorf("interrupted: %w", err)
 	case errors.Is(err, client.ErrNoLeader):
-		return fmt.Errorf("%w: the cluster has no leader: too few of its servers can reach each other "+
-			"to elect one (see 'cronoq health' and 'cronoq members')%s", noLeaderError{err}, gaveUpAfter(err, cf.rpcTimeout))
+		// An earlier attempt may have taken effect before the leader was
+		// lost: say so, or a caller would take the call as not done.
+		unknown := ""
+		if errors.Is(err, client.ErrOutcomeUnknown) {
+			unknown = ": outcome unknown, an earlier attempt may have taken effect"
+		}
+		return fmt.Errorf("%w%s: the cluster has no leader: too few of its servers can reach each other "+
+			"to elect one (see 'cronoq health' and 'cronoq members')%s", noLeaderError{err}, unknown, gaveUpAfter(err, cf.rpcTimeout))
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("no answer within -rpc-timeout %s: %w", cf.rpcTimeout, err)
 	}

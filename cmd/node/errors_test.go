@@ -1,14 +1,18 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/cronoq/cronoq/client"
 	"github.com/cronoq/cronoq/client/clienttest"
 )
 
@@ -53,4 +57,18 @@ func TestErrorWording(t *testing.T) {
 	r = runCLI(t, "", "submit", "-addr", addr, "-pool", "p", "-kind", "k", "-wait", "-wait-timeout", "300ms")
 	requireFailure(t, r, exitError, "did not end within -wait-timeout 300ms")
 	require.NotContains(t, r.stderr, "rpc-timeout")
+}
+
+// A call that found no leader after an attempt whose outcome is unknown
+// says both: the caller must not take it as not done.
+func TestNoLeaderAfterUnknownOutcome(t *testing.T) {
+	cf := &clientFlags{rpcTimeout: 2 * time.Second}
+	unsure := fmt.Errorf("submitting task: %w: %w (last error: %w)", context.DeadlineExceeded, client.ErrOutcomeUnknown, client.ErrNoLeader)
+	msg := cf.callError(context.Background(), nil, unsure).Error()
+	require.Contains(t, msg, "outcome unknown")
+	require.Contains(t, msg, "the cluster has no leader")
+	require.Contains(t, msg, "gave up after -rpc-timeout 2s")
+
+	refused := fmt.Errorf("submitting task: %w (last error: %w)", context.DeadlineExceeded, client.ErrNoLeader)
+	require.NotContains(t, cf.callError(context.Background(), nil, refused).Error(), "outcome unknown")
 }
