@@ -167,7 +167,7 @@ jepsen-selftest: jepsen-build
 BENCH     := bin/cronoq-bench
 BENCHARGS ?=
 
-.PHONY: bench-build bench-quick bench-compare
+.PHONY: bench-build bench-quick bench-compare bench-core
 
 bench-build: build
 	cd bench && $(GO) build -trimpath -o ../$(BENCH) .
@@ -180,3 +180,13 @@ bench-quick: bench-build
 ## (about 50 minutes on 2 cores).
 bench-compare: bench-build
 	./$(BENCH) $(BENCHARGS)
+
+## bench-core: the engine's own benchmarks, without a network or a disk:
+## BenchmarkLifecycle (submit, dispatch and complete through the core, the
+## driver, the log encoding, an in-memory log and the FSM; tasks/s) and
+## BenchmarkPending1M (bytes per pending task held by the core and the FSM,
+## payload excluded, with 1,000,000 queued), three runs each (about a
+## minute).
+bench-core:
+	$(GO) test -run '^$$' -bench '^BenchmarkLifecycle$$' -benchtime 200000x -count 3 ./engine/
+	$(GO) test -run '^$$' -bench '^BenchmarkPending1M$$' -benchtime 1x -count 3 ./engine/

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"testing"
@@ -199,6 +200,24 @@ func liveHeap() uint64 {
 	return ms.HeapAlloc
 }
 
+// writeHeapProfile writes the heap profile as it is now (in use: what the
+// queued tasks hold, which -memprofile, written once everything is freed,
+// cannot show) to path.
+func writeHeapProfile(b *testing.B, path string) {
+	b.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatalf("creating the heap profile: %v", err)
+	}
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		_ = f.Close()
+		b.Fatalf("writing the heap profile %s: %v", path, err)
+	}
+	if err := f.Close(); err != nil {
+		b.Fatalf("writing the heap profile %s: %v", path, err)
+	}
+}
+
 // BenchmarkPending1M measures the memory the leader holds per pending task:
 // the engine's core plus the FSM state, payload excluded. Each op starts a
 // fresh engine over the in-memory log (which keeps no copy of its entries),
@@ -209,7 +228,9 @@ func liveHeap() uint64 {
 // against the heap before the first submit. It reports bytes/task with the
 // payload subtracted once per task (the FSM holds it; the core does not),
 // and heap-MB, the whole growth. Run it with -benchtime 1x; -short or
-// CRONOQ_BENCH_PENDING=<n> queue fewer tasks.
+// CRONOQ_BENCH_PENDING=<n> queue fewer tasks, and
+// CRONOQ_BENCH_HEAPPROFILE=<file> writes the heap profile with every task
+// queued.
 func BenchmarkPending1M(b *testing.B) {
 	n := pendingTasks(b)
 	var perTask, growth float64
@@ -237,6 +258,9 @@ func BenchmarkPending1M(b *testing.B) {
 			b.Fatalf("%d tasks queued in the core, want %d", st.Queued, n)
 		}
 		after := liveHeap()
+		if path := os.Getenv("CRONOQ_BENCH_HEAPPROFILE"); path != "" {
+			writeHeapProfile(b, path)
+		}
 		if got := fsmCount(be.state, fsm.StatusQueued); got != n {
 			b.Fatalf("%d tasks queued in the FSM, want %d", got, n)
 		}

@@ -129,7 +129,8 @@ func (l *Log) FailWait(n int, err error, apply bool) {
 // Discard stops keeping a copy of every appended entry for Entries, as a
 // raft log keeps its entries on disk rather than in memory: benchmarks that
 // measure the engine's memory or throughput over millions of tasks call it
-// before the first append. Appended and Entries then count nothing.
+// before the first append. Entries and Appended then leave out what is
+// appended after the call.
 func (l *Log) Discard() {
 	l.mu.Lock()
 	l.discard = true
