@@ -227,13 +227,15 @@ func writeHeapProfile(b *testing.B, path string) {
 // the live heap (HeapAlloc after two collections) with all of them queued
 // against the heap before the first submit. It reports bytes/task with the
 // payload subtracted once per task (the FSM holds it; the core does not),
-// and heap-MB, the whole growth. Run it with -benchtime 1x; -short or
+// fsm-bytes/task, the same once the engine and its core are dropped and
+// only the FSM is left (what a follower holds), and heap-MB, the whole
+// growth. Run it with -benchtime 1x; -short or
 // CRONOQ_BENCH_PENDING=<n> queue fewer tasks, and
 // CRONOQ_BENCH_HEAPPROFILE=<file> writes the heap profile with every task
 // queued.
 func BenchmarkPending1M(b *testing.B) {
 	n := pendingTasks(b)
-	var perTask, growth float64
+	var perTask, fsmPerTask, growth float64
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		ctx, cancel := context.WithCancel(context.Background())
@@ -264,13 +266,19 @@ func BenchmarkPending1M(b *testing.B) {
 		if got := fsmCount(be.state, fsm.StatusQueued); got != n {
 			b.Fatalf("%d tasks queued in the FSM, want %d", got, n)
 		}
-		runtime.KeepAlive(be)
 		growth = float64(after) - float64(before)
 		perTask = growth/float64(n) - float64(len(benchPayload))
+		// A follower holds the FSM alone: drop the engine and its core.
+		state := be.state
 		be.stop(b)
 		cancel()
+		be = nil
+		fsmOnly := liveHeap()
+		runtime.KeepAlive(state)
+		fsmPerTask = (float64(fsmOnly)-float64(before))/float64(n) - float64(len(benchPayload))
 		b.StartTimer()
 	}
 	b.ReportMetric(perTask, "bytes/task")
+	b.ReportMetric(fsmPerTask, "fsm-bytes/task")
 	b.ReportMetric(growth/(1<<20), "heap-MB")
 }
