@@ -136,8 +136,12 @@ func TestTLSVerifyIncoming(t *testing.T) {
 		_, err = sdk(t, ca.ClientTLS(false), f, leader).Get(ctxT(t, 2*time.Second), id)
 		require.Error(t, err)
 		// The node's refusal is what the caller sees, and a write it
-		// refused is known not to have run.
-		_, err = sdk(t, ca.ClientTLS(false), f).Submit(ctxT(t, time.Second), client.TaskSpec{Template: client.Template{Pool: "p", Kind: "echo"}})
+		// refused is known not to have run. The client tries a refused
+		// TLS session again (another node may take it) until it sees that
+		// no address takes its connections; a deadline that cut an
+		// attempt short first would leave that attempt's outcome unknown,
+		// so the deadline is well past that point.
+		_, err = sdk(t, ca.ClientTLS(false), f).Submit(ctxT(t, 10*time.Second), client.TaskSpec{Template: client.Template{Pool: "p", Kind: "echo"}})
 		require.ErrorContains(t, err, "tls: certificate required")
 		require.NotErrorIs(t, err, client.ErrOutcomeUnknown)
 
