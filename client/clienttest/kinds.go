@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
+	"github.com/cronoq/cronoq/internal/units"
 )
 
 // Kind settings, per (pool, kind): JSON Schemas for payloads and outputs,
@@ -44,7 +45,7 @@ type kindState struct {
 // 2020-12 unless it says otherwise).
 func compileSchema(doc []byte) (*jsonschema.Schema, error) {
 	if len(doc) > maxSchema {
-		return nil, errors.New(tooBig(len(doc), maxSchema))
+		return nil, errors.New(units.TooBig(len(doc), maxSchema))
 	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
 	if err != nil {
@@ -181,7 +182,7 @@ func (c *Cluster) kindChangeLocked(req *cronoqv1.SetKindRequest) (*kindState, er
 	case kind == "":
 		return nil, invalid("kind", "must not be empty")
 	case len(kind) > maxKindLen:
-		return nil, invalid("kind", "%s", tooBig(len(kind), maxKindLen))
+		return nil, invalid("kind", "%s", units.TooBig(len(kind), maxKindLen))
 	}
 	ks := &kindState{settings: &cronoqv1.KindSettings{Pool: pool, Kind: kind}}
 	if cur := c.kindLocked(pool, kind); cur != nil {

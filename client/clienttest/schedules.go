@@ -13,6 +13,7 @@ import (
 
 	"github.com/cronoq/cronoq/api/apierr"
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
+	"github.com/cronoq/cronoq/internal/units"
 )
 
 // schedule is a stored recurring schedule.
@@ -72,7 +73,7 @@ func (c *Cluster) checkSchedule(p *cronoqv1.Schedule) (*cronoqv1.Schedule, *cron
 			return nil, nil, invalid("task", "a schedule fires a task or a workflow, not both")
 		}
 		if len(p.GetWorkflow()) > maxKindLen {
-			return nil, nil, invalid("workflow", "%s", tooBig(len(p.GetWorkflow()), maxKindLen))
+			return nil, nil, invalid("workflow", "%s", units.TooBig(len(p.GetWorkflow()), maxKindLen))
 		}
 		steps, err := c.checkStepTemplates(p.GetSteps())
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cronoq/cronoq/api/apierr"
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
+	"github.com/cronoq/cronoq/internal/units"
 )
 
 // Messages recorded with the task ends the cluster decides on its own, as
@@ -244,11 +245,11 @@ func (c *Cluster) checkTemplate(tpl *cronoqv1.TaskTemplate) (*cronoqv1.TaskTempl
 	case tpl.GetKind() == "":
 		return nil, invalid("kind", "must not be empty")
 	case len(tpl.GetKind()) > maxKindLen:
-		return nil, invalid("kind", "%s", tooBig(len(tpl.GetKind()), maxKindLen))
+		return nil, invalid("kind", "%s", units.TooBig(len(tpl.GetKind()), maxKindLen))
 	case p != cronoqv1.Priority_PRIORITY_NORMAL && p != cronoqv1.Priority_PRIORITY_HIGH && p != cronoqv1.Priority_PRIORITY_LOW:
 		return nil, invalid("priority", "unknown priority %d", int32(p))
 	case len(tpl.GetPayload()) > c.cfg.maxPayload:
-		return nil, invalid("payload", "%s", tooBig(len(tpl.GetPayload()), c.cfg.maxPayload))
+		return nil, invalid("payload", "%s", units.TooBig(len(tpl.GetPayload()), c.cfg.maxPayload))
 	case timeout < 0:
 		return nil, invalid("timeout", "must not be negative")
 	}
@@ -964,7 +965,7 @@ func (c *Cluster) completeLocked(comp *cronoqv1.Completion) error {
 		switch {
 		case len(out) > c.cfg.maxOutput:
 			c.finishLocked(t, cronoqv1.Status_STATUS_FAILED, nil,
-				"output of "+tooBig(len(out), c.cfg.maxOutput), "")
+				"output of "+units.TooBig(len(out), c.cfg.maxOutput), "")
 		case schemaErr != "":
 			// Like an oversized output: the attempt fails for good.
 			c.finishLocked(t, cronoqv1.Status_STATUS_FAILED, nil, schemaErr, "")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cronoq/cronoq/api/apierr"
 	cronoqv1 "github.com/cronoq/cronoq/api/cronoqv1"
+	"github.com/cronoq/cronoq/internal/units"
 )
 
 // Messages of the ends the workflow machinery decides, as a real cluster
@@ -224,7 +225,7 @@ func (c *Cluster) lookupWorkflowLocked(ref *cronoqv1.WorkflowRef) (*workflow, er
 func checkStepName(name string) error {
 	switch {
 	case len(name) > maxStepName:
-		return invalid("name", "%s", tooBig(len(name), maxStepName))
+		return invalid("name", "%s", units.TooBig(len(name), maxStepName))
 	case name == "." || name == "..":
 		return invalid("name", "%q is not a step name", name)
 	}
@@ -269,7 +270,7 @@ func (c *Cluster) submitWorkflowLocked(spec *cronoqv1.WorkflowSpec) (*cronoqv1.S
 	case len(steps) == 0:
 		return nil, invalid("steps", "at least one step is required")
 	case len(spec.GetName()) > maxKindLen:
-		return nil, invalid("name", "%s", tooBig(len(spec.GetName()), maxKindLen))
+		return nil, invalid("name", "%s", units.TooBig(len(spec.GetName()), maxKindLen))
 	}
 	now := c.now()
 	recs := make([]*cronoqv1.Task, len(steps))
@@ -460,7 +461,7 @@ func (c *Cluster) completeExternalLocked(t *task, req *cronoqv1.CompleteRequest)
 	switch req.GetOutcome() {
 	case cronoqv1.OutcomeKind_OUTCOME_SUCCESS:
 		if out := req.GetOutput(); len(out) > c.cfg.maxOutput {
-			return invalid("output", "%s", tooBig(len(out), c.cfg.maxOutput))
+			return invalid("output", "%s", units.TooBig(len(out), c.cfg.maxOutput))
 		}
 		c.finishLocked(t, cronoqv1.Status_STATUS_SUCCEEDED, slices.Clone(req.GetOutput()), "", "")
 	case cronoqv1.OutcomeKind_OUTCOME_PERMANENT:

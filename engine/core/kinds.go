@@ -10,6 +10,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/cronoq/cronoq/fsm"
+	"github.com/cronoq/cronoq/internal/units"
 )
 
 // Kind settings: per (pool, kind), JSON Schemas for payloads and outputs,
@@ -35,7 +36,7 @@ func (noLoader) Load(url string) (any, error) {
 // says otherwise).
 func compileSchema(doc []byte) (*jsonschema.Schema, error) {
 	if len(doc) > maxSchema {
-		return nil, errors.New(tooBig(len(doc), maxSchema))
+		return nil, errors.New(units.TooBig(len(doc), maxSchema))
 	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
 	if err != nil {
@@ -173,7 +174,7 @@ func (c *Core) SetKind(now time.Time, req ReqID, ch KindChange) {
 		c.fail(req, Invalid("kind", "must not be empty"))
 		return
 	case len(ch.Kind) > c.cfg.MaxKindLen:
-		c.fail(req, Invalid("kind", "%s", tooBig(len(ch.Kind), c.cfg.MaxKindLen)))
+		c.fail(req, Invalid("kind", "%s", units.TooBig(len(ch.Kind), c.cfg.MaxKindLen)))
 		return
 	}
 	if err := c.requireVersion("kind settings", 4); err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cronoq/cronoq/fsm"
+	"github.com/cronoq/cronoq/internal/units"
 )
 
 // Messages recorded with task ends the core decides on its own.
@@ -244,7 +245,7 @@ func (c *Core) Complete(now time.Time, req ReqID, lease uint64, out Outcome) {
 		switch {
 		case len(out.Output) > c.cfg.MaxOutput:
 			c.finish(t, fsm.StatusFailed, nil,
-				"output of "+tooBig(len(out.Output), c.cfg.MaxOutput))
+				"output of "+units.TooBig(len(out.Output), c.cfg.MaxOutput))
 		case schemaErr != "":
 			// Like an oversized output: the attempt fails for good.
 			c.finish(t, fsm.StatusFailed, nil, schemaErr)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cronoq/cronoq/engine/core/cron"
 	"github.com/cronoq/cronoq/fsm"
+	"github.com/cronoq/cronoq/internal/units"
 )
 
 // schedule is the core's copy of a recurring schedule.
@@ -202,7 +203,7 @@ func (c *Core) checkSchedule(spec *ScheduleSpec) (*fsm.Schedule, *cron.Expr, err
 			return nil, nil, Invalid("task", "a schedule fires a task or a workflow, not both")
 		}
 		if len(spec.Workflow) > c.cfg.MaxKindLen {
-			return nil, nil, Invalid("workflow", "%s", tooBig(len(spec.Workflow), c.cfg.MaxKindLen))
+			return nil, nil, Invalid("workflow", "%s", units.TooBig(len(spec.Workflow), c.cfg.MaxKindLen))
 		}
 		steps, err := c.checkStepTemplates(spec.Steps)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cronoq/cronoq/fsm"
+	"github.com/cronoq/cronoq/internal/units"
 )
 
 // unit is what admission handles as a whole: a single submit, an atomic
@@ -93,11 +94,11 @@ func (c *Core) checkTemplate(tpl *fsm.Template) (fsm.Template, error) {
 	case tpl.Kind == "":
 		return out, Invalid("kind", "must not be empty")
 	case len(tpl.Kind) > c.cfg.MaxKindLen:
-		return out, Invalid("kind", "%s", tooBig(len(tpl.Kind), c.cfg.MaxKindLen))
+		return out, Invalid("kind", "%s", units.TooBig(len(tpl.Kind), c.cfg.MaxKindLen))
 	case tpl.Priority >= fsm.NumPriorities:
 		return out, Invalid("priority", "unknown class %d", tpl.Priority)
 	case len(tpl.Payload) > c.cfg.MaxPayload:
-		return out, Invalid("payload", "%s", tooBig(len(tpl.Payload), c.cfg.MaxPayload))
+		return out, Invalid("payload", "%s", units.TooBig(len(tpl.Payload), c.cfg.MaxPayload))
 	case tpl.Timeout < 0:
 		return out, Invalid("timeout", "must not be negative")
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cronoq/cronoq/fsm"
+	"github.com/cronoq/cronoq/internal/units"
 )
 
 // Dependencies and workflows.
@@ -66,7 +67,7 @@ func depMessage(d *task) string {
 func checkStepName(name string) error {
 	switch {
 	case len(name) > maxStepName:
-		return Invalid("name", "%s", tooBig(len(name), maxStepName))
+		return Invalid("name", "%s", units.TooBig(len(name), maxStepName))
 	case name == "." || name == "..":
 		return Invalid("name", "%q is not a step name", name)
 	}
@@ -363,7 +364,7 @@ func (c *Core) SubmitWorkflow(now time.Time, req ReqID, spec WorkflowSpec) {
 		return
 	}
 	if len(spec.Name) > c.cfg.MaxKindLen {
-		c.fail(req, Invalid("name", "%s", tooBig(len(spec.Name), c.cfg.MaxKindLen)))
+		c.fail(req, Invalid("name", "%s", units.TooBig(len(spec.Name), c.cfg.MaxKindLen)))
 		return
 	}
 	u := &unit{req: req, specs: make([]*fsm.Task, len(spec.Steps)), batch: true, wf: &wfUnit{name: spec.Name, key: spec.Key}}
@@ -520,7 +521,7 @@ func (c *Core) CompleteExternal(now time.Time, req ReqID, ref TaskRef, out Outco
 	switch out.Kind {
 	case OutcomeSuccess:
 		if len(out.Output) > c.cfg.MaxOutput {
-			c.fail(req, Invalid("output", "%s", tooBig(len(out.Output), c.cfg.MaxOutput)))
+			c.fail(req, Invalid("output", "%s", units.TooBig(len(out.Output), c.cfg.MaxOutput)))
 			return
 		}
 		c.finish(t, fsm.StatusSucceeded, slices.Clone(out.Output), "")

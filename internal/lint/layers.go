@@ -11,13 +11,14 @@ package lint
 //	webhook: a leaf (its wire format, signatures and deliverer) the cluster runs
 //	internal/tlsutil: a leaf that cluster, transport and client use
 //	internal/tracectx: a leaf (trace-context tags) that transport and client use
+//	internal/units: a leaf (sizes in words) that engine/core and the SDK's fake use
 //	internal/loophealth: a leaf that the engine's driver, cluster and
 //	transport run their background loops with
 var Layers = []Layer{
 	// The replicated state imports nothing of cronoq.
 	{Pkg: "fsm/..."},
 	// The deterministic core (with its cron package): the state's types.
-	{Pkg: "engine/core/...", May: []string{"fsm"}},
+	{Pkg: "engine/core/...", May: []string{"fsm", "internal/units"}},
 	// The driver and its in-memory log.
 	{Pkg: "engine/...", May: []string{"fsm", "engine/core/...", "internal/loophealth/..."}},
 	// The cluster: raft, gossip, the leader's terms.
@@ -38,7 +39,7 @@ var Layers = []Layer{
 	// The wire contract stands alone.
 	{Pkg: "api/..."},
 	// The SDK and what is built on it only.
-	{Pkg: "client/...", May: []string{"api/...", "internal/tlsutil", "internal/tracectx"}},
+	{Pkg: "client/...", May: []string{"api/...", "internal/tlsutil", "internal/tracectx", "internal/units"}},
 	{Pkg: "execworker/...", May: []string{"client"}},
 	{Pkg: "jepsen/...", May: []string{"api/...", "client"}},
 	// The web console reaches the cluster through the SDK only, as any
@@ -54,6 +55,8 @@ var Layers = []Layer{
 	{Pkg: "internal/tlsutil"},
 	// The trace-context tags and carrier the SDK and the server share.
 	{Pkg: "internal/tracectx"},
+	// Sizes in words, for the engine's refusals and its test fake's.
+	{Pkg: "internal/units"},
 	// Health and backoff of background loops, and its test clock.
 	{Pkg: "internal/loophealth/...", May: []string{"internal/loophealth"}},
 	{Pkg: "internal/lint"},

@@ -1,19 +1,21 @@
-package core
+// Package units words sizes for people, as the engine and its test fake
+// give them in refusals.
+package units
 
 import (
 	"fmt"
 	"strconv"
 )
 
-// tooBig is the reason a value of n bytes is refused under a limit of
+// TooBig is the reason a value of n bytes is refused under a limit of
 // limit bytes, for people: "1.05 MiB exceeds the limit of 1 MiB".
-func tooBig(n, limit int) string {
-	return fmt.Sprintf("%s exceeds the limit of %s", sizeWords(n), sizeWords(limit))
+func TooBig(n, limit int) string {
+	return fmt.Sprintf("%s exceeds the limit of %s", Words(n), Words(limit))
 }
 
-// sizeWords is n bytes in binary units, to two decimals at most: "300
+// Words is n bytes in binary units, to two decimals at most: "300
 // bytes", "64 KiB", "1.05 MiB".
-func sizeWords(n int) string {
+func Words(n int) string {
 	const unit = 1024
 	if n < unit {
 		if n == 1 {
