@@ -179,26 +179,7 @@ JSON output: {"name": "...", "removed": true|false}`)
 	if err := c.parse(s, args, 1); err != nil {
 		return err
 	}
-	name := c.args[0]
-	if name == "" {
-		return c.usageErr("empty schedule NAME")
-	}
-	removed, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (bool, error) { return cl.RemoveSchedule(ctx, name) })
-	if err != nil {
-		return err
-	}
-	if cf.out.json() {
-		return writeJSON(s.Stdout, struct {
-			Name    string `json:"name"`
-			Removed bool   `json:"removed"`
-		}{name, removed})
-	}
-	if removed {
-		_, err = fmt.Fprintf(s.Stdout, "schedule %s removed\n", name)
-	} else {
-		_, err = fmt.Fprintf(s.Stdout, "no schedule %s; nothing removed\n", name)
-	}
-	return err
+	return removeNamed(ctx, s, c, cf, "schedule", (*client.Client).RemoveSchedule)
 }
 
 func runRecurringPause(ctx context.Context, s stdio, args []string) error {
@@ -261,4 +242,31 @@ func workflowText(sc client.Schedule) string {
 		return name + " (1 step)"
 	}
 	return fmt.Sprintf("%s (%d steps)", name, len(sc.Steps))
+}
+
+// removeNamed is the body of an "rm NAME" command: it removes the object
+// (what: "schedule", "subscription") named by the one argument with rm and
+// prints {"name", "removed"}, or a line saying what happened.
+func removeNamed(ctx context.Context, s stdio, c *cmd, cf *clientFlags, what string,
+	rm func(cl *client.Client, ctx context.Context, name string) (bool, error)) error {
+	name := c.args[0]
+	if name == "" {
+		return c.usageErr("empty %s NAME", what)
+	}
+	removed, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (bool, error) { return rm(cl, ctx, name) })
+	if err != nil {
+		return err
+	}
+	if cf.out.json() {
+		return writeJSON(s.Stdout, struct {
+			Name    string `json:"name"`
+			Removed bool   `json:"removed"`
+		}{name, removed})
+	}
+	if removed {
+		_, err = fmt.Fprintf(s.Stdout, "%s %s removed\n", what, name)
+	} else {
+		_, err = fmt.Fprintf(s.Stdout, "no %s %s; nothing removed\n", what, name)
+	}
+	return err
 }

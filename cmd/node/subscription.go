@@ -188,26 +188,7 @@ JSON output: {"name": "...", "removed": true|false}`)
 	if err := c.parse(s, args, 1); err != nil {
 		return err
 	}
-	name := c.args[0]
-	if name == "" {
-		return c.usageErr("empty subscription NAME")
-	}
-	removed, err := dial(ctx, c, cf, func(ctx context.Context, cl *client.Client) (bool, error) { return cl.RemoveSubscription(ctx, name) })
-	if err != nil {
-		return err
-	}
-	if cf.out.json() {
-		return writeJSON(s.Stdout, struct {
-			Name    string `json:"name"`
-			Removed bool   `json:"removed"`
-		}{name, removed})
-	}
-	if removed {
-		_, err = fmt.Fprintf(s.Stdout, "subscription %s removed\n", name)
-	} else {
-		_, err = fmt.Fprintf(s.Stdout, "no subscription %s; nothing removed\n", name)
-	}
-	return err
+	return removeNamed(ctx, s, c, cf, "subscription", (*client.Client).RemoveSubscription)
 }
 
 // eventJSON is one line of `events -o json`. A workflow's own event has
