@@ -19,13 +19,14 @@ import (
 
 // blackhole accepts connections and never answers, as a leader cut off by
 // a partition looks to a node that had connected to it.
-func blackhole(t *testing.T) string {
+func blackhole(t *testing.T) (addr string, accepted <-chan struct{}) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var mu sync.Mutex
 	var conns []net.Conn
 	done := make(chan struct{})
+	first := make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
@@ -34,6 +35,9 @@ func blackhole(t *testing.T) string {
 				return
 			}
 			mu.Lock()
+			if len(conns) == 0 {
+				close(first)
+			}
 			conns = append(conns, c)
 			mu.Unlock()
 		}
@@ -47,7 +51,7 @@ func blackhole(t *testing.T) string {
 			_ = c.Close()
 		}
 	})
-	return ln.Addr().String()
+	return ln.Addr().String(), first
 }
 
 // A call a follower forwarded to a leader that was then cut off is
@@ -71,13 +75,19 @@ func TestForwardAbandonedForNewLeader(t *testing.T) {
 			startFake(t, newLeader, nil)
 
 			follower := newFakeBackend()
-			follower.leading, follower.leader, follower.leaderAddr = false, "n2", blackhole(t)
+			oldLeader, reached := blackhole(t)
+			follower.leading, follower.leader, follower.leaderAddr = false, "n2", oldLeader
 			hc, base := startFake(t, follower, func(s *Server) { s.cfg.HoldTimeout = 10 * time.Second })
 
 			elected := make(chan time.Time, 1)
 			go func() {
-				// The election, while the call hangs with the old leader.
-				time.Sleep(500 * time.Millisecond)
+				// The election, once the follower's forward hangs with
+				// the old leader.
+				select {
+				case <-reached:
+				case <-t.Context().Done():
+					return
+				}
 				follower.mu.Lock()
 				follower.leader, follower.leaderAddr = "n3", newLeader.addr
 				follower.mu.Unlock()
