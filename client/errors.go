@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"net"
 	"strings"
@@ -252,12 +251,7 @@ func classifyErr(err error) verdict {
 	// whose TLS handshake failed: this client refused the node's
 	// certificate, or the node refused the TLS session (a remote alert,
 	// such as a missing or unknown client certificate).
-	var oe *net.OpError
-	if errors.As(err, &oe) && (oe.Op == "dial" || oe.Op == "remote error") {
-		return notExecuted
-	}
-	var cve *tls.CertificateVerificationError
-	if errors.As(err, &cve) {
+	if isDialError(err) {
 		return notExecuted
 	}
 	var ae *APIError

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -38,8 +39,9 @@ func (e *UnreachableError) Error() string {
 func (e *UnreachableError) Is(target error) bool { return target == ErrUnreachable }
 
 // WithFailFast makes calls fail with an *UnreachableError once no address
-// has accepted a connection for d (every address refused it, or did not
-// resolve), instead of retrying until their ctx ends. An answer of any
+// has accepted a connection for d (every address refused it, did not
+// resolve, or refused the TLS session), instead of retrying until their
+// ctx ends. An answer of any
 // node, even an error, starts the period again. Default: off.
 func WithFailFast(d time.Duration) Option { return func(o *options) { o.failFast = d } }
 
@@ -59,11 +61,18 @@ type reachability struct {
 	noticedAt time.Time        // last notice of this outage (zero: none yet)
 }
 
-// isDialError reports whether err is a failure to connect at all (the
-// request never left).
+// isDialError reports whether err is a failure to connect at all: no
+// connection, or a TLS session that either side refused (a remote alert
+// such as a missing client certificate, or a node certificate this client
+// does not trust). The request never left, and trying the same address
+// again changes nothing until its address or certificates do.
 func isDialError(err error) bool {
 	var oe *net.OpError
-	return errors.As(err, &oe) && oe.Op == "dial"
+	if errors.As(err, &oe) && (oe.Op == "dial" || oe.Op == "remote error") {
+		return true
+	}
+	var cve *tls.CertificateVerificationError
+	return errors.As(err, &cve)
 }
 
 // DescribeDialError words a failure to connect for people: "connection

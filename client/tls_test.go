@@ -69,4 +69,9 @@ func TestTLSErrorsNotExecuted(t *testing.T) {
 	verify := &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}
 	require.Equal(t, notExecuted, classifyErr(verify))
 	require.Equal(t, uncertain, classifyErr(&net.OpError{Op: "read", Err: errors.New("connection reset")}))
+	// Nor can the same address take it later: it counts as not accepting
+	// connections (WithFailFast, the worker's warnings, health).
+	require.True(t, isDialError(remote))
+	require.True(t, isDialError(verify))
+	require.False(t, isDialError(&net.OpError{Op: "read", Err: errors.New("connection reset")}))
 }

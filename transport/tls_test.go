@@ -136,12 +136,16 @@ func TestTLSVerifyIncoming(t *testing.T) {
 		_, err = sdk(t, ca.ClientTLS(false), f, leader).Get(ctxT(t, 2*time.Second), id)
 		require.Error(t, err)
 		// The node's refusal is what the caller sees, and a write it
-		// refused is known not to have run. The client tries a refused
-		// TLS session again (another node may take it) until it sees that
-		// no address takes its connections; a deadline that cut an
-		// attempt short first would leave that attempt's outcome unknown,
-		// so the deadline is well past that point.
-		_, err = sdk(t, ca.ClientTLS(false), f).Submit(ctxT(t, 10*time.Second), client.TaskSpec{Template: client.Template{Pool: "p", Kind: "echo"}})
+		// refused is known not to have run. A client that gives up when
+		// no address takes its connections (as the CLI does) counts a
+		// refused TLS session as one, and stops with the refusal well
+		// before its deadline, which therefore never cuts an attempt.
+		failFast, err := client.New([]string{f.Addr()}, client.WithTLS(ca.ClientTLS(false)), client.WithTimeout(2*time.Second),
+			client.WithBackoff(10*time.Millisecond, 100*time.Millisecond), client.WithFailFast(500*time.Millisecond))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = failFast.Close() })
+		_, err = failFast.Submit(ctxT(t, 10*time.Second), client.TaskSpec{Template: client.Template{Pool: "p", Kind: "echo"}})
+		require.ErrorIs(t, err, client.ErrUnreachable)
 		require.ErrorContains(t, err, "tls: certificate required")
 		require.NotErrorIs(t, err, client.ErrOutcomeUnknown)
 
