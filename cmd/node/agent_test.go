@@ -399,17 +399,28 @@ func (w *syncWriter) String() string {
 // free ports on 127.0.0.1, and the HTTP address.
 func agentPorts(t testing.TB) ([]string, string) {
 	t.Helper()
+	// Every listener is held until all three ports are picked: a port
+	// closed at once can be handed out again by the next Listen, and the
+	// agent then refuses two roles on one address.
 	var ports []int
+	var held []net.Listener
+	defer func() {
+		for _, ln := range held {
+			_ = ln.Close()
+		}
+	}()
 	for len(ports) < 3 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		port := ln.Addr().(*net.TCPAddr).Port
 		pc, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		_ = ln.Close()
-		if err == nil {
-			_ = pc.Close()
-			ports = append(ports, port)
+		if err != nil {
+			_ = ln.Close()
+			continue
 		}
+		_ = pc.Close()
+		held = append(held, ln)
+		ports = append(ports, port)
 	}
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	return []string{
