@@ -167,7 +167,7 @@ jepsen-selftest: jepsen-build
 BENCH     := bin/cronoq-bench
 BENCHARGS ?=
 
-.PHONY: bench-build bench-quick bench-compare bench-core
+.PHONY: bench-build bench-quick bench-compare bench-longhaul bench-core
 
 bench-build: build
 	cd bench && $(GO) build -trimpath -o ../$(BENCH) .
@@ -180,6 +180,12 @@ bench-quick: bench-build
 ## (about 50 minutes on 2 cores).
 bench-compare: bench-build
 	./$(BENCH) $(BENCHARGS)
+
+## bench-longhaul: one hour at 2,000 tasks/s with a ten-minute retention,
+## sampling every node and stopping a follower twice so that it is caught up
+## by an installed snapshot (longhaul.md, .json, .svg).
+bench-longhaul: bench-build
+	./$(BENCH) -long-haul $(or $(LONGHAUL),1h) $(BENCHARGS)
 
 ## bench-core: the engine's own benchmarks, without a network or a disk:
 ## BenchmarkLifecycle (submit, dispatch and complete through the core, the

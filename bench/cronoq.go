@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"encoding/binary"
@@ -62,6 +63,13 @@ type cronoqSys struct {
 	// (system cronoq-sub), by sub.
 	subscribe bool
 	sub       *subConsumer
+
+	// extraArgs are added to every agent's arguments, and logLevel (default
+	// warn) is their -log-level; args are each node's arguments as started,
+	// for restartNode.
+	extraArgs []string
+	logLevel  string
+	args      [][]string
 }
 
 func (s *cronoqSys) Name() string {
@@ -174,7 +182,7 @@ func (s *cronoqSys) Start(ctx context.Context, dir string) error {
 			"-raft-addr", fmt.Sprintf("127.0.0.1:%d", ports[i*3+1]),
 			"-gossip-addr", fmt.Sprintf("127.0.0.1:%d", ports[i*3+2]),
 			"-bootstrap-expect", "3",
-			"-log-level", "warn",
+			"-log-level", cmp.Or(s.logLevel, "warn"),
 		}, join...)
 		if s.env.opts.profile > 0 {
 			args = append(args, "-enable-debug")
@@ -182,11 +190,13 @@ func (s *cronoqSys) Start(ctx context.Context, dir string) error {
 		if s.sec != nil {
 			args = append(args, s.sec.agentArgs()...)
 		}
+		args = append(args, s.extraArgs...)
 		p, err := s.env.procs.start("cronoq-"+id, logPath(dir, "cronoq-"+id), nil, nil, s.env.opts.cronoqBin, args...)
 		if err != nil {
 			return err
 		}
 		s.nodes = append(s.nodes, p)
+		s.args = append(s.args, args)
 		s.http = append(s.http, httpAddr)
 	}
 	if err := s.waitReady(ctx); err != nil {
@@ -211,6 +221,24 @@ func (s *cronoqSys) Start(ctx context.Context, dir string) error {
 		}
 		s.sub = sub
 	}
+	return nil
+}
+
+// stopNode stops node i (0-based) with SIGTERM, as an operator would; its
+// data dir is kept.
+func (s *cronoqSys) stopNode(i int) error {
+	return s.env.procs.stop(s.nodes[i], syscall.SIGTERM, 30*time.Second)
+}
+
+// startNode starts node i again with the arguments it was first started
+// with: it comes back with its data dir and rejoins.
+func (s *cronoqSys) startNode(i int) error {
+	id := fmt.Sprintf("n%d", i+1)
+	p, err := s.env.procs.start("cronoq-"+id, logPath(s.dir, "cronoq-"+id), nil, nil, s.env.opts.cronoqBin, s.args[i]...)
+	if err != nil {
+		return err
+	}
+	s.nodes[i] = p
 	return nil
 }
 

@@ -60,6 +60,13 @@ type options struct {
 	asynqCheck  time.Duration
 	riverConns  int
 	profile     time.Duration
+
+	// The long haul (-long-haul), run instead of the workloads.
+	longHaul    time.Duration
+	lhRate      int
+	lhRetention time.Duration
+	lhSample    time.Duration
+	lhOutage    time.Duration
 }
 
 const usage = `Usage: cronoq-bench [-quick] [flags]
@@ -119,6 +126,12 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.asynqCheck, "asynq-task-check-interval", time.Second, "asynq Config.TaskCheckInterval (library default 1s)")
 	fs.IntVar(&o.riverConns, "river-pool", 32, "River: pgx pool size")
 	fs.DurationVar(&o.profile, "profile", 0, "record CPU profiles of the servers (cronoq: every node, with -enable-debug) and of this process for this `LONG` from the start of W1's burn-down, of W3's window and of W4's submit, into profiles/<cell>/ of the results (0 = off)")
+	fs.DurationVar(&o.longHaul, "long-haul", 0, "run the long haul instead of the workloads, for `DUR` (cronoq only; make bench-longhaul runs it for 1h): -long-haul-rate tasks/s open loop with -long-haul-retention, "+
+		"sampling every node's RSS, heap, GC pauses and applied index, and stopping a follower for -long-haul-outage at a third and two thirds of the run; writes longhaul.md, .json and .svg (0 = off)")
+	fs.IntVar(&o.lhRate, "long-haul-rate", 2000, "long haul: offered tasks/s")
+	fs.DurationVar(&o.lhRetention, "long-haul-retention", 10*time.Minute, "long haul: the agents' -retention")
+	fs.DurationVar(&o.lhSample, "long-haul-sample", 10*time.Second, "long haul: how often every node is sampled")
+	fs.DurationVar(&o.lhOutage, "long-haul-outage", 4*time.Minute, "long haul: how long a follower stays stopped, twice (long enough for the leader to snapshot and compact past it, so that it is caught up by an installed snapshot)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -146,6 +159,17 @@ func parseFlags(args []string) (options, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.longHaul > 0 {
+		o.systems, o.workloads = []string{"cronoq"}, nil
+		switch {
+		case o.lhRate < 1:
+			return o, errors.New("-long-haul-rate must be positive")
+		case o.lhSample <= 0 || o.lhRetention <= 0 || o.lhOutage < 0:
+			return o, errors.New("-long-haul-sample and -long-haul-retention must be positive, -long-haul-outage not negative")
+		case o.lhOutage*3 >= o.longHaul:
+			return o, errors.New("-long-haul-outage must be under a third of -long-haul")
+		}
+	}
 	if o.quick {
 		if !set["runs"] {
 			o.runs = 3
@@ -308,6 +332,11 @@ func run(o options) (err error) {
 	}
 	rep.Fsync = fs
 	prog.note("fsync latency on %s (%s): p50 %.2f ms, p99 %.2f ms (%d × 4 KiB write+fsync)", fs.FS, fs.Dir, fs.P50ms, fs.P99ms, fs.Samples)
+
+	if o.longHaul > 0 {
+		prog.note("long haul: %d tasks/s for %s, retention %s", o.lhRate, o.longHaul, o.lhRetention)
+		return runLongHaul(ctx, env, fs)
+	}
 
 	cells := plan(o)
 	planned := map[string]bool{}
