@@ -101,9 +101,9 @@ func (s *asynqSys) taskCheck() time.Duration {
 // Settings are the settings of the system, default and changed, for the
 // report.
 func (s *asynqSys) Settings() []Setting {
-	check := s.taskCheck().String()
-	if !s.tuned && s.taskCheck() == time.Second {
-		check += " (default)"
+	check := s.taskCheck().String() + " (idle wait TaskCheckInterval/2 + jitter in [0, TaskCheckInterval); no minimum, 0 or less means 1s)"
+	if s.taskCheck() == time.Second {
+		check = "1s (default; idle wait 0.5–1.5 s)"
 	}
 	pool := "10 × GOMAXPROCS (go-redis default)"
 	if p := s.serverPool(); p > 0 {
@@ -113,7 +113,7 @@ func (s *asynqSys) Settings() []Setting {
 		{"Redis", fmt.Sprintf("--appendonly yes --appendfsync %s --save \"\" (no RDB snapshots), defaults otherwise", s.fsync)},
 		{"Concurrency", strconv.Itoa(s.env.opts.concurrency)},
 		{"Queues", "one (" + asynqQueue + ")"},
-		{"TaskCheckInterval", check + " (idle wait TaskCheckInterval/2 + jitter in [0, TaskCheckInterval))"},
+		{"TaskCheckInterval", check},
 		{"server go-redis PoolSize", pool},
 		{"client go-redis PoolSize", fmt.Sprintf("%d (W2's default callers; go-redis default 10 × GOMAXPROCS)", asynqClientPool)},
 		{"DelayedTaskCheckInterval / HealthCheckInterval / JanitorInterval", "5s / 15s / 8s (defaults; no scheduled, retried or retained tasks here)"},

@@ -87,6 +87,12 @@ func renderChart(rep *Report) string {
 			w(`<text x="%d" y="%.1f" font-size="%d" text-anchor="end" fill="#4a5568">%s</text>`+"\n", lx0-6, y(v)+4, tick, fmtNum(jf(v)))
 		}
 		slot := float64(lx1-lx0) / float64(len(bars))
+		longest := 0
+		for _, br := range bars {
+			longest = max(longest, len(br.name))
+		}
+		// Level labels need about 7 px a character at 11 px.
+		slanted := slot < 7*float64(longest)
 		for i, br := range bars {
 			cx := float64(lx0) + slot*(float64(i)+0.5)
 			bw := slot * 0.6
@@ -114,7 +120,7 @@ func renderChart(rep *Report) string {
 			if br.sublabel != "" {
 				copies += ", " + br.sublabel
 			}
-			if len(bars) > 5 {
+			if slanted {
 				// Too many bars for level labels: one slanted line each.
 				w(`<text x="%.1f" y="%d" font-size="10" text-anchor="end" transform="rotate(-30 %.1f %d)">%s <tspan fill="#4a5568">(%s)</tspan></text>`+"\n",
 					cx+4, bottom+14, cx+4, bottom+14, html.EscapeString(label), copies)

@@ -186,5 +186,19 @@ func (s *cronoqSys) ElectionSample(ctx context.Context) (map[string]nodeElection
 		}
 		out[name] = ne
 	}
-	return out, nil
+	return out, checkSample(out)
+}
+
+// checkSample refuses a sample in which no node has ever won an election:
+// a cluster with a leader has had one, so raft's counters are not being
+// exported and a count of 0 would mean nothing.
+func checkSample(sample map[string]nodeElections) error {
+	won := 0.0
+	for _, ne := range sample {
+		won += ne.Won
+	}
+	if won < 1 {
+		return fmt.Errorf("no node reports %s above 0: raft's telemetry is not exported, so elections cannot be counted", metricLeader)
+	}
+	return nil
 }

@@ -70,7 +70,9 @@ const usage = `Usage: cronoq-bench [-quick] [flags]
 Runs cronoq, River (PostgreSQL, synchronous_commit=on), asynq (Redis AOF with
 appendfsync always and everysec) and a bare three-node hashicorp/raft cluster
 through the same workloads on this machine, and writes report.md, report.json
-and chart.svg under -out/<timestamp>/ (and -out/latest).
+and chart.svg under -out/<timestamp>/ (and -out/latest). River and asynq run
+twice: with their library defaults and tuned (river-tuned, asynq-always-tuned,
+asynq-everysec-tuned: the -river-tuned-* and -asynq-tuned-* flags).
 
   W1  burn-down: pre-insert N no-op tasks (256-byte payloads), then start the
       workers; rate = N / (worker start -> last durable completion)

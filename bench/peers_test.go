@@ -86,7 +86,7 @@ func TestPeerSettingsStateDefaultsAndTuning(t *testing.T) {
 
 	asq, _ := newSystem(env, "asynq-everysec")
 	asqT, _ := newSystem(env, "asynq-everysec-tuned")
-	require.True(t, strings.HasPrefix(setting(asq, "TaskCheckInterval"), "1s (default)"))
+	require.Equal(t, "1s (default; idle wait 0.5–1.5 s)", setting(asq, "TaskCheckInterval"))
 	require.True(t, strings.HasPrefix(setting(asqT, "TaskCheckInterval"), "10ms "))
 	require.Equal(t, "10 × GOMAXPROCS (go-redis default)", setting(asq, "server go-redis PoolSize"))
 	require.Equal(t, "1024 (one per handler slot)", setting(asqT, "server go-redis PoolSize"))
@@ -130,6 +130,11 @@ func TestParseElections(t *testing.T) {
 	require.ErrorContains(t, err, "cronoq_leader_changes_total")
 	_, err = parseElections(strings.NewReader("cronoq_epoch x\ncronoq_leader_changes_total 0\n"))
 	require.Error(t, err)
+}
+
+func TestSampleWithoutRaftTelemetryIsRefused(t *testing.T) {
+	require.NoError(t, checkSample(map[string]nodeElections{"n1": {Candidacies: 1, Won: 1}, "n2": {}, "n3": {}}))
+	require.ErrorContains(t, checkSample(map[string]nodeElections{"n1": {Epoch: 1}, "n2": {}, "n3": {}}), metricLeader)
 }
 
 func TestCountElections(t *testing.T) {

@@ -302,7 +302,8 @@ func renderMarkdown(rep *Report) string {
 	w("**Disk fsync latency** (%d × 4 KiB write + fsync on %s, the filesystem of every server's data): **p50 %.2f ms, p99 %.2f ms** (max %.2f ms).\n\n",
 		f.Samples, f.FS, f.P50ms, f.P99ms, f.MaxMs)
 	w("**Copies**: cronoq keeps **three** copies of every acknowledged write (a 3-node raft cluster, fsync on every node, acknowledged once a majority has it); " +
-		"River and asynq keep **one** (one PostgreSQL or Redis server). asynq-everysec acknowledges before its fsync. " +
+		"River and asynq keep **one** (one PostgreSQL or Redis server). asynq-everysec(-tuned) acknowledges before its fsync. " +
+		"The peers run with their library defaults and, in the *-tuned rows, tuned for latency and throughput (see \"Peer settings\"). " +
 		"Every server, client and worker runs on this one machine, so the three cronoq nodes share its CPUs and disk.\n\n")
 	w("Runs per cell: %v; systems alternated (the order rotates every run); each cell starts its servers from empty data dirs. Numbers are the median over the runs, with the spread (min–max) beside them. Payloads are %d bytes; workers are no-ops with %v slots per system.\n\n",
 		rep.Options["runs"], PayloadSize, rep.Options["worker_concurrency"])
