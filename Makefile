@@ -172,12 +172,12 @@ BENCHARGS ?=
 bench-build: build
 	cd bench && $(GO) build -trimpath -o ../$(BENCH) .
 
-## bench-quick: W1 at 20,000 tasks, three runs per system (under 3 minutes).
+## bench-quick: W1 at 20,000 tasks, three runs per system (about 4 minutes).
 bench-quick: bench-build
 	./$(BENCH) -quick $(BENCHARGS)
 
 ## bench-compare: every workload, three runs per cell, systems alternated
-## (about 50 minutes on 2 cores).
+## (about 90 minutes on 2 cores with the default and tuned peers).
 bench-compare: bench-build
 	./$(BENCH) $(BENCHARGS)
 

@@ -18,10 +18,12 @@ import (
 const asynqQueue = "bench"
 
 // asynqSys is asynq on a single Redis server with the append-only file on,
-// fsync'd on every write (always) or once a second (everysec).
+// fsync'd on every write (always) or once a second (everysec), with the
+// library's defaults or, tuned (asynq-*-tuned), with those of asynqTuning.
 type asynqSys struct {
 	env    *Env
 	fsync  string // always | everysec
+	tuned  bool
 	dir    string
 	redis  *proc
 	addr   string
@@ -32,7 +34,12 @@ type asynqSys struct {
 	logf   *os.File
 }
 
-func (s *asynqSys) Name() string  { return "asynq-" + s.fsync }
+func (s *asynqSys) Name() string {
+	if s.tuned {
+		return "asynq-" + s.fsync + "-tuned"
+	}
+	return "asynq-" + s.fsync
+}
 func (s *asynqSys) Batches() bool { return false }
 func (s *asynqSys) Copies() int   { return 1 }
 func (s *asynqSys) Durability() string {
@@ -41,11 +48,83 @@ func (s *asynqSys) Durability() string {
 	}
 	return "acknowledged before fsync: Redis fsyncs its AOF once a second (appendfsync everysec), so a crash loses up to ~1 s of acknowledged writes; one server"
 }
-func (s *asynqSys) Config() string {
-	return fmt.Sprintf("Redis (Debian) with --appendonly yes --appendfsync %s --save \"\" (no RDB snapshots), defaults otherwise; "+
-		"asynq server Concurrency %d, one queue, TaskCheckInterval %s, library defaults otherwise; enqueue with Client.Enqueue (asynq has no batch enqueue)",
-		s.fsync, s.env.opts.concurrency, s.env.opts.asynqCheck)
+
+// asynqTuning is what the asynq-*-tuned systems change from asynq's
+// defaults, for low latency and high throughput, after the libraries'
+// documentation:
+//
+//   - TaskCheckInterval: asynq's Config docs: "the interval between checks
+//     for new tasks to process when all queues are empty", default 1 s,
+//     "setting this value too low may add significant load to redis". The
+//     processor dequeues one task at a time and, finding every queue
+//     empty, sleeps TaskCheckInterval/2 plus a random jitter below
+//     TaskCheckInterval (processor.go), so the idle wait averages the
+//     interval; asynq enforces no minimum but replaces zero or a negative
+//     value by 1 s. Tuned: -asynq-tuned-task-check-interval (10 ms), about
+//     100 dequeue scripts a second when idle.
+//   - Concurrency: the benchmark's -concurrency (1024) like every system.
+//   - go-redis PoolSize of the server's client: go-redis's default is
+//     10 × GOMAXPROCS, and at most PoolSize commands are in flight (a
+//     semaphore of PoolSize in its pool): with 1024 handlers each sending
+//     its "done" script, the default makes them queue for a connection.
+//     Tuned: one connection per handler (-asynq-tuned-pool, 0 = the
+//     concurrency), so every completion is in flight at once and Redis
+//     takes them in one event-loop pass (one AOF write, and one fsync with
+//     appendfsync always, for all of them).
+//
+// The enqueue side's client has 64 connections in every asynq row (one
+// per W2 caller, -w2-concurrency); asynq has no batch enqueue.
+type asynqTuning struct {
+	taskCheckInterval time.Duration
+	pool              int
 }
+
+// serverPool is the go-redis PoolSize of the server's (worker side)
+// client; 0 is go-redis's default.
+func (s *asynqSys) serverPool() int {
+	if !s.tuned {
+		return 0
+	}
+	if p := s.env.opts.asynqTuned.pool; p > 0 {
+		return p
+	}
+	return s.env.opts.concurrency
+}
+
+func (s *asynqSys) taskCheck() time.Duration {
+	if s.tuned {
+		return s.env.opts.asynqTuned.taskCheckInterval
+	}
+	return s.env.opts.asynqCheck
+}
+
+// Settings are the settings of the system, default and changed, for the
+// report.
+func (s *asynqSys) Settings() []Setting {
+	check := s.taskCheck().String() + " (idle wait TaskCheckInterval/2 + jitter in [0, TaskCheckInterval); no minimum, 0 or less means 1s)"
+	if s.taskCheck() == time.Second {
+		check = "1s (default; idle wait 0.5–1.5 s)"
+	}
+	pool := "10 × GOMAXPROCS (go-redis default)"
+	if p := s.serverPool(); p > 0 {
+		pool = strconv.Itoa(p) + " (one per handler slot)"
+	}
+	return []Setting{
+		{"Redis", fmt.Sprintf("--appendonly yes --appendfsync %s --save \"\" (no RDB snapshots), defaults otherwise", s.fsync)},
+		{"Concurrency", strconv.Itoa(s.env.opts.concurrency)},
+		{"Queues", "one (" + asynqQueue + ")"},
+		{"TaskCheckInterval", check},
+		{"server go-redis PoolSize", pool},
+		{"client go-redis PoolSize", fmt.Sprintf("%d (W2's default callers; go-redis default 10 × GOMAXPROCS)", asynqClientPool)},
+		{"DelayedTaskCheckInterval / HealthCheckInterval / JanitorInterval", "5s / 15s / 8s (defaults; no scheduled, retried or retained tasks here)"},
+		{"enqueue", "Client.Enqueue with a TaskID (asynq has no batch enqueue)"},
+	}
+}
+
+// asynqClientPool is the go-redis PoolSize of the enqueue side.
+const asynqClientPool = 64
+
+func (s *asynqSys) Config() string { return settingsString(s.Settings()) }
 
 func (s *asynqSys) ServerPIDs() []int {
 	if s.redis == nil {
@@ -80,7 +159,7 @@ func (s *asynqSys) Start(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	s.rc = redis.NewClient(&redis.Options{Addr: s.addr, PoolSize: 64})
+	s.rc = redis.NewClient(&redis.Options{Addr: s.addr, PoolSize: asynqClientPool})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if done, werr := s.redis.exited(); done {
@@ -121,12 +200,12 @@ func (s *asynqSys) EnqueueBatch(context.Context, []int) error { return errNoBatc
 // back: Redis answers only after the AOF write (and, with appendfsync
 // always, its fsync). A go-redis hook on the server's connection sees it.
 func (s *asynqSys) StartWorkers(ctx context.Context, h Hooks) error {
-	s.wc = redis.NewClient(&redis.Options{Addr: s.addr})
+	s.wc = redis.NewClient(&redis.Options{Addr: s.addr, PoolSize: s.serverPool()})
 	s.wc.AddHook(doneHook{done: h.Done})
 	s.srv = asynq.NewServerFromRedisClient(s.wc, asynq.Config{
 		Concurrency:       s.env.opts.concurrency,
 		Queues:            map[string]int{asynqQueue: 1},
-		TaskCheckInterval: s.env.opts.asynqCheck,
+		TaskCheckInterval: s.taskCheck(),
 		ShutdownTimeout:   10 * time.Second,
 		Logger:            fileLogger{log.New(s.logf, "", log.LstdFlags|log.Lmicroseconds)},
 		LogLevel:          asynq.WarnLevel,

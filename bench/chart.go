@@ -8,13 +8,16 @@ import (
 )
 
 var sysColor = map[string]string{
-	"cronoq":         "#2b6cb0",
-	"cronoq-secure":  "#2c5282",
-	"cronoq-sub":     "#4299e1",
-	"river":          "#c05621",
-	"asynq-always":   "#9b2c2c",
-	"asynq-everysec": "#e53e3e",
-	"raft":           "#718096",
+	"cronoq":               "#2b6cb0",
+	"cronoq-secure":        "#2c5282",
+	"cronoq-sub":           "#4299e1",
+	"river":                "#c05621",
+	"river-tuned":          "#f6ad55",
+	"asynq-always":         "#9b2c2c",
+	"asynq-always-tuned":   "#b83280",
+	"asynq-everysec":       "#e53e3e",
+	"asynq-everysec-tuned": "#fbb6ce",
+	"raft":                 "#718096",
 }
 
 // renderChart draws chart.svg: W1 throughput per system (median bar,
@@ -22,7 +25,7 @@ var sysColor = map[string]string{
 // system and offered rate (p50 solid, p99 light, log scale).
 func renderChart(rep *Report) string {
 	const (
-		W, H            = 1120, 480
+		W, H            = 1120, 540
 		top, bottom     = 60, 390
 		lx0, lx1        = 70, 500
 		rx0, rx1        = 600, 1090
@@ -84,6 +87,12 @@ func renderChart(rep *Report) string {
 			w(`<text x="%d" y="%.1f" font-size="%d" text-anchor="end" fill="#4a5568">%s</text>`+"\n", lx0-6, y(v)+4, tick, fmtNum(jf(v)))
 		}
 		slot := float64(lx1-lx0) / float64(len(bars))
+		longest := 0
+		for _, br := range bars {
+			longest = max(longest, len(br.name))
+		}
+		// Level labels need about 7 px a character at 11 px.
+		slanted := slot < 7*float64(longest)
 		for i, br := range bars {
 			cx := float64(lx0) + slot*(float64(i)+0.5)
 			bw := slot * 0.6
@@ -104,7 +113,6 @@ func renderChart(rep *Report) string {
 			if br.name == "raft" {
 				label = "bare raft"
 			}
-			w(`<text x="%.1f" y="%d" font-size="%d" text-anchor="middle">%s</text>`+"\n", cx, bottom+16, tick, html.EscapeString(label))
 			copies := "1 copy"
 			if isCronoq(br.name) || br.name == "raft" {
 				copies = "3 copies"
@@ -112,6 +120,13 @@ func renderChart(rep *Report) string {
 			if br.sublabel != "" {
 				copies += ", " + br.sublabel
 			}
+			if slanted {
+				// Too many bars for level labels: one slanted line each.
+				w(`<text x="%.1f" y="%d" font-size="10" text-anchor="end" transform="rotate(-30 %.1f %d)">%s <tspan fill="#4a5568">(%s)</tspan></text>`+"\n",
+					cx+4, bottom+14, cx+4, bottom+14, html.EscapeString(label), copies)
+				continue
+			}
+			w(`<text x="%.1f" y="%d" font-size="%d" text-anchor="middle">%s</text>`+"\n", cx, bottom+16, tick, html.EscapeString(label))
 			w(`<text x="%.1f" y="%d" font-size="10" text-anchor="middle" fill="#4a5568">%s</text>`+"\n", cx, bottom+30, copies)
 		}
 		w(`<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#1a202c"/>`+"\n", lx0, lx1, bottom, bottom)
@@ -185,9 +200,9 @@ func renderChart(rep *Report) string {
 	}
 
 	// Legend.
-	x := lx0
+	x, ly := lx0, H-50
 	for _, name := range allSystems {
-		if (name == "cronoq-secure" || name == "cronoq-sub") && !hasSystem(rep, name) {
+		if !hasSystem(rep, name) {
 			continue
 		}
 		label := name
@@ -203,8 +218,12 @@ func renderChart(rep *Report) string {
 		default:
 			label = name + " (1 copy)"
 		}
-		w(`<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d" font-size="12">%s</text>`+"\n", x, H-40, sysColor[name], x+16, H-30, label)
-		x += 16 + 8*len(label) + 20
+		width := 16 + 7*len(label) + 20
+		if x+width > W && x > lx0 {
+			x, ly = lx0, ly+22
+		}
+		w(`<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d" font-size="12">%s</text>`+"\n", x, ly, sysColor[name], x+16, ly+10, label)
+		x += width
 	}
 	w("</svg>\n")
 	return b.String()

@@ -117,7 +117,7 @@ func (e *Env) needs() map[string]bool {
 	n := map[string]bool{}
 	for _, c := range plan(e.opts) {
 		switch {
-		case c.system == "river":
+		case strings.HasPrefix(c.system, "river"):
 			n["postgresql"] = true
 		case strings.HasPrefix(c.system, "asynq"):
 			n["redis-server"] = true

@@ -59,7 +59,10 @@ type options struct {
 	noInstall   bool
 	asynqCheck  time.Duration
 	riverConns  int
-	profile     time.Duration
+	// The tuned peers' settings (river-tuned, asynq-*-tuned).
+	riverTuned riverTuning
+	asynqTuned asynqTuning
+	profile    time.Duration
 
 	// The long haul (-long-haul), run instead of the workloads.
 	longHaul    time.Duration
@@ -74,7 +77,9 @@ const usage = `Usage: cronoq-bench [-quick] [flags]
 Runs cronoq, River (PostgreSQL, synchronous_commit=on), asynq (Redis AOF with
 appendfsync always and everysec) and a bare three-node hashicorp/raft cluster
 through the same workloads on this machine, and writes report.md, report.json
-and chart.svg under -out/<timestamp>/ (and -out/latest).
+and chart.svg under -out/<timestamp>/ (and -out/latest). River and asynq run
+twice: with their library defaults and tuned (river-tuned, asynq-always-tuned,
+asynq-everysec-tuned: the -river-tuned-* and -asynq-tuned-* flags).
 
   W1  burn-down: pre-insert N no-op tasks (256-byte payloads), then start the
       workers; rate = N / (worker start -> last durable completion)
@@ -125,6 +130,11 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.noInstall, "no-install", false, "do not install missing Debian packages")
 	fs.DurationVar(&o.asynqCheck, "asynq-task-check-interval", time.Second, "asynq Config.TaskCheckInterval (library default 1s)")
 	fs.IntVar(&o.riverConns, "river-pool", 32, "River: pgx pool size")
+	fs.DurationVar(&o.riverTuned.fetchCooldown, "river-tuned-fetch-cooldown", 2*time.Millisecond, "river-tuned: Config.FetchCooldown (library default 100ms, minimum 1ms)")
+	fs.DurationVar(&o.riverTuned.fetchPollInterval, "river-tuned-fetch-poll-interval", 20*time.Millisecond, "river-tuned: Config.FetchPollInterval (library default 1s, minimum 1ms, not below the cooldown)")
+	fs.IntVar(&o.riverTuned.pool, "river-tuned-pool", 80, "river-tuned: pgx pool size (W2's 64 callers plus 16 for River's own connections)")
+	fs.DurationVar(&o.asynqTuned.taskCheckInterval, "asynq-tuned-task-check-interval", 10*time.Millisecond, "asynq-*-tuned: Config.TaskCheckInterval (library default 1s; must be positive)")
+	fs.IntVar(&o.asynqTuned.pool, "asynq-tuned-pool", 0, "asynq-*-tuned: go-redis PoolSize of the server's client (0: one per handler slot, -concurrency)")
 	fs.DurationVar(&o.profile, "profile", 0, "record CPU profiles of the servers (cronoq: every node, with -enable-debug) and of this process for this `LONG` from the start of W1's burn-down, of W3's window and of W4's submit, into profiles/<cell>/ of the results (0 = off)")
 	fs.DurationVar(&o.longHaul, "long-haul", 0, "run the long haul instead of the workloads, for `DUR` (cronoq only; make bench-longhaul runs it for 1h): -long-haul-rate tasks/s open loop with -long-haul-retention, "+
 		"sampling every node's RSS, heap, GC pauses and applied index, and stopping a follower for -long-haul-outage at a third and two thirds of the run; writes longhaul.md, .json and .svg (0 = off)")
@@ -193,6 +203,16 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-w1-ordering-keys needs -systems cronoq (or cronoq-secure): the other systems have no ordering keys")
 	case o.profile < 0:
 		return o, errors.New("-profile must not be negative")
+	case o.riverTuned.fetchCooldown < riverMinInterval || o.riverTuned.fetchPollInterval < riverMinInterval:
+		return o, fmt.Errorf("-river-tuned-fetch-cooldown and -river-tuned-fetch-poll-interval must be at least %s (River's minimum)", riverMinInterval)
+	case o.riverTuned.fetchPollInterval < o.riverTuned.fetchCooldown:
+		return o, errors.New("-river-tuned-fetch-poll-interval must not be shorter than -river-tuned-fetch-cooldown (River refuses it)")
+	case o.riverTuned.pool < 1 || o.riverConns < 1:
+		return o, errors.New("-river-pool and -river-tuned-pool must be positive")
+	case o.asynqCheck <= 0 || o.asynqTuned.taskCheckInterval <= 0:
+		return o, errors.New("-asynq-task-check-interval and -asynq-tuned-task-check-interval must be positive (asynq replaces anything else by 1s)")
+	case o.asynqTuned.pool < 0:
+		return o, errors.New("-asynq-tuned-pool must not be negative")
 	}
 	return o, nil
 }
@@ -351,7 +371,11 @@ func run(o options) (err error) {
 		if err != nil {
 			return err
 		}
-		rep.Systems = append(rep.Systems, SystemInfo{Name: sys.Name(), Copies: sys.Copies(), Durability: sys.Durability(), Config: sys.Config()})
+		info := SystemInfo{Name: sys.Name(), Copies: sys.Copies(), Durability: sys.Durability(), Config: sys.Config()}
+		if st, ok := sys.(settinger); ok {
+			info.Settings = st.Settings()
+		}
+		rep.Systems = append(rep.Systems, info)
 	}
 	prog.setCells(len(cells))
 	for i, c := range cells {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -38,10 +39,11 @@ type Report struct {
 
 // SystemInfo describes a system as measured.
 type SystemInfo struct {
-	Name       string `json:"name"`
-	Copies     int    `json:"copies"`
-	Durability string `json:"durability"`
-	Config     string `json:"config"`
+	Name       string    `json:"name"`
+	Copies     int       `json:"copies"`
+	Durability string    `json:"durability"`
+	Config     string    `json:"config"`
+	Settings   []Setting `json:"settings,omitempty"`
 }
 
 // Stat is the median and spread of one metric over the runs.
@@ -87,6 +89,10 @@ func reportOptions(o options) map[string]any {
 		"w3_rates": o.w3Rates, "w3_duration": o.w3Duration.String(), "w3_drain": o.w3Drain.String(),
 		"w3_submitters": o.w3Submitters, "w4_children": o.w4Children,
 		"raft_duration": o.raftDuration.String(), "raft_inflight": o.raftInflight,
+		"river_pool": o.riverConns, "asynq_task_check_interval": o.asynqCheck.String(),
+		"river_tuned_fetch_cooldown": o.riverTuned.fetchCooldown.String(), "river_tuned_fetch_poll_interval": o.riverTuned.fetchPollInterval.String(),
+		"river_tuned_pool": o.riverTuned.pool, "asynq_tuned_task_check_interval": o.asynqTuned.taskCheckInterval.String(),
+		"asynq_tuned_pool": o.asynqTuned.pool,
 	}
 }
 
@@ -144,6 +150,9 @@ func summarize(rep *Report) {
 				add("seconds", c.W1.Seconds)
 				add("pre_insert_tasks_per_s", c.W1.PreInsertRate)
 				add("server_cpu_us_per_task", c.ServerCPUs/float64(c.W1.Tasks)*1e6)
+				if e := c.W1.Elections; e != nil && e.Error == "" {
+					add("elections", float64(e.Elections))
+				}
 			case c.W2 != nil:
 				add("single_tasks_per_s", c.W2.SingleRate)
 				add("single_p50_ms", c.W2.SingleP50ms)
@@ -293,12 +302,14 @@ func renderMarkdown(rep *Report) string {
 	w("**Disk fsync latency** (%d × 4 KiB write + fsync on %s, the filesystem of every server's data): **p50 %.2f ms, p99 %.2f ms** (max %.2f ms).\n\n",
 		f.Samples, f.FS, f.P50ms, f.P99ms, f.MaxMs)
 	w("**Copies**: cronoq keeps **three** copies of every acknowledged write (a 3-node raft cluster, fsync on every node, acknowledged once a majority has it); " +
-		"River and asynq keep **one** (one PostgreSQL or Redis server). asynq-everysec acknowledges before its fsync. " +
+		"River and asynq keep **one** (one PostgreSQL or Redis server). asynq-everysec(-tuned) acknowledges before its fsync. " +
+		"The peers run with their library defaults and, in the *-tuned rows, tuned for latency and throughput (see \"Peer settings\"). " +
 		"Every server, client and worker runs on this one machine, so the three cronoq nodes share its CPUs and disk.\n\n")
 	w("Runs per cell: %v; systems alternated (the order rotates every run); each cell starts its servers from empty data dirs. Numbers are the median over the runs, with the spread (min–max) beside them. Payloads are %d bytes; workers are no-ops with %v slots per system.\n\n",
 		rep.Options["runs"], PayloadSize, rep.Options["worker_concurrency"])
 	w("%s\n", renderTables(rep))
 
+	w("%s", renderPeerSettings(rep))
 	w("## Systems and settings\n\n")
 	for _, s := range rep.Systems {
 		w("- **%s** — %d cop%s. %s.\n  Settings: %s.\n", s.Name, s.Copies, map[bool]string{true: "y", false: "ies"}[s.Copies == 1], s.Durability, s.Config)
@@ -409,16 +420,18 @@ func renderTables(rep *Report) string {
 	}
 	if has("w1") {
 		w("## W1 — burn-down of %v pre-inserted no-op tasks\n\n", rep.Options["w1_tasks"])
-		w("| system | copies | tasks/s | spread | runs ok | server CPU s | server CPU µs/task | client CPU s | pre-insert tasks/s |\n")
-		w("|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		w("| system | copies | tasks/s | spread | runs ok | server CPU s | server CPU µs/task | client CPU s | pre-insert tasks/s | elections during W1, per run |\n")
+		w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, s := range systems("w1", 0) {
 			r := s.Metrics["tasks_per_s"]
-			w("| %s | %s | **%s** | %s | %d/%d | %s | %s | %s | %s |\n", s.System, copiesCell(s.System, s.Copies),
+			w("| %s | %s | **%s** | %s | %d/%d | %s | %s | %s | %s | %s |\n", s.System, copiesCell(s.System, s.Copies),
 				fmtNum(r.Median), spread(r, fmtNum), s.Runs-s.Failed, s.Runs,
 				fmtSec(s.Metrics["server_cpu_s"].Median), fmtNum(s.Metrics["server_cpu_us_per_task"].Median),
-				fmtSec(s.Metrics["client_cpu_s"].Median), fmtNum(s.Metrics["pre_insert_tasks_per_s"].Median))
+				fmtSec(s.Metrics["client_cpu_s"].Median), fmtNum(s.Metrics["pre_insert_tasks_per_s"].Median),
+				electionsCell(rep, s.System))
 		}
 		w("\n")
+		w("%s", renderElections(rep))
 	}
 	if has("raft") {
 		w("## Replicated-log limit — bare hashicorp/raft, 3 nodes, %d-byte entries, %v in flight\n\n", PayloadSize, rep.Options["raft_inflight"])
@@ -498,6 +511,92 @@ func renderTables(rep *Report) string {
 	w("%s", renderSubAB(rep))
 	w("Fsync latency of this disk: p50 %.2f ms, p99 %.2f ms. River and asynq keep one copy of each task; cronoq keeps three.\n", rep.Fsync.P50ms, rep.Fsync.P99ms)
 	return b.String()
+}
+
+// electionsCell lists the elections during each W1 run of a cronoq
+// system ("n/a" for the peers, "?" for a run whose count failed).
+func electionsCell(rep *Report, sys string) string {
+	if !isCronoq(sys) {
+		return "n/a (no raft)"
+	}
+	return perRun(rep, sys, "w1", func(c CellResult) string {
+		switch e := c.W1.Elections; {
+		case e == nil || e.Error != "":
+			return "?"
+		default:
+			return strconv.Itoa(e.Elections)
+		}
+	})
+}
+
+// renderElections lists, per W1 cell of a cronoq system, the raft
+// elections during its measured window.
+func renderElections(rep *Report) string {
+	var lines []string
+	for _, c := range rep.Cells {
+		if c.Workload != "w1" || !isCronoq(c.System) || c.W1 == nil {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("- %s run %d: %s", c.System, c.Run, c.W1.Elections.Summary()))
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	return "Raft elections during each W1 burn-down (every node's `/metrics` read just before the workers start and at the last durable completion: " +
+		"elections = increase of `cronoq_raft_state_candidate` summed over the nodes, won = of `cronoq_raft_state_leader`, leader changes = the largest increase of " +
+		"`cronoq_leader_changes_total` on a node, epoch = of `cronoq_epoch`):\n\n" + strings.Join(lines, "\n") + "\n\n"
+}
+
+// renderPeerSettings sets the settings of each peer library's systems side
+// by side, default and tuned.
+func renderPeerSettings(rep *Report) string {
+	var b strings.Builder
+	for _, lib := range []string{"river", "asynq"} {
+		var cols []SystemInfo
+		for _, si := range rep.Systems {
+			if strings.HasPrefix(si.Name, lib) && len(si.Settings) > 0 {
+				cols = append(cols, si)
+			}
+		}
+		if len(cols) == 0 {
+			continue
+		}
+		var names []string
+		vals := map[string]map[string]string{}
+		for _, si := range cols {
+			for _, st := range si.Settings {
+				if vals[st.Name] == nil {
+					names = append(names, st.Name)
+					vals[st.Name] = map[string]string{}
+				}
+				vals[st.Name][si.Name] = st.Value
+			}
+		}
+		fmt.Fprintf(&b, "| %s setting |", lib)
+		for _, si := range cols {
+			fmt.Fprintf(&b, " %s |", si.Name)
+		}
+		b.WriteString("\n|---|" + strings.Repeat("---|", len(cols)) + "\n")
+		for _, n := range names {
+			fmt.Fprintf(&b, "| %s |", n)
+			for _, si := range cols {
+				v, ok := vals[n][si.Name]
+				if !ok {
+					v = "—"
+				}
+				fmt.Fprintf(&b, " %s |", strings.ReplaceAll(v, "|", "\\|"))
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString("\n")
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return "## Peer settings: library defaults and tuned\n\n" +
+		"Each peer runs with its library's defaults and tuned for low latency and high throughput after its own documentation (the *-tuned systems; " +
+		"the sources are in `bench/river.go` and `bench/asynq.go` and in bench/README.md). Both rows of a library run the same server and the same workers otherwise.\n\n" +
+		b.String()
 }
 
 func w3Rates(rep *Report) []int {

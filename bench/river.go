@@ -44,9 +44,11 @@ func (w *riverNoop) Work(_ context.Context, job *river.Job[riverArgs]) error {
 }
 
 // riverSys is River on a single PostgreSQL server with synchronous_commit=on
-// and fsync=on.
+// and fsync=on, with the library's defaults or, tuned (river-tuned), with
+// the settings of riverTuning.
 type riverSys struct {
 	env    *Env
+	tuned  bool
 	worker *riverNoop
 	dir    string
 	pg     *proc
@@ -59,17 +61,81 @@ type riverSys struct {
 	strays int
 }
 
-func (s *riverSys) Name() string  { return "river" }
+func (s *riverSys) Name() string {
+	if s.tuned {
+		return "river-tuned"
+	}
+	return "river"
+}
 func (s *riverSys) Batches() bool { return true }
 func (s *riverSys) Copies() int   { return 1 }
 func (s *riverSys) Durability() string {
 	return "acknowledged once the PostgreSQL transaction commits with synchronous_commit=on, fsync=on: WAL flushed on the one server"
 }
-func (s *riverSys) Config() string {
-	return fmt.Sprintf("PostgreSQL (Debian) initdb defaults plus synchronous_commit=on, fsync=on, full_page_writes=on, max_connections=200; "+
-		"River with riverpgxv5, pgx pool of %d, one queue with MaxWorkers %d, library defaults otherwise (FetchCooldown 100ms, FetchPollInterval 1s, batch completer); "+
-		"enqueue with Insert / InsertMany (each call one transaction)", s.env.opts.riverConns, s.env.opts.concurrency)
+
+// riverTuning is what river-tuned changes from River's defaults, for low
+// latency and high throughput, after River's own documentation:
+//
+//   - FetchCooldown and FetchPollInterval: the Config docs say throughput
+//     is limited by FetchCooldown (default 100 ms; River enforces at least
+//     1 ms, FetchCooldownMin) and that FetchPollInterval (default 1 s,
+//     at least 1 ms, FetchPollIntervalMin, and not below FetchCooldown) is
+//     the fallback when no LISTEN/NOTIFY wakes the producer. River's own
+//     benchmark (cmd/river/riverbench) sets 2 ms and 20 ms, "much better
+//     than the client's default values".
+//   - MaxWorkers: the benchmark's -concurrency (1024) like every system;
+//     riverbench found "roughly 1k workers was most optimal" (at most
+//     10,000, QueueNumWorkersMax).
+//   - pgx pool: pgxpool's default is max(4, NumCPU) connections; the
+//     default rows already use -river-pool (32). Tuned, the pool holds one
+//     connection per concurrent caller of W2 (-w2-concurrency, 64) plus 16
+//     for River's own users (LISTEN notifier, producer fetches, completer,
+//     leader elector, maintenance), so that no insert waits for a
+//     connection: -river-tuned-pool.
+//
+// The completer is not configurable in River v0.51.2: the batch completer
+// (NewBatchCompleter, no options) completes up to 5,000 jobs per UPDATE,
+// on a 50 ms tick once 100 are waiting or every 250 ms otherwise.
+type riverTuning struct {
+	fetchCooldown, fetchPollInterval time.Duration
+	pool                             int
 }
+
+// riverMinInterval is River's minimum for FetchCooldown and
+// FetchPollInterval (river.FetchCooldownMin, river.FetchPollIntervalMin).
+const riverMinInterval = time.Millisecond
+
+func (s *riverSys) poolSize() int {
+	if s.tuned {
+		return s.env.opts.riverTuned.pool
+	}
+	return s.env.opts.riverConns
+}
+
+// Settings are the settings of the system, default and changed, for the
+// report.
+func (s *riverSys) Settings() []Setting {
+	fc, fp := "100ms (default)", "1s (default)"
+	pool := fmt.Sprintf("%d (-river-pool; pgxpool's own default is max(4, NumCPU))", s.poolSize())
+	if s.tuned {
+		t := s.env.opts.riverTuned
+		fc, fp = t.fetchCooldown.String()+" (min 1ms)", t.fetchPollInterval.String()+" (min 1ms, ≥ FetchCooldown)"
+		pool = fmt.Sprintf("%d (-river-tuned-pool)", s.poolSize())
+	}
+	return []Setting{
+		{"PostgreSQL", "initdb defaults plus synchronous_commit=on, fsync=on, full_page_writes=on, max_connections=200"},
+		{"pgx pool_max_conns", pool},
+		{"Queues", fmt.Sprintf("one (default) with MaxWorkers %d (max 10,000)", s.env.opts.concurrency)},
+		{"FetchCooldown", fc},
+		{"FetchPollInterval", fp},
+		{"PollOnly", "false (default: LISTEN/NOTIFY wakes the producers)"},
+		{"completer", "batch completer (default; not configurable in v0.51.2: ≤5,000 jobs per UPDATE, 50 ms tick, flush at ≥100 waiting or every 250 ms)"},
+		{"JobTimeout / MaxAttempts", "1m / 25 (defaults)"},
+		{"enqueue", "Insert / InsertMany, each call one transaction"},
+	}
+}
+
+func (s *riverSys) Config() string { return settingsString(s.Settings()) }
 
 func (s *riverSys) ServerPIDs() []int {
 	if s.pg == nil {
@@ -97,7 +163,7 @@ func (s *riverSys) Start(ctx context.Context, dir string) error {
 		return err
 	}
 	s.pg = p
-	s.pool, err = pgxpool.New(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&pool_max_conns=%d", port, s.env.opts.riverConns))
+	s.pool, err = pgxpool.New(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&pool_max_conns=%d", port, s.poolSize()))
 	if err != nil {
 		return fmt.Errorf("connecting to PostgreSQL: %w", err)
 	}
@@ -107,11 +173,16 @@ func (s *riverSys) Start(ctx context.Context, dir string) error {
 	workers := river.NewWorkers()
 	s.worker = &riverNoop{}
 	river.AddWorker(workers, s.worker)
-	s.client, err = river.NewClient(riverpgxv5.New(s.pool), &river.Config{
+	cfg := &river.Config{
 		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: s.env.opts.concurrency}},
 		Workers: workers,
 		Logger:  slog.New(slog.NewTextHandler(s.logf, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	}
+	if s.tuned {
+		cfg.FetchCooldown = s.env.opts.riverTuned.fetchCooldown
+		cfg.FetchPollInterval = s.env.opts.riverTuned.fetchPollInterval
+	}
+	s.client, err = river.NewClient(riverpgxv5.New(s.pool), cfg)
 	if err != nil {
 		return fmt.Errorf("creating River client: %w", err)
 	}

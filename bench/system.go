@@ -6,18 +6,21 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // The systems, in the order they are alternated.
-var allSystems = []string{"cronoq", "cronoq-secure", "cronoq-sub", "river", "asynq-always", "asynq-everysec", "raft"}
+var allSystems = []string{"cronoq", "cronoq-secure", "cronoq-sub", "river", "river-tuned", "asynq-always", "asynq-always-tuned", "asynq-everysec", "asynq-everysec-tuned", "raft"}
 
 // defaultSystems are those run without -systems: cronoq-secure is cronoq
 // with TLS and ACLs, cronoq-sub cronoq with a durable subscription read
-// all along, for measuring their cost against cronoq.
-var defaultSystems = []string{"cronoq", "river", "asynq-always", "asynq-everysec", "raft"}
+// all along, for measuring their cost against cronoq. Every peer runs
+// twice: with its library's defaults and tuned (the *-tuned systems, see
+// riverTuning and asynqTuning).
+var defaultSystems = []string{"cronoq", "river", "river-tuned", "asynq-always", "asynq-always-tuned", "asynq-everysec", "asynq-everysec-tuned", "raft"}
 
 // isCronoq reports whether the system is a cronoq cluster.
 func isCronoq(name string) bool {
@@ -70,12 +73,40 @@ func newSystem(env *Env, name string) (System, error) {
 		return &cronoqSys{env: env, subscribe: true}, nil
 	case "river":
 		return &riverSys{env: env}, nil
+	case "river-tuned":
+		return &riverSys{env: env, tuned: true}, nil
 	case "asynq-always":
 		return &asynqSys{env: env, fsync: "always"}, nil
+	case "asynq-always-tuned":
+		return &asynqSys{env: env, fsync: "always", tuned: true}, nil
 	case "asynq-everysec":
 		return &asynqSys{env: env, fsync: "everysec"}, nil
+	case "asynq-everysec-tuned":
+		return &asynqSys{env: env, fsync: "everysec", tuned: true}, nil
 	}
 	return nil, fmt.Errorf("unknown system %q", name)
+}
+
+// Setting is one setting of a system under test, with its value and where
+// it comes from ("default", a flag, a minimum the library enforces).
+type Setting struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// settingsString joins settings into one line for Config.
+func settingsString(ss []Setting) string {
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = s.Name + ": " + s.Value
+	}
+	return strings.Join(parts, "; ")
+}
+
+// settinger is a system that lists its settings one by one (the peers),
+// so that the report can set default and tuned side by side.
+type settinger interface {
+	Settings() []Setting
 }
 
 // payload returns the 256-byte payload of task seq: its number in 16 hex

@@ -122,6 +122,10 @@ type W1Result struct {
 	SubEvents int64   `json:"sub_events,omitempty"`
 	SubRate   float64 `json:"sub_events_per_s,omitempty"`
 	SubLagMs  float64 `json:"sub_lag_ms,omitempty"`
+	// Raft elections during the measured window, from every node's
+	// metrics read before the workers start and at the last durable
+	// completion (cronoq systems only).
+	Elections *ElectionCount `json:"elections_during_w1,omitempty"`
 }
 
 // W2Result is the enqueue rates.
@@ -363,6 +367,12 @@ func runW1(ctx context.Context, env *Env, sys System, res *CellResult) error {
 		sub = ss.Subscription()
 		subBase, _ = sub.Events()
 	}
+	ec, counted := sys.(electionCounter)
+	var el0 map[string]nodeElections
+	var el0Err error
+	if counted {
+		el0, el0Err = ec.ElectionSample(ctx)
+	}
 	start := tr.now()
 	if err := sys.StartWorkers(ctx, tr.hooks()); err != nil {
 		return err
@@ -375,6 +385,19 @@ func runW1(ctx context.Context, env *Env, sys System, res *CellResult) error {
 	}
 	res.ServerCPUs = treeCPU(sys.ServerPIDs()) - cpu0
 	res.ClientCPUs = selfCPU() - self0
+	if counted {
+		// Read at once: the window ends at the last completion.
+		el1, err := ec.ElectionSample(ctx)
+		switch {
+		case el0Err != nil:
+			w.Elections = &ElectionCount{Error: "before the window: " + el0Err.Error()}
+		case err != nil:
+			w.Elections = &ElectionCount{Error: "after the window: " + err.Error()}
+		default:
+			w.Elections = countElections(el0, el1)
+		}
+		env.prog.note("%s", w.Elections.Summary())
+	}
 	end := tr.lastNs.Load()
 	w.Seconds = float64(end-start) / 1e9
 	if werr == nil {
