@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -116,10 +112,15 @@ func countElections(before, after map[string]nodeElections) *ElectionCount {
 // text format). The node's own leader-change counter and epoch are always
 // there; raft's counters only once they were first incremented.
 func parseElections(r io.Reader) (nodeElections, error) {
-	vals, err := parseUnlabeled(r)
+	vals, err := parseMetrics(r)
 	if err != nil {
 		return nodeElections{}, err
 	}
+	return electionsOf(vals)
+}
+
+// electionsOf picks a node's counters out of a scrape of its /metrics.
+func electionsOf(vals promSample) (nodeElections, error) {
 	for _, m := range []string{metricLeaderChanges, metricEpoch} {
 		if _, ok := vals[m]; !ok {
 			return nodeElections{}, fmt.Errorf("no %s in the metrics", m)
@@ -133,54 +134,17 @@ func parseElections(r io.Reader) (nodeElections, error) {
 	}, nil
 }
 
-// parseUnlabeled returns the samples without labels of a Prometheus text
-// exposition, by metric name.
-func parseUnlabeled(r io.Reader) (map[string]float64, error) {
-	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) < 2 || strings.ContainsRune(f[0], '{') {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[1], 64)
-		if err != nil {
-			return nil, fmt.Errorf("metric %s: value %q: %w", f[0], f[1], err)
-		}
-		out[f[0]] = v
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading the metrics: %w", err)
-	}
-	return out, nil
-}
-
 // ElectionSample reads the election counters of every node of the cluster.
 func (s *cronoqSys) ElectionSample(ctx context.Context) (map[string]nodeElections, error) {
 	hc := s.httpClient(10 * time.Second)
 	out := make(map[string]nodeElections, len(s.http))
 	for i, addr := range s.http {
 		name := fmt.Sprintf("n%d", i+1)
-		ne, err := func() (nodeElections, error) {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.scheme()+addr+"/metrics", nil)
-			if err != nil {
-				return nodeElections{}, err
-			}
-			resp, err := hc.Do(req)
-			if err != nil {
-				return nodeElections{}, err
-			}
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return nodeElections{}, fmt.Errorf("GET /metrics: %s", resp.Status)
-			}
-			return parseElections(resp.Body)
-		}()
+		vals, err := scrapeMetrics(ctx, hc, s.scheme()+addr+"/metrics")
+		var ne nodeElections
+		if err == nil {
+			ne, err = electionsOf(vals)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("reading the election counters of %s: %w", name, err)
 		}
