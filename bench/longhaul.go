@@ -25,20 +25,23 @@ import (
 
 // LongHaulResult is everything written to longhaul.json.
 type LongHaulResult struct {
-	Started      time.Time `json:"started"`
-	Finished     time.Time `json:"finished"`
-	Interrupted  bool      `json:"interrupted"`
-	DurationS    float64   `json:"duration_s"`
-	Rate         int       `json:"rate"`
-	RetentionS   float64   `json:"retention_s"`
-	Config       string    `json:"config"`
-	Offered      int       `json:"offered"`
-	Submitted    int       `json:"submitted"`
-	SubmitErrors int       `json:"submit_errors"`
-	FirstError   string    `json:"first_error,omitempty"`
-	NotSubmitted int       `json:"not_submitted"`
-	Completed    int       `json:"completed"`
-	// Lost counts acknowledged submits whose completion was never seen.
+	Started     time.Time `json:"started"`
+	Finished    time.Time `json:"finished"`
+	Interrupted bool      `json:"interrupted"`
+	DurationS   float64   `json:"duration_s"`
+	Rate        int       `json:"rate"`
+	RetentionS  float64   `json:"retention_s"`
+	// MemoryLimitMiB is each agent's -memory-limit.
+	MemoryLimitMiB int64  `json:"memory_limit_mib"`
+	Config         string `json:"config"`
+	Offered        int    `json:"offered"`
+	Submitted      int    `json:"submitted"`
+	SubmitErrors   int    `json:"submit_errors"`
+	FirstError     string `json:"first_error,omitempty"`
+	NotSubmitted   int    `json:"not_submitted"`
+	Completed      int    `json:"completed"`
+	// Lost counts acknowledged submits whose completion was never seen
+	// (in an interrupted run, not drained: only not seen yet).
 	Lost       int                `json:"lost"`
 	Duplicates int64              `json:"duplicates"`
 	P50ms      jf                 `json:"p50_ms"`
@@ -133,11 +136,25 @@ func runLongHaul(ctx context.Context, env *Env, fs FsyncResult) error {
 	o := env.opts
 	res := &LongHaulResult{Started: time.Now(), DurationS: o.longHaul.Seconds(), Rate: o.lhRate,
 		RetentionS: o.lhRetention.Seconds(), Machine: machineInfo(env), Fsync: fs}
-	sys := &cronoqSys{env: env, logLevel: "info", extraArgs: []string{"-retention", o.lhRetention.String()}}
-	res.Config = fmt.Sprintf("3 × `bin/cronoq agent` with the default settings but `-retention %s` and `-log-level info` (to read raft's snapshot lines); "+
+	// An agent's default soft memory limit is half the machine's memory,
+	// made for one node per machine; three nodes here share it, so each
+	// gets a third of what is available, as an operator colocating them
+	// would set. Without it their heaps (-gc-percent 400) outgrow the
+	// machine within the first retention period.
+	limitMiB := o.lhMemoryLimit >> 20
+	if limitMiB == 0 {
+		avail, err := memAvailable()
+		if err != nil {
+			return err
+		}
+		limitMiB = avail * 8 / 10 / 3 >> 20
+	}
+	res.MemoryLimitMiB = limitMiB
+	sys := &cronoqSys{env: env, logLevel: "info", extraArgs: []string{"-retention", o.lhRetention.String(), "-memory-limit", fmt.Sprintf("%dMiB", limitMiB)}}
+	res.Config = fmt.Sprintf("3 × `bin/cronoq agent` with the default settings but `-retention %s`, `-memory-limit %dMiB` (a third of 80%% of the memory available at the start) and `-log-level info` (to read raft's snapshot lines); "+
 		"one task per Submit call from up to %d concurrent callers (the SDK coalesces them), %d-byte payloads, no-op handlers on %d SDK workers × %d slots; "+
 		"a sample of every node each %s; one follower stopped (SIGTERM) for %s at a third and at two thirds of the run, then started again",
-		o.lhRetention, lhSubmitters, PayloadSize, cronoqWorkers, o.concurrency/cronoqWorkers, o.lhSample, o.lhOutage)
+		o.lhRetention, limitMiB, lhSubmitters, PayloadSize, cronoqWorkers, o.concurrency/cronoqWorkers, o.lhSample, o.lhOutage)
 	dir := filepath.Join(env.dataDir, "longhaul")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("creating the long haul's data dir: %w", err)
@@ -415,12 +432,19 @@ func outage(ctx context.Context, sys *cronoqSys, d time.Duration, since func() f
 		}
 		return m["cronoq_raft_applied_index"], m["cronoq_is_leader"] == 1, nil
 	}
+	// A node may be slow to answer for a moment: look for up to 30 s.
 	victim, leader := -1, -1
-	for i := range sys.http {
-		if _, isLeader, err := applied(i); err == nil && isLeader {
-			leader = i
-		} else if err == nil && victim < 0 {
-			victim = i
+	for try := 0; try < 30 && ctx.Err() == nil && (victim < 0 || leader < 0); try++ {
+		if try > 0 {
+			time.Sleep(time.Second)
+		}
+		victim, leader = -1, -1
+		for i := range sys.http {
+			if _, isLeader, err := applied(i); err == nil && isLeader {
+				leader = i
+			} else if err == nil && victim < 0 {
+				victim = i
+			}
 		}
 	}
 	if victim < 0 || leader < 0 {
@@ -655,4 +679,26 @@ func loadAvg1() float64 {
 	}
 	v, _ := strconv.ParseFloat(f[0], 64)
 	return v
+}
+
+// memAvailable is the machine's MemAvailable, in bytes.
+func memAvailable() (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, fmt.Errorf("reading the available memory: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			f := strings.Fields(v)
+			if len(f) == 0 {
+				break
+			}
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("reading the available memory: %w", err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("reading the available memory: no MemAvailable in /proc/meminfo")
 }

@@ -70,6 +70,9 @@ type options struct {
 	lhRetention time.Duration
 	lhSample    time.Duration
 	lhOutage    time.Duration
+	// lhMemoryLimit is each agent's -memory-limit in the long haul (0: a
+	// third of 80% of the available memory).
+	lhMemoryLimit int64
 }
 
 const usage = `Usage: cronoq-bench [-quick] [flags]
@@ -142,6 +145,14 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.lhRetention, "long-haul-retention", 10*time.Minute, "long haul: the agents' -retention")
 	fs.DurationVar(&o.lhSample, "long-haul-sample", 10*time.Second, "long haul: how often every node is sampled")
 	fs.DurationVar(&o.lhOutage, "long-haul-outage", 4*time.Minute, "long haul: how long a follower stays stopped, twice (long enough for the leader to snapshot and compact past it, so that it is caught up by an installed snapshot)")
+	fs.Func("long-haul-memory-limit", "long haul: each agent's -memory-limit, in `MiB` (default: a third of 80% of the memory available at the start: the agents' default, half the machine each, is for one node per machine)", func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 64 {
+			return fmt.Errorf("want a number of MiB, at least 64")
+		}
+		o.lhMemoryLimit = n << 20
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
