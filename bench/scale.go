@@ -1082,6 +1082,7 @@ func renderScaleChart(rep *Report) string {
 				}
 			}
 		}
+		maxV *= 1.1 // room for the labels above the highest point
 		step := niceStep(maxV / 5)
 		if step <= 0 {
 			step = 1
@@ -1101,7 +1102,8 @@ func renderScaleChart(rep *Report) string {
 			w(`<text x="%.1f" y="%d" font-size="%d" text-anchor="middle" fill="#4a5568">%s</text>`+"\n", xv, bottom+16, tick, fmtNum(jf(math.Pow(10, e))))
 		}
 		w(`<text x="%d" y="%d" font-size="11" text-anchor="middle" fill="#4a5568">retained tasks N (log scale)</text>`+"\n", (x0+x1)/2, bottom+32)
-		w(`<text x="%d" y="%d" font-size="11" fill="#4a5568">%s</text>`+"\n", x0, top-2, html.EscapeString(unit))
+		w(`<text x="%d" y="%d" font-size="11" fill="#4a5568" text-anchor="middle" transform="rotate(-90 %d %d)">%s</text>`+"\n",
+			x0-62, (top+bottom)/2, x0-62, (top+bottom)/2, html.EscapeString(unit))
 		for _, c := range cells {
 			if c.Scale.NotRun != "" {
 				xv := x(float64(c.Scale.Tasks))
