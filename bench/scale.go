@@ -115,7 +115,13 @@ type ScaleResult struct {
 
 	// Bytes on disk of the cell (3 data dirs and the backup file) at the end.
 	DiskBytes int64 `json:"disk_bytes"`
+	// MemoryStop says why the watchdog stopped the size ("" if it did not);
+	// the larger sizes are then not run.
+	MemoryStop string `json:"memory_stop,omitempty"`
 }
+
+// errMemoryLow is the cause of a size stopped by the memory watchdog.
+var errMemoryLow = errors.New("memory low")
 
 // NodeMem is one node's memory after a forced GC.
 type NodeMem struct {
@@ -375,6 +381,10 @@ func runScaleCell(parent context.Context, env *Env, c cell, dir string, res *Cel
 	}
 	sr.MemTotal, sr.MemAvailable = mi.Total, mi.Available
 	prev := env.scalePrev
+	if prev != nil && prev.MemoryStop != "" {
+		sr.NotRun = fmt.Sprintf("not run: the %s-task size was stopped (%s)", fmtNum(jf(prev.Tasks)), prev.MemoryStop)
+		return
+	}
 	if p, ok := projectHeap(prev, n); ok {
 		sr.ProjectedHeap = p
 		if why := fitReason("heap of 3 nodes", p, mi.Available); why != "" {
@@ -418,8 +428,12 @@ func runScaleCell(parent context.Context, env *Env, c cell, dir string, res *Cel
 	sr.DiskBytes = dirBytes(dir)
 	env.prog.phase("stopping cronoq")
 	serr := sys.Stop()
-	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
+	cause := context.Cause(ctx)
+	if err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
 		err = fmt.Errorf("%w (%v)", err, cause)
+	}
+	if errors.Is(cause, errMemoryLow) {
+		sr.MemoryStop = cause.Error()
 	}
 	if err != nil {
 		res.Error = err.Error()
@@ -430,7 +444,7 @@ func runScaleCell(parent context.Context, env *Env, c cell, dir string, res *Cel
 		}
 		res.Error += "stop: " + serr.Error()
 	}
-	if sr.LeaderBytesPerTask > 0 {
+	if sr.LeaderBytesPerTask > 0 || sr.MemoryStop != "" {
 		env.scalePrev = sr
 	}
 }
@@ -447,8 +461,8 @@ func memWatch(ctx context.Context, cancel context.CancelCauseFunc, floor int64, 
 		}
 		mi, err := readMeminfo()
 		if err == nil && mi.Available < floor {
-			cancel(fmt.Errorf("stopped: MemAvailable fell to %s, under %s (%.0f%% of the machine's memory)",
-				fmtBytes(float64(mi.Available)), fmtBytes(float64(floor)), scaleFloor*100))
+			cancel(fmt.Errorf("%w: MemAvailable fell to %s, under %s (%.0f%% of the machine's memory)",
+				errMemoryLow, fmtBytes(float64(mi.Available)), fmtBytes(float64(floor)), scaleFloor*100))
 			return
 		}
 	}

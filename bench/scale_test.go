@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/xml"
 	"os"
 	"path/filepath"
@@ -210,4 +211,56 @@ func TestScaleChart(t *testing.T) {
 	paths, err = writeReport(&Report{Options: map[string]any{}}, dir, dir)
 	require.NoError(t, err)
 	require.NotContains(t, paths, filepath.Join(dir, "scale.svg"))
+}
+
+func TestScaleSizeNotRunWhenItDoesNotFit(t *testing.T) {
+	mi, err := readMeminfo()
+	require.NoError(t, err)
+	// A previous size whose bytes per task put this one far over the
+	// machine's memory: nothing is started.
+	env := &Env{opts: options{scaleSizes: []int{1000, 1000000}}, scalePrev: &ScaleResult{
+		Tasks: 1000, Empty: []NodeMem{{HeapAlloc: 1}, {HeapAlloc: 1}, {HeapAlloc: 1}},
+		LeaderBytesPerTask: float64(mi.Total), FollowerBytesPerTask: 1, FollowerMaxBytesPerTask: 1,
+	}}
+	var res CellResult
+	runScaleCell(context.Background(), env, cell{system: "cronoq", workload: "scale", rate: 1000000, run: 1}, t.TempDir(), &res)
+	require.Empty(t, res.Error)
+	require.Contains(t, res.Scale.NotRun, "not run: projected heap of 3 nodes ")
+	require.Contains(t, res.Scale.NotRun, "available (80% of ")
+	require.Equal(t, mi.Total, res.Scale.MemTotal)
+
+	// A size stopped by the watchdog stops the larger ones.
+	env.scalePrev = &ScaleResult{Tasks: 1000, MemoryStop: "memory low: MemAvailable fell to 2.0 GB, under 2.5 GB (10% of the machine's memory)"}
+	res = CellResult{}
+	runScaleCell(context.Background(), env, cell{system: "cronoq", workload: "scale", rate: 1000000, run: 1}, t.TempDir(), &res)
+	require.Equal(t, "not run: the 1,000-task size was stopped (memory low: MemAvailable fell to 2.0 GB, under 2.5 GB (10% of the machine's memory))", res.Scale.NotRun)
+}
+
+func TestMemWatchStopsUnderTheFloor(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		memWatch(ctx, cancel, 1<<62, time.Millisecond)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watchdog did not stop the cell")
+	}
+	require.ErrorIs(t, context.Cause(ctx), errMemoryLow)
+	require.Contains(t, context.Cause(ctx).Error(), "memory low: MemAvailable fell to ")
+
+	// Above the floor it only returns with its context.
+	ctx2, cancel2 := context.WithCancelCause(context.Background())
+	done2 := make(chan struct{})
+	go func() {
+		defer close(done2)
+		memWatch(ctx2, cancel2, 1, time.Millisecond)
+	}()
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, context.Cause(ctx2))
+	cancel2(nil)
+	<-done2
 }
