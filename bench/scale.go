@@ -504,7 +504,7 @@ func scaleSteps(ctx context.Context, env *Env, sys *cronoqSys, dir string, n int
 	}
 	if catchUp {
 		env.prog.phase("catching up a wiped follower")
-		cu, err := catchUpFollower(ctx, env, sys, hc)
+		cu, err := catchUpFollower(ctx, sys, hc)
 		sr.CatchUp = cu
 		if err != nil {
 			return fmt.Errorf("catch-up: %w", err)
@@ -642,50 +642,16 @@ func getText(ctx context.Context, hc *http.Client, url string) ([]byte, error) {
 	return b, nil
 }
 
-// parseProm reads the named metrics from a Prometheus text exposition; the
-// series of a name with labels are summed.
-func parseProm(r io.Reader, names ...string) (map[string]float64, error) {
-	want := map[string]bool{}
-	for _, n := range names {
-		want[n] = true
+// seriesSum sums the series of metric name in a scrape, whatever their
+// labels; ok is false when there is none.
+func seriesSum(m promSample, name string) (sum float64, ok bool) {
+	for k, v := range m {
+		if k == name || strings.HasPrefix(k, name+"{") {
+			sum += v
+			ok = true
+		}
 	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name := line
-		if i := strings.IndexAny(line, "{ "); i >= 0 {
-			name = line[:i]
-		}
-		if !want[name] {
-			continue
-		}
-		rest := line[len(name):]
-		if strings.HasPrefix(rest, "{") {
-			j := strings.LastIndex(rest, "}")
-			if j < 0 {
-				return nil, fmt.Errorf("metric line %q: unterminated labels", line)
-			}
-			rest = rest[j+1:]
-		}
-		f := strings.Fields(rest)
-		if len(f) == 0 {
-			return nil, fmt.Errorf("metric line %q: no value", line)
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return nil, fmt.Errorf("metric line %q: %w", line, err)
-		}
-		out[name] += v
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading metrics: %w", err)
-	}
-	return out, nil
+	return sum, ok
 }
 
 // nodesMemory forces a GC on every node and reads its heap and RSS.
@@ -700,19 +666,17 @@ func nodesMemory(ctx context.Context, sys *cronoqSys, hc *http.Client) ([]NodeMe
 		if _, err := getText(ctx, hc, base+"/debug/pprof/heap?gc=1"); err != nil {
 			return nil, fmt.Errorf("forcing a GC on %s: %w", h.Node, err)
 		}
-		body, err := getText(ctx, hc, base+"/metrics")
+		m, err := scrapeMetrics(ctx, hc, base+"/metrics")
 		if err != nil {
 			return nil, err
 		}
-		m, err := parseProm(strings.NewReader(string(body)), "go_memstats_heap_alloc_bytes", "go_memstats_heap_inuse_bytes", "process_resident_memory_bytes")
-		if err != nil {
-			return nil, fmt.Errorf("metrics of %s: %w", h.Node, err)
-		}
-		if _, ok := m["go_memstats_heap_alloc_bytes"]; !ok {
+		heap, ok := seriesSum(m, "go_memstats_heap_alloc_bytes")
+		if !ok {
 			return nil, fmt.Errorf("metrics of %s: no go_memstats_heap_alloc_bytes", h.Node)
 		}
-		out[i] = NodeMem{Node: h.Node, Leader: h.Node != "" && h.Node == h.Leader,
-			HeapAlloc: m["go_memstats_heap_alloc_bytes"], HeapInuse: m["go_memstats_heap_inuse_bytes"], RSS: m["process_resident_memory_bytes"]}
+		inuse, _ := seriesSum(m, "go_memstats_heap_inuse_bytes")
+		rss, _ := seriesSum(m, "process_resident_memory_bytes")
+		out[i] = NodeMem{Node: h.Node, Leader: h.Node != "" && h.Node == h.Leader, HeapAlloc: heap, HeapInuse: inuse, RSS: rss}
 	}
 	return out, nil
 }
@@ -779,9 +743,9 @@ func restoreSnapshot(ctx context.Context, sys *cronoqSys, hc *http.Client, path 
 }
 
 // catchUpFollower stops a follower, removes its data dir, starts it again
-// with the same command line and times it until its applied index reaches
+// with the same command line (stopNode, startNode) and times it until its applied index reaches
 // the leader's.
-func catchUpFollower(ctx context.Context, env *Env, sys *cronoqSys, hc *http.Client) (*CatchUpResult, error) {
+func catchUpFollower(ctx context.Context, sys *cronoqSys, hc *http.Client) (*CatchUpResult, error) {
 	leader, follower := -1, -1
 	for i, addr := range sys.http {
 		h, err := getHealth(ctx, hc, sys.scheme()+addr)
@@ -798,11 +762,9 @@ func catchUpFollower(ctx context.Context, env *Env, sys *cronoqSys, hc *http.Cli
 	if leader < 0 || follower < 0 {
 		return nil, errors.New("no leader and follower to be found")
 	}
-	p := sys.nodes[follower]
 	id := fmt.Sprintf("n%d", follower+1)
 	cu := &CatchUpResult{Node: id}
-	bin, args := p.cmd.Path, append([]string(nil), p.cmd.Args[1:]...)
-	if err := env.procs.stop(p, syscall.SIGTERM, 30*time.Second); err != nil {
+	if err := sys.stopNode(follower); err != nil {
 		return cu, fmt.Errorf("stopping %s: %w", id, err)
 	}
 	if err := os.RemoveAll(filepath.Join(sys.dir, id)); err != nil {
@@ -810,14 +772,13 @@ func catchUpFollower(ctx context.Context, env *Env, sys *cronoqSys, hc *http.Cli
 	}
 	lbase, fbase := sys.scheme()+sys.http[leader], sys.scheme()+sys.http[follower]
 	t0 := time.Now()
-	np, err := env.procs.start(p.name, logPath(sys.dir, p.name), nil, nil, bin, args...)
-	if err != nil {
-		return cu, err
+	if err := sys.startNode(follower); err != nil {
+		return cu, fmt.Errorf("starting %s again: %w", id, err)
 	}
-	sys.nodes[follower] = np
+	np := sys.nodes[follower]
 	for {
 		if done, werr := np.exited(); done {
-			return cu, fmt.Errorf("%s exited: %v: %s", id, werr, tailFile(logPath(sys.dir, p.name), 1500))
+			return cu, fmt.Errorf("%s exited: %v: %s", id, werr, tailFile(logPath(sys.dir, np.name), 1500))
 		}
 		hctx, cancel := context.WithTimeout(ctx, time.Second)
 		fh, ferr := getHealth(hctx, hc, fbase)
@@ -837,15 +798,11 @@ func catchUpFollower(ctx context.Context, env *Env, sys *cronoqSys, hc *http.Cli
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	body, err := getText(ctx, hc, fbase+"/metrics")
+	m, err := scrapeMetrics(ctx, hc, fbase+"/metrics")
 	if err != nil {
 		return cu, err
 	}
-	m, err := parseProm(strings.NewReader(string(body)), "cronoq_raft_rpc_installSnapshot_count")
-	if err != nil {
-		return cu, err
-	}
-	cu.InstallSnapshots = m["cronoq_raft_rpc_installSnapshot_count"]
+	cu.InstallSnapshots, _ = seriesSum(m, "cronoq_raft_rpc_installSnapshot_count")
 	// Its health, which a follower reaches in the same state as before.
 	for cu.HealthSeconds == 0 {
 		fh, err := getHealth(ctx, hc, fbase)

@@ -102,26 +102,23 @@ func TestMemoryProjection(t *testing.T) {
 	require.NotContains(t, scaleAgentArgs(options{profile: time.Second}, 6<<30), "-enable-debug")
 }
 
-func TestParseProm(t *testing.T) {
-	text := `# HELP go_memstats_heap_alloc_bytes Number of heap bytes allocated and currently in use.
-# TYPE go_memstats_heap_alloc_bytes gauge
+func TestSeriesSum(t *testing.T) {
+	m, err := parseMetrics(strings.NewReader(`# TYPE go_memstats_heap_alloc_bytes gauge
 go_memstats_heap_alloc_bytes 1.234567e+09
 go_memstats_heap_alloc_bytes_total 5
-go_memstats_heap_inuse_bytes 1.3e+09
 cronoq_raft_rpc_installSnapshot{quantile="0.5"} 1200.5
-cronoq_raft_rpc_installSnapshot_count 1
-process_resident_memory_bytes{a="x y}",b="z"} 10
-process_resident_memory_bytes{a="w"} 5
-`
-	m, err := parseProm(strings.NewReader(text), "go_memstats_heap_alloc_bytes", "go_memstats_heap_inuse_bytes",
-		"cronoq_raft_rpc_installSnapshot_count", "process_resident_memory_bytes", "absent")
+cronoq_raft_rpc_installSnapshot_count{peer="n1"} 1
+cronoq_raft_rpc_installSnapshot_count{peer="n3"} 2
+`))
 	require.NoError(t, err)
-	require.Equal(t, map[string]float64{
-		"go_memstats_heap_alloc_bytes": 1.234567e9, "go_memstats_heap_inuse_bytes": 1.3e9,
-		"cronoq_raft_rpc_installSnapshot_count": 1, "process_resident_memory_bytes": 15,
-	}, m)
-	_, err = parseProm(strings.NewReader("go_memstats_heap_alloc_bytes many\n"), "go_memstats_heap_alloc_bytes")
-	require.Error(t, err)
+	v, ok := seriesSum(m, "go_memstats_heap_alloc_bytes")
+	require.True(t, ok)
+	require.Equal(t, 1.234567e9, v)
+	v, ok = seriesSum(m, "cronoq_raft_rpc_installSnapshot_count")
+	require.True(t, ok)
+	require.Equal(t, 3.0, v)
+	_, ok = seriesSum(m, "process_resident_memory_bytes")
+	require.False(t, ok)
 }
 
 func TestPerTask(t *testing.T) {
