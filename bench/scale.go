@@ -5,8 +5,8 @@ package main
 // N retained ended tasks, and the benchmark measures, in this order:
 //
 //  1. the fill: N no-op tasks (256-byte payloads) submitted in batches while
-//     no-op workers complete them; rate = N / (first submit → last durable
-//     completion). With the agent's default retention (24 h) they all stay.
+//     no-op workers complete them, with at most scaleFillWindow pending;
+//     rate = N / (first submit → last durable completion). With the agent's default retention (24 h) they all stay.
 //  2. the heap per retained task on each node: a forced GC (GET
 //     /debug/pprof/heap?gc=1, served with -enable-debug), then
 //     go_memstats_heap_alloc_bytes from /metrics, minus the same on the
@@ -65,6 +65,10 @@ const (
 	// scaleFloor is the share of the machine's memory under which
 	// MemAvailable stops a running size.
 	scaleFloor = 0.10
+	// scaleFillChunk and scaleFillWindow: the fill submits in chunks of
+	// 50,000 tasks, each once at most 200,000 submitted tasks are pending.
+	scaleFillChunk  = 50_000
+	scaleFillWindow = 200_000
 	// scaleNodes is the cluster's size.
 	scaleNodes = 3
 )
@@ -561,7 +565,10 @@ func fillRetained(ctx context.Context, env *Env, sys *cronoqSys, n int, sr *Scal
 	// The fill's tasks are numbered after W1's, so that no number is used
 	// twice in the cell.
 	base := env.opts.w1Tasks
-	_, err := preInsert(ctx, env, sys, base, base+n, &ins)
+	err := fillWindowed(ctx, n, scaleFillChunk, scaleFillWindow, &done, func(lo, hi int) error {
+		_, err := preInsert(ctx, env, sys, base+lo, base+hi, &ins)
+		return err
+	})
 	sr.SubmitSeconds = time.Since(t0).Seconds()
 	if err == nil {
 		sr.SubmitRate = float64(n) / sr.SubmitSeconds
@@ -589,6 +596,26 @@ func fillRetained(ctx context.Context, env *Env, sys *cronoqSys, n int, sr *Scal
 		return fmt.Errorf("fill: reading the completed count: %w", err)
 	case got < int64(n):
 		return fmt.Errorf("fill: the store reports %d succeeded of %d", got, n)
+	}
+	return nil
+}
+
+// fillWindowed submits tasks [0, n) in chunks of chunk with submit, each
+// once no more than window submitted tasks are not done yet, so that the
+// queue of pending tasks (which take more memory than ended ones) stays
+// bounded whatever n.
+func fillWindowed(ctx context.Context, n, chunk, window int, done *atomic.Int64, submit func(lo, hi int) error) error {
+	for lo := 0; lo < n; lo += chunk {
+		for int64(lo)-done.Load() > int64(window) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		if err := submit(lo, min(lo+chunk, n)); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -965,7 +992,7 @@ func renderScale(rep *Report) string {
 		}
 	}
 	w("How: each size runs once, in the first run, on a fresh 3-node cluster (agent defaults, retention 24 h, plus `-enable-debug`, `-raft-trailing-logs %d` and each node's `-memory-limit` at a third of 80%% of MemAvailable). "+
-		"*fill*: N no-op tasks (%d-byte payloads) submitted in batches of %v from %v callers while the workers complete them; rate = N / (first submit → last durable completion). "+
+		"*fill*: N no-op tasks (%d-byte payloads) submitted in batches of %v from %v callers while the workers complete them, a chunk of 50,000 at a time once at most 200,000 submitted are not done; rate = N / (first submit → last durable completion). "+
 		"*heap B/task*: after a forced GC on every node (GET /debug/pprof/heap?gc=1), go_memstats_heap_alloc_bytes from /metrics minus the same on the empty cluster, divided by N (payload included). "+
 		"*W1*: the W1 burn-down of %v tasks on top of the N retained ones. "+
 		"*snapshot*: `cronoq operator snapshot save` through the SDK (a barrier, raft's snapshot on the leader, streamed to a file, fsync'd); *restore*: `cronoq operator snapshot restore` of that file into the running cluster, until the call answers (the leader serves the restored state) and until every node's applied index reaches the restored snapshot's. "+

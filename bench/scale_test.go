@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/xml"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,6 +121,37 @@ cronoq_raft_rpc_installSnapshot_count{peer="n3"} 2
 	require.Equal(t, 3.0, v)
 	_, ok = seriesSum(m, "process_resident_memory_bytes")
 	require.False(t, ok)
+}
+
+func TestFillWindowed(t *testing.T) {
+	// The workers complete a chunk only once it is submitted; the fill
+	// never lets more than the window be pending.
+	var done atomic.Int64
+	var submitted, maxPending int64
+	var calls [][2]int
+	err := fillWindowed(context.Background(), 23, 5, 10, &done, func(lo, hi int) error {
+		calls = append(calls, [2]int{lo, hi})
+		submitted = int64(hi)
+		maxPending = max(maxPending, submitted-done.Load())
+		go func() { done.Add(int64(hi - lo)) }()
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, [][2]int{{0, 5}, {5, 10}, {10, 15}, {15, 20}, {20, 23}}, calls)
+	require.LessOrEqual(t, maxPending, int64(10+5))
+
+	// Nothing completes: it stops at the window until the context ends.
+	var none atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	calls = nil
+	err = fillWindowed(ctx, 100, 5, 10, &none, func(lo, hi int) error {
+		calls = append(calls, [2]int{lo, hi})
+		return nil
+	})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Len(t, calls, 3) // 0, 5 and 10 pending at most before each
+	require.ErrorContains(t, fillWindowed(context.Background(), 10, 5, 10, &none, func(int, int) error { return errors.New("refused") }), "refused")
 }
 
 func TestPerTask(t *testing.T) {
