@@ -163,7 +163,8 @@ jepsen-selftest: jepsen-build
 ## The harness is its own Go module in bench/; it installs redis-server and
 ## postgresql from Debian when missing, starts everything on 127.0.0.1 with
 ## its data under bench/results, stops it by pid, and writes
-## bench/results/<time>/report.{md,json} and chart.svg (bench/results/latest).
+## bench/results/<time>/report.{md,json}, chart.svg and scale.svg
+## (bench/results/latest).
 BENCH     := bin/cronoq-bench
 BENCHARGS ?=
 
@@ -177,7 +178,9 @@ bench-quick: bench-build
 	./$(BENCH) -quick $(BENCHARGS)
 
 ## bench-compare: every workload, three runs per cell, systems alternated
-## (about 90 minutes on 2 cores with the default and tuned peers).
+## (about 90 minutes on 2 cores with the default and tuned peers), and the
+## scale curves of cronoq once (scale.svg; sizes that would not fit in
+## memory are not run).
 bench-compare: bench-build
 	./$(BENCH) $(BENCHARGS)
 

@@ -31,6 +31,8 @@ type Env struct {
 	pgTmpl   string   // initdb'd and migrated data dir, copied for each cell
 	cleanup  []func() // run at the end, after every process stopped
 	pgRoot   string   // where PostgreSQL data dirs go: dataDir, unless the postgres user cannot reach it
+
+	scalePrev *ScaleResult // the last scale size measured, for the next one's memory projection
 }
 
 // debPackages maps a needed binary to the Debian package that ships it.

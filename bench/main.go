@@ -49,6 +49,10 @@ type options struct {
 
 	w4Children int
 
+	// scaleSizes are the retained-task counts of the scale curves
+	// (cronoq only; see scale.go), ascending.
+	scaleSizes []int
+
 	raftDuration time.Duration
 	raftInflight int
 
@@ -93,6 +97,10 @@ asynq-everysec-tuned: the -river-tuned-* and -asynq-tuned-* flags).
   W4  fan-out (cronoq only): one task whose handler spawns -w4-children no-op
       children and a continuation that depends on all of them; time from the
       submit call to the continuation reported succeeded by Client.Wait
+  scale  (cronoq only, first run only) for each of -scale-sizes N, a fresh
+      cluster holding N retained ended tasks: fill rate, heap bytes per
+      task on the leader and a follower, W1 on top, snapshot save and
+      restore, and (at 1,000,000) a wiped follower's catch-up
 
 -quick runs W1 only, at 20,000 tasks, three runs per system.
 
@@ -106,11 +114,11 @@ func parseFlags(args []string) (options, error) {
 		fs.PrintDefaults()
 	}
 	var o options
-	var systems, workloads, rates string
+	var systems, workloads, rates, sizes string
 	fs.BoolVar(&o.quick, "quick", false, "W1 only at 20,000 tasks (overrides -workloads and -w1-tasks; 3 runs unless -runs is given)")
 	fs.IntVar(&o.runs, "runs", 3, "runs per cell (systems alternated between runs)")
 	fs.StringVar(&systems, "systems", strings.Join(defaultSystems, ","), "comma-separated `LIST` of systems (also cronoq-secure: cronoq with TLS, client certificates and ACLs; cronoq-sub: cronoq with a durable subscription read and acked all along)")
-	fs.StringVar(&workloads, "workloads", "w1,w2,w3,w4", "comma-separated `LIST` of workloads (w1, w2, w3, w4)")
+	fs.StringVar(&workloads, "workloads", "w1,w2,w3,w4,scale", "comma-separated `LIST` of workloads (w1, w2, w3, w4, scale)")
 	fs.IntVar(&o.concurrency, "concurrency", 1024, "worker slots per system (cronoq: split over 4 SDK workers)")
 	fs.IntVar(&o.batch, "batch", 1000, "tasks per batched enqueue call (pre-insert and W2)")
 	fs.IntVar(&o.w1Tasks, "w1-tasks", 100000, "W1: tasks pre-inserted and burned down")
@@ -124,6 +132,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.w3Drain, "w3-drain", 30*time.Second, "W3: how long to wait for the last completions after the offer ends")
 	fs.IntVar(&o.w3Submitters, "w3-submitters", 512, "W3: concurrent submit calls at most")
 	fs.IntVar(&o.w4Children, "w4-children", 10000, "W4: children the root task spawns with its completion")
+	fs.StringVar(&sizes, "scale-sizes", "100000,1000000,10000000", "scale: retained ended tasks `SIZES`, one fresh cluster each (a size whose projected memory does not fit is not run)")
 	fs.DurationVar(&o.raftDuration, "raft-duration", 15*time.Second, "bare raft: measured time per run")
 	fs.IntVar(&o.raftInflight, "raft-inflight", 1024, "bare raft: applies in flight")
 	fs.DurationVar(&o.cellTimeout, "cell-timeout", 10*time.Minute, "give up on one cell after this long")
@@ -167,8 +176,8 @@ func parseFlags(args []string) (options, error) {
 		}
 	}
 	for _, w := range o.workloads {
-		if !contains([]string{"w1", "w2", "w3", "w4"}, w) {
-			return o, fmt.Errorf("unknown workload %q (known: w1, w2, w3, w4)", w)
+		if !contains([]string{"w1", "w2", "w3", "w4", "scale"}, w) {
+			return o, fmt.Errorf("unknown workload %q (known: w1, w2, w3, w4, scale)", w)
 		}
 	}
 	for _, r := range splitList(rates) {
@@ -178,6 +187,11 @@ func parseFlags(args []string) (options, error) {
 		}
 		o.w3Rates = append(o.w3Rates, n)
 	}
+	scaleSizes, err := parseSizes(sizes)
+	if err != nil {
+		return o, err
+	}
+	o.scaleSizes = scaleSizes
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if o.longHaul > 0 {

@@ -87,7 +87,7 @@ func reportOptions(o options) map[string]any {
 		"w1_tasks": o.w1Tasks, "w1_ordering_keys": o.w1OrderingKeys, "w2_single": o.w2Single, "w2_batched": o.w2Batched,
 		"w2_concurrency": o.w2Concurrency, "w2_batch_callers": o.w2Callers,
 		"w3_rates": o.w3Rates, "w3_duration": o.w3Duration.String(), "w3_drain": o.w3Drain.String(),
-		"w3_submitters": o.w3Submitters, "w4_children": o.w4Children,
+		"w3_submitters": o.w3Submitters, "w4_children": o.w4Children, "scale_sizes": o.scaleSizes,
 		"raft_duration": o.raftDuration.String(), "raft_inflight": o.raftInflight,
 		"river_pool": o.riverConns, "asynq_task_check_interval": o.asynqCheck.String(),
 		"river_tuned_fetch_cooldown": o.riverTuned.fetchCooldown.String(), "river_tuned_fetch_poll_interval": o.riverTuned.fetchPollInterval.String(),
@@ -218,6 +218,11 @@ func writeReport(rep *Report, dir, outDir string) ([]string, error) {
 		if err := os.WriteFile(p, files[name], 0o644); err != nil {
 			return nil, fmt.Errorf("writing %s: %w", name, err)
 		}
+		paths = append(paths, p)
+	}
+	if p, err := writeScaleChart(rep, dir); err != nil {
+		return nil, err
+	} else if p != "" {
 		paths = append(paths, p)
 	}
 	latest := filepath.Join(outDir, "latest")
@@ -509,6 +514,7 @@ func renderTables(rep *Report) string {
 	}
 	w("%s", renderSecureAB(rep))
 	w("%s", renderSubAB(rep))
+	w("%s", renderScale(rep))
 	w("Fsync latency of this disk: p50 %.2f ms, p99 %.2f ms. River and asynq keep one copy of each task; cronoq keeps three.\n", rep.Fsync.P50ms, rep.Fsync.P99ms)
 	return b.String()
 }

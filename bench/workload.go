@@ -15,8 +15,8 @@ import (
 // cell is one measurement: a system under one workload, one run.
 type cell struct {
 	system   string
-	workload string // w1 | w2 | w3 | w4 | raft
-	rate     int    // W3 offered rate
+	workload string // w1 | w2 | w3 | w4 | scale | raft
+	rate     int    // W3 offered rate; scale: the retained tasks N
 	run      int    // 1-based
 }
 
@@ -27,6 +27,9 @@ func (c cell) title(o options) string {
 	}
 	if c.workload == "raft" {
 		s = "bare raft"
+	}
+	if c.workload == "scale" {
+		return scaleTitle(c)
 	}
 	return fmt.Sprintf("%s (run %d/%d)", s, c.run, o.runs)
 }
@@ -70,9 +73,12 @@ func plan(o options) []cell {
 			if w == "w3" {
 				rates = o.w3Rates
 			}
+			if w == "scale" {
+				rates = scaleSizesOfRun(o, run)
+			}
 			for _, r := range rates {
 				for _, s := range order {
-					if w == "w4" && fanOutSkip(s) != "" {
+					if w == "w4" && fanOutSkip(s) != "" || w == "scale" && scaleSkip(s) != "" {
 						continue
 					}
 					cells = append(cells, cell{system: s, workload: w, rate: r, run: run})
@@ -103,6 +109,9 @@ type CellResult struct {
 	W3   *W3Result   `json:"w3,omitempty"`
 	W4   *W4Result   `json:"w4,omitempty"`
 	Raft *RaftResult `json:"raft,omitempty"`
+
+	// Scale is a scale cell's result (its Rate is the size N).
+	Scale *ScaleResult `json:"scale,omitempty"`
 }
 
 // W1Result is a burn-down.
@@ -192,9 +201,9 @@ type W4Result struct {
 
 // skipped lists, per system, the workloads it does not run and why.
 func skipped(o options) []Skip {
-	var out []Skip
+	out := scaleSkipped(o)
 	if !contains(o.workloads, "w4") {
-		return nil
+		return out
 	}
 	for _, s := range o.systems {
 		if s == "raft" {
@@ -236,6 +245,10 @@ func runCell(ctx context.Context, env *Env, c cell) (res CellResult) {
 		}
 	}()
 
+	if c.workload == "scale" {
+		runScaleCell(ctx, env, c, dir, &res)
+		return res
+	}
 	if c.workload == "raft" {
 		res.Copies = 3
 		var cur atomic.Int64
@@ -812,6 +825,8 @@ func (r CellResult) summary() string {
 	case r.W4 != nil && r.W4.Seconds > 0:
 		s = fmt.Sprintf("%d children and the continuation in %.2fs (%s children/s); submit acked %s ms, spawn committed %.2fs, first child started %.2fs; server CPU %.1fs",
 			r.W4.Children, r.W4.Seconds, fmtNum(jf(r.W4.ChildrenRate)), fmtMs(jf(r.W4.SubmitAckMs)), r.W4.SpawnCommitS, r.W4.FirstChildS, r.ServerCPUs)
+	case r.Scale != nil:
+		s = r.Scale.summary()
 	case r.Raft != nil && r.Raft.Rate > 0:
 		s = fmt.Sprintf("%s applies/s (p50 %s ms, p99 %s ms)", fmtNum(jf(r.Raft.Rate)), fmtMs(jf(r.Raft.P50ms)), fmtMs(jf(r.Raft.P99ms)))
 	}
