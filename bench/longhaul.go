@@ -143,11 +143,11 @@ func runLongHaul(ctx context.Context, env *Env, fs FsyncResult) error {
 	// machine within the first retention period.
 	limitMiB := o.lhMemoryLimit >> 20
 	if limitMiB == 0 {
-		avail, err := memAvailable()
+		mi, err := readMeminfo()
 		if err != nil {
 			return err
 		}
-		limitMiB = avail * 8 / 10 / 3 >> 20
+		limitMiB = mi.Available * 8 / 10 / 3 >> 20
 	}
 	res.MemoryLimitMiB = limitMiB
 	sys := &cronoqSys{env: env, logLevel: "info", extraArgs: []string{"-retention", o.lhRetention.String(), "-memory-limit", fmt.Sprintf("%dMiB", limitMiB)}}
@@ -679,26 +679,4 @@ func loadAvg1() float64 {
 	}
 	v, _ := strconv.ParseFloat(f[0], 64)
 	return v
-}
-
-// memAvailable is the machine's MemAvailable, in bytes.
-func memAvailable() (int64, error) {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0, fmt.Errorf("reading the available memory: %w", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
-			f := strings.Fields(v)
-			if len(f) == 0 {
-				break
-			}
-			kb, err := strconv.ParseInt(f[0], 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("reading the available memory: %w", err)
-			}
-			return kb << 10, nil
-		}
-	}
-	return 0, errors.New("reading the available memory: no MemAvailable in /proc/meminfo")
 }
