@@ -43,6 +43,7 @@ type cronoqSys struct {
 	env     *Env
 	dir     string
 	nodes   []*proc
+	args    [][]string // each node's agent arguments, to restart it
 	http    []string
 	submit  []*client.Client
 	next    uint64
@@ -187,6 +188,7 @@ func (s *cronoqSys) Start(ctx context.Context, dir string) error {
 			return err
 		}
 		s.nodes = append(s.nodes, p)
+		s.args = append(s.args, args)
 		s.http = append(s.http, httpAddr)
 	}
 	if err := s.waitReady(ctx); err != nil {

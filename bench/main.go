@@ -49,6 +49,8 @@ type options struct {
 
 	w4Children int
 
+	failoverTrials int
+
 	raftDuration time.Duration
 	raftInflight int
 
@@ -78,6 +80,8 @@ and chart.svg under -out/<timestamp>/ (and -out/latest).
   W4  fan-out (cronoq only): one task whose handler spawns -w4-children no-op
       children and a continuation that depends on all of them; time from the
       submit call to the continuation reported succeeded by Client.Wait
+  failover (cronoq only): -failover-trials kills of the leader with SIGKILL;
+      time from the kill to the first submit acknowledged through the survivors
 
 -quick runs W1 only, at 20,000 tasks, three runs per system.
 
@@ -95,7 +99,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.quick, "quick", false, "W1 only at 20,000 tasks (overrides -workloads and -w1-tasks; 3 runs unless -runs is given)")
 	fs.IntVar(&o.runs, "runs", 3, "runs per cell (systems alternated between runs)")
 	fs.StringVar(&systems, "systems", strings.Join(defaultSystems, ","), "comma-separated `LIST` of systems (also cronoq-secure: cronoq with TLS, client certificates and ACLs; cronoq-sub: cronoq with a durable subscription read and acked all along)")
-	fs.StringVar(&workloads, "workloads", "w1,w2,w3,w4", "comma-separated `LIST` of workloads (w1, w2, w3, w4)")
+	fs.StringVar(&workloads, "workloads", "w1,w2,w3,w4,failover", "comma-separated `LIST` of workloads (w1, w2, w3, w4, failover)")
 	fs.IntVar(&o.concurrency, "concurrency", 1024, "worker slots per system (cronoq: split over 4 SDK workers)")
 	fs.IntVar(&o.batch, "batch", 1000, "tasks per batched enqueue call (pre-insert and W2)")
 	fs.IntVar(&o.w1Tasks, "w1-tasks", 100000, "W1: tasks pre-inserted and burned down")
@@ -109,6 +113,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.w3Drain, "w3-drain", 30*time.Second, "W3: how long to wait for the last completions after the offer ends")
 	fs.IntVar(&o.w3Submitters, "w3-submitters", 512, "W3: concurrent submit calls at most")
 	fs.IntVar(&o.w4Children, "w4-children", 10000, "W4: children the root task spawns with its completion")
+	fs.IntVar(&o.failoverTrials, "failover-trials", 10, "failover: kills of the leader per run")
 	fs.DurationVar(&o.raftDuration, "raft-duration", 15*time.Second, "bare raft: measured time per run")
 	fs.IntVar(&o.raftInflight, "raft-inflight", 1024, "bare raft: applies in flight")
 	fs.DurationVar(&o.cellTimeout, "cell-timeout", 10*time.Minute, "give up on one cell after this long")
@@ -133,8 +138,8 @@ func parseFlags(args []string) (options, error) {
 		}
 	}
 	for _, w := range o.workloads {
-		if !contains([]string{"w1", "w2", "w3", "w4"}, w) {
-			return o, fmt.Errorf("unknown workload %q (known: w1, w2, w3, w4)", w)
+		if !contains([]string{"w1", "w2", "w3", "w4", "failover"}, w) {
+			return o, fmt.Errorf("unknown workload %q (known: w1, w2, w3, w4, failover)", w)
 		}
 	}
 	for _, r := range splitList(rates) {
@@ -163,6 +168,8 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-batch and -w1-tasks must be positive")
 	case o.w4Children < 1:
 		return o, errors.New("-w4-children must be positive")
+	case o.failoverTrials < 1:
+		return o, errors.New("-failover-trials must be positive")
 	case o.w1OrderingKeys < 0:
 		return o, errors.New("-w1-ordering-keys must not be negative")
 	case o.w1OrderingKeys > 0 && !onlyCronoq(o.systems):
