@@ -44,6 +44,7 @@ type cronoqSys struct {
 	env     *Env
 	dir     string
 	nodes   []*proc
+	args    [][]string // each node's agent arguments, to restart it
 	http    []string
 	submit  []*client.Client
 	next    uint64
@@ -65,11 +66,9 @@ type cronoqSys struct {
 	sub       *subConsumer
 
 	// extraArgs are added to every agent's arguments, and logLevel (default
-	// warn) is their -log-level; args are each node's arguments as started,
-	// for restartNode.
+	// warn) is their -log-level.
 	extraArgs []string
 	logLevel  string
-	args      [][]string
 }
 
 func (s *cronoqSys) Name() string {
@@ -92,7 +91,7 @@ func (s *cronoqSys) Durability() string {
 	return "acknowledged once committed by raft: fsync'd (raft-boltdb) on a majority of the 3 nodes"
 }
 func (s *cronoqSys) Config() string {
-	return fmt.Sprintf("3 × `bin/cronoq agent` on 127.0.0.1 with default (production) settings: raft-boltdb with fsync, raft.DefaultConfig timings; "+
+	return fmt.Sprintf("3 × `bin/cronoq agent` on 127.0.0.1 with default (production) settings: raft-boltdb with fsync, the agent's default raft timings (heartbeat and election timeouts 500 ms, leader lease 250 ms); "+
 		"Go SDK: %d workers × %d slots (no-op handler), completions sent as soon as the stream takes them (the default); submits with Submit / SubmitBatch (random idempotency key per task, as the SDK does; "+
 		"the SDK's default coalescing sends at most 4 Submit calls per client at once and the submits made meanwhile together in one EnqueueMany call)",
 		cronoqWorkers, s.env.opts.concurrency/cronoqWorkers) + s.secureConfig() + s.subConfig()

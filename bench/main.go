@@ -51,7 +51,8 @@ type options struct {
 
 	// scaleSizes are the retained-task counts of the scale curves
 	// (cronoq only; see scale.go), ascending.
-	scaleSizes []int
+	scaleSizes     []int
+	failoverTrials int
 
 	raftDuration time.Duration
 	raftInflight int
@@ -101,6 +102,8 @@ asynq-everysec-tuned: the -river-tuned-* and -asynq-tuned-* flags).
       cluster holding N retained ended tasks: fill rate, heap bytes per
       task on the leader and a follower, W1 on top, snapshot save and
       restore, and (at 1,000,000) a wiped follower's catch-up
+  failover (cronoq only): -failover-trials kills of the leader with SIGKILL;
+      time from the kill to the first submit acknowledged through the survivors
 
 -quick runs W1 only, at 20,000 tasks, three runs per system.
 
@@ -118,7 +121,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.quick, "quick", false, "W1 only at 20,000 tasks (overrides -workloads and -w1-tasks; 3 runs unless -runs is given)")
 	fs.IntVar(&o.runs, "runs", 3, "runs per cell (systems alternated between runs)")
 	fs.StringVar(&systems, "systems", strings.Join(defaultSystems, ","), "comma-separated `LIST` of systems (also cronoq-secure: cronoq with TLS, client certificates and ACLs; cronoq-sub: cronoq with a durable subscription read and acked all along)")
-	fs.StringVar(&workloads, "workloads", "w1,w2,w3,w4,scale", "comma-separated `LIST` of workloads (w1, w2, w3, w4, scale)")
+	fs.StringVar(&workloads, "workloads", "w1,w2,w3,w4,scale,failover", "comma-separated `LIST` of workloads (w1, w2, w3, w4, scale, failover)")
 	fs.IntVar(&o.concurrency, "concurrency", 1024, "worker slots per system (cronoq: split over 4 SDK workers)")
 	fs.IntVar(&o.batch, "batch", 1000, "tasks per batched enqueue call (pre-insert and W2)")
 	fs.IntVar(&o.w1Tasks, "w1-tasks", 100000, "W1: tasks pre-inserted and burned down")
@@ -133,6 +136,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.w3Submitters, "w3-submitters", 512, "W3: concurrent submit calls at most")
 	fs.IntVar(&o.w4Children, "w4-children", 10000, "W4: children the root task spawns with its completion")
 	fs.StringVar(&sizes, "scale-sizes", "100000,1000000,10000000", "scale: retained ended tasks `SIZES`, one fresh cluster each (a size whose projected memory does not fit is not run)")
+	fs.IntVar(&o.failoverTrials, "failover-trials", 10, "failover: kills of the leader per run")
 	fs.DurationVar(&o.raftDuration, "raft-duration", 15*time.Second, "bare raft: measured time per run")
 	fs.IntVar(&o.raftInflight, "raft-inflight", 1024, "bare raft: applies in flight")
 	fs.DurationVar(&o.cellTimeout, "cell-timeout", 10*time.Minute, "give up on one cell after this long")
@@ -176,8 +180,8 @@ func parseFlags(args []string) (options, error) {
 		}
 	}
 	for _, w := range o.workloads {
-		if !contains([]string{"w1", "w2", "w3", "w4", "scale"}, w) {
-			return o, fmt.Errorf("unknown workload %q (known: w1, w2, w3, w4, scale)", w)
+		if !contains([]string{"w1", "w2", "w3", "w4", "scale", "failover"}, w) {
+			return o, fmt.Errorf("unknown workload %q (known: w1, w2, w3, w4, scale, failover)", w)
 		}
 	}
 	for _, r := range splitList(rates) {
@@ -222,6 +226,8 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-batch and -w1-tasks must be positive")
 	case o.w4Children < 1:
 		return o, errors.New("-w4-children must be positive")
+	case o.failoverTrials < 1:
+		return o, errors.New("-failover-trials must be positive")
 	case o.w1OrderingKeys < 0:
 		return o, errors.New("-w1-ordering-keys must not be negative")
 	case o.w1OrderingKeys > 0 && !onlyCronoq(o.systems):

@@ -135,6 +135,9 @@ func runRaftBare(ctx context.Context, dir string, d time.Duration, inflight int,
 		cfg.LocalID = raft.ServerID(fmt.Sprintf("n%d", i+1))
 		cfg.Logger = logger
 		cfg.ShutdownOnRemove = false
+		// The agent's default timeouts (cluster.DefaultHeartbeatTimeout and
+		// its neighbours).
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 250*time.Millisecond
 		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: cfg.LocalID, Address: trans.LocalAddr()})
 		ps = append(ps, parts{cfg, logs, store, snaps, trans})
 	}

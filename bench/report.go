@@ -87,7 +87,7 @@ func reportOptions(o options) map[string]any {
 		"w1_tasks": o.w1Tasks, "w1_ordering_keys": o.w1OrderingKeys, "w2_single": o.w2Single, "w2_batched": o.w2Batched,
 		"w2_concurrency": o.w2Concurrency, "w2_batch_callers": o.w2Callers,
 		"w3_rates": o.w3Rates, "w3_duration": o.w3Duration.String(), "w3_drain": o.w3Drain.String(),
-		"w3_submitters": o.w3Submitters, "w4_children": o.w4Children, "scale_sizes": o.scaleSizes,
+		"w3_submitters": o.w3Submitters, "w4_children": o.w4Children, "scale_sizes": o.scaleSizes, "failover_trials": o.failoverTrials,
 		"raft_duration": o.raftDuration.String(), "raft_inflight": o.raftInflight,
 		"river_pool": o.riverConns, "asynq_task_check_interval": o.asynqCheck.String(),
 		"river_tuned_fetch_cooldown": o.riverTuned.fetchCooldown.String(), "river_tuned_fetch_poll_interval": o.riverTuned.fetchPollInterval.String(),
@@ -176,6 +176,8 @@ func summarize(rep *Report) {
 				add("submit_ack_ms", c.W4.SubmitAckMs)
 				add("spawn_commit_s", c.W4.SpawnCommitS)
 				add("first_child_s", c.W4.FirstChildS)
+			case c.Failover != nil:
+				c.Failover.addMetrics(add)
 			case c.Raft != nil:
 				add("applies_per_s", c.Raft.Rate)
 				add("apply_p50_ms", c.Raft.P50ms)
@@ -512,6 +514,7 @@ func renderTables(rep *Report) string {
 			w("Not run on %s: %s.\n\n", strings.Join(by[r], ", "), r)
 		}
 	}
+	w("%s", renderFailover(rep))
 	w("%s", renderSecureAB(rep))
 	w("%s", renderSubAB(rep))
 	w("%s", renderScale(rep))

@@ -27,7 +27,7 @@ func TestParseSizes(t *testing.T) {
 func TestScaleFlags(t *testing.T) {
 	o, err := parseFlags(nil)
 	require.NoError(t, err)
-	require.Equal(t, []string{"w1", "w2", "w3", "w4", "scale"}, o.workloads)
+	require.Equal(t, []string{"w1", "w2", "w3", "w4", "scale", "failover"}, o.workloads)
 	require.Equal(t, []int{100000, 1000000, 10000000}, o.scaleSizes)
 
 	o, err = parseFlags([]string{"-workloads", "scale", "-scale-sizes", "100000,20000"})

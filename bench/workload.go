@@ -15,7 +15,7 @@ import (
 // cell is one measurement: a system under one workload, one run.
 type cell struct {
 	system   string
-	workload string // w1 | w2 | w3 | w4 | scale | raft
+	workload string // w1 | w2 | w3 | w4 | scale | failover | raft
 	rate     int    // W3 offered rate; scale: the retained tasks N
 	run      int    // 1-based
 }
@@ -44,6 +44,8 @@ func wlName(w string) string {
 		return "W3"
 	case "w4":
 		return "W4"
+	case "failover":
+		return "Failover"
 	}
 	return w
 }
@@ -78,7 +80,7 @@ func plan(o options) []cell {
 			}
 			for _, r := range rates {
 				for _, s := range order {
-					if w == "w4" && fanOutSkip(s) != "" || w == "scale" && scaleSkip(s) != "" {
+					if w == "w4" && fanOutSkip(s) != "" || w == "scale" && scaleSkip(s) != "" || w == "failover" && failoverSkip(s) != "" {
 						continue
 					}
 					cells = append(cells, cell{system: s, workload: w, rate: r, run: run})
@@ -111,7 +113,8 @@ type CellResult struct {
 	Raft *RaftResult `json:"raft,omitempty"`
 
 	// Scale is a scale cell's result (its Rate is the size N).
-	Scale *ScaleResult `json:"scale,omitempty"`
+	Scale    *ScaleResult    `json:"scale,omitempty"`
+	Failover *FailoverResult `json:"failover,omitempty"`
 }
 
 // W1Result is a burn-down.
@@ -286,6 +289,8 @@ func runCell(ctx context.Context, env *Env, c cell) (res CellResult) {
 		werr = runW3(cctx, env, sys, c.rate, &res)
 	case "w4":
 		werr = runW4(cctx, env, sys, &res)
+	case "failover":
+		werr = runFailover(cctx, env, sys, &res)
 	}
 	env.prog.phase("stopping " + c.system)
 	serr := sys.Stop()
@@ -827,6 +832,8 @@ func (r CellResult) summary() string {
 			r.W4.Children, r.W4.Seconds, fmtNum(jf(r.W4.ChildrenRate)), fmtMs(jf(r.W4.SubmitAckMs)), r.W4.SpawnCommitS, r.W4.FirstChildS, r.ServerCPUs)
 	case r.Scale != nil:
 		s = r.Scale.summary()
+	case r.Failover != nil && len(r.Failover.Trials) > 0:
+		s = r.Failover.line()
 	case r.Raft != nil && r.Raft.Rate > 0:
 		s = fmt.Sprintf("%s applies/s (p50 %s ms, p99 %s ms)", fmtNum(jf(r.Raft.Rate)), fmtMs(jf(r.Raft.P50ms)), fmtMs(jf(r.Raft.P99ms)))
 	}

@@ -116,7 +116,9 @@ type Config struct {
 	// Default 72h (at least DeadServerTimeout).
 	MemberReapTime time.Duration
 
-	// Raft timing; defaults from raft.DefaultConfig.
+	// Raft timing; defaults DefaultHeartbeatTimeout, DefaultElectionTimeout,
+	// DefaultLeaderLeaseTimeout and raft.DefaultConfig's CommitTimeout and
+	// MaxAppendEntries.
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
@@ -191,6 +193,23 @@ type Config struct {
 	Loops loophealth.Options
 }
 
+// The default raft timings, half of raft.DefaultConfig's (which Consul and
+// Nomad use at raft_multiplier 1): a follower stands for election after
+// 500 ms to 1 s without a heartbeat (raft randomizes the timeout in
+// [HeartbeatTimeout, 2×HeartbeatTimeout)), which is most of a failover.
+// They leave as wide a margin against an election without a fault: the
+// leader heartbeats every HeartbeatTimeout/10 (50 ms) on a connection of
+// its own, apart from replication and its fsyncs, and a follower answers
+// heartbeats without its main loop, so an election takes ten heartbeats
+// missed in a row; a leader steps down after hearing from no quorum for
+// LeaderLeaseTimeout (five heartbeat intervals). The jepsen suite runs with
+// these values.
+const (
+	DefaultHeartbeatTimeout   = 500 * time.Millisecond
+	DefaultElectionTimeout    = 500 * time.Millisecond
+	DefaultLeaderLeaseTimeout = 250 * time.Millisecond
+)
+
 // WithDefaults returns a copy of c with every unset field set to its default.
 func (c Config) WithDefaults() Config {
 	rd := raft.DefaultConfig()
@@ -237,9 +256,9 @@ func (c Config) WithDefaults() Config {
 	setDur(&c.ClockCheckInterval, time.Second)
 	c.Loops = c.Loops.WithDefaults()
 
-	setDur(&c.HeartbeatTimeout, rd.HeartbeatTimeout)
-	setDur(&c.ElectionTimeout, rd.ElectionTimeout)
-	setDur(&c.LeaderLeaseTimeout, rd.LeaderLeaseTimeout)
+	setDur(&c.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	setDur(&c.ElectionTimeout, DefaultElectionTimeout)
+	setDur(&c.LeaderLeaseTimeout, DefaultLeaderLeaseTimeout)
 	setDur(&c.CommitTimeout, rd.CommitTimeout)
 	if c.MaxAppendEntries <= 0 {
 		c.MaxAppendEntries = rd.MaxAppendEntries

@@ -354,6 +354,7 @@ func (n *Node) establish(ctx context.Context) (*engine.Engine, error) {
 	n.mu.Lock()
 	n.eng, n.epoch, n.ready, n.feed, n.hooks = eng, epoch, true, feed, hooks
 	n.mu.Unlock()
+	n.routingChanged()
 	n.logger.Info("leadership established", "epoch", epoch)
 	return eng, nil
 }
@@ -365,6 +366,7 @@ func (n *Node) revoke() {
 	eng, feed, hooks := n.eng, n.feed, n.hooks
 	n.eng, n.ready, n.feed, n.hooks = nil, false, nil, nil
 	n.mu.Unlock()
+	n.routingChanged()
 	if hooks != nil {
 		hooks.Stop() // ends requests in flight; what was not acked goes out again from the durable cursor
 	}

@@ -94,7 +94,10 @@ type Node struct {
 	ready bool
 	epoch uint64
 
-	leaderWatch *leaderWatch // counts leader changes into the metrics
+	leaderWatch *leaderWatch // counts leader changes into the metrics, wakes routeCh
+
+	routeMu sync.Mutex
+	routeCh chan struct{} // closed at the next routing change (RoutingChanged)
 
 	clock       *clockGuard // the engine clock, checked against the voters' (clock.go)
 	clockReader atomic.Pointer[ClockReader]
@@ -349,8 +352,8 @@ func (n *Node) open() error {
 	if m := cfg.Metrics; m != nil {
 		m.SetSource(metricsSource{n})
 		m.SetClockSource(n.clockGauges)
-		n.leaderWatch = watchLeader(n.raft, m)
 	}
+	n.leaderWatch = watchLeader(n.raft, cfg.Metrics, n.routingChanged)
 	n.leaderWG.Add(1)
 	go n.monitorLeadership()
 	n.loopsWG.Add(1)
@@ -410,6 +413,30 @@ func (n *Node) Leader() (id, httpAddr string) {
 		return id, m.HTTPAddr
 	}
 	return id, ""
+}
+
+// RoutingChanged returns a channel closed at the next change of what a call
+// that needs the leader is routed by: the leader this node knows (raft's
+// view, none included), or this node's readiness to serve as the leader.
+// A caller takes it before looking at Leader and Leading, and waits on it
+// (with a bound) when they told it to wait.
+func (n *Node) RoutingChanged() <-chan struct{} {
+	n.routeMu.Lock()
+	defer n.routeMu.Unlock()
+	if n.routeCh == nil {
+		n.routeCh = make(chan struct{})
+	}
+	return n.routeCh
+}
+
+// routingChanged wakes the waiters of RoutingChanged.
+func (n *Node) routingChanged() {
+	n.routeMu.Lock()
+	defer n.routeMu.Unlock()
+	if n.routeCh != nil {
+		close(n.routeCh)
+		n.routeCh = nil
+	}
 }
 
 // now is the engine's clock (injectable for fault tests).

@@ -89,9 +89,11 @@ func observeCommit(m *metrics.Metrics, ci engine.CommitInfo) {
 	m.ObserveCommit(metrics.Commit{Mutations: ci.Mutations, Bytes: ci.Bytes, Latency: ci.Latency, Failed: ci.Err != nil})
 }
 
-// leaderWatch counts the leader changes raft reports to this node. Its
-// observer blocks raft until the count is taken (a few nanoseconds), so
-// that no change goes uncounted.
+// leaderWatch follows the leader changes raft reports to this node: it
+// calls onChange for each (none included) and counts the changes from one
+// leader to another into the metrics (when m is not nil). Its observer
+// blocks raft until both are done (a few nanoseconds), so that no change
+// goes uncounted.
 type leaderWatch struct {
 	r   *raft.Raft
 	obs *raft.Observer
@@ -99,7 +101,7 @@ type leaderWatch struct {
 	wg  sync.WaitGroup
 }
 
-func watchLeader(r *raft.Raft, m *metrics.Metrics) *leaderWatch {
+func watchLeader(r *raft.Raft, m *metrics.Metrics, onChange func()) *leaderWatch {
 	w := &leaderWatch{r: r, ch: make(chan raft.Observation, 16)}
 	w.obs = raft.NewObserver(w.ch, true, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.LeaderObservation)
@@ -111,11 +113,12 @@ func watchLeader(r *raft.Raft, m *metrics.Metrics) *leaderWatch {
 		defer w.wg.Done()
 		var last raft.ServerID
 		for o := range w.ch {
+			onChange()
 			id := o.Data.(raft.LeaderObservation).LeaderID
 			if id == "" || id == last {
 				continue
 			}
-			if last != "" {
+			if last != "" && m != nil {
 				m.LeaderChanged()
 			}
 			last = id

@@ -181,6 +181,9 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 	)
 	for {
 		unreachable = false
+		// Taken before looking, so that a change after the look ends the
+		// pause below at once.
+		changed := s.routingChanged()
 		if _, err := s.node.Leading(); err == nil {
 			res, err := local(ctx)
 			if err == nil {
@@ -197,8 +200,10 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 		}
 		id, addr := s.node.Leader()
 		switch {
-		case forwarded(req.Header()):
-			// One hop at most: the node that forwarded re-routes.
+		case forwarded(req.Header()) && id != s.node.ID():
+			// One hop at most: the node that forwarded re-routes. (A call
+			// forwarded to this node while it leads but does not serve
+			// yet is held here, below, until it serves.)
 			if last != nil {
 				return nil, s.apiError(last)
 			}
@@ -253,7 +258,7 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 			// the leader's address is not known yet.
 			last = s.leaderHint(id, addr)
 		}
-		if !pause(ctx, hold.C, s.baseCtx.Done()) {
+		if !pauseUntil(ctx, hold.C, s.baseCtx.Done(), changed) {
 			if ctx.Err() != nil {
 				return nil, s.apiError(ctx.Err())
 			}
@@ -267,6 +272,21 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 			return nil, s.apiError(last)
 		}
 	}
+}
+
+// routingNotifier is a Backend that tells when the routing of calls that
+// need the leader may have changed (a *cluster.Node does).
+type routingNotifier interface {
+	RoutingChanged() <-chan struct{}
+}
+
+// routingChanged returns the backend's RoutingChanged, or nil when it has
+// none (route then re-checks on its timer only).
+func (s *Server) routingChanged() <-chan struct{} {
+	if rn, ok := s.node.(routingNotifier); ok {
+		return rn.RoutingChanged()
+	}
+	return nil
 }
 
 // forwardLeaderCheck is how often a call forwarded to the leader checks
@@ -356,9 +376,17 @@ func neverSent(err error) bool {
 // pause waits 25 to 100 ms before routing again; false when the hold ran
 // out or ctx or stop ended first.
 func pause(ctx context.Context, hold <-chan time.Time, stop <-chan struct{}) bool {
+	return pauseUntil(ctx, hold, stop, nil)
+}
+
+// pauseUntil is pause that also ends, with true, when changed is closed
+// (a change of the leader or of this node's readiness; nil: none).
+func pauseUntil(ctx context.Context, hold <-chan time.Time, stop, changed <-chan struct{}) bool {
 	t := time.NewTimer(25*time.Millisecond + rand.N(75*time.Millisecond))
 	defer t.Stop()
 	select {
+	case <-changed:
+		return true
 	case <-t.C:
 		return true
 	case <-hold:

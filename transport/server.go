@@ -11,8 +11,10 @@
 // the leader's API address over a pooled h2c client that dials from this
 // node's own IP. A forwarded request carries the Cronoq-Forwarded header and
 // is never forwarded again (one hop at most): a node that receives one and
-// does not lead answers not_leader. While no leader is known a call is held
-// and re-routed with jitter for up to Config.HoldTimeout, then answered
+// does not lead answers not_leader (one that leads but does not serve yet
+// holds it until it does). While no leader is known a call is held and
+// re-routed, as soon as the leader the node knows or its readiness changes
+// and otherwise with jitter, for up to Config.HoldTimeout, then answered
 // no_leader. A write whose forwarded request failed in transit is answered
 // outcome_unknown, never re-sent: the SDK retries it with the same
 // idempotency key. Reads that ask for staleness are served from the local

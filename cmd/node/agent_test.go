@@ -216,7 +216,7 @@ trace_sample_ratio = 0.5
 }
 
 func TestAgentRaftFlags(t *testing.T) {
-	// Unset: the cluster defaults (raft's), or the -dev timings.
+	// Unset: the cluster defaults, or the -dev timings.
 	cfg, err := parseAgent(t, "-data-dir", "/d")
 	require.NoError(t, err)
 	cc := cfg.clusterConfig("127.0.0.1:8650", nil)
@@ -227,9 +227,9 @@ func TestAgentRaftFlags(t *testing.T) {
 	require.Zero(t, cc.SnapshotInterval)
 	require.Zero(t, cc.TrailingLogs)
 	d := cc.WithDefaults()
-	require.Equal(t, time.Second, d.HeartbeatTimeout)
-	require.Equal(t, time.Second, d.ElectionTimeout)
-	require.Equal(t, 500*time.Millisecond, d.LeaderLeaseTimeout)
+	require.Equal(t, 500*time.Millisecond, d.HeartbeatTimeout)
+	require.Equal(t, 500*time.Millisecond, d.ElectionTimeout)
+	require.Equal(t, 250*time.Millisecond, d.LeaderLeaseTimeout)
 	require.Equal(t, uint64(8192), d.SnapshotThreshold)
 	require.Equal(t, 2*time.Minute, d.SnapshotInterval)
 	require.Equal(t, uint64(10240), d.TrailingLogs)
@@ -299,13 +299,13 @@ raft_trailing_logs        = 50
 		{[]string{"-raft-heartbeat-timeout", "500ms", "-raft-leader-lease-timeout", "600ms"},
 			"-raft-leader-lease-timeout 600ms is longer than -raft-heartbeat-timeout 500ms"},
 		{[]string{"-raft-heartbeat-timeout", "100ms"},
-			"-raft-leader-lease-timeout 500ms (the default) is longer than -raft-heartbeat-timeout 100ms"},
+			"-raft-leader-lease-timeout 250ms (the default) is longer than -raft-heartbeat-timeout 100ms"},
 		{[]string{"-raft-heartbeat-timeout", "2s", "-raft-leader-lease-timeout", "1s"},
-			"-raft-election-timeout 1s (the default) is shorter than -raft-heartbeat-timeout 2s"},
+			"-raft-election-timeout 500ms (the default) is shorter than -raft-heartbeat-timeout 2s"},
 		{[]string{"-raft-election-timeout", "300ms", "-raft-heartbeat-timeout", "400ms", "-raft-leader-lease-timeout", "100ms"},
 			"-raft-election-timeout 300ms is shorter than -raft-heartbeat-timeout 400ms"},
-		{[]string{"-raft-election-timeout", "500ms"},
-			"-raft-election-timeout 500ms is shorter than -raft-heartbeat-timeout 1s (the default)"},
+		{[]string{"-raft-election-timeout", "300ms"},
+			"-raft-election-timeout 300ms is shorter than -raft-heartbeat-timeout 500ms (the default)"},
 		{[]string{"-dev", "-raft-heartbeat-timeout", "1s"},
 			"-raft-election-timeout 200ms (the -dev default) is shorter than -raft-heartbeat-timeout 1s"},
 		// Raft's lower bounds, and malformed values.
@@ -349,9 +349,9 @@ raft_trailing_logs        = 50
 	require.ErrorIs(t, err, errHelp)
 	help := out.String()
 	for _, want := range []string{
-		"  -raft-heartbeat-timeout DUR\n", "(default 1s, 200ms with -dev)",
+		"  -raft-heartbeat-timeout DUR\n", "(default 500ms, 200ms with -dev)",
 		"  -raft-election-timeout DUR\n",
-		"  -raft-leader-lease-timeout DUR\n", "(default 500ms, 100ms with -dev)",
+		"  -raft-leader-lease-timeout DUR\n", "(default 250ms, 100ms with -dev)",
 		"  -raft-snapshot-threshold N\n", "(default 8192)",
 		"  -raft-snapshot-interval DUR\n", "(default 2m0s)",
 		"  -raft-trailing-logs N\n", "(default 10240)",
