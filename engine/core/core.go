@@ -242,7 +242,7 @@ func (t *task) stepName() string {
 }
 
 func (t *task) readyItem() readyItem {
-	return readyItem{prio: t.prio, runAt: t.runAt, id: t.id, t: t}
+	return readyItem{prio: t.prio, runAt: t.runAt, t: t}
 }
 
 // Stats is a snapshot of the core's sizes.
