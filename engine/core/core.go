@@ -144,16 +144,43 @@ func purgeLess(a, b purgeItem) bool {
 }
 
 // task is the core's view of one task: what scheduling needs, without
-// payload or output.
+// payload or output. What only a task that may still run needs is in its
+// run, which a task that succeeded drops (see retire): the core keeps every
+// ended task for its retention, and those are most of what it holds.
 type task struct {
-	id       string
-	pool     *pool
-	kind     string
-	key      string
-	schedule string
-	prio     fsm.Priority
-	labels   []fsm.KV
-	sig      string
+	id   string
+	kind string
+	key  string
+	pool *pool
+
+	// flow is its place in the dependency graph and its workflow: nil for
+	// a task that has never been part of either, which keeps a plain
+	// task's footprint as small as before workflows.
+	flow *taskFlow
+	keys *fsm.Keys // its ordering and concurrency keys (shared with its record); nil for none
+	lane *lane     // its ordering lane while it is a live member or blocks it
+
+	// run is nil once the task succeeded: nothing reads it then (a task
+	// that succeeded is never dispatched, timed or retried again).
+	*run
+
+	attempt     uint32
+	attemptBase uint32 // attempts started before an operator's retry: the budget counts from it
+	lastLease   uint64
+	finishedAt  fsm.Instant
+	gen         uint64 // bumped at every status change (validates ready timers)
+
+	status     fsm.Status
+	prio       fsm.Priority
+	gate       gate // where it waits while queued
+	blocksLane bool // it ended blocking its lane
+}
+
+// run is what a task needs while it is live, and to be retried once it
+// ended without succeeding.
+type run struct {
+	labels []fsm.KV
+	sig    string
 
 	runAt       fsm.Instant
 	deadline    fsm.Instant
@@ -161,28 +188,29 @@ type task struct {
 	maxAttempts uint32
 	backoff     fsm.Backoff
 
-	status      fsm.Status
-	attempt     uint32
-	attemptBase uint32 // attempts started before an operator's retry: the budget counts from it
-	lease       uint64
-	lastLease   uint64
-	worker      string
-	startedAt   fsm.Instant
-	hbDeadline  fsm.Instant
-	finishedAt  fsm.Instant
-	gen         uint64 // bumped at every status change (validates ready timers)
+	lease      uint64
+	worker     string
+	startedAt  fsm.Instant
+	hbDeadline fsm.Instant
 
 	waiters []ReqID
+}
 
-	// flow is its place in the dependency graph and its workflow: nil for
-	// a task that has never been part of either, which keeps a plain
-	// task's footprint as small as before workflows.
-	flow *taskFlow
+// currentLease is t's current lease token, 0 for none.
+func (t *task) currentLease() uint64 {
+	if t.run == nil {
+		return 0
+	}
+	return t.lease
+}
 
-	keys       *fsm.Keys // its ordering and concurrency keys (shared with its record); nil for none
-	lane       *lane     // its ordering lane while it is a live member or blocks it
-	gate       gate      // where it waits while queued
-	blocksLane bool      // it ended blocking its lane
+// retire drops the run of a task that has succeeded, the only end that
+// cannot be retried: from then on it is a small record for retention,
+// dedup by key, dependencies and lookups.
+func retire(t *task) {
+	if t.status == fsm.StatusSucceeded && len(t.waiters) == 0 && t.lease == 0 {
+		t.run = nil
+	}
 }
 
 // orderingKey is t's ordering key, or "".

@@ -98,6 +98,7 @@ func (c *Core) finishJoin(t *task, status fsm.Status, output []byte, msg string,
 	}
 	t.waiters = nil
 	c.ended(t)
+	retire(t)
 }
 
 // failAttempt ends the running attempt of t with a retryable failure, a
