@@ -130,8 +130,7 @@ func (t *tables) oldestQueued(pool string) (*Task, bool) {
 	if p == nil || p.byStatus[StatusQueued] == nil {
 		return nil, false
 	}
-	it, ok := p.byStatus[StatusQueued].Min()
-	return it.t, ok
+	return p.byStatus[StatusQueued].Min()
 }
 
 func (t *tables) tombstoned(nodeID string) bool {
@@ -293,7 +292,8 @@ func (t *tables) listMerge(q ListQuery, want int) []*Task {
 // cursor walks the tasks of one (pool, status) in id order (decreasing
 // with desc), reading them a chunk at a time.
 type cursor struct {
-	idx   *btree.BTreeG[taskItem]
+	idx   *btree.BTreeG[*Task]
+	probe *Task   // a record with the id after only, to look it up in idx
 	after string  // last id read from the index (exclusive bound of the next fill)
 	desc  bool    // newest first
 	buf   []*Task // tasks read and not yet consumed start at buf[pos]
@@ -308,20 +308,24 @@ func (c *cursor) fill(n int) bool {
 	if c.ended {
 		return false
 	}
-	visit := func(it taskItem) bool {
-		if c.after != "" && it.id == c.after {
+	visit := func(t *Task) bool {
+		if c.after != "" && t.ID == c.after {
 			return true
 		}
-		c.buf = append(c.buf, it.t)
+		c.buf = append(c.buf, t)
 		return len(c.buf) < n
 	}
+	if c.probe == nil {
+		c.probe = &Task{}
+	}
+	c.probe.ID = c.after
 	switch {
 	case !c.desc:
-		c.idx.AscendGreaterOrEqual(taskItem{id: c.after}, visit)
+		c.idx.AscendGreaterOrEqual(c.probe, visit)
 	case c.after == "":
 		c.idx.Descend(visit)
 	default:
-		c.idx.DescendLessOrEqual(taskItem{id: c.after}, visit)
+		c.idx.DescendLessOrEqual(c.probe, visit)
 	}
 	if len(c.buf) < n {
 		c.ended = true
