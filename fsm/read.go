@@ -84,8 +84,17 @@ const listChunk = 256
 // ---------------------------------------------------------------------------
 
 func (t *tables) get(id string) (*Task, bool) {
-	it, ok := t.tasks.Get(taskItem{id: id})
-	return it.t, ok
+	p := probe(id)
+	r, ok := t.tasks.Get(p)
+	unprobe(p)
+	return r, ok
+}
+
+func (t *tables) has(id string) bool {
+	p := probe(id)
+	ok := t.tasks.Has(p)
+	unprobe(p)
+	return ok
 }
 
 func (t *tables) getByKey(key string) (*Task, bool) {
@@ -209,20 +218,21 @@ func (t *tables) list(q ListQuery) ([]*Task, string) {
 	}
 	var out []*Task
 	if len(q.Pools) == 0 && len(q.Statuses) == 0 {
-		visit := func(it taskItem) bool {
-			if !q.past(it.id) || !q.match(it.t) {
+		visit := func(r *Task) bool {
+			if !q.past(r.ID) || !q.match(r) {
 				return true
 			}
-			out = append(out, it.t)
+			out = append(out, r)
 			return len(out) != want
 		}
+		after := &Task{ID: q.After}
 		switch {
 		case !q.Desc:
-			t.tasks.AscendGreaterOrEqual(taskItem{id: q.After}, visit)
+			t.tasks.AscendGreaterOrEqual(after, visit)
 		case q.After == "":
 			t.tasks.Descend(visit)
 		default:
-			t.tasks.DescendLessOrEqual(taskItem{id: q.After}, visit)
+			t.tasks.DescendLessOrEqual(after, visit)
 		}
 	} else {
 		out = t.listMerge(q, want)
@@ -588,7 +598,7 @@ func (v *View) Len() int { return v.t.tasks.Len() }
 
 // EachTask calls fn for every task in id order until fn returns false.
 func (v *View) EachTask(fn func(*Task) bool) {
-	v.t.tasks.Ascend(func(it taskItem) bool { return fn(it.t) })
+	v.t.tasks.Ascend(fn)
 }
 
 // EachWorkflow calls fn for every workflow in id order until fn returns
