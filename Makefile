@@ -194,8 +194,10 @@ bench-longhaul: bench-build
 ## BenchmarkLifecycle (submit, dispatch and complete through the core, the
 ## driver, the log encoding, an in-memory log and the FSM; tasks/s) and
 ## BenchmarkPending1M (bytes per pending task held by the core and the FSM,
-## payload excluded, with 1,000,000 queued), three runs each (about a
-## minute).
+## payload excluded, with 1,000,000 queued) and BenchmarkRetained (bytes per
+## ended task kept for its retention, payload and output excluded, with
+## 1,000,000 succeeded), three runs each (a few minutes).
 bench-core:
 	$(GO) test -run '^$$' -bench '^BenchmarkLifecycle$$' -benchtime 200000x -count 3 ./engine/
 	$(GO) test -run '^$$' -bench '^BenchmarkPending1M$$' -benchtime 1x -count 3 ./engine/
+	$(GO) test -run '^$$' -bench '^BenchmarkRetained$$' -benchtime 1x -count 3 ./engine/

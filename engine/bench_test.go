@@ -33,7 +33,9 @@ type benchEngine struct {
 	eng   *engine.Engine
 }
 
-func startBenchEngine(b *testing.B, ctx context.Context, maxPending int) *benchEngine {
+// startBenchEngine starts one; a zero retention keeps ended tasks for the
+// core's default (24h).
+func startBenchEngine(b *testing.B, ctx context.Context, maxPending int, retention time.Duration) *benchEngine {
 	b.Helper()
 	state := fsm.New()
 	log := enginetest.New(state)
@@ -42,7 +44,7 @@ func startBenchEngine(b *testing.B, ctx context.Context, maxPending int) *benchE
 		log.Close()
 		b.Fatalf("starting the log: %v", err)
 	}
-	c, err := core.New(core.Config{Seed: 1, DefaultPool: core.PoolConfig{Bounds: core.Bounds{MaxPending: maxPending}}}, 1, time.Now())
+	c, err := core.New(core.Config{Seed: 1, Retention: retention, DefaultPool: core.PoolConfig{Bounds: core.Bounds{MaxPending: maxPending}}}, 1, time.Now())
 	if err != nil {
 		log.Close()
 		b.Fatalf("building the core: %v", err)
@@ -98,14 +100,28 @@ func submitBatch(ctx context.Context, eng *engine.Engine, n int) error {
 func BenchmarkLifecycle(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	be := startBenchEngine(b, ctx, 1<<30)
+	be := startBenchEngine(b, ctx, 1<<30, 0)
 	defer be.stop(b)
 
 	total := b.N
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
+	if err := runLifecycles(ctx, cancel, be, total, nil); err != nil {
+		b.Fatal(err)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	checkEnded(b, ctx, be, total)
+	b.ReportMetric(float64(total)/elapsed.Seconds(), "tasks/s")
+}
 
+// runLifecycles runs total task lifecycles through be: a client submits
+// them in SubmitMany calls of 1,000 while, at the same time, one worker
+// polls with 1,000 slots and completes what it was granted in one
+// CompleteMany, each attempt succeeding with output. The first error
+// cancels ctx (through cancel) and is returned.
+func runLifecycles(ctx context.Context, cancel context.CancelFunc, be *benchEngine, total int, output []byte) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	wg.Add(2)
@@ -133,7 +149,7 @@ func BenchmarkLifecycle(b *testing.B) {
 			}
 			cs = cs[:0]
 			for _, g := range grants {
-				cs = append(cs, engine.Completion{Lease: g.Lease, Outcome: core.Outcome{Kind: core.OutcomeSuccess}})
+				cs = append(cs, engine.Completion{Lease: g.Lease, Outcome: core.Outcome{Kind: core.OutcomeSuccess, Output: output}})
 			}
 			for i, err := range be.eng.CompleteMany(ctx, cs) {
 				if err != nil {
@@ -146,13 +162,14 @@ func BenchmarkLifecycle(b *testing.B) {
 		}
 	}()
 	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
 	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
-	// Every task must have ended in the FSM: the lifecycle ran for real.
+	return <-errs // nil when none was sent
+}
+
+// checkEnded fails b unless every one of total tasks ended succeeded, in
+// the core and in the FSM: the lifecycles ran for real.
+func checkEnded(b *testing.B, ctx context.Context, be *benchEngine, total int) {
+	b.Helper()
 	if st, err := be.eng.CoreStats(ctx); err != nil {
 		b.Fatalf("reading the core's stats: %v", err)
 	} else if st.Queued != 0 || st.Running != 0 {
@@ -161,7 +178,6 @@ func BenchmarkLifecycle(b *testing.B) {
 	if got := fsmCount(be.state, fsm.StatusSucceeded); got != total {
 		b.Fatalf("%d tasks succeeded in the FSM, want %d", got, total)
 	}
-	b.ReportMetric(float64(total)/elapsed.Seconds(), "tasks/s")
 }
 
 // fsmCount is the number of tasks in the FSM with the given status.
@@ -175,11 +191,16 @@ func fsmCount(state *fsm.State, status fsm.Status) int {
 
 // pendingTasks is how many tasks BenchmarkPending1M queues: 1,000,000,
 // 100,000 with -short, or CRONOQ_BENCH_PENDING.
-func pendingTasks(b *testing.B) int {
-	if s := os.Getenv("CRONOQ_BENCH_PENDING"); s != "" {
+func pendingTasks(b *testing.B) int { return benchTasks(b, "CRONOQ_BENCH_PENDING") }
+
+// benchTasks is how many tasks a memory benchmark keeps: the number in the
+// environment variable env if set, else 100,000 with -short, else
+// 1,000,000.
+func benchTasks(b *testing.B, env string) int {
+	if s := os.Getenv(env); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n <= 0 {
-			b.Fatalf("CRONOQ_BENCH_PENDING=%q: want a positive number of tasks", s)
+			b.Fatalf("%s=%q: want a positive number of tasks", env, s)
 		}
 		return n
 	}
@@ -239,7 +260,7 @@ func BenchmarkPending1M(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		ctx, cancel := context.WithCancel(context.Background())
-		be := startBenchEngine(b, ctx, 2*n)
+		be := startBenchEngine(b, ctx, 2*n, 0)
 		before := liveHeap()
 		b.StartTimer()
 
@@ -276,6 +297,72 @@ func BenchmarkPending1M(b *testing.B) {
 		fsmOnly := liveHeap()
 		runtime.KeepAlive(state)
 		fsmPerTask = (float64(fsmOnly)-float64(before))/float64(n) - float64(len(benchPayload))
+		b.StartTimer()
+	}
+	b.ReportMetric(perTask, "bytes/task")
+	b.ReportMetric(fsmPerTask, "fsm-bytes/task")
+	b.ReportMetric(growth/(1<<20), "heap-MB")
+}
+
+// benchOutput is the output of every task of BenchmarkRetained.
+var benchOutput = make([]byte, 64)
+
+// BenchmarkRetained measures the memory the leader holds per ended task
+// kept for its retention: the engine's core plus the FSM state, payload and
+// output excluded. Each op starts a fresh engine (retention 24h) over the
+// in-memory log (which keeps no copy of its entries) and runs 1,000,000
+// lifecycles as BenchmarkLifecycle does, each task with a 64-byte payload
+// and succeeding with a 64-byte output, and compares the live heap
+// (HeapAlloc after two collections) with all of them ended and retained
+// against the heap before the first submit. It reports bytes/task with the
+// payload and the output subtracted once per task (the FSM holds them; the
+// core does not), fsm-bytes/task, the same once the engine and its core are
+// dropped and only the FSM is left (what a follower holds), and heap-MB,
+// the whole growth. Run it with -benchtime 1x; -short or
+// CRONOQ_BENCH_RETAINED=<n> run fewer tasks, and
+// CRONOQ_BENCH_HEAPPROFILE=<file> writes the heap profile with every task
+// retained.
+func BenchmarkRetained(b *testing.B) {
+	n := benchTasks(b, "CRONOQ_BENCH_RETAINED")
+	excluded := float64(len(benchPayload) + len(benchOutput))
+	var perTask, fsmPerTask, growth float64
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		ctx, cancel := context.WithCancel(context.Background())
+		be := startBenchEngine(b, ctx, 2*n, 24*time.Hour)
+		before := liveHeap()
+		b.StartTimer()
+
+		if err := runLifecycles(ctx, cancel, be, n, benchOutput); err != nil {
+			b.Fatal(err)
+		}
+
+		b.StopTimer()
+		checkEnded(b, ctx, be, n)
+		st, err := be.eng.CoreStats(ctx)
+		if err != nil {
+			b.Fatalf("reading the core's stats: %v", err)
+		}
+		if st.Tasks != n {
+			b.Fatalf("the core knows %d tasks, want %d retained", st.Tasks, n)
+		}
+		after := liveHeap()
+		if path := os.Getenv("CRONOQ_BENCH_HEAPPROFILE"); path != "" {
+			writeHeapProfile(b, path)
+		}
+		growth = float64(after) - float64(before)
+		perTask = growth/float64(n) - excluded
+		// A follower holds the FSM alone: drop the engine and its core.
+		state := be.state
+		be.stop(b)
+		cancel()
+		be = nil
+		fsmOnly := liveHeap()
+		runtime.KeepAlive(state)
+		if got := fsmCount(state, fsm.StatusSucceeded); got != n {
+			b.Fatalf("%d tasks succeeded in the FSM, want %d", got, n)
+		}
+		fsmPerTask = (float64(fsmOnly)-float64(before))/float64(n) - excluded
 		b.StartTimer()
 	}
 	b.ReportMetric(perTask, "bytes/task")

@@ -84,8 +84,17 @@ const listChunk = 256
 // ---------------------------------------------------------------------------
 
 func (t *tables) get(id string) (*Task, bool) {
-	it, ok := t.tasks.Get(taskItem{id: id})
-	return it.t, ok
+	p := probe(id)
+	r, ok := t.tasks.Get(p)
+	unprobe(p)
+	return r, ok
+}
+
+func (t *tables) has(id string) bool {
+	p := probe(id)
+	ok := t.tasks.Has(p)
+	unprobe(p)
+	return ok
 }
 
 func (t *tables) getByKey(key string) (*Task, bool) {
@@ -130,8 +139,7 @@ func (t *tables) oldestQueued(pool string) (*Task, bool) {
 	if p == nil || p.byStatus[StatusQueued] == nil {
 		return nil, false
 	}
-	it, ok := p.byStatus[StatusQueued].Min()
-	return it.t, ok
+	return p.byStatus[StatusQueued].Min()
 }
 
 func (t *tables) tombstoned(nodeID string) bool {
@@ -210,20 +218,21 @@ func (t *tables) list(q ListQuery) ([]*Task, string) {
 	}
 	var out []*Task
 	if len(q.Pools) == 0 && len(q.Statuses) == 0 {
-		visit := func(it taskItem) bool {
-			if !q.past(it.id) || !q.match(it.t) {
+		visit := func(r *Task) bool {
+			if !q.past(r.ID) || !q.match(r) {
 				return true
 			}
-			out = append(out, it.t)
+			out = append(out, r)
 			return len(out) != want
 		}
+		after := &Task{ID: q.After}
 		switch {
 		case !q.Desc:
-			t.tasks.AscendGreaterOrEqual(taskItem{id: q.After}, visit)
+			t.tasks.AscendGreaterOrEqual(after, visit)
 		case q.After == "":
 			t.tasks.Descend(visit)
 		default:
-			t.tasks.DescendLessOrEqual(taskItem{id: q.After}, visit)
+			t.tasks.DescendLessOrEqual(after, visit)
 		}
 	} else {
 		out = t.listMerge(q, want)
@@ -293,7 +302,8 @@ func (t *tables) listMerge(q ListQuery, want int) []*Task {
 // cursor walks the tasks of one (pool, status) in id order (decreasing
 // with desc), reading them a chunk at a time.
 type cursor struct {
-	idx   *btree.BTreeG[taskItem]
+	idx   *btree.BTreeG[*Task]
+	probe *Task   // a record with the id after only, to look it up in idx
 	after string  // last id read from the index (exclusive bound of the next fill)
 	desc  bool    // newest first
 	buf   []*Task // tasks read and not yet consumed start at buf[pos]
@@ -308,20 +318,24 @@ func (c *cursor) fill(n int) bool {
 	if c.ended {
 		return false
 	}
-	visit := func(it taskItem) bool {
-		if c.after != "" && it.id == c.after {
+	visit := func(t *Task) bool {
+		if c.after != "" && t.ID == c.after {
 			return true
 		}
-		c.buf = append(c.buf, it.t)
+		c.buf = append(c.buf, t)
 		return len(c.buf) < n
 	}
+	if c.probe == nil {
+		c.probe = &Task{}
+	}
+	c.probe.ID = c.after
 	switch {
 	case !c.desc:
-		c.idx.AscendGreaterOrEqual(taskItem{id: c.after}, visit)
+		c.idx.AscendGreaterOrEqual(c.probe, visit)
 	case c.after == "":
 		c.idx.Descend(visit)
 	default:
-		c.idx.DescendLessOrEqual(taskItem{id: c.after}, visit)
+		c.idx.DescendLessOrEqual(c.probe, visit)
 	}
 	if len(c.buf) < n {
 		c.ended = true
@@ -584,7 +598,7 @@ func (v *View) Len() int { return v.t.tasks.Len() }
 
 // EachTask calls fn for every task in id order until fn returns false.
 func (v *View) EachTask(fn func(*Task) bool) {
-	v.t.tasks.Ascend(func(it taskItem) bool { return fn(it.t) })
+	v.t.tasks.Ascend(fn)
 }
 
 // EachWorkflow calls fn for every workflow in id order until fn returns

@@ -100,8 +100,8 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 		}
 		return err == nil
 	}
-	t.tasks.Ascend(func(it taskItem) bool {
-		body, err = it.t.MarshalMsg(body[:0])
+	t.tasks.Ascend(func(r *Task) bool {
+		body, err = r.MarshalMsg(body[:0])
 		return err == nil && record(recTask)
 	})
 	if err == nil {
@@ -207,8 +207,8 @@ func (t *tables) version() uint16 {
 	if t.subs.Len() > 0 {
 		v = 6
 	}
-	t.tasks.Ascend(func(it taskItem) bool {
-		v = max(v, it.t.Version())
+	t.tasks.Ascend(func(r *Task) bool {
+		v = max(v, r.Version())
 		return v < LogVersion
 	})
 	t.scheds.Ascend(func(it schedItem) bool {

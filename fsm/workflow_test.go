@@ -21,14 +21,13 @@ func checkIndexes(t testing.TB, v *View) {
 	tb := v.t
 	var keys, wantKeys, wfKeys, wantWfKeys []keyItem
 	var members, wantMembers []memberItem
-	tb.tasks.Ascend(func(it taskItem) bool {
-		require.Equal(t, it.id, it.t.ID)
-		if it.t.Key != "" {
-			wantKeys = append(wantKeys, keyItem{key: it.t.Key, id: it.id})
+	tb.tasks.Ascend(func(r *Task) bool {
+		if r.Key != "" {
+			wantKeys = append(wantKeys, keyItem{key: r.Key, id: r.ID})
 		}
-		if it.t.Workflow() != "" {
-			wantMembers = append(wantMembers, memberItem{wf: it.t.Workflow(), id: it.id})
-			require.True(t, tb.wfs.Has(wfItem{id: it.t.Workflow()}), "task %q: workflow %q does not exist", it.id, it.t.Workflow())
+		if r.Workflow() != "" {
+			wantMembers = append(wantMembers, memberItem{wf: r.Workflow(), id: r.ID})
+			require.True(t, tb.wfs.Has(wfItem{id: r.Workflow()}), "task %q: workflow %q does not exist", r.ID, r.Workflow())
 		}
 		return true
 	})
@@ -87,7 +86,7 @@ func checkIndexes(t testing.TB, v *View) {
 func indexDump(v *View) string {
 	var b strings.Builder
 	tb := v.t
-	tb.tasks.Ascend(func(it taskItem) bool { fmt.Fprintf(&b, "task %q %p\n", it.id, it.t); return true })
+	tb.tasks.Ascend(func(r *Task) bool { fmt.Fprintf(&b, "task %q %p\n", r.ID, r); return true })
 	tb.keys.Ascend(func(k keyItem) bool { fmt.Fprintf(&b, "key %q %q\n", k.key, k.id); return true })
 	tb.scheds.Ascend(func(it schedItem) bool { fmt.Fprintf(&b, "sched %q %p\n", it.name, it.s); return true })
 	tb.tombs.Ascend(func(tomb Tombstone) bool { fmt.Fprintf(&b, "tomb %+v\n", tomb); return true })

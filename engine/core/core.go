@@ -38,13 +38,17 @@ type Core struct {
 	// fault of the self-test builds fills it (see rememberLease).
 	pastLeases map[uint64]string
 
-	pools     map[string]*pool
-	poolRecs  map[string]*fsm.Pool // replicated pool settings, by pool
-	nParked   int                  // parked tasks, in every pool
-	dirty     []*pool              // pools whose polls may now be served
-	global    counts
-	timers    timerHeap
-	purges    *btree.BTreeG[purgeItem]
+	pools    map[string]*pool
+	poolRecs map[string]*fsm.Pool // replicated pool settings, by pool
+	nParked  int                  // parked tasks, in every pool
+	dirty    []*pool              // pools whose polls may now be served
+	global   counts
+	timers   timerHeap
+	purges   *btree.BTreeG[purgeItem]
+	// ends holds the retention purges of the tasks that ended under this
+	// core, in the order they are due (see purgeQueue); purges holds the
+	// others: tasks recovered, retention put off, workflows.
+	ends      purgeQueue
 	schedules map[string]*schedule
 	schedGen  uint64 // last generation handed to a schedule timer
 
@@ -136,6 +140,81 @@ type purgeItem struct {
 	wf bool // id names a workflow, purged with its members
 }
 
+// purgeQueue is a FIFO of the retention purges of tasks as they end: each
+// is due at its end plus the retention, so they come due in the order they
+// are pushed, and a queue holds them in less than a B-tree would (filled
+// in that order, its nodes stay half empty). A purge is not taken out when
+// its task is deleted or retried: it is checked when it comes due. It keeps
+// its items in chunks of purgeChunk.
+type purgeQueue struct {
+	chunks [][]queuedPurge
+	head   int // of chunks[0]
+	n      int
+}
+
+type queuedPurge struct {
+	at fsm.Instant
+	id string
+}
+
+const purgeChunk = 512
+
+// push appends a purge due at at, which is no earlier than any before it.
+func (q *purgeQueue) push(at fsm.Instant, id string) {
+	if len(q.chunks) == 0 || len(q.chunks[len(q.chunks)-1]) == purgeChunk {
+		q.chunks = append(q.chunks, make([]queuedPurge, 0, purgeChunk))
+	}
+	last := &q.chunks[len(q.chunks)-1]
+	*last = append(*last, queuedPurge{at: at, id: id})
+	q.n++
+}
+
+// last is the due instant of the purge pushed last, if any is queued.
+func (q *purgeQueue) last() (fsm.Instant, bool) {
+	if q.n == 0 {
+		return 0, false
+	}
+	l := q.chunks[len(q.chunks)-1]
+	return l[len(l)-1].at, true
+}
+
+// peek is the purge due first.
+func (q *purgeQueue) peek() (purgeItem, bool) {
+	if q.n == 0 {
+		return purgeItem{}, false
+	}
+	e := q.chunks[0][q.head]
+	return purgeItem{at: e.at, id: e.id}, true
+}
+
+// pop drops the purge due first.
+func (q *purgeQueue) pop() {
+	first := q.chunks[0]
+	first[q.head] = queuedPurge{}
+	q.head++
+	q.n--
+	if q.head < len(first) {
+		return
+	}
+	q.head = 0
+	if len(q.chunks) == 1 && len(first) < purgeChunk {
+		q.chunks[0] = first[:0] // empty: reuse it
+		return
+	}
+	q.chunks[0] = nil
+	q.chunks = q.chunks[1:]
+}
+
+// purgeEnded plans the retention purge of t, which ended now.
+func (c *Core) purgeEnded(t *task) {
+	at := c.now.Add(c.cfg.Retention)
+	if last, ok := c.ends.last(); ok && at < last {
+		c.purges.ReplaceOrInsert(purgeItem{at: at, id: t.id}) // never: time does not go back
+		return
+	}
+	c.ends.push(at, t.id)
+}
+
 func purgeLess(a, b purgeItem) bool {
 	if a.at != b.at {
 		return a.at < b.at
@@ -144,16 +223,43 @@ func purgeLess(a, b purgeItem) bool {
 }
 
 // task is the core's view of one task: what scheduling needs, without
-// payload or output.
+// payload or output. What only a task that may still run needs is in its
+// run, which a task that succeeded drops (see retire): the core keeps every
+// ended task for its retention, and those are most of what it holds.
 type task struct {
-	id       string
-	pool     *pool
-	kind     string
-	key      string
-	schedule string
-	prio     fsm.Priority
-	labels   []fsm.KV
-	sig      string
+	id   string
+	kind string
+	key  string
+	pool *pool
+
+	// flow is its place in the dependency graph and its workflow: nil for
+	// a task that has never been part of either, which keeps a plain
+	// task's footprint as small as before workflows.
+	flow *taskFlow
+	keys *fsm.Keys // its ordering and concurrency keys (shared with its record); nil for none
+	lane *lane     // its ordering lane while it is a live member or blocks it
+
+	// run is nil once the task succeeded: nothing reads it then (a task
+	// that succeeded is never dispatched, timed or retried again).
+	*run
+
+	attempt     uint32
+	attemptBase uint32 // attempts started before an operator's retry: the budget counts from it
+	lastLease   uint64
+	finishedAt  fsm.Instant
+	gen         uint64 // bumped at every status change (validates ready timers)
+
+	status     fsm.Status
+	prio       fsm.Priority
+	gate       gate // where it waits while queued
+	blocksLane bool // it ended blocking its lane
+}
+
+// run is what a task needs while it is live, and to be retried once it
+// ended without succeeding.
+type run struct {
+	labels []fsm.KV
+	sig    string
 
 	runAt       fsm.Instant
 	deadline    fsm.Instant
@@ -161,28 +267,29 @@ type task struct {
 	maxAttempts uint32
 	backoff     fsm.Backoff
 
-	status      fsm.Status
-	attempt     uint32
-	attemptBase uint32 // attempts started before an operator's retry: the budget counts from it
-	lease       uint64
-	lastLease   uint64
-	worker      string
-	startedAt   fsm.Instant
-	hbDeadline  fsm.Instant
-	finishedAt  fsm.Instant
-	gen         uint64 // bumped at every status change (validates ready timers)
+	lease      uint64
+	worker     string
+	startedAt  fsm.Instant
+	hbDeadline fsm.Instant
 
 	waiters []ReqID
+}
 
-	// flow is its place in the dependency graph and its workflow: nil for
-	// a task that has never been part of either, which keeps a plain
-	// task's footprint as small as before workflows.
-	flow *taskFlow
+// currentLease is t's current lease token, 0 for none.
+func (t *task) currentLease() uint64 {
+	if t.run == nil {
+		return 0
+	}
+	return t.lease
+}
 
-	keys       *fsm.Keys // its ordering and concurrency keys (shared with its record); nil for none
-	lane       *lane     // its ordering lane while it is a live member or blocks it
-	gate       gate      // where it waits while queued
-	blocksLane bool      // it ended blocking its lane
+// retire drops the run of a task that has succeeded, the only end that
+// cannot be retried: from then on it is a small record for retention,
+// dedup by key, dependencies and lookups.
+func retire(t *task) {
+	if t.status == fsm.StatusSucceeded && len(t.waiters) == 0 && t.lease == 0 {
+		t.run = nil
+	}
 }
 
 // orderingKey is t's ordering key, or "".
@@ -242,7 +349,7 @@ func (t *task) stepName() string {
 }
 
 func (t *task) readyItem() readyItem {
-	return readyItem{prio: t.prio, runAt: t.runAt, id: t.id, t: t}
+	return readyItem{prio: t.prio, runAt: t.runAt, t: t}
 }
 
 // Stats is a snapshot of the core's sizes.
@@ -369,7 +476,7 @@ func (c *Core) Stats() Stats {
 		Schedules:     len(c.schedules),
 		Workflows:     len(c.workflows),
 		Subscriptions: len(c.subs),
-		Timers:        len(c.timers) + c.purges.Len() + len(c.heldTimers),
+		Timers:        len(c.timers) + c.purges.Len() + c.ends.n + len(c.heldTimers),
 		ShuttingDown:  c.shutdown,
 		ClockHeld:     c.clockHold,
 		HeldTimers:    len(c.heldTimers),
@@ -490,7 +597,7 @@ func (c *Core) NextWake() (time.Time, bool) {
 	if len(c.timers) > 0 {
 		when, ok = c.timers.top().when, true
 	}
-	if p, found := c.purges.Min(); found && (!ok || p.at < when) {
+	if p, _, found := c.nextPurge(); found && (!ok || p.at < when) {
 		when, ok = p.at, true
 	}
 	if !ok {
@@ -597,21 +704,38 @@ func (c *Core) runTimers() {
 		}
 	}
 	for n := 0; n < maxPurgePerTick; n++ {
-		p, ok := c.purges.Min()
+		p, ended, ok := c.nextPurge()
 		if !ok || p.at > c.now {
 			break
 		}
-		c.purges.DeleteMin()
-		switch {
-		case p.wf:
+		if ended {
+			c.ends.pop()
+		} else {
+			c.purges.DeleteMin()
+		}
+		if p.wf {
 			if w := c.workflows[p.id]; w != nil { // a purge put off may meet another
 				c.purgeWorkflow(w)
 			}
-		case c.tasks[p.id] != nil && c.tasks[p.id].status.Terminal():
-			// An operator may have deleted it, or retried it.
-			c.purge(c.tasks[p.id])
+			continue
+		}
+		// An operator may have deleted it, or retried it (and then it may
+		// have ended again, with a purge of that end).
+		t := c.tasks[p.id]
+		if t != nil && t.status.Terminal() && (!ended || t.finishedAt.Add(c.cfg.Retention) == p.at) {
+			c.purge(t)
 		}
 	}
+}
+
+// nextPurge is the retention purge due first, of ends or purges (ended:
+// of ends).
+func (c *Core) nextPurge() (p purgeItem, ended, ok bool) {
+	p, ok = c.purges.Min()
+	if e, found := c.ends.peek(); found && (!ok || purgeLess(e, p)) {
+		return e, true, true
+	}
+	return p, false, ok
 }
 
 // serve ends the workflows whose members all ended and serves waiting polls

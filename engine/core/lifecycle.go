@@ -89,7 +89,7 @@ func (c *Core) finishJoin(t *task, status fsm.Status, output []byte, msg string,
 	} else if join != nil {
 		c.join(t, join)
 	} else {
-		c.purges.ReplaceOrInsert(purgeItem{at: c.now.Add(c.cfg.Retention), id: t.id})
+		c.purgeEnded(t)
 	}
 	c.event(t, msg)
 	for _, w := range t.waiters {
@@ -98,6 +98,7 @@ func (c *Core) finishJoin(t *task, status fsm.Status, output []byte, msg string,
 	}
 	t.waiters = nil
 	c.ended(t)
+	retire(t)
 }
 
 // failAttempt ends the running attempt of t with a retryable failure, a

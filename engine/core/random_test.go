@@ -181,7 +181,7 @@ func checkAgree(t *testing.T, c *Core, state *fsm.State) {
 		require.True(t, ok, "task %s missing in the core", rec.ID)
 		require.Equal(t, rec.Status, tk.status, rec.ID)
 		require.Equal(t, rec.Attempt, tk.attempt, rec.ID)
-		require.Equal(t, rec.Lease, tk.lease, rec.ID)
+		require.Equal(t, rec.Lease, tk.currentLease(), rec.ID)
 		require.Equal(t, rec.AttemptBase, tk.attemptBase, rec.ID)
 		require.LessOrEqual(t, len(rec.Attempts), fsm.MaxAttemptHistory, rec.ID)
 		return true

@@ -722,9 +722,16 @@ func (h *harness) crossCheck(b *strings.Builder) {
 		switch {
 		case !ok:
 			fmt.Fprintf(b, "MISMATCH %s: in the FSM, not in the core\n", h.name(rec.ID))
-		case t.status != rec.Status || t.attempt != rec.Attempt || t.lease != rec.Lease || t.runAt != rec.RunAt:
+		case t.run == nil && t.status != fsm.StatusSucceeded:
+			fmt.Fprintf(b, "MISMATCH %s: the core dropped the run of a task that is %s\n", h.name(rec.ID), t.status)
+		case t.status != rec.Status || t.attempt != rec.Attempt || t.currentLease() != rec.Lease || (t.run != nil && t.runAt != rec.RunAt):
+			// A task that succeeded keeps no run-at in the core.
+			runAt := rec.RunAt
+			if t.run != nil {
+				runAt = t.runAt
+			}
 			fmt.Fprintf(b, "MISMATCH %s: core %s/%d/%s/%s, fsm %s/%d/%s/%s\n", h.name(rec.ID),
-				t.status, t.attempt, fmtLease(t.lease), fmtAt(t.runAt), rec.Status, rec.Attempt, fmtLease(rec.Lease), fmtAt(rec.RunAt))
+				t.status, t.attempt, fmtLease(t.currentLease()), fmtAt(runAt), rec.Status, rec.Attempt, fmtLease(rec.Lease), fmtAt(rec.RunAt))
 		}
 		return true
 	})

@@ -724,21 +724,22 @@ func (c *Core) track(rec *fsm.Task) *task {
 		pool:        c.getPool(rec.Pool),
 		kind:        rec.Kind,
 		key:         rec.Key,
-		schedule:    rec.Schedule,
 		prio:        rec.Priority,
-		labels:      rec.Labels,
-		sig:         labelSig(rec.Labels),
-		runAt:       rec.RunAt,
-		deadline:    rec.Deadline,
-		timeout:     rec.Timeout,
-		maxAttempts: rec.MaxAttempts,
-		backoff:     rec.Backoff,
 		attempt:     rec.Attempt,
 		attemptBase: rec.AttemptBase,
 		lastLease:   rec.LastLease,
-		worker:      rec.Worker,
-		startedAt:   rec.StartedAt,
 		finishedAt:  rec.FinishedAt,
+		run: &run{
+			labels:      rec.Labels,
+			sig:         labelSig(rec.Labels),
+			runAt:       rec.RunAt,
+			deadline:    rec.Deadline,
+			timeout:     rec.Timeout,
+			maxAttempts: rec.MaxAttempts,
+			backoff:     rec.Backoff,
+			worker:      rec.Worker,
+			startedAt:   rec.StartedAt,
+		},
 	}
 	if f := rec.Flow; f != nil {
 		t.flow = &taskFlow{deps: f.DependsOn, depPolicy: f.DepPolicy, external: f.External, step: f.Step}
@@ -799,6 +800,7 @@ func (c *Core) track(rec *fsm.Task) *task {
 	if t.deadline != 0 && !t.status.Terminal() {
 		c.timers.push(timer{when: t.deadline, kind: tmDeadline, id: t.id})
 	}
+	retire(t)
 	return t
 }
 
