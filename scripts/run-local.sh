@@ -66,11 +66,20 @@ fail() {
 	cleanup 1
 }
 
+# The three nodes share this machine: each gets a third of 80% of the
+# memory available now as its soft limit (an agent's default, half the
+# machine, is for one node per machine; see docs/operations.md, "Memory").
+MEMLIMIT=()
+avail_kb=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo 2>/dev/null || true)
+if [ -n "$avail_kb" ]; then
+	MEMLIMIT=(-memory-limit "$((avail_kb * 8 / 10 / 3 / 1024))MiB")
+fi
+
 for i in 1 2 3; do
 	base=$((BASE + i * 10))
 	"$BIN" agent -node-id "node$i" -data-dir "$DIR/node$i" \
 		-http-addr "127.0.0.1:$base" -raft-addr "127.0.0.1:$((base + 1))" \
-		-gossip-addr "127.0.0.1:$((base + 2))" -bootstrap-expect 3 $JOIN \
+		-gossip-addr "127.0.0.1:$((base + 2))" -bootstrap-expect 3 $JOIN "${MEMLIMIT[@]}" \
 		>"$DIR/node$i.log" 2>&1 &
 	pids+=($!)
 	disown $!
