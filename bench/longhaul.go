@@ -40,8 +40,9 @@ type LongHaulResult struct {
 	FirstError     string `json:"first_error,omitempty"`
 	NotSubmitted   int    `json:"not_submitted"`
 	Completed      int    `json:"completed"`
-	// Lost counts acknowledged submits whose completion was never seen
-	// (in an interrupted run, not drained: only not seen yet).
+	// Lost counts acknowledged submits whose completion was not seen by
+	// the end of the drain (lhDrain after the offer, or the interruption):
+	// late, or lost; a run that kept up has none.
 	Lost       int                `json:"lost"`
 	Duplicates int64              `json:"duplicates"`
 	P50ms      jf                 `json:"p50_ms"`
@@ -519,7 +520,7 @@ func renderLongHaulMarkdown(res *LongHaulResult) string {
 	w("Started %s, finished %s%s. %d × %s, %d GiB, load average at start %s; fsync p50 %.2f ms, p99 %.2f ms.\n\n", res.Started.Format(time.RFC3339), res.Finished.Format(time.RFC3339),
 		map[bool]string{true: " (**interrupted**)"}[res.Interrupted], res.Machine.CPUs, res.Machine.CPUModel, res.Machine.MemoryGiB, res.Machine.LoadAvg, res.Fsync.P50ms, res.Fsync.P99ms)
 	w("Settings: %s.\n\n![long haul](longhaul.svg)\n\n", res.Config)
-	w("## Tasks\n\n| offered | submitted | submit errors | not submitted | completed | lost (acknowledged, never completed) | duplicates | p50 | p99 | max |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	w("## Tasks\n\n| offered | submitted | submit errors | not submitted | completed | acknowledged, not completed by the end of the drain | duplicates | p50 | p99 | max |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	w("| %d | %d | %d | %d | %d | %d | %d | %s | %s | %s |\n\n", res.Offered, res.Submitted, res.SubmitErrors, res.NotSubmitted, res.Completed, res.Lost, res.Duplicates,
 		fmtMs(res.P50ms), fmtMs(res.P99ms), fmtMs(res.MaxMs))
 	if res.FirstError != "" {
