@@ -44,6 +44,7 @@ type fakeBackend struct {
 	cancelWorkflow   func(ref cluster.WorkflowRef) (cluster.CancelledWorkflow, error)
 	retry            func(ref cluster.TaskRef) (cluster.Retried, error)
 	cancelMany       func(f cluster.TaskFilter) (int, error)
+	transfer         func(id string) (string, error)
 	// waitWorkflow runs under the call's context (nil: wait for it to end).
 	waitWorkflow func(ctx context.Context, ref cluster.WorkflowRef) (string, error)
 	// poll answers a worker's offer (nil: nothing is ever granted).
@@ -242,7 +243,10 @@ func (f *fakeBackend) StaleRead() (fsm.Reader, cluster.Staleness) {
 func (f *fakeBackend) Members() []cluster.Member                { return nil }
 func (f *fakeBackend) Peers() ([]cluster.Peer, error)           { return nil, nil }
 func (f *fakeBackend) RemovePeer(context.Context, string) error { return nil }
-func (f *fakeBackend) TransferLeadership(context.Context, string) (string, error) {
+func (f *fakeBackend) TransferLeadership(_ context.Context, id string) (string, error) {
+	if f.transfer != nil {
+		return f.transfer(id)
+	}
 	return "", nil
 }
 

@@ -119,3 +119,31 @@ func TestForwardAbandonedForNewLeader(t *testing.T) {
 		})
 	}
 }
+
+// A leadership transfer forwarded by a follower is not abandoned when the
+// follower learns of the leader it elected before the old leader's answer
+// arrives: that election is the call's effect, and its answer says so,
+// not "outcome unknown".
+func TestForwardedTransferNotAbandoned(t *testing.T) {
+	follower := newFakeBackend()
+	leader := newFakeBackend()
+	leader.transfer = func(string) (string, error) {
+		// The follower hears of the new leader first, then the answer
+		// comes, later than the forward's leader checks.
+		follower.mu.Lock()
+		follower.leader, follower.leaderAddr = "n3", "127.0.0.9:8650"
+		follower.mu.Unlock()
+		time.Sleep(10 * forwardLeaderCheck)
+		return "n3", nil
+	}
+	startFake(t, leader, nil)
+	follower.leading, follower.leader, follower.leaderAddr = false, "n2", leader.addr
+	hc, base := startFake(t, follower, nil)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	op := cronoqv1connect.NewOperatorServiceClient(hc, base)
+	resp, err := op.TransferLeadership(ctx, connect.NewRequest(&cronoqv1.TransferLeadershipRequest{}))
+	require.NoError(t, err)
+	require.Equal(t, "n3", resp.Msg.Leader)
+}

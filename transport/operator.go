@@ -61,7 +61,7 @@ func (o *operatorService) RemovePeer(ctx context.Context, req *connect.Request[c
 func (o *operatorService) TransferLeadership(ctx context.Context, req *connect.Request[cronoqv1.TransferLeadershipRequest]) (*connect.Response[cronoqv1.TransferLeadershipResponse], error) {
 	s := o.s
 	id := req.Msg.GetId()
-	return route(ctx, s, writeCall, req, func(ctx context.Context) (*cronoqv1.TransferLeadershipResponse, error) {
+	return route(ctx, s, handoverCall, req, func(ctx context.Context) (*cronoqv1.TransferLeadershipResponse, error) {
 		leader, err := s.node.TransferLeadership(ctx, id)
 		if err != nil {
 			return nil, err

@@ -149,6 +149,11 @@ const (
 	readCall callKind = iota
 	// writeCall calls are never re-sent once they may have reached the leader.
 	writeCall
+	// handoverCall calls are writes whose effect is the election of
+	// another leader (a leadership transfer): a forward of one is not
+	// abandoned when this node learns of that leader, which may happen
+	// before the old leader's answer arrives.
+	handoverCall
 )
 
 // forwarded reports whether the request came from another node.
@@ -216,7 +221,10 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 				// The leader checks the call again, against its replica.
 				fwd.Header().Set(HeaderToken, tok)
 			}
-			fctx, stopWatch := s.watchForward(ctx, id)
+			fctx, stopWatch := ctx, func() string { return "" }
+			if kind != handoverCall {
+				fctx, stopWatch = s.watchForward(ctx, id)
+			}
 			resp, err := remote(s.fwd.endpoint(addr))(fctx, fwd)
 			moved := stopWatch()
 			if err == nil {
@@ -237,7 +245,7 @@ func route[Req, Res any](ctx context.Context, s *Server, kind callKind, req *con
 				// leader is answered outcome_unknown, for the caller to
 				// retry with its idempotency key.
 				s.log.Debug("forwarded call abandoned: new leader", "procedure", procedure, "old_leader", id, "leader", moved)
-				if kind == writeCall && !neverSent(err) {
+				if kind != readCall && !neverSent(err) {
 					return nil, apierr.OutcomeUnknown(fmt.Sprintf(
 						"forwarding to leader %s at %s: abandoned when %s was elected", id, addr, moved))
 				}
@@ -359,7 +367,7 @@ func forwardOutcome(kind callKind, id, addr string, err error) (final, again err
 		}
 		return apierr.Relay(err), nil
 	}
-	if kind == writeCall && !neverSent(err) {
+	if kind != readCall && !neverSent(err) {
 		return apierr.OutcomeUnknown(fmt.Sprintf("forwarding to leader %s at %s: %v", id, addr, err)), nil
 	}
 	return nil, apierr.NotLeader(id, addr)
