@@ -215,7 +215,6 @@ func runLongHaul(ctx context.Context, env *Env, fs FsyncResult) error {
 	var (
 		submitted, errCount atomic.Int64
 		firstErr            firstError
-		wg                  sync.WaitGroup
 		doneCount           atomic.Int64
 	)
 	base := tr.count.Load()
@@ -226,40 +225,8 @@ func runLongHaul(ctx context.Context, env *Env, fs FsyncResult) error {
 	for i := 0; i < total; i++ {
 		tr.sched[warm+i] = t0ns + int64(float64(i)*period)
 	}
-	due := make(chan int, 4*o.lhRate)
-	for s := 0; s < lhSubmitters; s++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for q := range due {
-				if tr.now() > cutoff || ctx.Err() != nil {
-					continue
-				}
-				if err := sys.Enqueue(ctx, q); err != nil {
-					errCount.Add(1)
-					firstErr.set(err)
-					continue
-				}
-				tr.acked[q] = tr.now()
-				submitted.Add(1)
-			}
-		}()
-	}
-	for i := 0; i < total && ctx.Err() == nil; {
-		now := tr.now()
-		for i < total && tr.sched[warm+i] <= now {
-			due <- warm + i
-			i++
-		}
-		doneCount.Store(tr.count.Load() - base)
-		if i < total {
-			if wait := time.Duration(tr.sched[warm+i] - now); wait > 0 {
-				time.Sleep(min(wait, time.Millisecond))
-			}
-		}
-	}
-	close(due)
-	wg.Wait()
+	offer(ctx, sys, tr, warm, total, cutoff, lhSubmitters, 4*o.lhRate, &submitted, &errCount, &firstErr,
+		func() { doneCount.Store(tr.count.Load() - base) })
 	drainEnd := time.Now().Add(lhDrain)
 	for tr.count.Load()-base < submitted.Load() && time.Now().Before(drainEnd) && ctx.Err() == nil {
 		time.Sleep(50 * time.Millisecond)

@@ -546,7 +546,6 @@ func runW3(ctx context.Context, env *Env, sys System, rate int, res *CellResult)
 		submitted     atomic.Int64
 		errCount      atomic.Int64
 		firstErr      firstError
-		wg            sync.WaitGroup
 	)
 	measured := func() int64 { return tr.count.Load() - completedBase }
 	var doneCount atomic.Int64
@@ -566,7 +565,6 @@ func runW3(ctx context.Context, env *Env, sys System, rate int, res *CellResult)
 	}()
 	defer close(stopProg)
 
-	due := make(chan int, total)
 	t0ns := tr.now() + int64(20*time.Millisecond)
 	period := float64(time.Second) / float64(rate)
 	windowEnd := t0ns + int64(o.w3Duration)
@@ -583,39 +581,7 @@ func runW3(ctx context.Context, env *Env, sys System, rate int, res *CellResult)
 			env.prog.note("%v", err)
 		}
 	}()
-	for s := 0; s < o.w3Submitters; s++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for q := range due {
-				if tr.now() > cutoff || ctx.Err() != nil {
-					continue // the window closed before a submitter was free
-				}
-				if err := sys.Enqueue(ctx, q); err != nil {
-					errCount.Add(1)
-					firstErr.set(err)
-					continue
-				}
-				tr.acked[q] = tr.now()
-				submitted.Add(1)
-			}
-		}()
-	}
-	// The pacer releases each task at its due time (to the millisecond).
-	for i := 0; i < total && ctx.Err() == nil; {
-		now := tr.now()
-		for i < total && tr.sched[warm+i] <= now {
-			due <- warm + i
-			i++
-		}
-		if i < total {
-			if wait := time.Duration(tr.sched[warm+i] - now); wait > 0 {
-				time.Sleep(min(wait, time.Millisecond))
-			}
-		}
-	}
-	close(due)
-	wg.Wait()
+	offer(ctx, sys, tr, warm, total, cutoff, o.w3Submitters, total, &submitted, &errCount, &firstErr, nil)
 	// Drain: wait for the completions of every acknowledged submit.
 	drainEnd := time.Now().Add(o.w3Drain)
 	for measured() < submitted.Load() && time.Now().Before(drainEnd) && ctx.Err() == nil {
@@ -667,6 +633,54 @@ func runW3(ctx context.Context, env *Env, sys System, rate int, res *CellResult)
 		return err
 	}
 	return serr
+}
+
+// offer submits tasks [warm, warm+total) of tr open loop: the pacer
+// releases each at its due time (tr.sched, to the millisecond) to one of
+// submitters callers, whether or not earlier submits have returned; a task
+// still waiting for a caller after cutoff is not submitted. Acknowledged
+// submits are stamped in tr.acked and counted in submitted, failures in
+// errs and first. tick, when set, runs at every turn of the pacer. It
+// returns once every caller is done.
+func offer(ctx context.Context, sys System, tr *tracker, warm, total int, cutoff int64, submitters, buffer int,
+	submitted, errs *atomic.Int64, first *firstError, tick func()) {
+	due := make(chan int, buffer)
+	var wg sync.WaitGroup
+	for s := 0; s < submitters; s++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for q := range due {
+				if tr.now() > cutoff || ctx.Err() != nil {
+					continue // the window closed before a submitter was free
+				}
+				if err := sys.Enqueue(ctx, q); err != nil {
+					errs.Add(1)
+					first.set(err)
+					continue
+				}
+				tr.acked[q] = tr.now()
+				submitted.Add(1)
+			}
+		}()
+	}
+	for i := 0; i < total && ctx.Err() == nil; {
+		now := tr.now()
+		for i < total && tr.sched[warm+i] <= now {
+			due <- warm + i
+			i++
+		}
+		if tick != nil {
+			tick()
+		}
+		if i < total {
+			if wait := time.Duration(tr.sched[warm+i] - now); wait > 0 {
+				time.Sleep(min(wait, time.Millisecond))
+			}
+		}
+	}
+	close(due)
+	wg.Wait()
 }
 
 // warmUp submits tasks [0, n) one per call and waits until tr has counted
