@@ -436,20 +436,34 @@ type workflowData struct {
 	Graph    graph
 	// Steps names the members by id.
 	Steps map[string]string
+	// Stale says the workflow was read from the node's own replica because
+	// the leader could not be asked.
+	Stale    bool
+	StaleWhy string
 }
 
+// workflowPage shows one workflow and its DAG: as the leader has it (a
+// workflow just submitted through another node is shown, not "not found"),
+// else as this node's replica does.
 func (c *Console) workflowPage(ctx context.Context, cl *client.Client, r *http.Request, p *pageData) (string, error) {
 	id := r.PathValue("id")
 	p.Title, p.Nav, p.Live, p.LiveWorkflow = "Workflow "+id, "workflows", "events", id
-	wf, _, err := cl.GetWorkflowStale(ctx, id)
+	d := &workflowData{}
+	wf, err := cl.GetWorkflow(ctx, id)
+	if err != nil && !errors.Is(err, client.ErrNotFound) && !errors.Is(err, client.ErrPermissionDenied) {
+		if st, _, serr := cl.GetWorkflowStale(ctx, id); serr == nil {
+			wf, d.Stale, d.StaleWhy, err = st, true, err.Error(), nil
+		}
+	}
 	if err != nil {
 		return "workflow", err
 	}
-	steps := make(map[string]string, len(wf.Tasks))
+	d.Steps = make(map[string]string, len(wf.Tasks))
 	for _, t := range wf.Tasks {
-		steps[t.ID] = t.Step
+		d.Steps[t.ID] = t.Step
 	}
-	p.Data = &workflowData{Workflow: wf, Graph: layout(wf.Tasks), Steps: steps}
+	d.Workflow, d.Graph = wf, layout(wf.Tasks)
+	p.Data = d
 	return "workflow", nil
 }
 
