@@ -334,6 +334,27 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%q is not a time (RFC 3339, UTC 2006-01-02 15:04:05) nor a duration back from now (15m)", s)
 }
 
+// leaderFirst reads id through the leader within leaderReadTimeout and,
+// when the leader cannot be asked (no leader, or none within the time),
+// from this node's replica with what is left of ctx, setting stale and
+// why. An answer of the leader's (not found, permission denied) stands.
+func leaderFirst[T any](ctx context.Context,
+	leader func(context.Context, string) (T, error),
+	replica func(context.Context, string) (T, client.ReadMeta, error),
+	id string, stale *bool, why *string) (T, error) {
+	lctx, cancel := context.WithTimeout(ctx, leaderReadTimeout)
+	v, err := leader(lctx, id)
+	cancel()
+	if err == nil || errors.Is(err, client.ErrNotFound) || errors.Is(err, client.ErrPermissionDenied) {
+		return v, err
+	}
+	if r, _, rerr := replica(ctx, id); rerr == nil {
+		*stale, *why = true, err.Error()
+		return r, nil
+	}
+	return v, err
+}
+
 type taskData struct {
 	Task *client.Task
 	// Stale says the task was read from the node's own replica because the
@@ -349,13 +370,8 @@ type taskData struct {
 func (c *Console) taskPage(ctx context.Context, cl *client.Client, r *http.Request, p *pageData) (string, error) {
 	id := r.PathValue("id")
 	p.Title, p.Nav, p.Live, p.LiveTask = "Task "+id, "tasks", "events", id
-	t, err := cl.Get(ctx, id)
 	d := &taskData{}
-	if err != nil && !errors.Is(err, client.ErrNotFound) && !errors.Is(err, client.ErrPermissionDenied) {
-		if st, _, serr := cl.GetStale(ctx, id); serr == nil {
-			t, d.Stale, d.StaleWhy, err = st, true, err.Error(), nil
-		}
-	}
+	t, err := leaderFirst(ctx, cl.Get, cl.GetStale, id, &d.Stale, &d.StaleWhy)
 	if err != nil {
 		return "task", err
 	}
@@ -449,12 +465,7 @@ func (c *Console) workflowPage(ctx context.Context, cl *client.Client, r *http.R
 	id := r.PathValue("id")
 	p.Title, p.Nav, p.Live, p.LiveWorkflow = "Workflow "+id, "workflows", "events", id
 	d := &workflowData{}
-	wf, err := cl.GetWorkflow(ctx, id)
-	if err != nil && !errors.Is(err, client.ErrNotFound) && !errors.Is(err, client.ErrPermissionDenied) {
-		if st, _, serr := cl.GetWorkflowStale(ctx, id); serr == nil {
-			wf, d.Stale, d.StaleWhy, err = st, true, err.Error(), nil
-		}
-	}
+	wf, err := leaderFirst(ctx, cl.GetWorkflow, cl.GetWorkflowStale, id, &d.Stale, &d.StaleWhy)
 	if err != nil {
 		return "workflow", err
 	}

@@ -40,6 +40,11 @@ const TokenCookie = "cronoq_token"
 // action.
 const callTimeout = 10 * time.Second
 
+// leaderReadTimeout bounds the read through the leader of a page that can
+// fall back to this node's replica, so that the fallback has the rest of
+// callTimeout when there is no leader to ask.
+const leaderReadTimeout = callTimeout / 2
+
 // maxClients bounds the SDK clients kept, one per token in use; the least
 // recently used is closed beyond it.
 const maxClients = 32

@@ -296,3 +296,37 @@ func TestToken(t *testing.T) {
 	require.True(t, ck.HttpOnly)
 	require.Equal(t, http.SameSiteStrictMode, ck.SameSite)
 }
+
+// TestPagesWithoutLeader reads a task's and a workflow's page on a node
+// that has lost its quorum: both are served from the node's replica, with
+// a warning that says so, rather than refused.
+func TestPagesWithoutLeader(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Console())
+	leader, followers := c.Leader()
+	cl := c.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sub, err := cl.Submit(ctx, client.TaskSpec{Template: client.Template{Pool: "etl", Kind: "extract"}})
+	require.NoError(t, err)
+	wf, err := cl.SubmitWorkflow(ctx, client.WorkflowSpec{Name: "nightly", Steps: []client.Step{
+		{Name: "extract", Task: client.TaskSpec{Template: client.Template{Pool: "etl", Kind: "extract"}}},
+		{Name: "load", Task: client.TaskSpec{Template: client.Template{Pool: "etl", Kind: "load"}}, DependsOn: []string{"extract"}},
+	}})
+	require.NoError(t, err)
+	c.Converged()
+
+	survivor := followers[0]
+	c.Stop(followers[1].ID)
+	c.Stop(leader.ID)
+	base := survivor.Addr()
+	start := time.Now()
+	code, body := get(t, base, "/ui/tasks/"+sub.ID, "")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, "Read from this node's replica: the leader could not be asked")
+	require.Contains(t, body, `data-status="queued"`)
+	code, body = get(t, base, "/ui/workflows/"+wf.ID, "")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, "Read from this node's replica: the leader could not be asked")
+	require.Equal(t, 2, strings.Count(body, `<g class="node`), "both steps drawn")
+	t.Logf("both pages served without a leader in %s", time.Since(start))
+}
