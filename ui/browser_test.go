@@ -98,6 +98,25 @@ func waitText(ctx context.Context, sel string, ok func(string) bool) (string, er
 	}
 }
 
+// waitCount waits until the page has n elements matching sel.
+func waitCount(ctx context.Context, sel string, n int) error {
+	last := -1
+	for {
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll(%q).length`, sel)))
+		if err != nil {
+			return err
+		}
+		if last = got; got == n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %d of %s (last count %d): %w", n, sel, last, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // click clicks the element sel in the page itself: a refresh may swap
 // the element between a lookup and a click done through the protocol.
 func click(sel string) chromedp.Action[chromedp.Void] {
@@ -134,9 +153,7 @@ func TestBrowserLiveTasksAndCancel(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/ui/")))
 	got, err := waitText(ctx, "#leader", func(s string) bool { return s == leader.ID })
 	require.NoError(t, err, "leader shown: %q", got)
-	members, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#members tbody tr[data-member]").length`))
-	require.NoError(t, err)
-	require.Equal(t, 3, members)
+	require.NoError(t, waitCount(ctx, "#members tbody tr[data-member]", 3), "the three members shown")
 	screenshot(t, ctx, dir, "cluster")
 
 	// A task submitted through the API appears live.
@@ -262,12 +279,8 @@ func TestBrowserWorkflow(t *testing.T) {
 	require.NoError(t, err)
 	_, err = chromedp.Run(ctx, chromedp.Evaluate[int](markPage))
 	require.NoError(t, err)
-	nodes, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#dag g.node").length`))
-	require.NoError(t, err)
-	require.Equal(t, 5, nodes)
-	edges, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#dag path.edge").length`))
-	require.NoError(t, err)
-	require.Equal(t, 5, edges)
+	require.NoError(t, waitCount(ctx, "#dag g.node", 5), "the five steps drawn")
+	require.NoError(t, waitCount(ctx, "#dag path.edge", 5), "the five dependencies drawn")
 
 	// A worker runs the steps; "load" waits for the test.
 	release := make(chan struct{})
