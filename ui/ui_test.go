@@ -299,7 +299,7 @@ func TestToken(t *testing.T) {
 
 // TestPagesWithoutLeader reads a task's and a workflow's page on a node
 // that has lost its quorum: both are served from the node's replica, with
-// a warning that says so, rather than refused.
+// a warning that says so, rather than refused; so is the cluster page.
 func TestPagesWithoutLeader(t *testing.T) {
 	c := testcluster.New(t, 3, testcluster.Console())
 	leader, followers := c.Leader()
@@ -329,4 +329,9 @@ func TestPagesWithoutLeader(t *testing.T) {
 	require.Contains(t, body, "Read from this node's replica: the leader could not be asked")
 	require.Equal(t, 2, strings.Count(body, `<g class="node`), "both steps drawn")
 	t.Logf("both pages served without a leader in %s", time.Since(start))
+	// The cluster page shows this node's view: the members, two of them
+	// gone.
+	code, body = get(t, base, "/ui/", "")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `data-member="`+survivor.ID+`"`)
 }
