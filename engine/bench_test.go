@@ -239,6 +239,29 @@ func writeHeapProfile(b *testing.B, path string) {
 	}
 }
 
+// heldPerTask measures what the n tasks in place in be hold, with the
+// live heap before the first submit: perTask in engine and FSM, fsmPerTask
+// in the FSM alone once be is stopped and dropped (what a follower holds),
+// each less excluded bytes per task, and growth, the whole heap growth.
+// CRONOQ_BENCH_HEAPPROFILE=<file> writes the heap profile with every task
+// in place.
+func heldPerTask(b *testing.B, be *benchEngine, cancel context.CancelFunc, before uint64, n int, excluded float64) (perTask, fsmPerTask, growth float64) {
+	b.Helper()
+	after := liveHeap()
+	if path := os.Getenv("CRONOQ_BENCH_HEAPPROFILE"); path != "" {
+		writeHeapProfile(b, path)
+	}
+	growth = float64(after) - float64(before)
+	perTask = growth/float64(n) - excluded
+	state := be.state
+	be.stop(b)
+	cancel()
+	fsmOnly := liveHeap()
+	runtime.KeepAlive(state)
+	fsmPerTask = (float64(fsmOnly)-float64(before))/float64(n) - excluded
+	return perTask, fsmPerTask, growth
+}
+
 // BenchmarkPending1M measures the memory the leader holds per pending task:
 // the engine's core plus the FSM state, payload excluded. Each op starts a
 // fresh engine over the in-memory log (which keeps no copy of its entries),
@@ -280,23 +303,10 @@ func BenchmarkPending1M(b *testing.B) {
 		if st.Queued != n {
 			b.Fatalf("%d tasks queued in the core, want %d", st.Queued, n)
 		}
-		after := liveHeap()
-		if path := os.Getenv("CRONOQ_BENCH_HEAPPROFILE"); path != "" {
-			writeHeapProfile(b, path)
-		}
 		if got := fsmCount(be.state, fsm.StatusQueued); got != n {
 			b.Fatalf("%d tasks queued in the FSM, want %d", got, n)
 		}
-		growth = float64(after) - float64(before)
-		perTask = growth/float64(n) - float64(len(benchPayload))
-		// A follower holds the FSM alone: drop the engine and its core.
-		state := be.state
-		be.stop(b)
-		cancel()
-		be = nil
-		fsmOnly := liveHeap()
-		runtime.KeepAlive(state)
-		fsmPerTask = (float64(fsmOnly)-float64(before))/float64(n) - float64(len(benchPayload))
+		perTask, fsmPerTask, growth = heldPerTask(b, be, cancel, before, n, float64(len(benchPayload)))
 		b.StartTimer()
 	}
 	b.ReportMetric(perTask, "bytes/task")
@@ -346,23 +356,10 @@ func BenchmarkRetained(b *testing.B) {
 		if st.Tasks != n {
 			b.Fatalf("the core knows %d tasks, want %d retained", st.Tasks, n)
 		}
-		after := liveHeap()
-		if path := os.Getenv("CRONOQ_BENCH_HEAPPROFILE"); path != "" {
-			writeHeapProfile(b, path)
-		}
-		growth = float64(after) - float64(before)
-		perTask = growth/float64(n) - excluded
-		// A follower holds the FSM alone: drop the engine and its core.
-		state := be.state
-		be.stop(b)
-		cancel()
-		be = nil
-		fsmOnly := liveHeap()
-		runtime.KeepAlive(state)
-		if got := fsmCount(state, fsm.StatusSucceeded); got != n {
+		if got := fsmCount(be.state, fsm.StatusSucceeded); got != n {
 			b.Fatalf("%d tasks succeeded in the FSM, want %d", got, n)
 		}
-		fsmPerTask = (float64(fsmOnly)-float64(before))/float64(n) - excluded
+		perTask, fsmPerTask, growth = heldPerTask(b, be, cancel, before, n, excluded)
 		b.StartTimer()
 	}
 	b.ReportMetric(perTask, "bytes/task")
