@@ -41,6 +41,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -1061,10 +1062,7 @@ func renderScaleChart(rep *Report) string {
 	for _, c := range cells {
 		ns = append(ns, float64(c.Scale.Tasks))
 	}
-	lo, hi := math.Floor(math.Log10(minF(ns))), math.Ceil(math.Log10(maxF(ns)))
-	if hi <= lo {
-		hi = lo + 1
-	}
+	lo, hi := decades(ns)
 	type series struct {
 		name, color string
 		dash        string
@@ -1156,24 +1154,13 @@ func renderScaleChart(rep *Report) string {
 	return b.String()
 }
 
-func minF(vs []float64) float64 {
+// decades is the log10 range, in whole decades, that the values (at
+// least 1 each) span: one decade at least, [0, 1] for none.
+func decades(vs []float64) (lo, hi float64) {
 	if len(vs) == 0 {
-		return 1
+		return 0, 1
 	}
-	m := vs[0]
-	for _, v := range vs {
-		m = math.Min(m, v)
-	}
-	return math.Max(m, 1)
-}
-
-func maxF(vs []float64) float64 {
-	if len(vs) == 0 {
-		return 10
-	}
-	m := vs[0]
-	for _, v := range vs {
-		m = math.Max(m, v)
-	}
-	return math.Max(m, 1)
+	lo = math.Floor(math.Log10(math.Max(slices.Min(vs), 1)))
+	hi = math.Ceil(math.Log10(math.Max(slices.Max(vs), 1)))
+	return lo, max(hi, lo+1)
 }

@@ -294,3 +294,22 @@ func TestMemWatchStopsUnderTheFloor(t *testing.T) {
 	cancel2(nil)
 	<-done2
 }
+
+// TestDecades checks the plot's log10 range: whole decades around the
+// values, one at least, values under 1 taken as 1.
+func TestDecades(t *testing.T) {
+	for _, tc := range []struct {
+		vs     []float64
+		lo, hi float64
+	}{
+		{nil, 0, 1},
+		{[]float64{100_000}, 5, 6},
+		{[]float64{100_000, 1_000_000, 10_000_000}, 5, 7},
+		{[]float64{20_000, 100_000}, 4, 5},
+		{[]float64{0.5, 30}, 0, 2},
+	} {
+		lo, hi := decades(tc.vs)
+		require.Equal(t, tc.lo, lo, "%v", tc.vs)
+		require.Equal(t, tc.hi, hi, "%v", tc.vs)
+	}
+}
