@@ -107,7 +107,7 @@ func (c *Client) ACLPolicyApply(ctx context.Context, p ACLPolicy) (ACLPolicy, er
 
 // ACLPolicies lists the policies.
 func (c *Client) ACLPolicies(ctx context.Context) ([]ACLPolicy, error) {
-	resp, err := unaryTo(ctx, c, "listing ACL policies", idempotent, true, &cronoqv1.AclPolicyListRequest{},
+	resp, err := unaryTo(ctx, c, "listing ACL policies", read, true, &cronoqv1.AclPolicyListRequest{},
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.AclPolicyListRequest]) (*connect.Response[cronoqv1.AclPolicyListResponse], error) {
 			return ep.acl.PolicyList
 		})
@@ -123,7 +123,7 @@ func (c *Client) ACLPolicies(ctx context.Context) ([]ACLPolicy, error) {
 
 // ACLPolicy returns the policy named name.
 func (c *Client) ACLPolicy(ctx context.Context, name string) (ACLPolicy, error) {
-	resp, err := unaryTo(ctx, c, "reading ACL policy "+name, idempotent, true, &cronoqv1.AclPolicyGetRequest{Name: name},
+	resp, err := unaryTo(ctx, c, "reading ACL policy "+name, read, true, &cronoqv1.AclPolicyGetRequest{Name: name},
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.AclPolicyGetRequest]) (*connect.Response[cronoqv1.AclPolicyGetResponse], error) {
 			return ep.acl.PolicyGet
 		})
@@ -159,7 +159,7 @@ func (c *Client) ACLTokenCreate(ctx context.Context, name string, policies []str
 
 // ACLTokens lists the tokens (without secrets).
 func (c *Client) ACLTokens(ctx context.Context) ([]ACLToken, error) {
-	resp, err := unaryTo(ctx, c, "listing ACL tokens", idempotent, true, &cronoqv1.AclTokenListRequest{},
+	resp, err := unaryTo(ctx, c, "listing ACL tokens", read, true, &cronoqv1.AclTokenListRequest{},
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.AclTokenListRequest]) (*connect.Response[cronoqv1.AclTokenListResponse], error) {
 			return ep.acl.TokenList
 		})
@@ -186,7 +186,7 @@ func (c *Client) ACLTokenRevoke(ctx context.Context, accessor string) error {
 // ACLSelf describes the token calls are made with: anonymous when none is
 // set; enabled is false when the node does not check calls.
 func (c *Client) ACLSelf(ctx context.Context) (tok ACLToken, anonymous, enabled bool, err error) {
-	resp, err := unaryTo(ctx, c, "reading the ACL token", idempotent, true, &cronoqv1.AclTokenSelfRequest{},
+	resp, err := unaryTo(ctx, c, "reading the ACL token", read, true, &cronoqv1.AclTokenSelfRequest{},
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.AclTokenSelfRequest]) (*connect.Response[cronoqv1.AclTokenSelfResponse], error) {
 			return ep.acl.TokenSelf
 		})

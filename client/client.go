@@ -499,6 +499,9 @@ const (
 	idempotent retryPolicy = iota
 	// once calls are repeated only when the node refused them unexecuted.
 	once
+	// read calls are repeated like idempotent ones and change nothing, so
+	// that no failure of theirs leaves an outcome unknown.
+	read
 )
 
 // attemptFunc runs one attempt against ep within ctx. On success it returns
@@ -538,7 +541,7 @@ func (c *Client) do(ctx context.Context, what string, policy retryPolicy, anyNod
 		if ctx.Err() != nil {
 			// The caller gave up, possibly while this attempt was in flight:
 			// unless the node certainly did not run it, it may have run.
-			if classifyErr(err) != notExecuted {
+			if classifyErr(err) != notExecuted && policy != read {
 				unsure = true
 			}
 			return c.gaveUp(ctx, what, lastErr, unsure)
@@ -550,7 +553,7 @@ func (c *Client) do(ctx context.Context, what string, policy retryPolicy, anyNod
 			}
 			return fmt.Errorf("%s: %w", what, described(err))
 		}
-		if v == uncertain {
+		if v == uncertain && policy != read {
 			unsure = true
 		}
 		hint := ""

@@ -833,3 +833,19 @@ func TestSubmitCutOffInFlightIsOutcomeUnknown(t *testing.T) {
 	// caller does; the SDK then sends it again (it is idempotent) until its
 	// own deadline.
 }
+
+// A read cut off by the caller's deadline while its request was in flight
+// changed nothing: its error says the deadline, not that the outcome is
+// unknown.
+func TestReadCutOffInFlightIsNotOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster(t, 1, 0)
+	c := newTestClient(t, addrs(fc, 0))
+	release := fc.Hold(cronoqv1connect.TaskServiceListProcedure) // the node never answers
+	t.Cleanup(release)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, _, err := c.List(ctx, ListOptions{})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, ErrOutcomeUnknown)
+}

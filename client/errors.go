@@ -24,7 +24,9 @@ var (
 	ErrStaleLease = errors.New("stale lease")
 	// ErrOutcomeUnknown: the call may or may not have taken effect. The SDK
 	// retries idempotent calls itself; it reports this when it had to give
-	// up (ctx ended) after such an answer or a lost connection.
+	// up (ctx ended) after such an answer or a lost connection. A read
+	// (Get, List, Wait, ...) takes no effect, and its error does not say
+	// this for a lost connection or a cut-off attempt.
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 	// ErrShuttingDown: the node is stopping.
 	ErrShuttingDown = errors.New("node shutting down")

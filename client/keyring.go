@@ -57,7 +57,7 @@ func (k Keyring) Failed() []KeyringNode {
 // KeyringList lists the gossip keyring of every alive node. Without gossip
 // encryption it fails with a failed_precondition *APIError.
 func (c *Client) KeyringList(ctx context.Context) (Keyring, error) {
-	resp, err := unaryTo(ctx, c, "listing the gossip keyring", idempotent, true, &cronoqv1.KeyringListRequest{},
+	resp, err := unaryTo(ctx, c, "listing the gossip keyring", read, true, &cronoqv1.KeyringListRequest{},
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.KeyringListRequest]) (*connect.Response[cronoqv1.KeyringResponse], error) {
 			return ep.operator.KeyringList
 		})

@@ -79,7 +79,7 @@ func (c *Client) SetKind(ctx context.Context, pool, kind string, change KindChan
 // pools is refused (ErrInvalid).
 func (c *Client) GetKind(ctx context.Context, pool, kind string) (*KindSettings, error) {
 	what := fmt.Sprintf("getting kind %s of pool %s", kind, pool)
-	resp, err := unary(ctx, c, what, idempotent, &cronoqv1.GetKindRequest{Pool: pool, Kind: kind},
+	resp, err := unary(ctx, c, what, read, &cronoqv1.GetKindRequest{Pool: pool, Kind: kind},
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.GetKindRequest]) (*connect.Response[cronoqv1.GetKindResponse], error) {
 			return ep.pools.GetKind
 		})

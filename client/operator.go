@@ -12,7 +12,7 @@ import (
 
 // Members lists the nodes gossip knows of.
 func (c *Client) Members(ctx context.Context) ([]Member, error) {
-	resp, err := unary(ctx, c, "listing members", idempotent, &cronoqv1.MembersRequest{},
+	resp, err := unary(ctx, c, "listing members", read, &cronoqv1.MembersRequest{},
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.MembersRequest]) (*connect.Response[cronoqv1.MembersResponse], error) {
 			return ep.operator.Members
 		})
@@ -28,7 +28,7 @@ func (c *Client) Members(ctx context.Context) ([]Member, error) {
 
 // Peers lists the servers of the Raft configuration.
 func (c *Client) Peers(ctx context.Context) ([]Peer, error) {
-	resp, err := unary(ctx, c, "listing peers", idempotent, &cronoqv1.PeersRequest{},
+	resp, err := unary(ctx, c, "listing peers", read, &cronoqv1.PeersRequest{},
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.PeersRequest]) (*connect.Response[cronoqv1.PeersResponse], error) {
 			return ep.operator.Peers
 		})

@@ -158,7 +158,7 @@ type WorkerInfo struct {
 // ListPools describes every pool the leader knows: those with tasks,
 // settings or workers, and those of the agent's fixed list.
 func (c *Client) ListPools(ctx context.Context) ([]Pool, error) {
-	resp, err := unary(ctx, c, "listing pools", idempotent, &cronoqv1.ListPoolsRequest{},
+	resp, err := unary(ctx, c, "listing pools", read, &cronoqv1.ListPoolsRequest{},
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.ListPoolsRequest]) (*connect.Response[cronoqv1.ListPoolsResponse], error) {
 			return ep.pools.List
 		})
@@ -177,7 +177,7 @@ func (c *Client) ListPools(ctx context.Context) ([]Pool, error) {
 // fixed list of pools is refused (ErrInvalid).
 func (c *Client) GetPool(ctx context.Context, name string) (*Pool, error) {
 	what := "getting pool " + name
-	resp, err := unary(ctx, c, what, idempotent, &cronoqv1.GetPoolRequest{Pool: name},
+	resp, err := unary(ctx, c, what, read, &cronoqv1.GetPoolRequest{Pool: name},
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.GetPoolRequest]) (*connect.Response[cronoqv1.GetPoolResponse], error) {
 			return ep.pools.Get
 		})
@@ -227,7 +227,7 @@ func (c *Client) setPool(ctx context.Context, what string, req *cronoqv1.SetPool
 // ListWorkers lists the workers connected to the leader: those of pool, or
 // of every pool when pool is "".
 func (c *Client) ListWorkers(ctx context.Context, pool string) ([]WorkerInfo, error) {
-	resp, err := unary(ctx, c, "listing workers", idempotent, &cronoqv1.ListWorkersRequest{Pool: pool},
+	resp, err := unary(ctx, c, "listing workers", read, &cronoqv1.ListWorkersRequest{Pool: pool},
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.ListWorkersRequest]) (*connect.Response[cronoqv1.ListWorkersResponse], error) {
 			return ep.pools.Workers
 		})

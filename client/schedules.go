@@ -32,7 +32,7 @@ func (c *Client) AddSchedule(ctx context.Context, s Schedule) (next time.Time, e
 
 // ListSchedules lists the recurring schedules.
 func (c *Client) ListSchedules(ctx context.Context) ([]Schedule, error) {
-	resp, err := unary(ctx, c, "listing schedules", idempotent, &cronoqv1.ListSchedulesRequest{},
+	resp, err := unary(ctx, c, "listing schedules", read, &cronoqv1.ListSchedulesRequest{},
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.ListSchedulesRequest]) (*connect.Response[cronoqv1.ListSchedulesResponse], error) {
 			return ep.schedules.List
 		})

@@ -111,7 +111,7 @@ func (c *Client) CreateSubscription(ctx context.Context, spec SubscriptionSpec) 
 // ListSubscriptions returns the subscriptions the caller may read, by
 // name.
 func (c *Client) ListSubscriptions(ctx context.Context) ([]*Subscription, error) {
-	resp, err := unary(ctx, c, "listing subscriptions", idempotent, &cronoqv1.ListSubscriptionsRequest{},
+	resp, err := unary(ctx, c, "listing subscriptions", read, &cronoqv1.ListSubscriptionsRequest{},
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.ListSubscriptionsRequest]) (*connect.Response[cronoqv1.ListSubscriptionsResponse], error) {
 			return ep.subscriptions.List
 		})
@@ -127,7 +127,7 @@ func (c *Client) ListSubscriptions(ctx context.Context) ([]*Subscription, error)
 
 // GetSubscription returns a subscription (ErrNotFound when there is none).
 func (c *Client) GetSubscription(ctx context.Context, name string) (*Subscription, error) {
-	resp, err := unary(ctx, c, "reading subscription "+name, idempotent, &cronoqv1.GetSubscriptionRequest{Name: name},
+	resp, err := unary(ctx, c, "reading subscription "+name, read, &cronoqv1.GetSubscriptionRequest{Name: name},
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.GetSubscriptionRequest]) (*connect.Response[cronoqv1.GetSubscriptionResponse], error) {
 			return ep.subscriptions.Get
 		})

@@ -138,7 +138,7 @@ func (c *Client) EnqueueMany(ctx context.Context, specs []TaskSpec) ([]Submitted
 }
 
 func (c *Client) get(ctx context.Context, what string, ref *cronoqv1.TaskRef, stale bool) (*Task, ReadMeta, error) {
-	resp, err := unaryTo(ctx, c, what, idempotent, stale, &cronoqv1.GetRequest{Ref: ref, Stale: stale},
+	resp, err := unaryTo(ctx, c, what, read, stale, &cronoqv1.GetRequest{Ref: ref, Stale: stale},
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.GetRequest]) (*connect.Response[cronoqv1.GetResponse], error) {
 			return ep.tasks.Get
 		})
@@ -190,7 +190,7 @@ func (c *Client) wait(ctx context.Context, what string, ref *cronoqv1.TaskRef) (
 		req := &cronoqv1.WaitRequest{Ref: ref, Timeout: durationToProto(poll)}
 		var got *cronoqv1.Task
 		start := time.Now()
-		err := c.do(ctx, what, idempotent, false, poll+c.opts.timeout, func(actx context.Context, ep *endpoint) (string, error) {
+		err := c.do(ctx, what, read, false, poll+c.opts.timeout, func(actx context.Context, ep *endpoint) (string, error) {
 			resp, err := ep.tasks.Wait(actx, connect.NewRequest(req))
 			if err != nil {
 				return "", err
@@ -368,7 +368,7 @@ func (c *Client) List(ctx context.Context, opt ListOptions) ([]*Task, string, er
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: %w", what, err)
 	}
-	resp, err := unaryTo(ctx, c, what, idempotent, opt.Stale, req,
+	resp, err := unaryTo(ctx, c, what, read, opt.Stale, req,
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.ListRequest]) (*connect.Response[cronoqv1.ListResponse], error) {
 			return ep.tasks.List
 		})
@@ -384,7 +384,7 @@ func (c *Client) List(ctx context.Context, opt ListOptions) ([]*Task, string, er
 
 // Counts returns the number of tasks per pool and status.
 func (c *Client) Counts(ctx context.Context) (map[string]map[string]int64, error) {
-	resp, err := unary(ctx, c, "counting tasks", idempotent, &cronoqv1.CountsRequest{},
+	resp, err := unary(ctx, c, "counting tasks", read, &cronoqv1.CountsRequest{},
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.CountsRequest]) (*connect.Response[cronoqv1.CountsResponse], error) {
 			return ep.tasks.Counts
 		})

@@ -69,7 +69,7 @@ func (c *Client) getWorkflow(ctx context.Context, what string, ref *cronoqv1.Wor
 
 // getWorkflowPage reads a workflow with one page of its members.
 func (c *Client) getWorkflowPage(ctx context.Context, what string, req *cronoqv1.GetWorkflowRequest) (*cronoqv1.GetWorkflowResponse, error) {
-	resp, err := unaryTo(ctx, c, what, idempotent, req.GetStale(), req,
+	resp, err := unaryTo(ctx, c, what, read, req.GetStale(), req,
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.GetWorkflowRequest]) (*connect.Response[cronoqv1.GetWorkflowResponse], error) {
 			return ep.workflows.Get
 		})
@@ -137,7 +137,7 @@ func (c *Client) WaitWorkflow(ctx context.Context, id string) (*Workflow, error)
 		req := &cronoqv1.WaitWorkflowRequest{Ref: ref, Timeout: durationToProto(poll)}
 		var got *cronoqv1.WaitWorkflowResponse
 		start := time.Now()
-		err := c.do(ctx, what, idempotent, false, poll+c.opts.timeout, func(actx context.Context, ep *endpoint) (string, error) {
+		err := c.do(ctx, what, read, false, poll+c.opts.timeout, func(actx context.Context, ep *endpoint) (string, error) {
 			resp, err := ep.workflows.Wait(actx, connect.NewRequest(req))
 			if err != nil {
 				return "", err
@@ -200,7 +200,7 @@ func (c *Client) ListWorkflows(ctx context.Context, opt WorkflowListOptions) ([]
 		}
 		req.Statuses = append(req.Statuses, st)
 	}
-	resp, err := unaryTo(ctx, c, what, idempotent, opt.Stale, req,
+	resp, err := unaryTo(ctx, c, what, read, opt.Stale, req,
 		func(ep *endpoint) func(context.Context, *connect.Request[cronoqv1.ListWorkflowsRequest]) (*connect.Response[cronoqv1.ListWorkflowsResponse], error) {
 			return ep.workflows.List
 		})

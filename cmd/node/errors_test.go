@@ -32,8 +32,8 @@ func TestNoLeaderError(t *testing.T) {
 		{"list"},
 		{"cancel", "T1"},
 	} {
-		r := runCLI(t, "", append(args, "-addr", addr, "-rpc-timeout", "300ms")...)
-		requireFailure(t, r, exitError, "the cluster has no leader", "gave up after -rpc-timeout 300ms", "cronoq health")
+		r := runCLI(t, "", append(args, "-addr", addr, "-rpc-timeout", "2s")...)
+		requireFailure(t, r, exitError, "the cluster has no leader", "gave up after -rpc-timeout 2s", "cronoq health")
 		require.NotRegexp(t, rawRPC, r.stderr)
 	}
 }
