@@ -336,30 +336,29 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 
 // leaderFirst reads id through the leader within leaderReadTimeout and,
 // when the leader cannot be asked (no leader, or none within the time),
-// from this node's replica with what is left of ctx, setting stale and
-// why. An answer of the leader's (not found, permission denied) stands.
+// from this node's replica with what is left of ctx; staleWhy is then why
+// the leader could not be asked, and "" when it answered. An answer of the
+// leader's (not found, permission denied) stands.
 func leaderFirst[T any](ctx context.Context,
 	leader func(context.Context, string) (T, error),
 	replica func(context.Context, string) (T, client.ReadMeta, error),
-	id string, stale *bool, why *string) (T, error) {
+	id string) (v T, staleWhy string, err error) {
 	lctx, cancel := context.WithTimeout(ctx, leaderReadTimeout)
-	v, err := leader(lctx, id)
+	v, err = leader(lctx, id)
 	cancel()
 	if err == nil || errors.Is(err, client.ErrNotFound) || errors.Is(err, client.ErrPermissionDenied) {
-		return v, err
+		return v, "", err
 	}
 	if r, _, rerr := replica(ctx, id); rerr == nil {
-		*stale, *why = true, err.Error()
-		return r, nil
+		return r, err.Error(), nil
 	}
-	return v, err
+	return v, "", err
 }
 
 type taskData struct {
 	Task *client.Task
-	// Stale says the task was read from the node's own replica because the
-	// leader could not be asked.
-	Stale    bool
+	// StaleWhy, when set, says that the task was read from the node's own
+	// replica, and why the leader could not be asked.
 	StaleWhy string
 	Payload  bytesView
 	Output   bytesView
@@ -370,15 +369,11 @@ type taskData struct {
 func (c *Console) taskPage(ctx context.Context, cl *client.Client, r *http.Request, p *pageData) (string, error) {
 	id := r.PathValue("id")
 	p.Title, p.Nav, p.Live, p.LiveTask = "Task "+id, "tasks", "events", id
-	d := &taskData{}
-	t, err := leaderFirst(ctx, cl.Get, cl.GetStale, id, &d.Stale, &d.StaleWhy)
+	t, why, err := leaderFirst(ctx, cl.Get, cl.GetStale, id)
 	if err != nil {
 		return "task", err
 	}
-	d.Task = t
-	d.Payload = viewBytes(t.Payload)
-	d.Output = viewBytes(t.Output)
-	p.Data = d
+	p.Data = &taskData{Task: t, StaleWhy: why, Payload: viewBytes(t.Payload), Output: viewBytes(t.Output)}
 	p.LivePools = []string{t.Pool}
 	return "task", nil
 }
@@ -452,9 +447,8 @@ type workflowData struct {
 	Graph    graph
 	// Steps names the members by id.
 	Steps map[string]string
-	// Stale says the workflow was read from the node's own replica because
-	// the leader could not be asked.
-	Stale    bool
+	// StaleWhy, when set, says that the workflow was read from the node's
+	// own replica, and why the leader could not be asked.
 	StaleWhy string
 }
 
@@ -464,17 +458,15 @@ type workflowData struct {
 func (c *Console) workflowPage(ctx context.Context, cl *client.Client, r *http.Request, p *pageData) (string, error) {
 	id := r.PathValue("id")
 	p.Title, p.Nav, p.Live, p.LiveWorkflow = "Workflow "+id, "workflows", "events", id
-	d := &workflowData{}
-	wf, err := leaderFirst(ctx, cl.GetWorkflow, cl.GetWorkflowStale, id, &d.Stale, &d.StaleWhy)
+	wf, why, err := leaderFirst(ctx, cl.GetWorkflow, cl.GetWorkflowStale, id)
 	if err != nil {
 		return "workflow", err
 	}
-	d.Steps = make(map[string]string, len(wf.Tasks))
+	steps := make(map[string]string, len(wf.Tasks))
 	for _, t := range wf.Tasks {
-		d.Steps[t.ID] = t.Step
+		steps[t.ID] = t.Step
 	}
-	d.Workflow, d.Graph = wf, layout(wf.Tasks)
-	p.Data = d
+	p.Data = &workflowData{Workflow: wf, Graph: layout(wf.Tasks), Steps: steps, StaleWhy: why}
 	return "workflow", nil
 }
 
